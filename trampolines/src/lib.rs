@@ -1,0 +1,47 @@
+//! Pure code generation for argstash: no system calls, testable in-process.
+//!
+//! argstash patches a function's entry with a `jmp` to a small trampoline. The
+//! trampoline pushes the argument registers into a *stash frame* with a fixed,
+//! self-describing layout and then **calls** the original function (its relocated
+//! prologue, which jumps back into the body). While that call is live, the
+//! arguments sit at a known place on the stack, so any later unwind can read them.
+//!
+//! # The x86-64 stash frame
+//!
+//! Addresses grow upwards; `base` is the trampoline's `rbp`.
+//!
+//! ```text
+//!            │ caller's frame …                         │
+//! base+16 ─► │ stack arguments 7, 8, … (if any)         │
+//! base+8     │ return address into the caller           │ ◄─ pushed by the caller's `call`
+//! base+0     │ caller's rbp                             │ ◄─ push rbp; mov rbp, rsp
+//! base-8     │ STASH_MARKER  "ARGSTASH"                 │
+//! base-16    │ address of the hook record (arena)       │
+//! base-24    │ rdi   (argument 1)                       │
+//! base-32    │ rsi   (argument 2)                       │
+//! base-40    │ rdx   (argument 3)                       │
+//! base-48    │ rcx   (argument 4)                       │
+//! base-56    │ r8    (argument 5)                       │
+//! base-64    │ r9    (argument 6)                       │
+//! base-72    │ rax   (al = vector registers, varargs)   │
+//! base-80    │ r10   (static chain)                     │
+//!            │ [8 bytes padding if the window is odd]   │
+//!            │ copy of stack words 0..n (window)        │ ◄─ rsp at the call, 16-aligned
+//!            │ return address = trampoline after_call   │ ◄─ the hooked function's frame starts here
+//! ```
+//!
+//! A reader recognises a stash frame without scanning: when a return address equals
+//! some hook's `after_call` address, the frame base is the hooked function's CFA plus
+//! [`x86_64::StashLayout::call_sp_offset`]; the marker and the record address confirm
+//! it. See [`x86_64::frame`] for the single definition, and [`arena`] for the
+//! self-describing header that lists every hook.
+//!
+//! # Modules
+//! - [`arena`]: the arena header and hook records (architecture-neutral byte format).
+//! - [`x86_64`]: stash frame, trampoline emitter (dynasmrt), prologue relocation (iced-x86).
+
+pub mod arena;
+pub mod error;
+pub mod x86_64;
+
+pub use error::{CodegenError, FormatError, FrameError, PlanError};

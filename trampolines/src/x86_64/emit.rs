@@ -1,0 +1,215 @@
+//! The x86-64 trampoline emitter (dynasmrt, assembled for the remote address).
+//!
+//! ```text
+//!   [endbr64]                      ; only when the hooked function had one
+//!   push rbp
+//!   mov  rbp, rsp                  ; frame base
+//!   push MARKER.lo ; mov dword [rsp+4], MARKER.hi      -> rbp-8
+//!   push RECORD.lo ; mov dword [rsp+4], RECORD.hi      -> rbp-16
+//!   push rdi, rsi, rdx, rcx, r8, r9, rax, r10          -> rbp-24 .. rbp-80
+//!   [lea rsp, [rsp-8]]             ; odd window: keep rsp 16-byte aligned
+//!   push qword [rbp+16+8*(n-1)] .. push qword [rbp+16] ; stack-argument window
+//!   call relocated_prologue
+//! after_call:
+//!   leave
+//!   ret
+//! ```
+//!
+//! No register is written except `rsp`/`rbp`, which `leave` restores; no flags are
+//! touched (`push`, `mov`, `lea`, `call`, `leave`, `ret` leave RFLAGS alone). The
+//! only memory written is the trampoline's own frame below the caller's `rsp`.
+
+use dynasmrt::x64::X64Relocation;
+use dynasmrt::{dynasm, DynasmApi, DynasmLabelApi, VecAssembler};
+
+use super::frame::{StashLayout, MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER};
+use crate::error::CodegenError;
+
+/// The `endbr64` instruction bytes.
+pub const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
+/// Everything the emitter needs to know about one hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrampolineSpec {
+    /// Address at which the trampoline will live in the target.
+    pub address: u64,
+    /// Address of the hook record (stored in every stash frame).
+    pub record: u64,
+    /// Address of the relocated prologue that the trampoline calls.
+    pub relocated: u64,
+    /// Stack layout (window size).
+    pub layout: StashLayout,
+    /// Start with `endbr64`.
+    pub endbr64: bool,
+}
+
+/// Offsets of the instruction boundaries a reader needs to unwind from inside a trampoline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TrampolineOffsets {
+    /// Offset just after `push rbp`.
+    pub after_push_rbp: u32,
+    /// Offset just after `mov rbp, rsp`.
+    pub after_mov_rbp: u32,
+    /// Offset just after the `call` (the return address of the hooked call).
+    pub after_call: u32,
+    /// Offset of the final `ret` (just after `leave`).
+    pub ret: u32,
+}
+
+/// A generated trampoline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trampoline {
+    /// Address the code was assembled for.
+    pub address: u64,
+    /// The machine code.
+    pub code: Vec<u8>,
+    /// Instruction boundaries inside `code`.
+    pub offsets: TrampolineOffsets,
+}
+
+impl Trampoline {
+    /// The absolute return address of the hooked call: identifies stash frames.
+    pub fn after_call(&self) -> u64 {
+        self.address + u64::from(self.offsets.after_call)
+    }
+}
+
+fn fits_rel32(from_end: u64, to: u64) -> bool {
+    i32::try_from(to.wrapping_sub(from_end) as i64).is_ok()
+}
+
+/// Assembles a trampoline for `spec`.
+pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError> {
+    let words = spec.layout.stack_words;
+    if words > MAX_STACK_WORDS {
+        return Err(CodegenError::WindowTooLarge { requested: words, max: MAX_STACK_WORDS });
+    }
+    let base = usize::try_from(spec.address).map_err(|_| CodegenError::Assembler("address".into()))?;
+    let mut ops: VecAssembler<X64Relocation> = VecAssembler::new(base);
+    let mut offsets = TrampolineOffsets::default();
+    let here = |ops: &VecAssembler<X64Relocation>| ops.offset().0 as u32;
+
+    if spec.endbr64 {
+        ops.extend(ENDBR64);
+    }
+    dynasm!(ops ; .arch x64 ; push rbp);
+    offsets.after_push_rbp = here(&ops);
+    dynasm!(ops ; .arch x64 ; mov rbp, rsp);
+    offsets.after_mov_rbp = here(&ops);
+    for value in [STASH_MARKER, spec.record] {
+        let lo = value as u32 as i32;
+        let hi = (value >> 32) as u32 as i32;
+        dynasm!(ops
+            ; .arch x64
+            ; push lo
+            ; mov DWORD [rsp + 4], hi
+        );
+    }
+    for reg in STASHED_REGS {
+        dynasm!(ops ; .arch x64 ; push Rq(reg.encoding()));
+    }
+    if spec.layout.padding() != 0 {
+        dynasm!(ops ; .arch x64 ; lea rsp, [rsp - 8]);
+    }
+    for i in (0..i32::from(words)).rev() {
+        let disp = 16 + 8 * i;
+        dynasm!(ops ; .arch x64 ; push QWORD [rbp + disp]);
+    }
+    let call_at = spec.address + u64::from(here(&ops));
+    if !fits_rel32(call_at + 5, spec.relocated) {
+        return Err(CodegenError::OutOfReach { from: call_at, to: spec.relocated });
+    }
+    let target = spec.relocated as usize;
+    dynasm!(ops ; .arch x64 ; call extern target);
+    offsets.after_call = here(&ops);
+    dynasm!(ops ; .arch x64 ; leave);
+    offsets.ret = here(&ops);
+    dynasm!(ops ; .arch x64 ; ret);
+    let code = ops.finalize().map_err(|e| CodegenError::Assembler(e.to_string()))?;
+    Ok(Trampoline { address: spec.address, code, offsets })
+}
+
+/// The bytes that replace a function's patched prologue: `jmp rel32` to `to`, then `int3` fill.
+pub fn jump_patch(at: u64, to: u64, patch_len: usize) -> Result<Vec<u8>, CodegenError> {
+    if !fits_rel32(at + 5, to) {
+        return Err(CodegenError::OutOfReach { from: at, to });
+    }
+    let rel = to.wrapping_sub(at + 5) as i64 as i32;
+    let mut bytes = Vec::with_capacity(patch_len.max(5));
+    bytes.push(0xe9);
+    bytes.extend_from_slice(&rel.to_le_bytes());
+    bytes.resize(patch_len.max(5), 0xcc);
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, Formatter, Mnemonic, NasmFormatter};
+
+    fn disasm(t: &Trampoline) -> Vec<(u64, Mnemonic, String)> {
+        let mut d = Decoder::with_ip(64, &t.code, t.address, DecoderOptions::NONE);
+        let mut f = NasmFormatter::new();
+        let mut out = Vec::new();
+        for i in &mut d {
+            let mut s = String::new();
+            f.format(&i, &mut s);
+            out.push((i.ip(), i.mnemonic(), s));
+        }
+        out
+    }
+
+    #[test]
+    fn writes_only_stack_and_frame_registers() {
+        for words in [0u16, 1, 2, 7] {
+            let spec = TrampolineSpec {
+                address: 0x7000_0000_1000,
+                record: 0x7000_0000_0040,
+                relocated: 0x7000_0000_1100,
+                layout: StashLayout::new(words),
+                endbr64: words == 1,
+            };
+            let t = emit_trampoline(&spec).unwrap();
+            let ins = disasm(&t);
+            let allowed = [Mnemonic::Endbr64, Mnemonic::Push, Mnemonic::Mov, Mnemonic::Lea, Mnemonic::Call, Mnemonic::Leave, Mnemonic::Ret];
+            for (_, m, text) in &ins {
+                assert!(allowed.contains(m), "unexpected {text}");
+                if *m == Mnemonic::Mov {
+                    assert!(text == "mov rbp,rsp" || text.starts_with("mov dword [rsp+4]"), "{text}");
+                }
+                if *m == Mnemonic::Lea {
+                    assert_eq!(text, "lea rsp,[rsp-8]");
+                }
+            }
+            let call = ins.iter().find(|i| i.1 == Mnemonic::Call).unwrap();
+            assert!(call.2.contains("1100"), "{}", call.2);
+            let pushes_of_window = ins.iter().filter(|i| i.2.starts_with("push qword [rbp+")).count();
+            assert_eq!(pushes_of_window, words as usize);
+            assert_eq!(t.after_call(), ins.iter().find(|i| i.1 == Mnemonic::Leave).unwrap().0);
+            assert_eq!(t.address + u64::from(t.offsets.ret), ins.last().unwrap().0);
+            assert_eq!(ins[0].1 == Mnemonic::Endbr64, spec.endbr64);
+        }
+    }
+
+    #[test]
+    fn refuses_unreachable_targets_and_big_windows() {
+        let mut spec = TrampolineSpec {
+            address: 0x1000,
+            record: 0,
+            relocated: 0x7fff_0000_0000,
+            layout: StashLayout::new(0),
+            endbr64: false,
+        };
+        assert!(matches!(emit_trampoline(&spec), Err(CodegenError::OutOfReach { .. })));
+        spec.relocated = 0x2000;
+        spec.layout = StashLayout::new(MAX_STACK_WORDS + 1);
+        assert!(matches!(emit_trampoline(&spec), Err(CodegenError::WindowTooLarge { .. })));
+    }
+
+    #[test]
+    fn jump_patch_encodes_rel32_and_fills() {
+        let p = jump_patch(0x1000, 0x2000, 7).unwrap();
+        assert_eq!(p, vec![0xe9, 0xfb, 0x0f, 0, 0, 0xcc, 0xcc]);
+        assert!(jump_patch(0x1000, 0x1_0000_1000, 5).is_err());
+    }
+}
