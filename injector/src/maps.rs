@@ -20,7 +20,12 @@ impl Perms {
     pub fn parse(s: &str) -> Perms {
         let b = s.as_bytes();
         let at = |i: usize, c: u8| b.get(i) == Some(&c);
-        Perms { read: at(0, b'r'), write: at(1, b'w'), exec: at(2, b'x'), private: at(3, b'p') }
+        Perms {
+            read: at(0, b'r'),
+            write: at(1, b'w'),
+            exec: at(2, b'x'),
+            private: at(3, b'p'),
+        }
     }
 }
 
@@ -96,7 +101,9 @@ fn parse_line(line: &str) -> Option<MapEntry> {
 
 /// Reads and parses `/proc/PID/maps`.
 pub fn read_maps(pid: i32) -> std::io::Result<Vec<MapEntry>> {
-    Ok(parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?))
+    Ok(parse_maps(&std::fs::read_to_string(format!(
+        "/proc/{pid}/maps"
+    ))?))
 }
 
 #[cfg(test)]

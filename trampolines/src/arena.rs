@@ -103,7 +103,12 @@ impl ArenaHeader {
     pub fn new(base: u64, capacity: u32) -> ArenaHeader {
         let code_offset = round_up(HEADER_LEN + capacity as usize * RECORD_LEN, PAGE);
         let arena_len = round_up(code_offset + capacity as usize * SLOT_LEN, PAGE);
-        ArenaHeader { base, arena_len: arena_len as u64, capacity, code_offset: code_offset as u32 }
+        ArenaHeader {
+            base,
+            arena_len: arena_len as u64,
+            capacity,
+            code_offset: code_offset as u32,
+        }
     }
 
     /// Bytes from `base` that hold the header and all records.
@@ -150,13 +155,19 @@ impl ArenaHeader {
 
     /// Parses a header read from address `at`; checks magic, version, sizes and self-address.
     pub fn decode(at: u64, bytes: &[u8]) -> Result<ArenaHeader, FormatError> {
-        let b = bytes.get(..HEADER_LEN).ok_or(FormatError::Truncated { needed: HEADER_LEN, got: bytes.len() })?;
+        let b = bytes.get(..HEADER_LEN).ok_or(FormatError::Truncated {
+            needed: HEADER_LEN,
+            got: bytes.len(),
+        })?;
         if b[0..8] != ARENA_MAGIC {
             return Err(FormatError::BadMagic);
         }
         let version = u32_at(b, 8);
         if version != FORMAT_VERSION {
-            return Err(FormatError::UnsupportedVersion { found: version, supported: FORMAT_VERSION });
+            return Err(FormatError::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
         }
         let h = ArenaHeader {
             base: u64_at(b, 24),
@@ -165,7 +176,9 @@ impl ArenaHeader {
             code_offset: u32_at(b, 44),
         };
         if h.base != at {
-            return Err(FormatError::Corrupt("header base does not match its address"));
+            return Err(FormatError::Corrupt(
+                "header base does not match its address",
+            ));
         }
         if u32_at(b, 36) as usize != RECORD_LEN || u32_at(b, 40) as usize != SLOT_LEN {
             return Err(FormatError::Corrupt("record or slot size"));
@@ -295,13 +308,19 @@ impl HookRecord {
     /// Relocated address for original address `addr` inside the patch, at an instruction boundary.
     pub fn original_to_relocated(&self, addr: u64) -> Option<u64> {
         let off = addr.checked_sub(self.patch_addr)?;
-        self.map.iter().find(|(o, _)| u64::from(*o) == off).map(|(_, r)| self.relocated + u64::from(*r))
+        self.map
+            .iter()
+            .find(|(o, _)| u64::from(*o) == off)
+            .map(|(_, r)| self.relocated + u64::from(*r))
     }
 
     /// Original address for relocated address `addr`, at an instruction boundary (the jump back maps to the end of the patch).
     pub fn relocated_to_original(&self, addr: u64) -> Option<u64> {
         let off = addr.checked_sub(self.relocated)?;
-        self.map.iter().find(|(_, r)| u64::from(*r) == off).map(|(o, _)| self.patch_addr + u64::from(*o))
+        self.map
+            .iter()
+            .find(|(_, r)| u64::from(*r) == off)
+            .map(|(o, _)| self.patch_addr + u64::from(*o))
     }
 
     /// Serialises the record into exactly [`RECORD_LEN`] bytes.
@@ -348,15 +367,22 @@ impl HookRecord {
 
     /// Parses a record; `Free` records parse with empty fields.
     pub fn decode(bytes: &[u8]) -> Result<HookRecord, FormatError> {
-        let b = bytes.get(..RECORD_LEN).ok_or(FormatError::Truncated { needed: RECORD_LEN, got: bytes.len() })?;
+        let b = bytes.get(..RECORD_LEN).ok_or(FormatError::Truncated {
+            needed: RECORD_LEN,
+            got: bytes.len(),
+        })?;
         let state = HookState::from_u32(u32_at(b, 0))?;
         let patch_len = b[32] as usize;
         let map_len = b[33] as usize;
-        if state != HookState::Free && (patch_len == 0 || patch_len > MAX_ORIGINAL || map_len > MAX_MAP) {
+        if state != HookState::Free
+            && (patch_len == 0 || patch_len > MAX_ORIGINAL || map_len > MAX_MAP)
+        {
             return Err(FormatError::Corrupt("patch or map length"));
         }
         let patch_len = patch_len.min(MAX_ORIGINAL);
-        let map = (0..map_len.min(MAX_MAP)).map(|i| (b[96 + 4 * i], u16_at(b, 96 + 4 * i + 2))).collect();
+        let map = (0..map_len.min(MAX_MAP))
+            .map(|i| (b[96 + 4 * i], u16_at(b, 96 + 4 * i + 2)))
+            .collect();
         Ok(HookRecord {
             state,
             endbr64: u32_at(b, 4) & 1 == 1,
@@ -399,7 +425,10 @@ impl Arena {
         let header = ArenaHeader::decode(at, bytes)?;
         let need = header.header_len();
         if bytes.len() < need {
-            return Err(FormatError::Truncated { needed: need, got: bytes.len() });
+            return Err(FormatError::Truncated {
+                needed: need,
+                got: bytes.len(),
+            });
         }
         let records = (0..header.capacity as usize)
             .map(|i| HookRecord::decode(&bytes[HEADER_LEN + i * RECORD_LEN..]))
@@ -409,22 +438,32 @@ impl Arena {
 
     /// Records that are not free, with their slot index.
     pub fn hooks(&self) -> impl Iterator<Item = (u32, &HookRecord)> {
-        self.records.iter().enumerate().filter(|(_, r)| r.state != HookState::Free).map(|(i, r)| (i as u32, r))
+        self.records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.state != HookState::Free)
+            .map(|(i, r)| (i as u32, r))
     }
 
     /// The first never-used slot.
     pub fn free_slot(&self) -> Option<u32> {
-        self.records.iter().position(|r| r.state == HookState::Free).map(|i| i as u32)
+        self.records
+            .iter()
+            .position(|r| r.state == HookState::Free)
+            .map(|i| i as u32)
     }
 
     /// The active hook whose function entry is `function`.
     pub fn active_for(&self, function: u64) -> Option<(u32, &HookRecord)> {
-        self.hooks().find(|(_, r)| r.state == HookState::Active && r.function == function)
+        self.hooks()
+            .find(|(_, r)| r.state == HookState::Active && r.function == function)
     }
 
     /// The hook whose trampoline after-call address is `addr` (active or ejected).
     pub fn by_after_call(&self, addr: u64) -> Option<&HookRecord> {
-        self.hooks().map(|(_, r)| r).find(|r| r.after_call() == addr)
+        self.hooks()
+            .map(|(_, r)| r)
+            .find(|r| r.after_call() == addr)
     }
 }
 
@@ -444,7 +483,12 @@ mod tests {
             stack_words: 3,
             trampoline: 0x5555_1000_0000,
             trampoline_len: 77,
-            offsets: crate::x86_64::TrampolineOffsets { after_push_rbp: 5, after_mov_rbp: 8, after_call: 70, ret: 71 },
+            offsets: crate::x86_64::TrampolineOffsets {
+                after_push_rbp: 5,
+                after_mov_rbp: 8,
+                after_call: 70,
+                ret: 71,
+            },
             relocated: 0x5555_1000_0060,
             relocated_len: 10,
             map: vec![(0, 0), (1, 1), (4, 4), (5, 5)],
@@ -461,7 +505,12 @@ mod tests {
         assert!(h.code_offset as usize >= h.header_len());
         assert_eq!(h.arena_len as usize % PAGE, 0);
         assert_eq!(ArenaHeader::decode(0x7000_0000, &h.encode()).unwrap(), h);
-        assert_eq!(ArenaHeader::decode(0x7000_1000, &h.encode()), Err(FormatError::Corrupt("header base does not match its address")));
+        assert_eq!(
+            ArenaHeader::decode(0x7000_1000, &h.encode()),
+            Err(FormatError::Corrupt(
+                "header base does not match its address"
+            ))
+        );
         assert_eq!(h.record_index(h.record_addr(5)), Some(5));
         assert_eq!(h.record_index(h.record_addr(5) + 1), None);
         assert!(h.contains(h.slot_addr(127) + SLOT_LEN as u64 - 1));
@@ -472,8 +521,14 @@ mod tests {
         let r = sample();
         let back = HookRecord::decode(&r.encode().unwrap()).unwrap();
         assert_eq!(back, r);
-        assert_eq!(r.original_to_relocated(r.patch_addr + 4), Some(r.relocated + 4));
-        assert_eq!(r.relocated_to_original(r.relocated + 5), Some(r.patch_addr + 5));
+        assert_eq!(
+            r.original_to_relocated(r.patch_addr + 4),
+            Some(r.relocated + 4)
+        );
+        assert_eq!(
+            r.relocated_to_original(r.relocated + 5),
+            Some(r.patch_addr + 5)
+        );
         assert!(r.inside_patch(r.patch_addr + 1) && !r.inside_patch(r.patch_addr));
         assert_eq!(r.after_call(), r.trampoline + 70);
     }
@@ -496,7 +551,13 @@ mod tests {
             b[..8].copy_from_slice(&ARENA_MAGIC);
             let _ = Arena::decode(0, &b);
         }
-        assert_eq!(Arena::decode(0, &[1, 2, 3]), Err(FormatError::Truncated { needed: HEADER_LEN, got: 3 }));
+        assert_eq!(
+            Arena::decode(0, &[1, 2, 3]),
+            Err(FormatError::Truncated {
+                needed: HEADER_LEN,
+                got: 3
+            })
+        );
     }
 
     #[test]

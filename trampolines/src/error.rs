@@ -35,7 +35,9 @@ pub enum PlanError {
         needed: u64,
     },
     /// The symbol gives no size, so branches into the patch cannot be ruled out.
-    #[error("the function's size is unknown, so branches into the patched bytes cannot be ruled out")]
+    #[error(
+        "the function's size is unknown, so branches into the patched bytes cannot be ruled out"
+    )]
     UnknownSize,
     /// An instruction that must not be moved lies in the bytes to overwrite.
     #[error("`{instruction}` at +0x{offset:x} lies in the {patch_len} bytes the patch overwrites ({why})")]
@@ -110,7 +112,9 @@ pub enum FormatError {
     #[error("not an argstash arena (bad magic)")]
     BadMagic,
     /// The arena was written by an incompatible format version.
-    #[error("arena format version {found} is not supported (this build reads version {supported})")]
+    #[error(
+        "arena format version {found} is not supported (this build reads version {supported})"
+    )]
     UnsupportedVersion {
         /// Version in the header.
         found: u32,

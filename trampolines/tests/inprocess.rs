@@ -11,8 +11,10 @@ use trampolines::arena::{ArenaHeader, RECORD_LEN};
 use trampolines::x86_64::{build_hook, plan_patch, HookMeta, StashFrame, StashLayout, StashedReg};
 
 /// Registers in the order the harness loads and stores them.
-const REGS: [&str; 15] =
-    ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"];
+const REGS: [&str; 15] = [
+    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
+    "r15",
+];
 const RSP_BEFORE: usize = 15;
 const RSP_AFTER: usize = 16;
 const STACK_ARG: usize = 17;
@@ -145,7 +147,15 @@ fn build_image() -> Image {
     assert!(arena.arena_len <= 0xc000);
     let header = arena.encode();
     bytes_mut(&mut mem)[0x4000..0x4000 + header.len()].copy_from_slice(&header);
-    Image { mem, sum7, riprel, harness_sum7, harness_riprel, rsp_slot, arena }
+    Image {
+        mem,
+        sum7,
+        riprel,
+        harness_sum7,
+        harness_riprel,
+        rsp_slot,
+        arena,
+    }
 }
 
 impl Image {
@@ -154,10 +164,21 @@ impl Image {
     }
 
     fn set_writable(&mut self, writable: bool) {
-        let p = if writable { region::Protection::READ_WRITE } else { region::Protection::READ_EXECUTE };
+        let p = if writable {
+            region::Protection::READ_WRITE
+        } else {
+            region::Protection::READ_EXECUTE
+        };
         // Page 0 holds the data slot the targets write and stays read-write.
         // SAFETY: the allocation is ours; nothing executes it while it is writable.
-        unsafe { region::protect(self.mem.as_ptr::<u8>().add(DATA_PAGE), self.mem.len() - DATA_PAGE, p).unwrap() };
+        unsafe {
+            region::protect(
+                self.mem.as_ptr::<u8>().add(DATA_PAGE),
+                self.mem.len() - DATA_PAGE,
+                p,
+            )
+            .unwrap()
+        };
     }
 
     fn write(&mut self, addr: u64, bytes: &[u8]) {
@@ -172,11 +193,29 @@ impl Image {
         all[off..off + len].to_vec()
     }
 
-    fn hook(&mut self, function: u64, size: usize, slot: u32, stack_words: u16) -> trampolines::x86_64::HookCode {
+    fn hook(
+        &mut self,
+        function: u64,
+        size: usize,
+        slot: u32,
+        stack_words: u16,
+    ) -> trampolines::x86_64::HookCode {
         let code = self.read(function, size);
         let plan = plan_patch(function, &code).unwrap();
-        let meta = HookMeta { name: format!("f{slot}"), module: "inprocess".into(), function_size: size as u64, installed_ns: 1 };
-        let hook = build_hook(&plan, &self.arena, slot, StashLayout::new(stack_words), &meta).unwrap();
+        let meta = HookMeta {
+            name: format!("f{slot}"),
+            module: "inprocess".into(),
+            function_size: size as u64,
+            installed_ns: 1,
+        };
+        let hook = build_hook(
+            &plan,
+            &self.arena,
+            slot,
+            StashLayout::new(stack_words),
+            &meta,
+        )
+        .unwrap();
         self.set_writable(true);
         self.write(self.arena.slot_addr(slot), &hook.slot_bytes());
         self.write(self.arena.record_addr(slot), &hook.record.encode().unwrap());
@@ -202,7 +241,10 @@ impl Image {
 fn state(seed: u64) -> [u64; STATE_WORDS] {
     let mut s = [0u64; STATE_WORDS];
     for (i, v) in s.iter_mut().enumerate() {
-        *v = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(i as u32 * 5) ^ (i as u64 * 0x1111);
+        *v = seed
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(i as u32 * 5)
+            ^ (i as u64 * 0x1111);
     }
     s
 }
@@ -210,7 +252,11 @@ fn state(seed: u64) -> [u64; STATE_WORDS] {
 fn check_registers(before: &[u64; STATE_WORDS], after: &[u64; STATE_WORDS], rax: u64) {
     assert_eq!(after[0], rax, "rax (the result)");
     for i in 1..REGS.len() {
-        assert_eq!(after[i], before[i], "{} changed across the hooked call", REGS[i]);
+        assert_eq!(
+            after[i], before[i],
+            "{} changed across the hooked call",
+            REGS[i]
+        );
     }
     assert_eq!(after[RSP_AFTER], after[RSP_BEFORE], "rsp not restored");
 }
@@ -221,7 +267,9 @@ fn hooked_function_keeps_results_registers_and_stashes_arguments() {
     img.set_writable(false);
     let expect = |s: &[u64; STATE_WORDS]| {
         // rdi, rsi, rdx, rcx, r8, r9 are state[5], [4], [3], [2], [7], [8]; stack arg is [17].
-        [5, 4, 3, 2, 7, 8, STACK_ARG].iter().fold(0u64, |a, i| a.wrapping_add(s[*i]))
+        [5, 4, 3, 2, 7, 8, STACK_ARG]
+            .iter()
+            .fold(0u64, |a, i| a.wrapping_add(s[*i]))
     };
     let mut unhooked = state(1);
     let before = unhooked;
@@ -237,19 +285,39 @@ fn hooked_function_keeps_results_registers_and_stashes_arguments() {
 
         // The original ran under the trampoline: its entry rsp holds the after-call address.
         let rsp = img.rsp_at_entry();
-        assert_eq!(u64::from_le_bytes(img.read(rsp, 8).try_into().unwrap()), hook.trampoline.after_call());
+        assert_eq!(
+            u64::from_le_bytes(img.read(rsp, 8).try_into().unwrap()),
+            hook.trampoline.after_call()
+        );
         let layout = StashLayout::new(1);
         let base = layout.base_from_callee_cfa(rsp + 8);
-        let frame = StashFrame::parse(base, &layout, &img.read(base - layout.call_sp_offset(), layout.read_len())).unwrap();
-        assert_eq!(frame.arguments(), [before[5], before[4], before[3], before[2], before[7], before[8]]);
+        let frame = StashFrame::parse(
+            base,
+            &layout,
+            &img.read(base - layout.call_sp_offset(), layout.read_len()),
+        )
+        .unwrap();
+        assert_eq!(
+            frame.arguments(),
+            [before[5], before[4], before[3], before[2], before[7], before[8]]
+        );
         assert_eq!(frame.reg(StashedReg::Rax), before[0]);
         assert_eq!(frame.reg(StashedReg::R10), before[9]);
         assert_eq!(frame.stack_args, vec![before[STACK_ARG]]);
         assert_eq!(frame.record, img.arena.record_addr(0));
-        assert_eq!(frame.saved_rbp, before[6], "the caller's rbp is saved in the frame");
-        assert_eq!(base % 16, 0, "the frame base is 16-aligned, so rsp was aligned at the call");
+        assert_eq!(
+            frame.saved_rbp, before[6],
+            "the caller's rbp is saved in the frame"
+        );
+        assert_eq!(
+            base % 16,
+            0,
+            "the frame base is 16-aligned, so rsp was aligned at the call"
+        );
     }
-    let record = trampolines::arena::HookRecord::decode(&img.read(img.arena.record_addr(0), RECORD_LEN)).unwrap();
+    let record =
+        trampolines::arena::HookRecord::decode(&img.read(img.arena.record_addr(0), RECORD_LEN))
+            .unwrap();
     assert_eq!(record, hook.record);
 }
 
@@ -267,7 +335,12 @@ fn rip_relative_prologue_still_reads_its_data() {
         let rsp = img.rsp_at_entry();
         let layout = StashLayout::new(0);
         let base = layout.base_from_callee_cfa(rsp + 8);
-        let frame = StashFrame::parse(base, &layout, &img.read(base - layout.call_sp_offset(), layout.read_len())).unwrap();
+        let frame = StashFrame::parse(
+            base,
+            &layout,
+            &img.read(base - layout.call_sp_offset(), layout.read_len()),
+        )
+        .unwrap();
         assert_eq!(frame.arguments()[0], before[5]);
     }
 }
@@ -287,6 +360,14 @@ fn restoring_original_bytes_unhooks() {
     let before = s;
     img.call(img.harness_sum7, &mut s);
     let rsp = img.rsp_at_entry();
-    assert_ne!(u64::from_le_bytes(img.read(rsp, 8).try_into().unwrap()), hook.trampoline.after_call());
-    assert_eq!(s[0], [5, 4, 3, 2, 7, 8, STACK_ARG].iter().fold(0u64, |a, i| a.wrapping_add(before[*i])));
+    assert_ne!(
+        u64::from_le_bytes(img.read(rsp, 8).try_into().unwrap()),
+        hook.trampoline.after_call()
+    );
+    assert_eq!(
+        s[0],
+        [5, 4, 3, 2, 7, 8, STACK_ARG]
+            .iter()
+            .fold(0u64, |a, i| a.wrapping_add(before[*i]))
+    );
 }

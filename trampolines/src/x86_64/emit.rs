@@ -82,9 +82,13 @@ fn fits_rel32(from_end: u64, to: u64) -> bool {
 pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError> {
     let words = spec.layout.stack_words;
     if words > MAX_STACK_WORDS {
-        return Err(CodegenError::WindowTooLarge { requested: words, max: MAX_STACK_WORDS });
+        return Err(CodegenError::WindowTooLarge {
+            requested: words,
+            max: MAX_STACK_WORDS,
+        });
     }
-    let base = usize::try_from(spec.address).map_err(|_| CodegenError::Assembler("address".into()))?;
+    let base =
+        usize::try_from(spec.address).map_err(|_| CodegenError::Assembler("address".into()))?;
     let mut ops: VecAssembler<X64Relocation> = VecAssembler::new(base);
     let mut offsets = TrampolineOffsets::default();
     let here = |ops: &VecAssembler<X64Relocation>| ops.offset().0 as u32;
@@ -117,7 +121,10 @@ pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError
     }
     let call_at = spec.address + u64::from(here(&ops));
     if !fits_rel32(call_at + 5, spec.relocated) {
-        return Err(CodegenError::OutOfReach { from: call_at, to: spec.relocated });
+        return Err(CodegenError::OutOfReach {
+            from: call_at,
+            to: spec.relocated,
+        });
     }
     let target = spec.relocated as usize;
     dynasm!(ops ; .arch x64 ; call extern target);
@@ -125,8 +132,14 @@ pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError
     dynasm!(ops ; .arch x64 ; leave);
     offsets.ret = here(&ops);
     dynasm!(ops ; .arch x64 ; ret);
-    let code = ops.finalize().map_err(|e| CodegenError::Assembler(e.to_string()))?;
-    Ok(Trampoline { address: spec.address, code, offsets })
+    let code = ops
+        .finalize()
+        .map_err(|e| CodegenError::Assembler(e.to_string()))?;
+    Ok(Trampoline {
+        address: spec.address,
+        code,
+        offsets,
+    })
 }
 
 /// The bytes that replace a function's patched prologue: `jmp rel32` to `to`, then `int3` fill.
@@ -171,11 +184,22 @@ mod tests {
             };
             let t = emit_trampoline(&spec).unwrap();
             let ins = disasm(&t);
-            let allowed = [Mnemonic::Endbr64, Mnemonic::Push, Mnemonic::Mov, Mnemonic::Lea, Mnemonic::Call, Mnemonic::Leave, Mnemonic::Ret];
+            let allowed = [
+                Mnemonic::Endbr64,
+                Mnemonic::Push,
+                Mnemonic::Mov,
+                Mnemonic::Lea,
+                Mnemonic::Call,
+                Mnemonic::Leave,
+                Mnemonic::Ret,
+            ];
             for (_, m, text) in &ins {
                 assert!(allowed.contains(m), "unexpected {text}");
                 if *m == Mnemonic::Mov {
-                    assert!(text == "mov rbp,rsp" || text.starts_with("mov dword [rsp+4]"), "{text}");
+                    assert!(
+                        text == "mov rbp,rsp" || text.starts_with("mov dword [rsp+4]"),
+                        "{text}"
+                    );
                 }
                 if *m == Mnemonic::Lea {
                     assert_eq!(text, "lea rsp,[rsp-8]");
@@ -183,9 +207,15 @@ mod tests {
             }
             let call = ins.iter().find(|i| i.1 == Mnemonic::Call).unwrap();
             assert!(call.2.contains("1100"), "{}", call.2);
-            let pushes_of_window = ins.iter().filter(|i| i.2.starts_with("push qword [rbp+")).count();
+            let pushes_of_window = ins
+                .iter()
+                .filter(|i| i.2.starts_with("push qword [rbp+"))
+                .count();
             assert_eq!(pushes_of_window, words as usize);
-            assert_eq!(t.after_call(), ins.iter().find(|i| i.1 == Mnemonic::Leave).unwrap().0);
+            assert_eq!(
+                t.after_call(),
+                ins.iter().find(|i| i.1 == Mnemonic::Leave).unwrap().0
+            );
             assert_eq!(t.address + u64::from(t.offsets.ret), ins.last().unwrap().0);
             assert_eq!(ins[0].1 == Mnemonic::Endbr64, spec.endbr64);
         }
@@ -200,10 +230,16 @@ mod tests {
             layout: StashLayout::new(0),
             endbr64: false,
         };
-        assert!(matches!(emit_trampoline(&spec), Err(CodegenError::OutOfReach { .. })));
+        assert!(matches!(
+            emit_trampoline(&spec),
+            Err(CodegenError::OutOfReach { .. })
+        ));
         spec.relocated = 0x2000;
         spec.layout = StashLayout::new(MAX_STACK_WORDS + 1);
-        assert!(matches!(emit_trampoline(&spec), Err(CodegenError::WindowTooLarge { .. })));
+        assert!(matches!(
+            emit_trampoline(&spec),
+            Err(CodegenError::WindowTooLarge { .. })
+        ));
     }
 
     #[test]

@@ -175,7 +175,10 @@ impl StashFrame {
     /// Parses a frame from `bytes`, which were read starting at `base - layout.call_sp_offset()`.
     pub fn parse(base: u64, layout: &StashLayout, bytes: &[u8]) -> Result<StashFrame, FrameError> {
         if bytes.len() < layout.read_len() {
-            return Err(FrameError::Truncated { needed: layout.read_len(), got: bytes.len() });
+            return Err(FrameError::Truncated {
+                needed: layout.read_len(),
+                got: bytes.len(),
+            });
         }
         let below = layout.call_sp_offset() as i64;
         let word = |off: i64| -> u64 {
@@ -186,13 +189,18 @@ impl StashFrame {
         };
         let marker = word(MARKER_OFFSET);
         if marker != STASH_MARKER {
-            return Err(FrameError::BadMarker { base, found: marker });
+            return Err(FrameError::BadMarker {
+                base,
+                found: marker,
+            });
         }
         let mut regs = [0u64; 8];
         for (slot, reg) in regs.iter_mut().zip(STASHED_REGS) {
             *slot = word(StashLayout::reg_offset(reg));
         }
-        let stack_args = (0..layout.stack_words).map(|i| word(layout.stack_word_offset(i))).collect();
+        let stack_args = (0..layout.stack_words)
+            .map(|i| word(layout.stack_word_offset(i)))
+            .collect();
         Ok(StashFrame {
             base,
             saved_rbp: word(SAVED_RBP_OFFSET),
@@ -230,7 +238,11 @@ mod tests {
         assert_eq!(StashLayout::reg_offset(StashedReg::R10), -80);
         for n in 0..=MAX_STACK_WORDS {
             let l = StashLayout::new(n);
-            assert_eq!(l.call_sp_offset() % 16, 0, "rsp must stay 16-byte aligned at the call");
+            assert_eq!(
+                l.call_sp_offset() % 16,
+                0,
+                "rsp must stay 16-byte aligned at the call"
+            );
             assert_eq!(l.stack_word_offset(0), -(l.call_sp_offset() as i64));
         }
     }
@@ -239,8 +251,14 @@ mod tests {
     fn parse_rejects_bad_marker_and_short_input() {
         let l = StashLayout::new(1);
         let bytes = vec![0u8; l.read_len()];
-        assert!(matches!(StashFrame::parse(0x1000, &l, &bytes), Err(FrameError::BadMarker { .. })));
-        assert!(matches!(StashFrame::parse(0x1000, &l, &bytes[1..]), Err(FrameError::Truncated { .. })));
+        assert!(matches!(
+            StashFrame::parse(0x1000, &l, &bytes),
+            Err(FrameError::BadMarker { .. })
+        ));
+        assert!(matches!(
+            StashFrame::parse(0x1000, &l, &bytes[1..]),
+            Err(FrameError::Truncated { .. })
+        ));
     }
 
     #[test]
@@ -266,7 +284,10 @@ mod tests {
         assert_eq!(f.arguments(), [100, 101, 102, 103, 104, 105]);
         assert_eq!(f.reg(StashedReg::R10), 107);
         assert_eq!(f.stack_args, vec![900, 901, 902]);
-        assert_eq!((f.record, f.saved_rbp, f.return_address), (0xabc0, 0x7777, 0x5555));
+        assert_eq!(
+            (f.record, f.saved_rbp, f.return_address),
+            (0xabc0, 0x7777, 0x5555)
+        );
         assert_eq!(f.caller_sp(), 0x10_0010);
     }
 }

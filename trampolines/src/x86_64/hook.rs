@@ -59,7 +59,10 @@ pub fn build_hook(
     let relocated_addr = slot_addr + RELOCATED_OFFSET as u64;
     let relocated = plan.relocate(relocated_addr)?;
     if relocated.code.len() > SLOT_LEN - RELOCATED_OFFSET {
-        return Err(CodegenError::Relocation { at: relocated_addr, reason: "relocated prologue does not fit its slot".into() });
+        return Err(CodegenError::Relocation {
+            at: relocated_addr,
+            reason: "relocated prologue does not fit its slot".into(),
+        });
     }
     let trampoline = emit_trampoline(&TrampolineSpec {
         address: slot_addr,
@@ -69,7 +72,10 @@ pub fn build_hook(
         endbr64: plan.endbr64,
     })?;
     if trampoline.code.len() > RELOCATED_OFFSET {
-        return Err(CodegenError::WindowTooLarge { requested: layout.stack_words, max: super::frame::MAX_STACK_WORDS });
+        return Err(CodegenError::WindowTooLarge {
+            requested: layout.stack_words,
+            max: super::frame::MAX_STACK_WORDS,
+        });
     }
     let patch = jump_patch(plan.patch_addr, slot_addr, plan.patch_len)?;
     let record = HookRecord {
@@ -91,5 +97,11 @@ pub fn build_hook(
         name: meta.name.clone(),
         module: meta.module.clone(),
     };
-    Ok(HookCode { slot, trampoline, relocated, patch, record })
+    Ok(HookCode {
+        slot,
+        trampoline,
+        relocated,
+        patch,
+        record,
+    })
 }

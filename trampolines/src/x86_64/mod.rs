@@ -4,9 +4,12 @@ pub mod emit;
 pub mod frame;
 pub mod relocate;
 
-pub use emit::{emit_trampoline, jump_patch, Trampoline, TrampolineOffsets, TrampolineSpec, ENDBR64};
+pub use emit::{
+    emit_trampoline, jump_patch, Trampoline, TrampolineOffsets, TrampolineSpec, ENDBR64,
+};
 pub use frame::{
-    StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER,
+    StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, MAX_STACK_WORDS,
+    STASHED_REGS, STASH_MARKER,
 };
 pub use relocate::{plan_patch, PatchPlan, RelocatedPrologue, JMP_REL32_LEN, MAX_PATCH_LEN};
 pub mod hook;

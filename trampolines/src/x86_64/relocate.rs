@@ -7,8 +7,8 @@
 //! first untouched byte.
 
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Formatter, Instruction,
-    InstructionBlock, Mnemonic, NasmFormatter, OpKind,
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Formatter,
+    Instruction, InstructionBlock, Mnemonic, NasmFormatter, OpKind,
 };
 
 use super::emit::ENDBR64;
@@ -50,7 +50,10 @@ pub struct RelocatedPrologue {
 impl RelocatedPrologue {
     /// The relocated address equivalent to original address `patch_addr + orig_off`, if it is an instruction boundary.
     pub fn relocated_for(&self, orig_off: u64) -> Option<u64> {
-        self.map.iter().find(|(o, _)| u64::from(*o) == orig_off).map(|(_, r)| self.address + u64::from(*r))
+        self.map
+            .iter()
+            .find(|(o, _)| u64::from(*o) == orig_off)
+            .map(|(_, r)| self.address + u64::from(*r))
     }
 }
 
@@ -62,13 +65,23 @@ fn format(instruction: &Instruction) -> String {
 
 fn near_target(instruction: &Instruction) -> Option<u64> {
     match instruction.op0_kind() {
-        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => Some(instruction.near_branch_target()),
+        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => {
+            Some(instruction.near_branch_target())
+        }
         _ => None,
     }
 }
 
 fn refusal(instruction: &Instruction) -> Option<&'static str> {
-    if matches!(instruction.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter | Mnemonic::Int | Mnemonic::Int1 | Mnemonic::Int3 | Mnemonic::Into) {
+    if matches!(
+        instruction.mnemonic(),
+        Mnemonic::Syscall
+            | Mnemonic::Sysenter
+            | Mnemonic::Int
+            | Mnemonic::Int1
+            | Mnemonic::Int3
+            | Mnemonic::Into
+    ) {
         return Some("a system call or trap cannot be moved");
     }
     match instruction.flow_control() {
@@ -97,7 +110,10 @@ pub fn plan_patch(function: u64, code: &[u8]) -> Result<PatchPlan, PlanError> {
     let skip = if endbr64 { ENDBR64.len() } else { 0 };
     let needed = (skip + JMP_REL32_LEN) as u64;
     if (code.len() as u64) < needed {
-        return Err(PlanError::TooShort { size: code.len() as u64, needed });
+        return Err(PlanError::TooShort {
+            size: code.len() as u64,
+            needed,
+        });
     }
     let patch_addr = function + skip as u64;
     let mut decoder = Decoder::with_ip(64, &code[skip..], patch_addr, DecoderOptions::NONE);
@@ -106,15 +122,23 @@ pub fn plan_patch(function: u64, code: &[u8]) -> Result<PatchPlan, PlanError> {
     while patch_len < JMP_REL32_LEN {
         let offset = skip + patch_len;
         if !decoder.can_decode() {
-            return Err(PlanError::TooShort { size: code.len() as u64, needed: offset as u64 + 1 });
+            return Err(PlanError::TooShort {
+                size: code.len() as u64,
+                needed: offset as u64 + 1,
+            });
         }
         let instruction = decoder.decode();
         if instruction.is_invalid() {
             // Running off the end of the function decodes as invalid too.
             if offset + instruction.len() >= code.len() || instruction.len() == 0 {
-                return Err(PlanError::TooShort { size: code.len() as u64, needed: needed.max(offset as u64 + 1) });
+                return Err(PlanError::TooShort {
+                    size: code.len() as u64,
+                    needed: needed.max(offset as u64 + 1),
+                });
             }
-            return Err(PlanError::InvalidInstruction { offset: offset as u64 });
+            return Err(PlanError::InvalidInstruction {
+                offset: offset as u64,
+            });
         }
         if let Some(why) = refusal(&instruction) {
             return Err(PlanError::ForbiddenInstruction {
@@ -140,7 +164,12 @@ pub fn plan_patch(function: u64, code: &[u8]) -> Result<PatchPlan, PlanError> {
 }
 
 /// Refuses when any instruction outside the patch branches into its bytes 1..n.
-fn check_branches_into(function: u64, code: &[u8], patch_addr: u64, patch_end: u64) -> Result<(), PlanError> {
+fn check_branches_into(
+    function: u64,
+    code: &[u8],
+    patch_addr: u64,
+    patch_end: u64,
+) -> Result<(), PlanError> {
     let decoder = Decoder::with_ip(64, code, function, DecoderOptions::NONE);
     for instruction in decoder {
         if instruction.is_invalid() {
@@ -179,8 +208,12 @@ impl PatchPlan {
     /// Re-encodes the overwritten instructions at `address`, followed by a jump back.
     pub fn relocate(&self, address: u64) -> Result<RelocatedPrologue, CodegenError> {
         let back = self.patch_addr + self.patch_len as u64;
-        let jump = Instruction::with_branch(Code::Jmp_rel32_64, back)
-            .map_err(|e| CodegenError::Relocation { at: address, reason: e.to_string() })?;
+        let jump = Instruction::with_branch(Code::Jmp_rel32_64, back).map_err(|e| {
+            CodegenError::Relocation {
+                at: address,
+                reason: e.to_string(),
+            }
+        })?;
         let mut block: Vec<Instruction> = self.instructions.clone();
         let mut jump = jump;
         // The jump's own IP must not equal any branch target in the block (its
@@ -192,12 +225,18 @@ impl PatchPlan {
             InstructionBlock::new(&block, address),
             BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
         )
-        .map_err(|e| CodegenError::Relocation { at: address, reason: e.to_string() })?;
+        .map_err(|e| CodegenError::Relocation {
+            at: address,
+            reason: e.to_string(),
+        })?;
         let mut map = Vec::with_capacity(block.len());
         let mut orig = 0u64;
         for (i, new_off) in encoded.new_instruction_offsets.iter().enumerate() {
             if *new_off == u32::MAX {
-                return Err(CodegenError::Relocation { at: address, reason: "instruction offset unavailable".into() });
+                return Err(CodegenError::Relocation {
+                    at: address,
+                    reason: "instruction offset unavailable".into(),
+                });
             }
             map.push((orig as u8, *new_off as u16));
             orig += block[i].len() as u64;
@@ -216,27 +255,47 @@ mod tests {
     #[test]
     fn covers_whole_instructions_and_keeps_endbr64() {
         // endbr64; push rbp; mov rbp,rsp; sub rsp,0x10; ret
-        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10, 0xc3];
+        let code = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10, 0xc3,
+        ];
         let plan = plan_patch(F, &code).unwrap();
         assert!(plan.endbr64);
         assert_eq!(plan.patch_addr, F + 4);
         assert_eq!(plan.patch_len, 8);
         assert_eq!(plan.original, &code[4..12]);
-        assert_eq!(plan.disassembly(), vec!["push rbp", "mov rbp,rsp", "sub rsp,10h"]);
+        assert_eq!(
+            plan.disassembly(),
+            vec!["push rbp", "mov rbp,rsp", "sub rsp,10h"]
+        );
     }
 
     #[test]
     fn refuses_call_ret_jmp_and_short() {
         let call = [0xe8, 0, 0, 0, 0, 0xc3];
-        assert!(matches!(plan_patch(F, &call), Err(PlanError::ForbiddenInstruction { .. })));
+        assert!(matches!(
+            plan_patch(F, &call),
+            Err(PlanError::ForbiddenInstruction { .. })
+        ));
         let jmp = [0xe9, 0x10, 0, 0, 0, 0x90, 0x90];
-        assert!(matches!(plan_patch(F, &jmp), Err(PlanError::ForbiddenInstruction { .. })));
+        assert!(matches!(
+            plan_patch(F, &jmp),
+            Err(PlanError::ForbiddenInstruction { .. })
+        ));
         let ret_early = [0x31, 0xc0, 0xc3, 0x90, 0x90, 0x90];
-        assert!(matches!(plan_patch(F, &ret_early), Err(PlanError::ForbiddenInstruction { .. })));
+        assert!(matches!(
+            plan_patch(F, &ret_early),
+            Err(PlanError::ForbiddenInstruction { .. })
+        ));
         let syscall = [0x0f, 0x05, 0x90, 0x90, 0x90, 0xc3];
-        assert!(matches!(plan_patch(F, &syscall), Err(PlanError::ForbiddenInstruction { .. })));
+        assert!(matches!(
+            plan_patch(F, &syscall),
+            Err(PlanError::ForbiddenInstruction { .. })
+        ));
         let tiny = [0x31, 0xc0, 0xc3];
-        assert!(matches!(plan_patch(F, &tiny), Err(PlanError::TooShort { .. })));
+        assert!(matches!(
+            plan_patch(F, &tiny),
+            Err(PlanError::TooShort { .. })
+        ));
     }
 
     #[test]
@@ -244,7 +303,10 @@ mod tests {
         // 0: mov eax,edi (2) ; 2: add eax,1 (3) ; 5: dec edi (2) ; 7: jnz -> 2 ; 9: ret
         let code = [0x89, 0xf8, 0x83, 0xc0, 0x01, 0xff, 0xcf, 0x75, 0xf9, 0xc3];
         let err = plan_patch(F, &code).unwrap_err();
-        assert!(matches!(err, PlanError::BranchIntoPatch { from: 7, to: 2, .. }), "{err:?}");
+        assert!(
+            matches!(err, PlanError::BranchIntoPatch { from: 7, to: 2, .. }),
+            "{err:?}"
+        );
         // A back-edge to the entry itself is fine: it lands on the jmp.
         let code = [0x89, 0xf8, 0x83, 0xc0, 0x01, 0xff, 0xcf, 0x75, 0xf7, 0xc3];
         assert!(plan_patch(F, &code).is_ok());
@@ -260,7 +322,11 @@ mod tests {
         let r = plan.relocate(at).unwrap();
         let mut d = Decoder::with_ip(64, &r.code, at, DecoderOptions::NONE);
         let first = d.decode();
-        assert_eq!(first.memory_displacement64(), F + 6 + 0x100, "still reads the same data");
+        assert_eq!(
+            first.memory_displacement64(),
+            F + 6 + 0x100,
+            "still reads the same data"
+        );
         let back = d.decode();
         assert_eq!(back.mnemonic(), Mnemonic::Jmp);
         assert_eq!(back.near_branch_target(), F + 6);

@@ -1,0 +1,158 @@
+//! `argstash`: make function arguments recoverable from any later stack unwind.
+//!
+//! A thin driver of the `injector` library: parse arguments, call the library,
+//! print text or JSON. Exit codes: 0 success, 1 the operation failed, 2 usage error.
+
+mod demo;
+mod output;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use injector::backtrace::{backtrace, BacktraceOptions};
+use injector::hooks::{eject, install, list, EjectWhat, InstallOptions};
+use injector::symbols::FuncSpec;
+
+/// Stash function arguments on the stack of a running process, then read them back from any unwind.
+#[derive(Parser)]
+#[command(name = "argstash", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Hook functions so their arguments are stashed on the stack while they run.
+    Inject(InjectArgs),
+    /// Remove hooks, restoring the original bytes exactly.
+    Eject(EjectArgs),
+    /// List the hooks recorded in a process.
+    List(ListArgs),
+    /// Print the backtrace of every thread (or one), with stashed arguments.
+    Bt(BtArgs),
+    /// Build and run the bundled demo target, hook it, and show the difference.
+    Demo,
+}
+
+#[derive(Args)]
+struct InjectArgs {
+    /// Target process id.
+    #[arg(long)]
+    pid: i32,
+    /// Function to hook: NAME, MODULE!NAME (e.g. libc.so.6!write) or 0xADDR. Repeatable.
+    #[arg(long = "func", value_name = "FUNC", required_unless_present = "addr")]
+    funcs: Vec<String>,
+    /// Function entry address to hook (same as --func 0xADDR). Repeatable.
+    #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
+    addr: Vec<u64>,
+    /// Incoming stack words to copy for functions that take arguments on the stack (7+ integer args).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=16))]
+    stack_args: u16,
+}
+
+#[derive(Args)]
+struct EjectArgs {
+    /// Target process id.
+    #[arg(long)]
+    pid: i32,
+    /// Function whose hook to remove: NAME, MODULE!NAME or 0xADDR. Repeatable.
+    #[arg(
+        long = "func",
+        value_name = "FUNC",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    funcs: Vec<String>,
+    /// Remove every hook.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Args)]
+struct ListArgs {
+    /// Target process id.
+    #[arg(long)]
+    pid: i32,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct BtArgs {
+    /// Target process id.
+    #[arg(long)]
+    pid: i32,
+    /// Only this thread.
+    #[arg(long)]
+    tid: Option<i32>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Show trampoline frames too.
+    #[arg(long)]
+    show_trampolines: bool,
+}
+
+fn parse_addr(s: &str) -> Result<u64, String> {
+    let hex = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .ok_or("write the address in hex, e.g. 0x401136")?;
+    u64::from_str_radix(hex, 16).map_err(|e| format!("not a hex address: {e}"))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Inject(a) => {
+            let mut specs: Vec<FuncSpec> = a.funcs.iter().map(|f| FuncSpec::parse(f)).collect();
+            specs.extend(a.addr.iter().map(|x| FuncSpec::Addr(*x)));
+            let report = install(
+                a.pid,
+                &specs,
+                &InstallOptions {
+                    stack_words: a.stack_args,
+                },
+            )?;
+            output::print_install(&report);
+        }
+        Command::Eject(a) => {
+            let what = if a.all {
+                EjectWhat::All
+            } else {
+                EjectWhat::Functions(a.funcs.iter().map(|f| FuncSpec::parse(f)).collect())
+            };
+            let report = eject(a.pid, &what)?;
+            output::print_eject(&report);
+        }
+        Command::List(a) => {
+            let hooks = list(a.pid)?;
+            output::print_list(a.pid, &hooks, a.json);
+        }
+        Command::Bt(a) => {
+            let bt = backtrace(
+                a.pid,
+                &BacktraceOptions {
+                    tid: a.tid,
+                    show_trampolines: a.show_trampolines,
+                },
+            )?;
+            output::print_backtrace(&bt, a.json);
+        }
+        Command::Demo => demo::run()?,
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("argstash: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Text and JSON rendering of injector results.
+
+use injector::backtrace::{Backtrace, Frame, FrameKind};
+use injector::hooks::{EjectReport, HookInfo, InstallReport};
+use serde_json::{json, Value};
+
+/// A value as a person reads it: small numbers in decimal, the rest in hex.
+pub fn display_value(v: u64) -> String {
+    let signed = v as i64;
+    if v < 0x10000 {
+        v.to_string()
+    } else if (-0x10000..0).contains(&signed) {
+        signed.to_string()
+    } else {
+        format!("0x{v:x}")
+    }
+}
+
+fn micros(d: std::time::Duration) -> String {
+    format!("{} us", d.as_micros())
+}
+
+/// Prints what an install did.
+pub fn print_install(r: &InstallReport) {
+    for h in &r.hooks {
+        println!(
+            "hooked {} in {} at 0x{:x} ({} bytes patched at 0x{:x}, trampoline 0x{:x}, stack window {} words)",
+            h.name, h.module, h.function, h.patch_len, h.patch_addr, h.trampoline, h.stack_words
+        );
+    }
+    for a in &r.new_arenas {
+        println!("created arena at 0x{a:x}");
+    }
+    if !r.moved_threads.is_empty() {
+        println!(
+            "moved threads {:?} out of the patched bytes",
+            r.moved_threads
+        );
+    }
+    println!(
+        "target stopped for {} ({} threads)",
+        micros(r.stopped),
+        r.threads
+    );
+}
+
+/// Prints what an eject did.
+pub fn print_eject(r: &EjectReport) {
+    if r.hooks.is_empty() {
+        println!("no active hooks: nothing to eject");
+        return;
+    }
+    for h in &r.hooks {
+        println!(
+            "ejected {} in {} (original {} bytes restored at 0x{:x})",
+            h.name, h.module, h.patch_len, h.patch_addr
+        );
+    }
+    println!("target stopped for {}", micros(r.stopped));
+}
+
+fn hook_json(h: &HookInfo) -> Value {
+    json!({
+        "function": h.name,
+        "module": h.module,
+        "address": format!("0x{:x}", h.function),
+        "patch_address": format!("0x{:x}", h.patch_addr),
+        "patch_len": h.patch_len,
+        "trampoline": format!("0x{:x}", h.trampoline),
+        "arena": format!("0x{:x}", h.arena),
+        "slot": h.slot,
+        "stack_words": h.stack_words,
+        "state": h.state.name(),
+        "installed_ns": h.installed_ns,
+    })
+}
+
+/// Prints the hooks of a process.
+pub fn print_list(pid: i32, hooks: &[HookInfo], json: bool) {
+    if json {
+        println!(
+            "{}",
+            json!({ "pid": pid, "hooks": hooks.iter().map(hook_json).collect::<Vec<_>>() })
+        );
+        return;
+    }
+    if hooks.is_empty() {
+        println!("process {pid} has no argstash hooks");
+        return;
+    }
+    println!(
+        "{:<8} {:<24} {:<18} {:>5} {:<18} {:>5}  module",
+        "state", "function", "address", "patch", "trampoline", "stack"
+    );
+    for h in hooks {
+        println!(
+            "{:<8} {:<24} 0x{:<16x} {:>5} 0x{:<16x} {:>5}  {}",
+            h.state.name(),
+            h.name,
+            h.function,
+            h.patch_len,
+            h.trampoline,
+            h.stack_words,
+            h.module
+        );
+    }
+}
+
+fn frame_json(index: usize, f: &Frame) -> Value {
+    let mut args = Vec::new();
+    if let Some(s) = &f.stash {
+        for (reg, value) in &s.registers {
+            args.push(json!({ "register": reg, "value": value }));
+        }
+        for (i, value) in s.stack.iter().enumerate() {
+            args.push(json!({ "register": format!("stack+{}", 8 * (i + 1)), "value": value }));
+        }
+    }
+    let mut v = json!({
+        "index": index,
+        "pc": format!("0x{:x}", f.pc),
+        "function": f.function,
+        "offset": f.offset,
+        "module": f.module,
+        "hooked": f.stash.is_some(),
+        "args": args,
+    });
+    if f.kind != FrameKind::Normal {
+        v["kind"] = json!(match f.kind {
+            FrameKind::Trampoline => "trampoline",
+            FrameKind::Relocated => "relocated",
+            FrameKind::Normal => "normal",
+        });
+    }
+    if let Some(s) = &f.stash {
+        v["stash_frame"] = json!(format!("0x{:x}", s.frame));
+    }
+    v
+}
+
+/// Renders one frame as gdb does.
+pub fn frame_text(index: usize, f: &Frame) -> String {
+    let name = f.function.as_deref().unwrap_or("??");
+    let args = match &f.stash {
+        Some(s) => {
+            let mut parts: Vec<String> = s
+                .registers
+                .iter()
+                .map(|(r, v)| format!("{r}={}", display_value(*v)))
+                .collect();
+            parts.extend(
+                s.stack
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| format!("stack+{}={}", 8 * (i + 1), display_value(*v))),
+            );
+            format!("({}) [stashed]", parts.join(", "))
+        }
+        None => "()".to_string(),
+    };
+    let place = match (&f.module, f.kind) {
+        (_, FrameKind::Trampoline) => " [argstash trampoline]".to_string(),
+        (Some(m), FrameKind::Relocated) => format!(" [relocated prologue] from {m}"),
+        (Some(m), _) => format!(" from {m}"),
+        (None, _) => String::new(),
+    };
+    format!("#{index:<2} 0x{:016x} in {name} {args}{place}", f.pc)
+}
+
+/// Prints a backtrace as gdb-like text or one JSON object.
+pub fn print_backtrace(bt: &Backtrace, json: bool) {
+    if json {
+        let threads: Vec<Value> = bt
+            .threads
+            .iter()
+            .map(|t| {
+                let mut v = json!({
+                    "tid": t.tid,
+                    "name": t.name,
+                    "stopped_us": t.stopped.as_micros() as u64,
+                    "frames": t.frames.iter().enumerate().map(|(i, f)| frame_json(i, f)).collect::<Vec<_>>(),
+                });
+                if let Some(why) = &t.truncated {
+                    v["truncated"] = json!(why);
+                }
+                v
+            })
+            .collect();
+        println!("{}", json!({ "pid": bt.pid, "threads": threads }));
+        return;
+    }
+    for (n, t) in bt.threads.iter().enumerate() {
+        if n > 0 {
+            println!();
+        }
+        println!(
+            "Thread {} \"{}\" (stopped {}):",
+            t.tid,
+            t.name,
+            micros(t.stopped)
+        );
+        for (i, f) in t.frames.iter().enumerate() {
+            println!("{}", frame_text(i, f));
+        }
+        if let Some(why) = &t.truncated {
+            println!("   (unwinding stopped: {why})");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_read_naturally() {
+        assert_eq!(display_value(28), "28");
+        assert_eq!(display_value(u64::MAX), "-1");
+        assert_eq!(display_value(0x7ffd_1234_5678), "0x7ffd12345678");
+    }
+}

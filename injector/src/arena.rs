@@ -1,0 +1,150 @@
+//! Arenas in a target: finding them from memory alone, placing new ones near a module,
+//! and reading their records.
+//!
+//! An arena is an anonymous private `r-x` mapping whose first bytes are the
+//! [`trampolines::arena`] header. Nothing about hooks is kept outside the target:
+//! every reader (`bt`, `list`, `eject`, a restarted tool, a core-file reader)
+//! rediscovers the arenas by scanning the mappings for the magic.
+
+use std::ops::Range;
+
+use trampolines::arena::{Arena, ArenaHeader, ARENA_MAGIC, HEADER_LEN, PAGE};
+
+use crate::error::Error;
+use crate::maps::MapEntry;
+use crate::memory::Memory;
+
+/// Records per arena.
+pub const ARENA_CAPACITY: u32 = 128;
+
+/// Largest distance a rel32 jump or RIP-relative operand may span (with a margin).
+const REACH: u64 = (1 << 31) - (1 << 20);
+
+/// Lowest address we ever place an arena at (above `vm.mmap_min_addr`).
+const MIN_ADDR: u64 = 1 << 20;
+
+/// Finds every arena in the mappings (anonymous `r-x` mappings starting with the magic).
+pub fn discover(maps: &[MapEntry], mem: &dyn Memory) -> Result<Vec<Arena>, Error> {
+    let mut found = Vec::new();
+    for m in maps {
+        if !(m.perms.exec && m.perms.read && m.perms.private) || m.inode != 0 || !m.path.is_empty()
+        {
+            continue;
+        }
+        if m.end - m.start < PAGE as u64 {
+            continue;
+        }
+        let mut head = [0u8; HEADER_LEN];
+        if mem.read(m.start, &mut head).is_err() || head[..8] != ARENA_MAGIC {
+            continue;
+        }
+        let header = ArenaHeader::decode(m.start, &head).map_err(|source| Error::Format {
+            addr: m.start,
+            source,
+        })?;
+        found.push(read_arena(mem, &header)?);
+    }
+    Ok(found)
+}
+
+/// Reads an arena's header and records.
+pub fn read_arena(mem: &dyn Memory, header: &ArenaHeader) -> Result<Arena, Error> {
+    let mut bytes = vec![0u8; header.header_len()];
+    mem.read(header.base, &mut bytes)?;
+    Arena::decode(header.base, &bytes).map_err(|source| Error::Format {
+        addr: header.base,
+        source,
+    })
+}
+
+/// True when every address of `a` is within rel32 reach of every address of `b`.
+pub fn within_reach(a: &Range<u64>, b: &Range<u64>) -> bool {
+    let lo = a.start.min(b.start);
+    let hi = a.end.max(b.end);
+    hi - lo <= REACH
+}
+
+/// Candidate base addresses for a new arena of `len` bytes within reach of `near`,
+/// nearest first, each inside a currently free gap of the address space.
+pub fn placement_candidates(maps: &[MapEntry], near: &Range<u64>, len: u64) -> Vec<u64> {
+    let mut sorted: Vec<Range<u64>> = maps.iter().map(|m| m.range()).collect();
+    sorted.sort_by_key(|r| r.start);
+    let page = PAGE as u64;
+    // Free gaps between mappings, keeping one guard page on each side.
+    let mut gaps = Vec::new();
+    let mut prev_end = MIN_ADDR;
+    for r in &sorted {
+        if r.start > prev_end + 2 * page {
+            gaps.push(prev_end + page..r.start - page);
+        }
+        prev_end = prev_end.max(r.end);
+    }
+    let top = 0x7fff_ffff_f000u64;
+    if top > prev_end + 2 * page {
+        gaps.push(prev_end + page..top);
+    }
+    let mut candidates = Vec::new();
+    for gap in gaps {
+        if gap.end - gap.start < len {
+            continue;
+        }
+        // The highest spot below the module, or the lowest above it.
+        let below = (gap.end - len) & !(page - 1);
+        let above = gap.start.div_ceil(page) * page;
+        for base in [below, above] {
+            if base >= gap.start && base + len <= gap.end && within_reach(&(base..base + len), near)
+            {
+                candidates.push(base);
+            }
+        }
+    }
+    let distance = |b: &u64| {
+        if *b >= near.end {
+            *b - near.end
+        } else {
+            near.start.saturating_sub(*b + len)
+        }
+    };
+    candidates.sort_by_key(distance);
+    candidates.dedup();
+    candidates
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maps::parse_maps;
+
+    #[test]
+    fn candidates_are_free_near_and_in_reach() {
+        let maps = parse_maps(
+            "555555554000-555555556000 r--p 00000000 fe:01 1 /prog
+555555556000-555555558000 r-xp 00002000 fe:01 1 /prog
+555555558000-55555555a000 rw-p 00004000 fe:01 1 /prog
+555555600000-555555700000 rw-p 00000000 00:00 0 [heap]
+7ffff7d00000-7ffff7f00000 r-xp 00000000 fe:01 2 /lib/libc.so.6
+7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0 [stack]
+",
+        );
+        let near = 0x555555554000..0x55555555a000;
+        let len = ArenaHeader::new(0, ARENA_CAPACITY).arena_len;
+        let c = placement_candidates(&maps, &near, len);
+        assert!(!c.is_empty());
+        assert_eq!(
+            c[0],
+            0x555555554000 - 0x1000 - len,
+            "nearest spot is just below the module"
+        );
+        for base in &c {
+            assert!(within_reach(&(*base..*base + len), &near));
+            assert!(
+                maps.iter()
+                    .all(|m| m.end <= *base || m.start >= *base + len),
+                "overlaps a mapping"
+            );
+        }
+        // Nothing in reach when the module's neighbourhood is full.
+        let full = parse_maps("100000-7ffffffff000 r-xp 00000000 fe:01 1 /huge\n");
+        assert!(placement_candidates(&full, &(0x200000..0x300000), len).is_empty());
+    }
+}

@@ -1,0 +1,407 @@
+//! Reading stacks back: stop a thread for as long as it takes to copy its registers
+//! and stack, resume it, then unwind the copy.
+//!
+//! Ordinary frames are unwound with framehop over each module's `.eh_frame`. A
+//! frame whose return address is some hook's `after_call` address is a stash frame:
+//! its base is the hooked function's CFA plus the layout's call offset, so it is read
+//! deterministically (no scanning), and its arguments are attached to the hooked
+//! function's frame. The unwinder reads memory only through [`Memory`], so the same
+//! code serves live processes and, later, core files.
+
+use std::time::Duration;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+use trampolines::arena::{Arena, HookRecord};
+use trampolines::x86_64::{StashFrame, ARGUMENT_REGS};
+
+use crate::arena::discover;
+use crate::error::Error;
+use crate::maps::{read_maps, MapEntry};
+use crate::memory::{Memory, MemoryError, ProcessMemory};
+use crate::session::Session;
+use crate::symbols::ProcessSymbols;
+
+/// Most frames unwound per thread.
+pub const MAX_FRAMES: usize = 256;
+/// Most stack bytes copied per thread while it is stopped.
+pub const STACK_COPY: u64 = 256 * 1024;
+
+/// Options for [`backtrace`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BacktraceOptions {
+    /// Only this thread.
+    pub tid: Option<i32>,
+    /// Include trampoline frames.
+    pub show_trampolines: bool,
+}
+
+/// What kind of code a frame's pc is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    /// Ordinary code of a module.
+    Normal,
+    /// A trampoline in an arena.
+    Trampoline,
+    /// A relocated prologue in an arena (shown as its original function).
+    Relocated,
+}
+
+/// Argument values read from a stash frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StashedArgs {
+    /// The six integer argument registers, first argument first, with their names.
+    pub registers: Vec<(&'static str, u64)>,
+    /// Copied stack words (arguments 7 and up), if the hook copies any.
+    pub stack: Vec<u64>,
+    /// Address of the stash frame.
+    pub frame: u64,
+}
+
+/// One frame of a backtrace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// The pc (for frames after the first, the return address).
+    pub pc: u64,
+    /// Function name, if a symbol covers the pc.
+    pub function: Option<String>,
+    /// Offset of the pc from the function's start.
+    pub offset: u64,
+    /// Module path, if the pc is in a mapped file.
+    pub module: Option<String>,
+    /// Kind of code.
+    pub kind: FrameKind,
+    /// Arguments from the stash frame, for hooked functions.
+    pub stash: Option<StashedArgs>,
+}
+
+/// One thread's backtrace.
+#[derive(Debug, Clone)]
+pub struct ThreadBacktrace {
+    /// Thread id.
+    pub tid: i32,
+    /// Thread name (`comm`).
+    pub name: String,
+    /// Frames, innermost first.
+    pub frames: Vec<Frame>,
+    /// Why unwinding stopped early, if it did.
+    pub truncated: Option<String>,
+    /// How long the thread was stopped.
+    pub stopped: Duration,
+}
+
+/// A process's backtrace.
+#[derive(Debug, Clone)]
+pub struct Backtrace {
+    /// Process id.
+    pub pid: i32,
+    /// Threads, in `/proc/PID/task` order.
+    pub threads: Vec<ThreadBacktrace>,
+}
+
+/// A copy of a stack region, falling back to another [`Memory`] outside it.
+pub struct StackSnapshot<'a> {
+    start: u64,
+    bytes: Vec<u8>,
+    rest: &'a dyn Memory,
+}
+
+impl<'a> StackSnapshot<'a> {
+    /// A snapshot of `bytes` copied from `start`, reading anything else from `rest`.
+    pub fn new(start: u64, bytes: Vec<u8>, rest: &'a dyn Memory) -> Self {
+        StackSnapshot { start, bytes, rest }
+    }
+}
+
+impl Memory for StackSnapshot<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let end = self.start + self.bytes.len() as u64;
+        if addr >= self.start && addr.saturating_add(buf.len() as u64) <= end {
+            let off = (addr - self.start) as usize;
+            buf.copy_from_slice(&self.bytes[off..off + buf.len()]);
+            return Ok(());
+        }
+        self.rest.read(addr, buf)
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
+        // A snapshot is for reading; it never forwards writes to the process.
+        Err(MemoryError::ReadOnly {
+            addr,
+            len: data.len(),
+        })
+    }
+}
+
+/// The unwinding context of one process: modules, symbols and arenas.
+pub struct Unwind {
+    unwinder: UnwinderX86_64<Vec<u8>>,
+    symbols: ProcessSymbols,
+    arenas: Vec<Arena>,
+}
+
+impl Unwind {
+    /// Builds the context from the process's mappings, symbols and arenas.
+    pub fn new(symbols: ProcessSymbols, arenas: Vec<Arena>) -> Unwind {
+        let mut unwinder = UnwinderX86_64::new();
+        for m in &symbols.modules {
+            let sect = |name: &str| m.section(name).map(|(r, d)| (r, d.to_vec()));
+            let (eh_frame_svma, eh_frame) =
+                sect(".eh_frame").map_or((None, None), |(r, d)| (Some(r), Some(d)));
+            let (eh_frame_hdr_svma, eh_frame_hdr) =
+                sect(".eh_frame_hdr").map_or((None, None), |(r, d)| (Some(r), Some(d)));
+            let info = ExplicitModuleSectionInfo {
+                base_svma: 0,
+                text_svma: m.section(".text").map(|(r, _)| r),
+                got_svma: m.section(".got").map(|(r, _)| r),
+                eh_frame_svma,
+                eh_frame,
+                eh_frame_hdr_svma,
+                eh_frame_hdr,
+                ..Default::default()
+            };
+            unwinder.add_module(Module::new(m.path.clone(), m.range.clone(), m.bias, info));
+        }
+        Unwind {
+            unwinder,
+            symbols,
+            arenas,
+        }
+    }
+
+    /// The hook records known to this context.
+    pub fn hooks(&self) -> impl Iterator<Item = &HookRecord> {
+        self.arenas.iter().flat_map(|a| a.hooks().map(|(_, r)| r))
+    }
+
+    fn hook_at(&self, pc: u64) -> Option<&HookRecord> {
+        self.hooks()
+            .find(|r| r.in_trampoline(pc) || r.in_relocated(pc))
+    }
+
+    fn symbolize(&self, pc: u64, lookup: u64, kind: FrameKind) -> Frame {
+        let (function, offset, module) = match self.symbols.lookup(lookup) {
+            Some((m, s, off)) => (
+                Some(s.name.clone()),
+                off + (pc - lookup),
+                Some(m.path.clone()),
+            ),
+            None => (
+                None,
+                0,
+                self.symbols.module_for(lookup).map(|m| m.path.clone()),
+            ),
+        };
+        Frame {
+            pc,
+            function,
+            offset,
+            module,
+            kind,
+            stash: None,
+        }
+    }
+
+    /// Unwinds one thread from its registers, reading memory from `mem`.
+    pub fn unwind(
+        &self,
+        rip: u64,
+        rsp: u64,
+        rbp: u64,
+        mem: &dyn Memory,
+        show_trampolines: bool,
+    ) -> (Vec<Frame>, Option<String>) {
+        let mut frames: Vec<Frame> = Vec::new();
+        let mut regs = UnwindRegsX86_64::new(rip, rsp, rbp);
+        let mut cache = CacheX86_64::<_>::new();
+        let mut read_stack = |addr: u64| mem.read_u64(addr).map_err(|_| ());
+        let mut address = FrameAddress::from_instruction_pointer(rip);
+        for _ in 0..MAX_FRAMES {
+            let pc = address.address();
+            let first = !address.is_return_address();
+            // Look symbols up by the call instruction for return addresses.
+            let lookup = if first { pc } else { pc - 1 };
+            if let Some(hook) = self.hook_at(pc).filter(|h| h.in_trampoline(pc)) {
+                let next = if !first && pc == hook.after_call() {
+                    // The hooked function returned here: a stash frame, at a known place.
+                    let layout = hook.layout();
+                    let base = layout.base_from_callee_cfa(regs.sp());
+                    let mut bytes = vec![0u8; layout.read_len()];
+                    if let Err(e) = mem.read(base - layout.call_sp_offset(), &mut bytes) {
+                        return (
+                            frames,
+                            Some(format!("cannot read the stash frame at 0x{base:x}: {e}")),
+                        );
+                    }
+                    let frame = match StashFrame::parse(base, &layout, &bytes) {
+                        Ok(f) => f,
+                        Err(e) => {
+                            return (
+                                frames,
+                                Some(format!("bad stash frame for {}: {e}", hook.name)),
+                            )
+                        }
+                    };
+                    if let Some(callee) = frames.last_mut() {
+                        callee.stash = Some(StashedArgs {
+                            registers: ARGUMENT_REGS
+                                .iter()
+                                .map(|r| (r.name(), frame.reg(*r)))
+                                .collect(),
+                            stack: frame.stack_args.clone(),
+                            frame: base,
+                        });
+                    }
+                    (frame.return_address, base + 16, frame.saved_rbp)
+                } else {
+                    // Stopped inside the trampoline itself.
+                    let off = (pc - hook.trampoline) as u32;
+                    let o = hook.offsets;
+                    let sp = regs.sp();
+                    let bp = regs.bp();
+                    let word = |a: u64| mem.read_u64(a).unwrap_or(0);
+                    if off < o.after_push_rbp || off >= o.ret {
+                        (word(sp), sp + 8, bp)
+                    } else if off < o.after_mov_rbp {
+                        (word(sp + 8), sp + 16, word(sp))
+                    } else {
+                        (word(bp + 8), bp + 16, word(bp))
+                    }
+                };
+                if show_trampolines || first {
+                    let mut f = Frame {
+                        pc,
+                        function: Some(format!("argstash_trampoline.{}", hook.name)),
+                        offset: pc - hook.trampoline,
+                        module: None,
+                        kind: FrameKind::Trampoline,
+                        stash: None,
+                    };
+                    if first && !show_trampolines {
+                        f.function = Some(hook.name.clone());
+                        f.offset = 0;
+                        f.module = Some(hook.module.clone());
+                    }
+                    frames.push(f);
+                }
+                let (ret, sp, bp) = next;
+                regs.set_sp(sp);
+                regs.set_bp(bp);
+                match FrameAddress::from_return_address(ret) {
+                    Some(a) if ret > 0x1000 => address = a,
+                    _ => return (frames, None),
+                }
+                continue;
+            }
+            let (frame, unwind_address) = match self.hook_at(pc).filter(|h| h.in_relocated(pc)) {
+                Some(hook) => {
+                    // A relocated prologue behaves like the original bytes it came from.
+                    let orig = hook.relocated_to_original(pc).unwrap_or(hook.patch_addr);
+                    let mut f = self.symbolize(orig, orig, FrameKind::Relocated);
+                    f.pc = pc;
+                    (f, FrameAddress::from_instruction_pointer(orig))
+                }
+                None => (self.symbolize(pc, lookup, FrameKind::Normal), address),
+            };
+            frames.push(frame);
+            match self
+                .unwinder
+                .unwind_frame(unwind_address, &mut regs, &mut cache, &mut read_stack)
+            {
+                Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
+                    Some(a) => address = a,
+                    None => return (frames, None),
+                },
+                Ok(None) => return (frames, None),
+                Err(e) => return (frames, Some(e.to_string())),
+            }
+        }
+        (frames, Some(format!("stopped after {MAX_FRAMES} frames")))
+    }
+}
+
+fn thread_name(pid: i32, tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// The thread ids of a process.
+pub fn thread_ids(pid: i32) -> Result<Vec<i32>, Error> {
+    let path = format!("/proc/{pid}/task");
+    let dir = std::fs::read_dir(&path).map_err(|source| Error::Proc { path, source })?;
+    let mut tids: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+fn stack_range(maps: &[MapEntry], rsp: u64) -> (u64, u64) {
+    let end = maps
+        .iter()
+        .find(|m| m.contains(rsp))
+        .map_or(rsp + 4096, |m| m.end);
+    (rsp, end.min(rsp + STACK_COPY))
+}
+
+/// Takes a backtrace of every thread (or one) of a live process.
+pub fn backtrace(pid: i32, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
+    crate::target::check_target(pid)?;
+    let maps = read_maps(pid).map_err(|source| Error::Proc {
+        path: format!("/proc/{pid}/maps"),
+        source,
+    })?;
+    let mem = ProcessMemory::open(pid)?;
+    let arenas = discover(&maps, &mem)?;
+    let symbols = ProcessSymbols::load(pid, &maps)?;
+    let unwind = Unwind::new(symbols, arenas);
+    let tids = match opts.tid {
+        Some(t) => {
+            if !thread_ids(pid)?.contains(&t) {
+                return Err(crate::session::SessionError::NoSuchThread { pid, tid: t }.into());
+            }
+            vec![t]
+        }
+        None => thread_ids(pid)?,
+    };
+    let mut threads = Vec::new();
+    for tid in tids {
+        let session = match Session::attach_thread(pid, tid) {
+            Ok(s) => s,
+            // The thread exited between listing and stopping it.
+            Err(crate::session::SessionError::NoSuchProcess { .. })
+            | Err(crate::session::SessionError::Exited { .. })
+                if opts.tid.is_none() =>
+            {
+                continue
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let regs = session.regs(tid)?;
+        let (start, end) = stack_range(&maps, regs.rsp);
+        let mut bytes = vec![0u8; (end - start) as usize];
+        let copied = mem.read(start, &mut bytes);
+        let stopped = session.detach()?;
+        if copied.is_err() {
+            bytes.clear();
+        }
+        let snapshot = StackSnapshot::new(start, bytes, &mem);
+        let (frames, truncated) = unwind.unwind(
+            regs.rip,
+            regs.rsp,
+            regs.rbp,
+            &snapshot,
+            opts.show_trampolines,
+        );
+        threads.push(ThreadBacktrace {
+            tid,
+            name: thread_name(pid, tid),
+            frames,
+            truncated,
+            stopped,
+        });
+    }
+    Ok(Backtrace { pid, threads })
+}

@@ -1,0 +1,145 @@
+//! The injector's top-level error: what went wrong, for which function, and how to fix it.
+
+use thiserror::Error;
+use trampolines::{CodegenError, FormatError, PlanError};
+
+use crate::memory::MemoryError;
+use crate::session::SessionError;
+use crate::symbols::SymbolError;
+
+/// Everything an injector operation can fail with.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// Attaching, stopping or resuming the process failed.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// Reading or writing target memory failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// A function could not be found or named unambiguously.
+    #[error(transparent)]
+    Symbol(#[from] SymbolError),
+    /// The function's entry cannot be patched safely.
+    #[error("cannot hook {function}: {source}")]
+    Plan {
+        /// The function, as `name in module`.
+        function: String,
+        /// Why.
+        source: PlanError,
+    },
+    /// Code for the hook could not be generated.
+    #[error("cannot hook {function}: {source}")]
+    Codegen {
+        /// The function, as `name in module`.
+        function: String,
+        /// Why.
+        source: CodegenError,
+    },
+    /// An arena in the target is malformed.
+    #[error("arena at 0x{addr:x} in the target is unreadable: {source}")]
+    Format {
+        /// Arena address.
+        addr: u64,
+        /// Why.
+        source: FormatError,
+    },
+    /// The function is hooked already.
+    #[error("{function} is already hooked (hook #{slot} in the arena at 0x{arena:x}, trampoline 0x{trampoline:x}): eject it first with `argstash eject --pid PID --func {name}`")]
+    AlreadyHooked {
+        /// The function, as `name in module`.
+        function: String,
+        /// Its plain name.
+        name: String,
+        /// Slot of the existing hook.
+        slot: u32,
+        /// Arena of the existing hook.
+        arena: u64,
+        /// Its trampoline.
+        trampoline: u64,
+    },
+    /// The same function was named twice in one request.
+    #[error("{function} is named more than once in this request")]
+    Duplicate {
+        /// The function.
+        function: String,
+    },
+    /// Eject of a function that has no active hook.
+    #[error("{function} is not hooked{}", hooked_list(.hooked))]
+    NotHooked {
+        /// The function.
+        function: String,
+        /// Functions that are hooked.
+        hooked: Vec<String>,
+    },
+    /// No room for an arena near the module.
+    #[error("no free address within ±2 GiB of {module} for the trampoline arena (a rel32 jump must reach it); free some address space near the module or hook a function in another module")]
+    NoArenaSpace {
+        /// The module.
+        module: String,
+    },
+    /// Reading back what was written did not match.
+    #[error("verification failed at 0x{addr:x} ({what}): the target's memory did not take the write; nothing was left patched")]
+    Verify {
+        /// Address checked.
+        addr: u64,
+        /// What was being verified.
+        what: &'static str,
+    },
+    /// The bytes at a patch site changed under us.
+    #[error("the entry of {function} changed since it was {when} (expected {expected}, found {found}); another tool may have patched it: leaving it alone")]
+    Changed {
+        /// The function.
+        function: String,
+        /// "read" or "hooked".
+        when: &'static str,
+        /// Expected bytes, hex.
+        expected: String,
+        /// Found bytes, hex.
+        found: String,
+    },
+    /// A thread stands where it cannot be moved.
+    #[error("thread {tid} is executing inside the patched bytes of {function} at 0x{rip:x} and cannot be moved: try again")]
+    ThreadInPatch {
+        /// The thread.
+        tid: i32,
+        /// The function.
+        function: String,
+        /// Its instruction pointer.
+        rip: u64,
+    },
+    /// The target is a 32-bit process.
+    #[error(
+        "process {pid} ({name}) is a 32-bit (i386) process: 32-bit targets are not yet supported"
+    )]
+    Unsupported32Bit {
+        /// The pid.
+        pid: i32,
+        /// Its command name.
+        name: String,
+    },
+    /// Reading /proc failed.
+    #[error("cannot read {path}: {source}")]
+    Proc {
+        /// Path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+fn hooked_list(hooked: &[String]) -> String {
+    if hooked.is_empty() {
+        "; the process has no active hooks".to_string()
+    } else {
+        format!("; hooked functions: {}", hooked.join(", "))
+    }
+}
+
+/// Hex rendering of bytes for messages.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

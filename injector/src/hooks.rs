@@ -1,0 +1,705 @@
+//! Installing, ejecting and listing hooks in a live process.
+//!
+//! Install does all slow work first (maps, symbols, reading and analysing the
+//! function, choosing arena slots, generating code) and only then stops the
+//! process. Inside the stop it re-checks what could have changed, writes code and
+//! records, moves threads out of the bytes it overwrites, patches, verifies by
+//! reading back, and resumes. Any failure inside the stop undoes every write.
+
+use std::collections::HashSet;
+use std::ops::Range;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use trampolines::arena::{Arena, ArenaHeader, HookRecord, HookState, RECORD_LEN};
+use trampolines::x86_64::{
+    build_hook, jump_patch, plan_patch, HookCode, HookMeta, PatchPlan, StashLayout,
+};
+
+use crate::arena::{discover, placement_candidates, read_arena, within_reach, ARENA_CAPACITY};
+use crate::error::{hex, Error};
+use crate::maps::{read_maps, MapEntry};
+use crate::memory::{Memory, ProcessMemory};
+use crate::session::Session;
+use crate::symbols::{FuncSpec, ProcessSymbols, Resolved};
+
+/// Options for [`install`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InstallOptions {
+    /// Incoming stack words to copy for callees that read stack-passed arguments.
+    pub stack_words: u16,
+}
+
+/// One hook as reported to callers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookInfo {
+    /// Function name.
+    pub name: String,
+    /// Module path.
+    pub module: String,
+    /// Function entry.
+    pub function: u64,
+    /// First patched byte.
+    pub patch_addr: u64,
+    /// Bytes patched.
+    pub patch_len: usize,
+    /// Trampoline address.
+    pub trampoline: u64,
+    /// Arena address.
+    pub arena: u64,
+    /// Slot in the arena.
+    pub slot: u32,
+    /// Copied stack words.
+    pub stack_words: u16,
+    /// Lifecycle state.
+    pub state: HookState,
+    /// Install time, Unix nanoseconds.
+    pub installed_ns: u64,
+}
+
+impl HookInfo {
+    fn new(arena: &ArenaHeader, slot: u32, r: &HookRecord) -> HookInfo {
+        HookInfo {
+            name: r.name.clone(),
+            module: r.module.clone(),
+            function: r.function,
+            patch_addr: r.patch_addr,
+            patch_len: r.patch_len(),
+            trampoline: r.trampoline,
+            arena: arena.base,
+            slot,
+            stack_words: r.stack_words,
+            state: r.state,
+            installed_ns: r.installed_ns,
+        }
+    }
+}
+
+/// What [`install`] did.
+#[derive(Debug, Clone)]
+pub struct InstallReport {
+    /// The new hooks.
+    pub hooks: Vec<HookInfo>,
+    /// How long the target's threads were stopped.
+    pub stopped: Duration,
+    /// Threads stopped.
+    pub threads: usize,
+    /// Arenas created for this install.
+    pub new_arenas: Vec<u64>,
+    /// Threads moved out of patched bytes into relocated code.
+    pub moved_threads: Vec<i32>,
+}
+
+/// What [`eject`] did.
+#[derive(Debug, Clone)]
+pub struct EjectReport {
+    /// The hooks that were ejected.
+    pub hooks: Vec<HookInfo>,
+    /// How long the target's threads were stopped.
+    pub stopped: Duration,
+    /// Threads moved from relocated code back to the original function.
+    pub moved_threads: Vec<i32>,
+}
+
+/// Which hooks [`eject`] removes.
+#[derive(Debug, Clone)]
+pub enum EjectWhat {
+    /// Every active hook.
+    All,
+    /// The hooks of these functions.
+    Functions(Vec<FuncSpec>),
+}
+
+fn maps_of(pid: i32) -> Result<Vec<MapEntry>, Error> {
+    if pid <= 0 {
+        return Err(crate::session::SessionError::NoSuchProcess { pid }.into());
+    }
+    read_maps(pid).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::Session(crate::session::SessionError::NoSuchProcess { pid })
+        } else {
+            Error::Proc {
+                path: format!("/proc/{pid}/maps"),
+                source: e,
+            }
+        }
+    })
+}
+
+/// Lists every hook recorded in the target's arenas (active and ejected).
+pub fn list(pid: i32) -> Result<Vec<HookInfo>, Error> {
+    let maps = maps_of(pid)?;
+    let mem = ProcessMemory::open(pid)?;
+    let arenas = discover(&maps, &mem)?;
+    Ok(arenas
+        .iter()
+        .flat_map(|a| a.hooks().map(|(slot, r)| HookInfo::new(&a.header, slot, r)))
+        .collect())
+}
+
+/// One planned hook, before the stop.
+struct Planned {
+    resolved: Resolved,
+    plan: PatchPlan,
+    module_range: Range<u64>,
+    target: ArenaChoice,
+    code: Option<HookCode>,
+}
+
+impl Planned {
+    fn label(&self) -> String {
+        format!("{} in {}", self.resolved.name, self.resolved.module_path)
+    }
+}
+
+/// Where a planned hook goes: an existing arena, or the `n`th arena created by this install.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArenaChoice {
+    Existing(usize, u32),
+    New(usize, u32),
+}
+
+struct NewArena {
+    candidates: Vec<u64>,
+    chosen: usize,
+    used: u32,
+}
+
+impl NewArena {
+    fn header(&self) -> ArenaHeader {
+        ArenaHeader::new(self.candidates[self.chosen], ARENA_CAPACITY)
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Hooks every function in `specs` in process `pid` in one stop.
+pub fn install(
+    pid: i32,
+    specs: &[FuncSpec],
+    opts: &InstallOptions,
+) -> Result<InstallReport, Error> {
+    let maps = maps_of(pid)?;
+    crate::target::check_target(pid)?;
+    let mem = ProcessMemory::open(pid)?;
+    let symbols = ProcessSymbols::load(pid, &maps)?;
+    let mut arenas = discover(&maps, &mem)?;
+    let layout = StashLayout::new(opts.stack_words);
+
+    // Resolve and analyse every function.
+    let mut planned: Vec<Planned> = Vec::new();
+    let mut seen = HashSet::new();
+    for spec in specs {
+        let resolved = symbols.resolve(spec)?;
+        let label = format!("{} in {}", resolved.name, resolved.module_path);
+        if !seen.insert(resolved.addr) {
+            return Err(Error::Duplicate { function: label });
+        }
+        if let Some((arena, slot, r)) = arenas.iter().find_map(|a| {
+            a.active_for(resolved.addr)
+                .map(|(slot, r)| (a.header.base, slot, r))
+        }) {
+            return Err(Error::AlreadyHooked {
+                function: label,
+                name: resolved.name.clone(),
+                slot,
+                arena,
+                trampoline: r.trampoline,
+            });
+        }
+        let size = usize::try_from(resolved.size)
+            .unwrap_or(usize::MAX)
+            .min(1 << 20);
+        let code = mem.read_vec(resolved.addr, size)?;
+        let plan = plan_patch(resolved.addr, &code).map_err(|source| Error::Plan {
+            function: label.clone(),
+            source,
+        })?;
+        let module_range = symbols
+            .module_for(resolved.addr)
+            .map(|m| m.range.clone())
+            .unwrap_or(resolved.addr..resolved.addr + resolved.size);
+        planned.push(Planned {
+            resolved,
+            plan,
+            module_range,
+            target: ArenaChoice::Existing(0, 0),
+            code: None,
+        });
+    }
+
+    // Choose arenas and slots.
+    let mut taken: Vec<HashSet<u32>> = vec![HashSet::new(); arenas.len()];
+    let mut new_arenas: Vec<NewArena> = Vec::new();
+    let arena_len = ArenaHeader::new(0, ARENA_CAPACITY).arena_len;
+    for p in planned.iter_mut() {
+        let existing = arenas.iter().enumerate().find_map(|(i, a)| {
+            let range = a.header.base..a.header.base + a.header.arena_len;
+            if !within_reach(&range, &p.module_range) {
+                return None;
+            }
+            a.records
+                .iter()
+                .enumerate()
+                .find(|(s, r)| r.state == HookState::Free && !taken[i].contains(&(*s as u32)))
+                .map(|(s, _)| (i, s as u32))
+        });
+        if let Some((i, slot)) = existing {
+            taken[i].insert(slot);
+            p.target = ArenaChoice::Existing(i, slot);
+            continue;
+        }
+        let reusable = new_arenas.iter().position(|n| {
+            let base = n.candidates[n.chosen];
+            n.used < ARENA_CAPACITY && within_reach(&(base..base + arena_len), &p.module_range)
+        });
+        let index = match reusable {
+            Some(i) => i,
+            None => {
+                let mut occupied = maps.clone();
+                for n in &new_arenas {
+                    let h = n.header();
+                    occupied.push(MapEntry {
+                        start: h.base,
+                        end: h.base + h.arena_len,
+                        ..maps[0].clone()
+                    });
+                }
+                let candidates = placement_candidates(&occupied, &p.module_range, arena_len);
+                if candidates.is_empty() {
+                    return Err(Error::NoArenaSpace {
+                        module: p.resolved.module_path.clone(),
+                    });
+                }
+                new_arenas.push(NewArena {
+                    candidates,
+                    chosen: 0,
+                    used: 0,
+                });
+                new_arenas.len() - 1
+            }
+        };
+        p.target = ArenaChoice::New(index, new_arenas[index].used);
+        new_arenas[index].used += 1;
+    }
+
+    // Generate code now, outside the stop.
+    let installed_ns = now_ns();
+    let generate = |p: &Planned, header: &ArenaHeader, slot: u32| -> Result<HookCode, Error> {
+        let meta = HookMeta {
+            name: p.resolved.name.clone(),
+            module: p.resolved.module_path.clone(),
+            function_size: p.resolved.size,
+            installed_ns,
+        };
+        build_hook(&p.plan, header, slot, layout, &meta).map_err(|source| Error::Codegen {
+            function: p.label(),
+            source,
+        })
+    };
+    for p in planned.iter_mut() {
+        let (header, slot) = match p.target {
+            ArenaChoice::Existing(i, slot) => (arenas[i].header, slot),
+            ArenaChoice::New(i, slot) => (new_arenas[i].header(), slot),
+        };
+        p.code = Some(generate(p, &header, slot)?);
+    }
+
+    // Stop the world.
+    let mut session = Session::attach_all(pid)?;
+    let mut undo = Undo::default();
+    let result = (|| -> Result<(Vec<HookInfo>, Vec<i32>), Error> {
+        // Create the new arenas, regenerating code if the first spot is gone.
+        for (i, n) in new_arenas.iter_mut().enumerate() {
+            let len = n.header().arena_len;
+            let mut created = false;
+            while n.chosen < n.candidates.len() {
+                let want = n.candidates[n.chosen];
+                let got = session.remote_mmap(
+                    want,
+                    len,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                );
+                match got {
+                    Ok(addr) if addr == want => {
+                        created = true;
+                        break;
+                    }
+                    Ok(other) => {
+                        // A kernel without MAP_FIXED_NOREPLACE put it elsewhere.
+                        let _ = session.remote_munmap(other, len);
+                        n.chosen += 1;
+                    }
+                    Err(_) => n.chosen += 1,
+                }
+            }
+            if !created {
+                let module = planned
+                    .iter()
+                    .find(|p| matches!(p.target, ArenaChoice::New(j, _) if j == i));
+                return Err(Error::NoArenaSpace {
+                    module: module
+                        .map(|p| p.resolved.module_path.clone())
+                        .unwrap_or_default(),
+                });
+            }
+            let header = n.header();
+            undo.arenas.push((header.base, len));
+            mem.write(header.base, &header.encode())?;
+            if n.chosen != 0 {
+                for p in planned
+                    .iter_mut()
+                    .filter(|p| matches!(p.target, ArenaChoice::New(j, _) if j == i))
+                {
+                    let ArenaChoice::New(_, slot) = p.target else {
+                        continue;
+                    };
+                    p.code = Some(generate(p, &header, slot)?);
+                }
+            }
+        }
+        // Re-read existing arenas: another tool may have used them since.
+        for (i, a) in arenas.iter_mut().enumerate() {
+            if !planned
+                .iter()
+                .any(|p| matches!(p.target, ArenaChoice::Existing(j, _) if j == i))
+            {
+                continue;
+            }
+            let fresh = read_arena(&mem, &a.header)?;
+            if fresh != *a {
+                return Err(Error::Changed {
+                    function: format!("the arena at 0x{:x}", a.header.base),
+                    when: "read",
+                    expected: "the records read before stopping".into(),
+                    found: "records changed by another argstash".into(),
+                });
+            }
+        }
+        // The entries must still hold what was analysed.
+        for p in &planned {
+            let now = mem.read_vec(p.plan.patch_addr, p.plan.patch_len)?;
+            if now != p.plan.original {
+                return Err(Error::Changed {
+                    function: p.label(),
+                    when: "read",
+                    expected: hex(&p.plan.original),
+                    found: hex(&now),
+                });
+            }
+        }
+        // Code and records first, then the patches.
+        for p in &planned {
+            let code = p.code.as_ref().expect("generated above");
+            let arena = arena_header(&arenas, &new_arenas, p.target);
+            mem.write(arena.slot_addr(code.slot), &code.slot_bytes())?;
+            let record = code.record.encode().map_err(|source| Error::Format {
+                addr: arena.base,
+                source,
+            })?;
+            undo.records.push(arena.record_addr(code.slot));
+            mem.write(arena.record_addr(code.slot), &record)?;
+        }
+        // Threads inside bytes about to be overwritten continue in the relocated copy.
+        let mut moves = Vec::new();
+        for tid in session.tids() {
+            let regs = session.regs(tid)?;
+            for p in &planned {
+                let code = p.code.as_ref().expect("generated above");
+                if code.record.inside_patch(regs.rip) {
+                    let Some(to) = code.record.original_to_relocated(regs.rip) else {
+                        return Err(Error::ThreadInPatch {
+                            tid,
+                            function: p.label(),
+                            rip: regs.rip,
+                        });
+                    };
+                    moves.push((tid, regs, to));
+                }
+            }
+        }
+        for p in &planned {
+            let code = p.code.as_ref().expect("generated above");
+            undo.patches
+                .push((p.plan.patch_addr, p.plan.original.clone()));
+            mem.write(p.plan.patch_addr, &code.patch)?;
+        }
+        // Verify by reading back.
+        for p in &planned {
+            let code = p.code.as_ref().expect("generated above");
+            let arena = arena_header(&arenas, &new_arenas, p.target);
+            if mem.read_vec(p.plan.patch_addr, code.patch.len())? != code.patch {
+                return Err(Error::Verify {
+                    addr: p.plan.patch_addr,
+                    what: "patch",
+                });
+            }
+            let slot = code.slot_bytes();
+            if mem.read_vec(arena.slot_addr(code.slot), slot.len())? != slot {
+                return Err(Error::Verify {
+                    addr: arena.slot_addr(code.slot),
+                    what: "trampoline",
+                });
+            }
+        }
+        let mut moved = Vec::new();
+        for (tid, mut regs, to) in moves {
+            regs.rip = to;
+            session.set_regs(tid, &regs)?;
+            moved.push(tid);
+        }
+        let infos = planned
+            .iter()
+            .map(|p| {
+                let code = p.code.as_ref().expect("generated above");
+                HookInfo::new(
+                    &arena_header(&arenas, &new_arenas, p.target),
+                    code.slot,
+                    &code.record,
+                )
+            })
+            .collect();
+        Ok((infos, moved))
+    })();
+    let threads = session.tids().len();
+    match result {
+        Ok((hooks, moved_threads)) => {
+            let stopped = session.detach()?;
+            let new_arenas = new_arenas.iter().map(|n| n.header().base).collect();
+            Ok(InstallReport {
+                hooks,
+                stopped,
+                threads,
+                new_arenas,
+                moved_threads,
+            })
+        }
+        Err(e) => {
+            undo.run(&mut session, &mem);
+            let _ = session.detach();
+            Err(e)
+        }
+    }
+}
+
+fn arena_header(arenas: &[Arena], new_arenas: &[NewArena], choice: ArenaChoice) -> ArenaHeader {
+    match choice {
+        ArenaChoice::Existing(i, _) => arenas[i].header,
+        ArenaChoice::New(i, _) => new_arenas[i].header(),
+    }
+}
+
+/// Writes to take back when an install fails inside the stop.
+#[derive(Default)]
+struct Undo {
+    patches: Vec<(u64, Vec<u8>)>,
+    records: Vec<u64>,
+    arenas: Vec<(u64, u64)>,
+}
+
+impl Undo {
+    fn run(&self, session: &mut Session, mem: &dyn Memory) {
+        for (addr, original) in self.patches.iter().rev() {
+            let _ = mem.write(*addr, original);
+        }
+        for addr in &self.records {
+            let _ = mem.write(*addr, &[0u8; RECORD_LEN]);
+        }
+        for (base, len) in &self.arenas {
+            let _ = session.remote_munmap(*base, *len);
+        }
+    }
+}
+
+/// True when `spec` names the hooked function of `r` (module by path, file name, or
+/// file name up to `.so`, as symbol resolution accepts them).
+fn spec_matches(spec: &FuncSpec, r: &HookRecord) -> bool {
+    match spec {
+        FuncSpec::Name(n) => r.name == *n,
+        FuncSpec::Qualified { module, name } => {
+            r.name == *name && crate::symbols::module_name_matches(&r.module, module)
+        }
+        FuncSpec::Addr(a) => r.function == *a,
+    }
+}
+
+/// Removes hooks: restores the original bytes exactly and marks the records ejected.
+///
+/// Trampoline code is never unmapped: a thread may still return into it.
+pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
+    let maps = maps_of(pid)?;
+    crate::target::check_target(pid)?;
+    let mem = ProcessMemory::open(pid)?;
+    let arenas = discover(&maps, &mem)?;
+    let active: Vec<(usize, u32)> = arenas
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| {
+            a.hooks()
+                .filter(|(_, r)| r.state == HookState::Active)
+                .map(move |(s, _)| (i, s))
+        })
+        .collect();
+    let record = |(i, s): (usize, u32)| &arenas[i].records[s as usize];
+    let chosen: Vec<(usize, u32)> = match what {
+        EjectWhat::All => active.clone(),
+        EjectWhat::Functions(specs) => {
+            let mut chosen = Vec::new();
+            for spec in specs {
+                let hits: Vec<(usize, u32)> = active
+                    .iter()
+                    .copied()
+                    .filter(|h| spec_matches(spec, record(*h)))
+                    .collect();
+                match hits.len() {
+                    0 => {
+                        return Err(Error::NotHooked {
+                            function: spec.to_string(),
+                            hooked: active
+                                .iter()
+                                .map(|h| format!("{} ({})", record(*h).name, record(*h).module))
+                                .collect(),
+                        })
+                    }
+                    1 => chosen.push(hits[0]),
+                    _ => {
+                        return Err(crate::symbols::SymbolError::Ambiguous {
+                            name: spec.to_string(),
+                            candidates: hits
+                                .iter()
+                                .map(|h| {
+                                    format!(
+                                        "{} in {} (0x{:x})",
+                                        record(*h).name,
+                                        record(*h).module,
+                                        record(*h).function
+                                    )
+                                })
+                                .collect(),
+                        }
+                        .into())
+                    }
+                }
+            }
+            chosen
+        }
+    };
+    if chosen.is_empty() {
+        return Ok(EjectReport {
+            hooks: Vec::new(),
+            stopped: Duration::ZERO,
+            moved_threads: Vec::new(),
+        });
+    }
+
+    let mut session = Session::attach_all(pid)?;
+    let mut restored: Vec<(u64, Vec<u8>)> = Vec::new();
+    let result = (|| -> Result<(Vec<HookInfo>, Vec<i32>), Error> {
+        let mut infos = Vec::new();
+        // Check everything before writing anything.
+        for (i, s) in &chosen {
+            let a = &arenas[*i];
+            let fresh = HookRecord::decode(&mem.read_vec(a.header.record_addr(*s), RECORD_LEN)?)
+                .map_err(|source| Error::Format {
+                    addr: a.header.base,
+                    source,
+                })?;
+            let r = record((*i, *s));
+            if fresh != *r {
+                return Err(Error::Changed {
+                    function: r.name.clone(),
+                    when: "read",
+                    expected: "its record".into(),
+                    found: "a changed record".into(),
+                });
+            }
+            let expected =
+                jump_patch(r.patch_addr, r.trampoline, r.patch_len()).map_err(|source| {
+                    Error::Codegen {
+                        function: r.name.clone(),
+                        source,
+                    }
+                })?;
+            let now = mem.read_vec(r.patch_addr, r.patch_len())?;
+            if now != expected {
+                return Err(Error::Changed {
+                    function: format!("{} in {}", r.name, r.module),
+                    when: "hooked",
+                    expected: hex(&expected),
+                    found: hex(&now),
+                });
+            }
+        }
+        let mut moves = Vec::new();
+        for tid in session.tids() {
+            let regs = session.regs(tid)?;
+            for h in &chosen {
+                let r = record(*h);
+                if r.in_relocated(regs.rip) {
+                    let Some(to) = r.relocated_to_original(regs.rip) else {
+                        return Err(Error::ThreadInPatch {
+                            tid,
+                            function: r.name.clone(),
+                            rip: regs.rip,
+                        });
+                    };
+                    moves.push((tid, regs, to));
+                }
+            }
+        }
+        for h in &chosen {
+            let r = record(*h);
+            restored.push((
+                r.patch_addr,
+                jump_patch(r.patch_addr, r.trampoline, r.patch_len()).unwrap_or_default(),
+            ));
+            mem.write(r.patch_addr, &r.original)?;
+            if mem.read_vec(r.patch_addr, r.patch_len())? != r.original {
+                return Err(Error::Verify {
+                    addr: r.patch_addr,
+                    what: "restored bytes",
+                });
+            }
+        }
+        for (i, s) in &chosen {
+            let a = &arenas[*i];
+            let mut r = a.records[*s as usize].clone();
+            r.state = HookState::Ejected;
+            let bytes = r.encode().map_err(|source| Error::Format {
+                addr: a.header.base,
+                source,
+            })?;
+            mem.write(a.header.record_addr(*s), &bytes)?;
+            infos.push(HookInfo::new(&a.header, *s, &r));
+        }
+        let mut moved = Vec::new();
+        for (tid, mut regs, to) in moves {
+            regs.rip = to;
+            session.set_regs(tid, &regs)?;
+            moved.push(tid);
+        }
+        Ok((infos, moved))
+    })();
+    match result {
+        Ok((hooks, moved_threads)) => {
+            let stopped = session.detach()?;
+            Ok(EjectReport {
+                hooks,
+                stopped,
+                moved_threads,
+            })
+        }
+        Err(e) => {
+            for (addr, patch) in restored.iter().rev() {
+                let _ = mem.write(*addr, patch);
+            }
+            let _ = session.detach();
+            Err(e)
+        }
+    }
+}

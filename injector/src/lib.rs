@@ -1,0 +1,26 @@
+//! The live-process side of argstash.
+//!
+//! Attaches to a running process over ptrace, finds functions by symbol, places an
+//! arena of trampolines near them, patches function entries, and reads stacks back
+//! with the stashed arguments. The library is the product; the `argstash` binary and
+//! the daemon are thin drivers of the same API:
+//!
+//! - [`hooks::install`], [`hooks::eject`], [`hooks::list`]
+//! - [`backtrace::backtrace`]
+//!
+//! Every operation checks its target first ([`target::check_target`]), does slow work
+//! (symbols, code generation) before stopping the process, and leaves the process
+//! exactly as it was when it fails.
+
+pub mod arena;
+pub mod backtrace;
+pub mod error;
+pub mod hooks;
+pub mod maps;
+pub mod memory;
+pub mod remote;
+pub mod session;
+pub mod symbols;
+pub mod target;
+
+pub use error::Error;

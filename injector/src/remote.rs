@@ -1,0 +1,671 @@
+//! System calls run inside the target on a stopped thread.
+//!
+//! The thread's registers are saved, RIP is pointed at a `syscall` instruction (`0f 05`)
+//! found in an executable mapping (libc first), the arguments are loaded, `orig_rax` is
+//! set to -1 so that the kernel does not restart the system call the thread was stopped
+//! in *into ours*, and the thread is single-stepped over the one instruction. The result
+//! is read from `rax` and every register is put back, so an interrupted `nanosleep`
+//! (rax = -516, `ERESTART_RESTARTBLOCK`) restarts as if nothing had happened. Without a
+//! gadget, `0f 05` is written at the thread's RIP for the step and restored afterwards
+//! (only when every thread is stopped).
+
+use nix::sys::ptrace;
+use nix::unistd::Pid;
+
+use crate::maps::{parse_maps, MapEntry};
+use crate::memory::{Memory, ProcessMemory};
+use crate::session::{wait_tid, Current, Session, SessionError, ThreadStop, Waited, EVENT_STOP};
+
+/// The `syscall` instruction.
+const SYSCALL: [u8; 2] = [0x0f, 0x05];
+
+/// Single-steps before giving up (each stop on the way is a held signal or a trap).
+const MAX_STEPS: usize = 16;
+
+/// The user code segment selector of 64-bit code on Linux x86-64.
+const USER_CS_64: u64 = 0x33;
+
+/// Finds a `syscall` instruction in an executable mapping of `pid` (libc first; call it before stopping the process).
+pub fn find_syscall_gadget(pid: i32) -> Result<Option<u64>, SessionError> {
+    let path = format!("/proc/{pid}/maps");
+    let text =
+        std::fs::read_to_string(&path).map_err(|source| SessionError::Proc { path, source })?;
+    let mem = ProcessMemory::open(pid)?;
+    Ok(search_gadget(&parse_maps(&text), &mem))
+}
+
+/// Search order: libc, other mapped files, the vDSO, anonymous code.
+fn rank(m: &MapEntry) -> u8 {
+    let name = m.file_path().rsplit('/').next().unwrap_or("");
+    if m.is_file() && (name.starts_with("libc.so") || name.starts_with("libc-")) {
+        0
+    } else if m.is_file() {
+        1
+    } else if m.path == "[vdso]" {
+        2
+    } else {
+        3
+    }
+}
+
+fn search_gadget(maps: &[MapEntry], mem: &dyn Memory) -> Option<u64> {
+    let mut candidates: Vec<&MapEntry> = maps
+        .iter()
+        .filter(|m| m.perms.exec && m.end <= 0x8000_0000_0000 && m.path != "[vsyscall]")
+        .collect();
+    candidates.sort_by_key(|m| rank(m));
+    candidates.into_iter().find_map(|m| scan(m, mem))
+}
+
+/// The first `0f 05` in a mapping, reading 64 KiB at a time.
+fn scan(m: &MapEntry, mem: &dyn Memory) -> Option<u64> {
+    const CHUNK: u64 = 64 * 1024;
+    let mut addr = m.start;
+    let mut last = None;
+    while addr < m.end {
+        let len = CHUNK.min(m.end - addr) as usize;
+        let buf = mem.read_vec(addr, len).ok()?;
+        if last == Some(SYSCALL[0]) && buf.first() == Some(&SYSCALL[1]) {
+            return Some(addr - 1);
+        }
+        if let Some(i) = buf.windows(2).position(|w| w == SYSCALL) {
+            return Some(addr + i as u64);
+        }
+        last = buf.last().copied();
+        addr += len as u64;
+    }
+    None
+}
+
+/// The name of the few system calls the wrappers run, for messages.
+fn syscall_name(nr: i64) -> String {
+    match nr {
+        libc::SYS_mmap => "mmap".into(),
+        libc::SYS_munmap => "munmap".into(),
+        libc::SYS_mprotect => "mprotect".into(),
+        _ => format!("syscall {nr}"),
+    }
+}
+
+impl Session {
+    /// Uses `addr` (which must hold `0f 05`) for remote system calls, e.g. one found by [`find_syscall_gadget`] before stopping.
+    pub fn set_syscall_gadget(&mut self, addr: u64) -> Result<(), SessionError> {
+        let pid = self.pid;
+        let mut got = [0u8; 2];
+        self.memory()?.read(addr, &mut got)?;
+        if got != SYSCALL {
+            return Err(SessionError::BadGadget { pid, addr });
+        }
+        self.gadget = Some(Some(addr));
+        Ok(())
+    }
+
+    /// The `syscall` gadget, searched for once per session.
+    fn gadget(&mut self) -> Result<Option<u64>, SessionError> {
+        if let Some(g) = self.gadget {
+            return Ok(g);
+        }
+        let tid = self
+            .threads
+            .first()
+            .map(|t| t.tid)
+            .ok_or(SessionError::Exited { pid: self.pid })?;
+        // Through a live thread: the maps of an exited group leader are empty.
+        let path = format!("/proc/{}/task/{tid}/maps", self.pid);
+        let text =
+            std::fs::read_to_string(&path).map_err(|source| SessionError::Proc { path, source })?;
+        let found = search_gadget(&parse_maps(&text), self.memory()?);
+        self.gadget = Some(found);
+        Ok(found)
+    }
+
+    /// The stopped thread remote system calls run on: one without a held signal and not in a group-stop if possible.
+    pub fn syscall_thread(&self) -> Option<i32> {
+        if let Some(tid) = self
+            .syscall_tid
+            .filter(|t| self.threads.iter().any(|x| x.tid == *t))
+        {
+            return Some(tid);
+        }
+        let rank = |t: &crate::session::Tracee| match (t.signal.is_some(), t.found) {
+            (false, ThreadStop::Interrupted) => 0,
+            (false, _) => 1,
+            (true, _) => 2,
+        };
+        self.threads.iter().min_by_key(|t| rank(t)).map(|t| t.tid)
+    }
+
+    /// Runs one system call inside the target on a stopped thread and returns its raw result (negative errno on failure).
+    pub fn remote_syscall(&mut self, nr: i64, args: [u64; 6]) -> Result<i64, SessionError> {
+        let tid = self
+            .syscall_thread()
+            .ok_or(SessionError::Exited { pid: self.pid })?;
+        self.remote_syscall_on(tid, nr, args)
+    }
+
+    /// Runs one system call on the stopped thread `tid`; returns the raw result (negative errno on failure).
+    pub fn remote_syscall_on(
+        &mut self,
+        tid: i32,
+        nr: i64,
+        args: [u64; 6],
+    ) -> Result<i64, SessionError> {
+        self.index(tid)?;
+        let saved = self.regs(tid)?;
+        if saved.cs != USER_CS_64 {
+            return Err(SessionError::Not64Bit { tid, cs: saved.cs });
+        }
+        let mut patched = None;
+        let entry = match self.gadget()? {
+            Some(g) => g,
+            None => {
+                if !self.all_threads {
+                    return Err(SessionError::NoSyscallGadget { pid: self.pid });
+                }
+                let mem = self.memory()?;
+                let mut original = [0u8; 2];
+                mem.read(saved.rip, &mut original)?;
+                mem.write(saved.rip, &SYSCALL)?;
+                patched = Some(original);
+                saved.rip
+            }
+        };
+        let mut regs = saved;
+        regs.rip = entry;
+        regs.rax = nr as u64;
+        // Not "in a system call" any more: no restart of the interrupted one into ours.
+        regs.orig_rax = u64::MAX;
+        regs.rdi = args[0];
+        regs.rsi = args[1];
+        regs.rdx = args[2];
+        regs.r10 = args[3];
+        regs.r8 = args[4];
+        regs.r9 = args[5];
+        let outcome = self
+            .set_regs(tid, &regs)
+            .and_then(|()| self.step_syscall(tid, entry));
+        // Put everything back whatever happened (fails harmlessly if the thread is gone).
+        let restored = if self.index(tid).is_ok() {
+            self.set_regs(tid, &saved)
+        } else {
+            Ok(())
+        };
+        let unpatched = match patched {
+            Some(original) => self
+                .memory()
+                .and_then(|m| m.write(saved.rip, &original).map_err(SessionError::from)),
+            None => Ok(()),
+        };
+        let result = outcome?;
+        restored?;
+        unpatched?;
+        self.syscall_tid = Some(tid);
+        Ok(result)
+    }
+
+    /// Single-steps `tid` over the `syscall` at `entry`; holds real signals that arrive first.
+    fn step_syscall(&mut self, tid: i32, entry: u64) -> Result<i64, SessionError> {
+        let child = Pid::from_raw(tid);
+        for _ in 0..MAX_STEPS {
+            let i = self.index(tid)?;
+            ptrace::step(child, None)
+                .map_err(|e| self.ptrace_error("PTRACE_SINGLESTEP", tid, e))?;
+            self.threads[i].resumed = true;
+            let (sig, event, raw) = match wait_tid(tid)? {
+                Waited::Gone => {
+                    self.threads.remove(i);
+                    return Err(SessionError::Exited { pid: self.pid });
+                }
+                Waited::Stop { sig, event, raw } => (sig, event, raw),
+            };
+            match event {
+                0 => {
+                    self.threads[i].current = Current::SignalStop;
+                    let rip = ptrace::getregs(child)
+                        .map_err(|e| self.ptrace_error("PTRACE_GETREGS", tid, e))?;
+                    if sig == libc::SIGTRAP && rip.rip != entry {
+                        return Ok(rip.rax as i64);
+                    }
+                    // A real signal was dequeued before the instruction ran: hold it.
+                    let info = ptrace::getsiginfo(child)
+                        .map_err(|e| self.ptrace_error("PTRACE_GETSIGINFO", tid, e))?;
+                    let t = &mut self.threads[i];
+                    if t.signal.is_none() {
+                        t.signal = Some(info);
+                        t.resumed = false;
+                    } else {
+                        t.extra.push(info);
+                    }
+                }
+                // A trap left pending (interrupt, group-stop): nothing ran yet.
+                EVENT_STOP => self.threads[i].current = Current::Event,
+                _ => {
+                    return Err(SessionError::Unexpected {
+                        tid,
+                        status: crate::session::describe_status(raw),
+                    })
+                }
+            }
+        }
+        Err(SessionError::Unexpected {
+            tid,
+            status: format!("no single-step trap after {MAX_STEPS} steps over the system call"),
+        })
+    }
+
+    /// Checks a raw result for `-errno`.
+    fn syscall_ok(&self, nr: i64, r: i64) -> Result<i64, SessionError> {
+        if (-4095..0).contains(&r) {
+            Err(SessionError::RemoteSyscall {
+                pid: self.pid,
+                name: syscall_name(nr),
+                nr,
+                errno: (-r) as i32,
+            })
+        } else {
+            Ok(r)
+        }
+    }
+
+    /// Maps anonymous memory (fd -1, offset 0) in the target; returns the address the kernel chose.
+    pub fn remote_mmap(
+        &mut self,
+        addr: u64,
+        len: u64,
+        prot: i32,
+        flags: i32,
+    ) -> Result<u64, SessionError> {
+        let r = self.remote_syscall(
+            libc::SYS_mmap,
+            [addr, len, prot as u64, flags as u64, u64::MAX, 0],
+        )?;
+        self.syscall_ok(libc::SYS_mmap, r).map(|a| a as u64)
+    }
+
+    /// Unmaps `len` bytes at `addr` in the target.
+    pub fn remote_munmap(&mut self, addr: u64, len: u64) -> Result<(), SessionError> {
+        let r = self.remote_syscall(libc::SYS_munmap, [addr, len, 0, 0, 0, 0])?;
+        self.syscall_ok(libc::SYS_munmap, r).map(drop)
+    }
+
+    /// Changes the protection of `len` bytes at `addr` in the target.
+    pub fn remote_mprotect(&mut self, addr: u64, len: u64, prot: i32) -> Result<(), SessionError> {
+        let r = self.remote_syscall(libc::SYS_mprotect, [addr, len, prot as u64, 0, 0, 0])?;
+        self.syscall_ok(libc::SYS_mprotect, r).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::maps::read_maps;
+    use crate::session::test_support::*;
+
+    /// Sleeps 300 ms in one nanosleep and says whether it completed.
+    const SLEEP: &str = r#"
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+int main(void) {
+    struct timespec a, b, ts = {0, 300000000};
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    printf("ready\n");
+    fflush(stdout);
+    int r = nanosleep(&ts, 0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    long ms = (b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000;
+    printf("%s %ld\n", r == 0 ? "done" : errno == EINTR ? "EINTR" : "error", ms);
+    fflush(stdout);
+    return 0;
+}
+"#;
+
+    fn perms_at(pid: i32, addr: u64) -> Option<String> {
+        let m = read_maps(pid).unwrap();
+        let e = m.into_iter().find(|e| e.start == addr)?;
+        let p = e.perms;
+        Some(format!(
+            "{}{}{}",
+            if p.read { 'r' } else { '-' },
+            if p.write { 'w' } else { '-' },
+            if p.exec { 'x' } else { '-' }
+        ))
+    }
+
+    #[test]
+    fn sleeping_thread_resumes_its_sleep() {
+        let child = TestChild::spawn("sleep", SLEEP, &[]);
+        let pid = child.pid;
+        wait_until("the program sleeps", || {
+            current_syscall(pid, pid) == Some(libc::SYS_clock_nanosleep)
+        });
+        let mut s = Session::attach_all(pid).unwrap();
+        let before = s.regs(pid).unwrap();
+        assert_eq!(before.rax as i64, -516, "ERESTART_RESTARTBLOCK");
+        assert_eq!(before.orig_rax, libc::SYS_clock_nanosleep as u64);
+
+        let a = s
+            .remote_mmap(
+                0,
+                8192,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .unwrap();
+        assert_eq!(perms_at(pid, a).as_deref(), Some("r-x"));
+        s.remote_mprotect(a, 8192, libc::PROT_READ).unwrap();
+        assert_eq!(perms_at(pid, a).as_deref(), Some("r--"));
+        s.remote_munmap(a, 8192).unwrap();
+        assert_eq!(perms_at(pid, a), None);
+        assert_eq!(regs_words(&s.regs(pid).unwrap()), regs_words(&before));
+        s.detach().unwrap();
+
+        let out = child.line();
+        let (word, ms) = out.split_once(' ').unwrap();
+        assert_eq!(word, "done", "{out}");
+        assert!(ms.parse::<u64>().unwrap() >= 299, "{out}");
+        assert!(child.try_line(Duration::from_millis(50)).is_none());
+    }
+
+    /// Threads blocked in read() on a pipe that never gets data; main reads stdin.
+    const READERS: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static int fds[2];
+static void *reader(void *a) { char c; read(fds[0], &c, 1); return 0; }
+int main(void) {
+    pipe(fds);
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++) pthread_create(&t[i], 0, reader, 0);
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        if (!strncmp(line, "quit", 4)) break;
+        printf("echo %s", line);
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
+    #[test]
+    fn registers_identical_before_and_after() {
+        let mut child = TestChild::spawn("readers", READERS, &[]);
+        let pid = child.pid;
+        wait_all_blocked(pid);
+        let mut s = Session::attach_all(pid).unwrap();
+        let tids = s.tids();
+        assert_eq!(tids.len(), 9);
+        let before: Vec<_> = tids
+            .iter()
+            .map(|t| regs_words(&s.regs(*t).unwrap()))
+            .collect();
+        for _ in 0..5 {
+            let a = s
+                .remote_mmap(
+                    0,
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                )
+                .unwrap();
+            s.remote_mprotect(a, 4096, libc::PROT_READ).unwrap();
+            s.remote_munmap(a, 4096).unwrap();
+        }
+        let same_session: Vec<_> = tids
+            .iter()
+            .map(|t| regs_words(&s.regs(*t).unwrap()))
+            .collect();
+        assert_eq!(before, same_session);
+        s.detach().unwrap();
+
+        // The read()s restart (ERESTARTSYS) and block again: a second session sees the same registers.
+        wait_all_blocked(pid);
+        let s = Session::attach_all(pid).unwrap();
+        let again: Vec<_> = tids
+            .iter()
+            .map(|t| regs_words(&s.regs(*t).unwrap()))
+            .collect();
+        assert_eq!(before, again);
+        s.detach().unwrap();
+        child.send("hello\n");
+        assert_eq!(child.line(), "echo hello");
+    }
+
+    #[test]
+    fn held_signal_survives_a_remote_syscall() {
+        let child = TestChild::spawn("sigr", SIGNALS, &[]);
+        let pid = child.pid;
+        let mut s = Session::attach_all(pid).unwrap();
+        sigqueue(pid, libc::SIGUSR1, 9);
+        s.resume_until_stop(pid).unwrap();
+        assert_eq!(
+            s.stop_state(pid),
+            Some(ThreadStop::Signal {
+                signal: libc::SIGUSR1
+            })
+        );
+        let before = s.regs(pid).unwrap();
+        let a = s
+            .remote_mmap(
+                0,
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .unwrap();
+        s.remote_munmap(a, 4096).unwrap();
+        assert_eq!(regs_words(&s.regs(pid).unwrap()), regs_words(&before));
+        s.detach().unwrap();
+        assert_eq!(child.line(), "usr1 code=-1");
+        assert_eq!(child.line(), "usr1 value=9");
+        assert!(
+            child.try_line(Duration::from_millis(100)).is_none(),
+            "second delivery or stray SIGTRAP"
+        );
+    }
+
+    #[test]
+    fn group_stopped_process_takes_a_remote_syscall() {
+        let mut child = TestChild::spawn("gstop", READERS, &[]);
+        let pid = child.pid;
+        nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
+        wait_until("stopped", || {
+            tasks(pid).iter().all(|t| thread_state(pid, *t).0 == 'T')
+        });
+        let mut s = Session::attach_all(pid).unwrap();
+        let a = s
+            .remote_mmap(
+                0,
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .unwrap();
+        s.detach().unwrap();
+        assert_eq!(perms_at(pid, a).as_deref(), Some("r--"));
+        // Woken by the detach, each thread goes back into the group-stop, and stays there.
+        wait_until("every thread is stopped again", || {
+            tasks(pid).iter().all(|t| thread_state(pid, *t) == ('T', 0))
+        });
+        child.send("x\n");
+        assert!(
+            child.try_line(Duration::from_millis(100)).is_none(),
+            "a stopped process answered"
+        );
+        for t in tasks(pid) {
+            assert_eq!(thread_state(pid, t), ('T', 0));
+        }
+        nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT).unwrap();
+        assert_eq!(child.line(), "echo x");
+    }
+
+    #[test]
+    fn fallback_writes_syscall_at_rip() {
+        let mut child = TestChild::spawn("fallb", READERS, &[]);
+        let pid = child.pid;
+        wait_all_blocked(pid);
+        let mut s = Session::attach_all(pid).unwrap();
+        s.gadget = Some(None);
+        let rip = s.regs(pid).unwrap().rip;
+        let code = s.memory().unwrap().read_vec(rip - 2, 8).unwrap();
+        let a = s
+            .remote_mmap(
+                0,
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .unwrap();
+        s.remote_munmap(a, 4096).unwrap();
+        assert_eq!(s.memory().unwrap().read_vec(rip - 2, 8).unwrap(), code);
+        s.detach().unwrap();
+        child.send("y\n");
+        assert_eq!(child.line(), "echo y");
+
+        // With one thread stopped, writing at RIP is refused.
+        let tid = tasks(pid)[1];
+        let mut s = Session::attach_thread(pid, tid).unwrap();
+        s.gadget = Some(None);
+        let e = s
+            .remote_mmap(
+                0,
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .unwrap_err();
+        assert!(matches!(e, SessionError::NoSyscallGadget { .. }), "{e}");
+        // A single stopped thread runs remote syscalls through a gadget.
+        s.gadget = None;
+        let a = s
+            .remote_mmap(
+                0,
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .unwrap();
+        s.remote_munmap(a, 4096).unwrap();
+        s.detach().unwrap();
+    }
+
+    #[test]
+    fn errors_are_rendered() {
+        let child = TestChild::spawn("errs", READERS, &[]);
+        let pid = child.pid;
+        let gadget = find_syscall_gadget(pid).unwrap().unwrap();
+        let libc_code = read_maps(pid)
+            .unwrap()
+            .into_iter()
+            .find(|m| m.contains(gadget))
+            .unwrap();
+        assert!(libc_code.path.contains("libc"), "{}", libc_code.path);
+        let mut s = Session::attach_all(pid).unwrap();
+        s.set_syscall_gadget(gadget).unwrap();
+        assert!(matches!(
+            s.set_syscall_gadget(gadget + 1),
+            Err(SessionError::BadGadget { .. })
+        ));
+        let e = s.remote_munmap(0x1001, 4096).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SessionError::RemoteSyscall {
+                    errno: libc::EINVAL,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("remote munmap in process {pid} failed: EINVAL (Invalid argument)")
+        );
+        let a = s
+            .remote_mmap(
+                0,
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .unwrap();
+        let e = s
+            .remote_mmap(
+                a,
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SessionError::RemoteSyscall {
+                    errno: libc::EEXIST,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            s.remote_syscall(libc::SYS_getpid, [0; 6]).unwrap(),
+            pid as i64
+        );
+        s.detach().unwrap();
+    }
+
+    /// The leader calls pthread_exit; a worker reads stdin.
+    const ZOMBIE_LEADER: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static char buf[64] = "zombie leader";
+static void *worker(void *a) {
+    printf("%lx\nready\n", (unsigned long)buf);
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        printf("%s\n", buf);
+        fflush(stdout);
+    }
+    return 0;
+}
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, 0, worker, 0);
+    pthread_exit(0);
+}
+"#;
+
+    #[test]
+    fn exited_group_leader() {
+        let mut child = TestChild::spawn("zleader", ZOMBIE_LEADER, &[]);
+        let pid = child.pid;
+        let buf = u64::from_str_radix(&child.first_output[0], 16).unwrap();
+        wait_until("the leader is a zombie", || thread_state(pid, pid).0 == 'Z');
+        let mut s = Session::attach_all(pid).unwrap();
+        assert_eq!(s.tids().len(), 1);
+        assert!(!s.tids().contains(&pid));
+        let a = s
+            .remote_mmap(
+                0,
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .unwrap();
+        s.remote_munmap(a, 4096).unwrap();
+        s.memory().unwrap().write(buf, b"Z").unwrap();
+        assert_eq!(s.memory().unwrap().read_vec(buf, 6).unwrap(), b"Zombie");
+        s.detach().unwrap();
+        child.send("\n");
+        assert_eq!(child.line(), "Zombie leader");
+    }
+}

@@ -1,0 +1,1643 @@
+//! A ptrace session: every thread (or one thread) of a process held in a ptrace-stop,
+//! and released exactly as it was found.
+//!
+//! # Protocol
+//!
+//! * Threads are taken with `PTRACE_SEIZE` (never `PTRACE_ATTACH`, so no `SIGSTOP` is
+//!   ever sent) and stopped with `PTRACE_INTERRUPT`; `waitpid(tid, __WALL)` collects the
+//!   stop. `/proc/PID/task` is re-read until a pass finds no new thread. With
+//!   `PTRACE_O_TRACECLONE`, a thread cloned by an already seized thread is traced
+//!   automatically and starts in a `PTRACE_EVENT_STOP`.
+//! * A wait reports one of: the interrupt (`PTRACE_EVENT_STOP` with `SIGTRAP`); a
+//!   group-stop (`PTRACE_EVENT_STOP` with the stop signal: the process was stopped by
+//!   job control and stays stopped after detach); a clone event (the thread is taken out
+//!   of `clone` and re-stopped, so that every held thread sits at the same place: in the
+//!   kernel's signal path, on its way back to user space, with final registers); or a
+//!   signal-delivery-stop (a real signal arrived): its `siginfo` is saved, the thread
+//!   stays in that stop, and detach re-delivers exactly that signal.
+//! * Detach clears whatever ptrace traps are still pending (`__ptrace_unlink` clears
+//!   `JOBCTL_TRAP_MASK`), re-instates a group-stop, and passes the saved signal (or 0).
+//!
+//! The stop window is kept short: all new threads are seized first, then all are
+//! interrupted, then all are waited for; `/proc` is read again only to look for
+//! threads created meanwhile.
+
+use std::collections::HashSet;
+use std::ffi::c_void;
+use std::fmt;
+use std::io;
+use std::marker::PhantomData;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::ptrace::{self, Options};
+use nix::unistd::Pid;
+
+use crate::memory::{MemoryError, ProcessMemory};
+
+/// `PTRACE_EVENT_STOP` (the interrupt, a group-stop, or a new traced thread's first stop).
+pub(crate) const EVENT_STOP: i32 = 128;
+
+/// `PF_KTHREAD` in the flags field of `/proc/PID/stat`.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Errors attaching to, controlling or detaching from a process.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// There is no such process.
+    #[error("no process with pid {pid}: check the pid (ps -p {pid})")]
+    NoSuchProcess {
+        /// The pid asked for.
+        pid: i32,
+    },
+    /// There is no such thread in the process.
+    #[error("no thread {tid} in process {pid}: list them with ls /proc/{pid}/task")]
+    NoSuchThread {
+        /// The process.
+        pid: i32,
+        /// The thread asked for.
+        tid: i32,
+    },
+    /// The id names a thread, not a process.
+    #[error("{tid} is a thread of process {pid}, not a process: pass {pid}")]
+    NotAProcess {
+        /// The thread id given.
+        tid: i32,
+        /// Its process.
+        pid: i32,
+    },
+    /// Pid 1 is refused before anything touches it.
+    #[error("refusing to attach to pid 1 (init): stopping it can hang the system")]
+    Init,
+    /// Our own process is refused (ptrace cannot trace its own thread group).
+    #[error("refusing to attach to pid {pid}: it is this process itself")]
+    OwnProcess {
+        /// Our pid.
+        pid: i32,
+    },
+    /// A kernel thread has no user space.
+    #[error("pid {pid} ({name}) is a kernel thread: nothing to hook")]
+    KernelThread {
+        /// The pid.
+        pid: i32,
+        /// Its name (`comm`).
+        name: String,
+    },
+    /// The kernel refused ptrace (EPERM); `detail` says why and what to do.
+    #[error("{detail}")]
+    NotPermitted {
+        /// The process.
+        pid: i32,
+        /// A full sentence: the reason and the fix.
+        detail: String,
+    },
+    /// The process went away while we worked on it.
+    #[error("process {pid} exited during the operation")]
+    Exited {
+        /// The process.
+        pid: i32,
+    },
+    /// A ptrace (or waitpid) request failed.
+    #[error("ptrace {op} on thread {tid} failed: {source}")]
+    Ptrace {
+        /// The request, e.g. `PTRACE_GETREGS`.
+        op: &'static str,
+        /// The thread.
+        tid: i32,
+        /// The errno.
+        source: nix::Error,
+    },
+    /// A wait reported something this session never asked for.
+    #[error("thread {tid} reported an unexpected state: {status}")]
+    Unexpected {
+        /// The thread.
+        tid: i32,
+        /// The decoded wait status, or what was expected.
+        status: String,
+    },
+    /// The thread is not held by this session.
+    #[error("thread {tid} is not stopped in this session")]
+    NotStopped {
+        /// The thread.
+        tid: i32,
+    },
+    /// Reading `/proc` failed for another reason than the process being gone.
+    #[error("cannot read {path}: {source}")]
+    Proc {
+        /// The file.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// A system call run inside the target returned an error.
+    #[error("remote {name} in process {pid} failed: {}", errno_text(*.errno))]
+    RemoteSyscall {
+        /// The process.
+        pid: i32,
+        /// The system call's name (or `syscall N`).
+        name: String,
+        /// Its number.
+        nr: i64,
+        /// The positive errno it returned.
+        errno: i32,
+    },
+    /// No executable mapping holds a `syscall` instruction and writing one is not safe.
+    #[error("process {pid} has no `syscall` instruction (0f 05) in any executable mapping, and writing one at a thread's RIP needs every thread stopped (use attach_all)")]
+    NoSyscallGadget {
+        /// The process.
+        pid: i32,
+    },
+    /// The address given as a `syscall` gadget does not hold `0f 05`.
+    #[error("no `syscall` instruction (0f 05) at 0x{addr:x} in process {pid}")]
+    BadGadget {
+        /// The process.
+        pid: i32,
+        /// The address.
+        addr: u64,
+    },
+    /// The stopped thread is not running 64-bit code.
+    #[error("thread {tid} is not executing 64-bit code (cs=0x{cs:x}): remote system calls support x86-64 processes only")]
+    Not64Bit {
+        /// The thread.
+        tid: i32,
+        /// Its code segment selector.
+        cs: u64,
+    },
+    /// Reading or writing target memory failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+}
+
+/// `EINVAL (Invalid argument)` for errno 22.
+pub(crate) fn errno_text(errno: i32) -> String {
+    let e = Errno::from_raw(errno);
+    format!("{e:?} ({})", e.desc())
+}
+
+/// How a held thread was found when it stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadStop {
+    /// Stopped by our `PTRACE_INTERRUPT` (or the first stop of a thread cloned meanwhile).
+    Interrupted,
+    /// In a job-control stop (the process was stopped by `signal`); it stays stopped after detach.
+    GroupStop {
+        /// The stop signal (`SIGSTOP`, `SIGTSTP`, `SIGTTIN` or `SIGTTOU`).
+        signal: i32,
+    },
+    /// Held with a real `signal` that arrived while stopping; it is re-delivered at detach.
+    Signal {
+        /// The signal number.
+        signal: i32,
+    },
+}
+
+/// The kind of ptrace-stop a thread is in right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Current {
+    /// A `PTRACE_EVENT_STOP` (interrupt or group-stop).
+    Event,
+    /// A signal-delivery-stop: a real signal, or the `SIGTRAP` of our own single-step.
+    SignalStop,
+}
+
+/// One held thread.
+pub(crate) struct Tracee {
+    /// Thread id.
+    pub(crate) tid: i32,
+    /// How it was found.
+    pub(crate) found: ThreadStop,
+    /// The stop it is in now.
+    pub(crate) current: Current,
+    /// A real signal taken from the thread, re-delivered at detach.
+    pub(crate) signal: Option<libc::siginfo_t>,
+    /// Further real signals (rare: they arrive while we single-step), re-queued at detach.
+    pub(crate) extra: Vec<libc::siginfo_t>,
+    /// Resumed since it was stopped, so the kernel's idea of its current siginfo changed.
+    pub(crate) resumed: bool,
+}
+
+/// All (or one) of a process's threads held in a ptrace-stop.
+///
+/// ptrace binds a tracee to the tracer *thread*: every request for this session must come
+/// from the OS thread that created it, so `Session` is neither `Send` nor `Sync`. Give
+/// each session a dedicated thread when an async runtime is involved. Dropping a session
+/// detaches (best effort); [`Session::detach`] reports errors and the stop window.
+pub struct Session {
+    pub(crate) pid: i32,
+    pub(crate) threads: Vec<Tracee>,
+    pub(crate) all_threads: bool,
+    stopped_at: Instant,
+    detached: bool,
+    /// `None`: not searched yet; `Some(None)`: searched, nothing found.
+    pub(crate) gadget: Option<Option<u64>>,
+    /// The thread remote system calls ran on last.
+    pub(crate) syscall_tid: Option<i32>,
+    memory: Option<ProcessMemory>,
+    /// Seized threads whose stop has not been collected yet (only non-empty on error paths).
+    pending: HashSet<i32>,
+    /// Clone events seen while attaching (diagnostics and tests).
+    pub(crate) clone_events: usize,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("pid", &self.pid)
+            .field("tids", &self.tids())
+            .field("all_threads", &self.all_threads)
+            .field("detached", &self.detached)
+            .finish()
+    }
+}
+
+/// The fields of `/proc/PID/status` we use.
+#[derive(Debug, Default)]
+struct Status {
+    name: String,
+    state: char,
+    tgid: i32,
+    tracer: i32,
+    threads: u32,
+}
+
+fn read_status(path: &str) -> io::Result<Status> {
+    let text = std::fs::read_to_string(path)?;
+    let mut s = Status::default();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match key {
+            "Name" => s.name = value.to_string(),
+            "State" => s.state = value.chars().next().unwrap_or('?'),
+            "Tgid" => s.tgid = value.parse().unwrap_or(0),
+            "TracerPid" => s.tracer = value.parse().unwrap_or(0),
+            "Threads" => s.threads = value.parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    Ok(s)
+}
+
+/// True for "the process or thread is not there" errors from `/proc`.
+fn is_gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+}
+
+fn proc_exists(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The `flags` field of `/proc/PID/stat`.
+fn stat_flags(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &text[text.rfind(')')? + 1..];
+    after.split_whitespace().nth(6)?.parse().ok()
+}
+
+/// Lists `/proc/PID/task`.
+fn list_tasks(pid: i32) -> Result<Vec<i32>, SessionError> {
+    let path = format!("/proc/{pid}/task");
+    let dir = match std::fs::read_dir(&path) {
+        Ok(d) => d,
+        Err(e) if is_gone(&e) => return Err(SessionError::Exited { pid }),
+        Err(source) => return Err(SessionError::Proc { path, source }),
+    };
+    let mut tids: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// Refuses what must never be stopped, before touching the process.
+fn precheck(pid: i32) -> Result<(), SessionError> {
+    if pid == 1 {
+        return Err(SessionError::Init);
+    }
+    if pid <= 0 {
+        return Err(SessionError::NoSuchProcess { pid });
+    }
+    let own = std::process::id() as i32;
+    if pid == own {
+        return Err(SessionError::OwnProcess { pid });
+    }
+    let path = format!("/proc/{pid}/status");
+    let st = match read_status(&path) {
+        Ok(s) => s,
+        Err(e) if is_gone(&e) => return Err(SessionError::NoSuchProcess { pid }),
+        Err(source) => return Err(SessionError::Proc { path, source }),
+    };
+    if st.tgid == 1 {
+        return Err(SessionError::Init);
+    }
+    if st.tgid == own {
+        return Err(SessionError::OwnProcess { pid: own });
+    }
+    if st.tgid != pid && st.tgid > 0 {
+        return Err(SessionError::NotAProcess {
+            tid: pid,
+            pid: st.tgid,
+        });
+    }
+    let zombie = matches!(st.state, 'Z' | 'X');
+    if zombie && st.threads <= 1 {
+        return Err(SessionError::Exited { pid });
+    }
+    let kthread = stat_flags(pid).is_some_and(|f| f & PF_KTHREAD != 0)
+        || (!zombie
+            && matches!(std::fs::read_link(format!("/proc/{pid}/exe")), Err(ref e) if e.kind() == io::ErrorKind::NotFound)
+            && std::fs::read_to_string(format!("/proc/{pid}/maps"))
+                .is_ok_and(|m| m.trim().is_empty()));
+    if kthread {
+        return Err(SessionError::KernelThread { pid, name: st.name });
+    }
+    if st.tracer != 0 {
+        return Err(SessionError::NotPermitted {
+            pid,
+            detail: traced_by(pid, None, st.tracer),
+        });
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    euid == 0
+}
+
+fn traced_by(pid: i32, tid: Option<i32>, tracer: i32) -> String {
+    let comm = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let who = match tid {
+        Some(t) if t != pid => format!("thread {t} of process {pid}"),
+        _ => format!("process {pid}"),
+    };
+    format!("{who} is already traced by PID {tracer} ({comm}): detach that debugger first")
+}
+
+/// What `waitpid` said about one thread.
+pub(crate) enum Waited {
+    /// It exited or was killed (or is no longer ours to wait for).
+    Gone,
+    /// It is in a ptrace-stop.
+    Stop { sig: i32, event: i32, raw: i32 },
+}
+
+/// Blocks until `tid` changes state.
+pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid only writes the status word through the pointer, which points
+        // to a live local.
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        if r == tid {
+            if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                return Ok(Waited::Gone);
+            }
+            if libc::WIFSTOPPED(status) {
+                return Ok(Waited::Stop {
+                    sig: libc::WSTOPSIG(status),
+                    event: (status >> 16) & 0xff,
+                    raw: status,
+                });
+            }
+            return Err(SessionError::Unexpected {
+                tid,
+                status: describe_status(status),
+            });
+        }
+        match Errno::last() {
+            Errno::EINTR => continue,
+            Errno::ECHILD => return Ok(Waited::Gone),
+            source => {
+                return Err(SessionError::Ptrace {
+                    op: "waitpid",
+                    tid,
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// Human-readable wait status.
+pub(crate) fn describe_status(status: i32) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exited with code {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        format!("killed by {}", signal_name(libc::WTERMSIG(status)))
+    } else if libc::WIFSTOPPED(status) {
+        let event = (status >> 16) & 0xff;
+        format!(
+            "stopped by {} (ptrace event {event}, raw status 0x{status:x})",
+            signal_name(libc::WSTOPSIG(status))
+        )
+    } else {
+        format!("raw wait status 0x{status:x}")
+    }
+}
+
+/// `SIGUSR1` for 10; real-time signals as `SIGRTMIN+n`.
+pub(crate) fn signal_name(sig: i32) -> String {
+    match nix::sys::signal::Signal::try_from(sig) {
+        Ok(s) => s.as_str().to_string(),
+        Err(_) if sig >= libc::SIGRTMIN() => format!("SIGRTMIN+{}", sig - libc::SIGRTMIN()),
+        Err(_) => format!("signal {sig}"),
+    }
+}
+
+/// Reaps a thread that died while traced, without blocking for long.
+fn reap(tid: i32) {
+    for _ in 0..50 {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid only writes the status word through the pointer, which points
+        // to a live local.
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
+        if r != 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// `PTRACE_DETACH` with any signal number (nix's `detach` cannot pass real-time signals).
+fn raw_detach(tid: i32, sig: i32) -> Result<(), Errno> {
+    // SAFETY: PTRACE_DETACH dereferences no pointer; the signal number travels in the
+    // data argument by value.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_DETACH,
+            tid,
+            std::ptr::null_mut::<c_void>(),
+            sig as libc::c_long as *mut c_void,
+        )
+    };
+    Errno::result(r).map(drop)
+}
+
+/// Puts a signal back in a thread's queue from outside (only for the rare extra signal).
+fn requeue_signal(pid: i32, tid: i32, info: &libc::siginfo_t) {
+    // The kernel lets another process forge a siginfo only with a negative si_code
+    // other than SI_TKILL; anything else is re-sent as a plain tgkill.
+    if info.si_code < 0 && info.si_code != libc::SI_TKILL {
+        let mut copy = *info;
+        // SAFETY: rt_tgsigqueueinfo reads a siginfo_t through the pointer, which points
+        // to a live, fully initialised local copy.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_tgsigqueueinfo,
+                pid,
+                tid,
+                info.si_signo,
+                &mut copy as *mut libc::siginfo_t,
+            )
+        };
+        if r == 0 {
+            return;
+        }
+    }
+    // SAFETY: tgkill takes three integers and no pointers.
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, pid, tid, info.si_signo);
+    }
+}
+
+impl Session {
+    fn new(pid: i32, all_threads: bool) -> Session {
+        Session {
+            pid,
+            threads: Vec::new(),
+            all_threads,
+            stopped_at: Instant::now(),
+            detached: false,
+            gadget: None,
+            syscall_tid: None,
+            memory: None,
+            pending: HashSet::new(),
+            clone_events: 0,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Stops every thread of `pid`, looping until no new thread appears.
+    pub fn attach_all(pid: i32) -> Result<Session, SessionError> {
+        precheck(pid)?;
+        let mut s = Session::new(pid, true);
+        s.attach_loop()?;
+        if s.threads.is_empty() {
+            s.detached = true;
+            return Err(SessionError::Exited { pid });
+        }
+        Ok(s)
+    }
+
+    /// Stops only thread `tid` of `pid` (for reading one stack); the others keep running.
+    pub fn attach_thread(pid: i32, tid: i32) -> Result<Session, SessionError> {
+        precheck(pid)?;
+        if tid <= 0 || !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
+            return Err(SessionError::NoSuchThread { pid, tid });
+        }
+        let mut s = Session::new(pid, false);
+        match ptrace::seize(Pid::from_raw(tid), Options::empty()) {
+            Ok(()) => {}
+            Err(Errno::ESRCH) => return Err(SessionError::NoSuchThread { pid, tid }),
+            Err(Errno::EPERM) => {
+                s.refused(tid)?;
+                return Err(SessionError::NoSuchThread { pid, tid });
+            }
+            Err(source) => {
+                return Err(SessionError::Ptrace {
+                    op: "PTRACE_SEIZE",
+                    tid,
+                    source,
+                })
+            }
+        }
+        s.stopped_at = Instant::now();
+        match ptrace::interrupt(Pid::from_raw(tid)) {
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(source) => {
+                return Err(SessionError::Ptrace {
+                    op: "PTRACE_INTERRUPT",
+                    tid,
+                    source,
+                })
+            }
+        }
+        s.pending.insert(tid);
+        s.wait_attach(
+            tid,
+            &mut HashSet::from([tid]),
+            &mut Vec::new(),
+            &mut HashSet::new(),
+        )?;
+        if s.threads.is_empty() {
+            s.detached = true;
+            return Err(if proc_exists(pid) {
+                SessionError::NoSuchThread { pid, tid }
+            } else {
+                SessionError::Exited { pid }
+            });
+        }
+        Ok(s)
+    }
+
+    /// Seize, interrupt and wait for threads until a pass over `/proc/PID/task` finds none new.
+    fn attach_loop(&mut self) -> Result<(), SessionError> {
+        let pid = self.pid;
+        let mut known: HashSet<i32> = HashSet::new();
+        let mut first = true;
+        loop {
+            let fresh: Vec<i32> = list_tasks(pid)?
+                .into_iter()
+                .filter(|t| known.insert(*t))
+                .collect();
+            if fresh.is_empty() {
+                return Ok(());
+            }
+            let mut seized = Vec::with_capacity(fresh.len());
+            let mut waitlist = Vec::new();
+            let mut failure = None;
+            for tid in fresh {
+                match ptrace::seize(Pid::from_raw(tid), Options::PTRACE_O_TRACECLONE) {
+                    Ok(()) => {
+                        self.pending.insert(tid);
+                        seized.push(tid);
+                    }
+                    Err(Errno::ESRCH) => {}
+                    // Already ours when a seized thread cloned it; otherwise someone else's.
+                    Err(Errno::EPERM) => match ptrace::interrupt(Pid::from_raw(tid)) {
+                        Ok(()) => {
+                            self.pending.insert(tid);
+                            waitlist.push(tid);
+                        }
+                        Err(_) => {
+                            if let Err(e) = self.refused(tid) {
+                                failure = Some(e);
+                                break;
+                            }
+                        }
+                    },
+                    Err(source) => {
+                        failure = Some(SessionError::Ptrace {
+                            op: "PTRACE_SEIZE",
+                            tid,
+                            source,
+                        });
+                        break;
+                    }
+                }
+            }
+            if first {
+                self.stopped_at = Instant::now();
+                first = false;
+            }
+            for tid in seized {
+                match ptrace::interrupt(Pid::from_raw(tid)) {
+                    // ESRCH: it is exiting; the wait collects the exit.
+                    Ok(()) | Err(Errno::ESRCH) => waitlist.push(tid),
+                    Err(source) => {
+                        failure.get_or_insert(SessionError::Ptrace {
+                            op: "PTRACE_INTERRUPT",
+                            tid,
+                            source,
+                        });
+                    }
+                }
+            }
+            // Wait in ascending order: the leader first, like the listing.
+            waitlist.reverse();
+            let mut cloned = HashSet::new();
+            while let Some(tid) = waitlist.pop() {
+                if let Err(e) = self.wait_attach(tid, &mut known, &mut waitlist, &mut cloned) {
+                    failure.get_or_insert(e);
+                }
+            }
+            if let Some(e) = failure {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Explains an EPERM from `PTRACE_SEIZE`; a zombie or vanished thread is skipped (`Ok`).
+    fn refused(&self, tid: i32) -> Result<(), SessionError> {
+        let pid = self.pid;
+        let st = match read_status(&format!("/proc/{pid}/task/{tid}/status")) {
+            Ok(s) => s,
+            Err(_) => return Ok(()),
+        };
+        if matches!(st.state, 'Z' | 'X') {
+            return Ok(());
+        }
+        let detail = if st.tracer != 0 {
+            traced_by(pid, Some(tid), st.tracer)
+        } else if is_root() {
+            format!("ptrace of process {pid} was refused (EPERM) although we are root: a security module (SELinux, AppArmor, Yama) or kernel lockdown forbids it")
+        } else {
+            format!(
+                "ptrace of process {pid} was refused (EPERM): run as root or as the process owner"
+            )
+        };
+        Err(SessionError::NotPermitted { pid, detail })
+    }
+
+    /// Waits for a seized thread's stop and records it; handles clone events.
+    fn wait_attach(
+        &mut self,
+        tid: i32,
+        known: &mut HashSet<i32>,
+        waitlist: &mut Vec<i32>,
+        cloned: &mut HashSet<i32>,
+    ) -> Result<(), SessionError> {
+        let child = Pid::from_raw(tid);
+        loop {
+            let waited = wait_tid(tid);
+            // Whatever happens next, the thread is no longer running unseen.
+            self.pending.remove(&tid);
+            let (sig, event, raw) = match waited? {
+                Waited::Gone => return Ok(()),
+                Waited::Stop { sig, event, raw } => (sig, event, raw),
+            };
+            let mut tracee = Tracee {
+                tid,
+                found: ThreadStop::Interrupted,
+                current: Current::Event,
+                signal: None,
+                extra: Vec::new(),
+                resumed: false,
+            };
+            match event {
+                0 => {
+                    tracee.found = ThreadStop::Signal { signal: sig };
+                    tracee.current = Current::SignalStop;
+                    let info = ptrace::getsiginfo(child);
+                    tracee.signal = info.ok();
+                    self.threads.push(tracee);
+                    return info
+                        .map(drop)
+                        .map_err(|e| self.ptrace_error("PTRACE_GETSIGINFO", tid, e));
+                }
+                EVENT_STOP if sig == libc::SIGTRAP => {}
+                EVENT_STOP
+                    if matches!(
+                        sig,
+                        libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+                    ) =>
+                {
+                    tracee.found = ThreadStop::GroupStop { signal: sig }
+                }
+                libc::PTRACE_EVENT_CLONE => {
+                    self.clone_events += 1;
+                    if let Ok(new) = ptrace::getevent(child) {
+                        let new = new as i32;
+                        if known.insert(new) {
+                            self.pending.insert(new);
+                            cloned.insert(new);
+                            waitlist.push(new);
+                        }
+                    }
+                    // Let clone return, and stop again on the way to user space.
+                    let step = ptrace::interrupt(child)
+                        .map_err(|e| ("PTRACE_INTERRUPT", e))
+                        .and_then(|()| ptrace::cont(child, None).map_err(|e| ("PTRACE_CONT", e)));
+                    if let Err((op, e)) = step {
+                        // Still stopped in the clone event: keep it so that detach releases it.
+                        self.threads.push(tracee);
+                        return Err(self.ptrace_error(op, tid, e));
+                    }
+                    self.pending.insert(tid);
+                    continue;
+                }
+                _ => {
+                    self.threads.push(tracee);
+                    return Err(SessionError::Unexpected {
+                        tid,
+                        status: describe_status(raw),
+                    });
+                }
+            }
+            if cloned.contains(&tid)
+                && !Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists()
+            {
+                // A new process cloned without SIGCHLD, traced through TRACECLONE: let it go.
+                let _ = ptrace::detach(child, None);
+                return Ok(());
+            }
+            self.threads.push(tracee);
+            return Ok(());
+        }
+    }
+
+    /// Maps ESRCH on a vanished process to [`SessionError::Exited`].
+    pub(crate) fn ptrace_error(&self, op: &'static str, tid: i32, source: Errno) -> SessionError {
+        if source == Errno::ESRCH && !proc_exists(self.pid) {
+            SessionError::Exited { pid: self.pid }
+        } else {
+            SessionError::Ptrace { op, tid, source }
+        }
+    }
+
+    /// Index of a held thread.
+    pub(crate) fn index(&self, tid: i32) -> Result<usize, SessionError> {
+        self.threads
+            .iter()
+            .position(|t| t.tid == tid)
+            .ok_or(SessionError::NotStopped { tid })
+    }
+
+    /// The process.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The stopped threads, in the order they were stopped.
+    pub fn tids(&self) -> Vec<i32> {
+        self.threads.iter().map(|t| t.tid).collect()
+    }
+
+    /// How thread `tid` was found when it stopped (None if not held).
+    pub fn stop_state(&self, tid: i32) -> Option<ThreadStop> {
+        self.threads.iter().find(|t| t.tid == tid).map(|t| t.found)
+    }
+
+    /// True when the session holds every thread (from [`Session::attach_all`]).
+    pub fn holds_all_threads(&self) -> bool {
+        self.all_threads
+    }
+
+    /// The general-purpose registers of a stopped thread.
+    pub fn regs(&self, tid: i32) -> Result<libc::user_regs_struct, SessionError> {
+        self.index(tid)?;
+        ptrace::getregs(Pid::from_raw(tid)).map_err(|e| self.ptrace_error("PTRACE_GETREGS", tid, e))
+    }
+
+    /// Sets the general-purpose registers of a stopped thread.
+    pub fn set_regs(
+        &mut self,
+        tid: i32,
+        regs: &libc::user_regs_struct,
+    ) -> Result<(), SessionError> {
+        self.index(tid)?;
+        ptrace::setregs(Pid::from_raw(tid), *regs)
+            .map_err(|e| self.ptrace_error("PTRACE_SETREGS", tid, e))
+    }
+
+    /// The target's memory, with the `PTRACE_POKEDATA` fallback bound to a held thread (opened once).
+    pub fn memory(&mut self) -> Result<&ProcessMemory, SessionError> {
+        if self.memory.is_none() {
+            let tid = self
+                .threads
+                .first()
+                .map(|t| t.tid)
+                .ok_or(SessionError::Exited { pid: self.pid })?;
+            self.memory =
+                Some(ProcessMemory::open_thread(self.pid, tid)?.with_ptrace_fallback(tid));
+        }
+        self.memory
+            .as_ref()
+            .ok_or(SessionError::Exited { pid: self.pid })
+    }
+
+    /// When the first thread was interrupted (for measuring the stop window).
+    pub fn stopped_at(&self) -> Instant {
+        self.stopped_at
+    }
+
+    /// Lets every thread go as it was found; returns how long threads were stopped.
+    pub fn detach(mut self) -> Result<Duration, SessionError> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<Duration, SessionError> {
+        if self.detached {
+            return Ok(Duration::ZERO);
+        }
+        self.detached = true;
+        self.memory = None;
+        let threads = std::mem::take(&mut self.threads);
+        let mut first_err = None;
+        self.release_pending();
+        for t in &threads {
+            if let Err(e) = self.detach_one(t) {
+                first_err.get_or_insert(e);
+            }
+        }
+        let held = self.stopped_at.elapsed();
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(held),
+        }
+    }
+
+    /// Seized threads whose stop was never collected (an error cut the attach short):
+    /// collect the stop, then let them go with whatever signal they stopped for.
+    fn release_pending(&mut self) {
+        let mut todo: Vec<i32> = self.pending.drain().collect();
+        while let Some(tid) = todo.pop() {
+            let _ = ptrace::interrupt(Pid::from_raw(tid));
+            if let Ok(Waited::Stop { sig, event, .. }) = wait_tid(tid) {
+                if event == libc::PTRACE_EVENT_CLONE {
+                    if let Ok(new) = ptrace::getevent(Pid::from_raw(tid)) {
+                        todo.push(new as i32);
+                    }
+                }
+                let _ = raw_detach(tid, if event == 0 { sig } else { 0 });
+            }
+        }
+    }
+
+    fn detach_one(&self, t: &Tracee) -> Result<(), SessionError> {
+        let child = Pid::from_raw(t.tid);
+        let mut sig = 0;
+        let mut requeue: Vec<&libc::siginfo_t> = Vec::new();
+        if let Some(info) = &t.signal {
+            if t.current == Current::SignalStop {
+                if t.resumed {
+                    ptrace::setsiginfo(child, info)
+                        .map_err(|e| self.ptrace_error("PTRACE_SETSIGINFO", t.tid, e))?;
+                }
+                sig = info.si_signo;
+            } else {
+                // Not in a signal-delivery-stop: a signal passed to DETACH would be ignored.
+                requeue.push(info);
+            }
+        }
+        requeue.extend(t.extra.iter());
+        for info in requeue {
+            requeue_signal(self.pid, t.tid, info);
+        }
+        for _ in 0..3 {
+            let Err(errno) = raw_detach(t.tid, sig) else {
+                return Ok(());
+            };
+            match errno {
+                Errno::ESRCH => {
+                    // Either it died (reap it) or it is ours but running: stop it and retry.
+                    if ptrace::interrupt(child).is_err() {
+                        reap(t.tid);
+                        return Ok(());
+                    }
+                    match wait_tid(t.tid)? {
+                        Waited::Gone => return Ok(()),
+                        Waited::Stop { .. } => sig = 0,
+                    }
+                }
+                source => {
+                    return Err(SessionError::Ptrace {
+                        op: "PTRACE_DETACH",
+                        tid: t.tid,
+                        source,
+                    })
+                }
+            }
+        }
+        Err(SessionError::Unexpected {
+            tid: t.tid,
+            status: "PTRACE_DETACH kept failing with ESRCH".into(),
+        })
+    }
+
+    /// Resumes a held thread until its next stop (tests: turns a pending signal into a signal-delivery-stop).
+    #[cfg(test)]
+    pub(crate) fn resume_until_stop(&mut self, tid: i32) -> Result<(), SessionError> {
+        let i = self.index(tid)?;
+        ptrace::cont(Pid::from_raw(tid), None)
+            .map_err(|e| self.ptrace_error("PTRACE_CONT", tid, e))?;
+        self.threads.remove(i);
+        self.pending.insert(tid);
+        self.wait_attach(
+            tid,
+            &mut HashSet::from([tid]),
+            &mut Vec::new(),
+            &mut HashSet::new(),
+        )
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! Real target processes for tests: C programs compiled at test time.
+
+    use std::io::{BufRead, BufReader, Write};
+    use std::path::PathBuf;
+    use std::process::{Child, ChildStdin, Command, Stdio};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc::{channel, Receiver};
+    use std::time::{Duration, Instant};
+
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+    /// Compiles `source` into a uniquely named binary in the temp dir.
+    pub(crate) fn compile(name: &str, source: &str) -> PathBuf {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir();
+        let base = format!("as-{name}-{}-{n}", std::process::id());
+        let src = dir.join(format!("{base}.c"));
+        let bin = dir.join(base);
+        std::fs::write(&src, source).unwrap();
+        let out = Command::new("cc")
+            .args(["-O1", "-g", "-pthread", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .output()
+            .expect("cc runs");
+        let _ = std::fs::remove_file(&src);
+        assert!(
+            out.status.success(),
+            "cc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        bin
+    }
+
+    /// A running C program whose stdout we read line by line; killed on drop.
+    pub(crate) struct TestChild {
+        /// Its pid.
+        pub(crate) pid: i32,
+        /// Lines printed before "ready".
+        pub(crate) first_output: Vec<String>,
+        child: Child,
+        stdin: Option<ChildStdin>,
+        lines: Receiver<String>,
+        bin: PathBuf,
+    }
+
+    impl TestChild {
+        /// Compiles and runs `source` with `args`, and waits for its "ready" line.
+        pub(crate) fn spawn(name: &str, source: &str, args: &[&str]) -> TestChild {
+            let bin = compile(name, source);
+            let mut child = Command::new(&bin)
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap();
+            let stdout = child.stdout.take().unwrap();
+            let (tx, rx) = channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            let mut t = TestChild {
+                pid: child.id() as i32,
+                first_output: Vec::new(),
+                stdin: child.stdin.take(),
+                child,
+                lines: rx,
+                bin,
+            };
+            loop {
+                let l = t.line();
+                if l == "ready" {
+                    break;
+                }
+                t.first_output.push(l);
+            }
+            t
+        }
+
+        /// The next line of output (panics after 20 s).
+        pub(crate) fn line(&self) -> String {
+            self.try_line(Duration::from_secs(20))
+                .expect("the test program printed nothing for 20 s")
+        }
+
+        /// The next line of output within `timeout`.
+        pub(crate) fn try_line(&self, timeout: Duration) -> Option<String> {
+            self.lines.recv_timeout(timeout).ok()
+        }
+
+        /// Writes to the program's stdin.
+        pub(crate) fn send(&mut self, s: &str) {
+            let stdin = self.stdin.as_mut().unwrap();
+            stdin.write_all(s.as_bytes()).unwrap();
+            stdin.flush().unwrap();
+        }
+
+        /// Waits for the program to exit and returns its exit code.
+        pub(crate) fn wait_exit(&mut self) -> Option<i32> {
+            self.stdin = None;
+            self.child.wait().ok()?.code()
+        }
+    }
+
+    impl Drop for TestChild {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = std::fs::remove_file(&self.bin);
+        }
+    }
+
+    /// The thread ids of a process.
+    pub(crate) fn tasks(pid: i32) -> Vec<i32> {
+        super::list_tasks(pid).unwrap()
+    }
+
+    /// `(state letter, TracerPid)` of one thread.
+    pub(crate) fn thread_state(pid: i32, tid: i32) -> (char, i32) {
+        let s = super::read_status(&format!("/proc/{pid}/task/{tid}/status")).unwrap();
+        (s.state, s.tracer)
+    }
+
+    /// The system call a thread is blocked in (first field of /proc/PID/task/TID/syscall).
+    pub(crate) fn current_syscall(pid: i32, tid: i32) -> Option<i64> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+        text.split_whitespace().next()?.parse().ok()
+    }
+
+    /// Polls until `cond` holds (panics after 20 s).
+    pub(crate) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !cond() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "timed out waiting until {what}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Waits until every thread of `pid` sits in a blocking system call (no CPU-bound thread).
+    pub(crate) fn wait_all_blocked(pid: i32) {
+        wait_until("all threads are blocked in a system call", || {
+            tasks(pid).into_iter().all(|t| {
+                current_syscall(pid, t).is_some_and(|n| n >= 0) && thread_state(pid, t).0 == 'S'
+            })
+        });
+    }
+
+    /// SIGUSR1 (SA_SIGINFO) and SIGTRAP handlers that print what arrived; main sleeps
+    /// in clock_nanosleep, or blocks in read(stdin) with argument "read".
+    pub(crate) const SIGNALS: &str = r#"
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+static void put(const char *s, long v) {
+    char buf[64]; int n = 0;
+    while (*s) buf[n++] = *s++;
+    if (v < 0) { buf[n++] = '-'; v = -v; }
+    char d[24]; int k = 0;
+    do { d[k++] = '0' + v % 10; v /= 10; } while (v);
+    while (k) buf[n++] = d[--k];
+    buf[n++] = '\n';
+    write(1, buf, n);
+}
+static volatile int usr1;
+static void on_usr1(int sig, siginfo_t *si, void *uc) {
+    usr1++;
+    put("usr1 code=", si->si_code);
+    put("usr1 value=", si->si_value.sival_int);
+}
+static void on_trap(int sig) { write(1, "TRAP\n", 5); }
+int main(int argc, char **argv) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_usr1;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigaction(SIGUSR1, &sa, 0);
+    signal(SIGTRAP, on_trap);
+    int reader = argc > 1 && !strcmp(argv[1], "read");
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    for (;;) {
+        if (reader) {
+            ssize_t n = read(0, line, sizeof line - 1);
+            if (n <= 0) break;
+            line[n] = 0;
+        } else {
+            struct timespec ts = {0, 5000000};
+            clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, 0);
+            continue;
+        }
+        if (!strncmp(line, "count", 5)) put("count=", usr1);
+        if (!strncmp(line, "quit", 4)) break;
+    }
+    return 0;
+}
+"#;
+
+    /// Queues `sig` with an integer value to a process (si_code SI_QUEUE).
+    pub(crate) fn sigqueue(pid: i32, sig: i32, value: i32) {
+        let v = libc::sigval {
+            sival_ptr: value as usize as *mut std::ffi::c_void,
+        };
+        // SAFETY: sigqueue takes integers and a sigval by value.
+        assert_eq!(unsafe { libc::sigqueue(pid, sig, v) }, 0);
+    }
+
+    /// The 27 words of a register set, for comparisons.
+    pub(crate) fn regs_words(r: &libc::user_regs_struct) -> [u64; 27] {
+        [
+            r.r15, r.r14, r.r13, r.r12, r.rbp, r.rbx, r.r11, r.r10, r.r9, r.r8, r.rax, r.rcx,
+            r.rdx, r.rsi, r.rdi, r.orig_rax, r.rip, r.cs, r.eflags, r.rsp, r.ss, r.fs_base,
+            r.gs_base, r.ds, r.es, r.fs, r.gs,
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+
+    /// N worker threads: half sleep in clock_nanosleep loops, half spin; "ready" once each
+    /// has run; "stop" joins them and reports how many sleeps failed. Main waits on stdin.
+    const THREADS: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+static volatile int stop;
+static volatile long errors, started;
+static void *sleeper(void *a) {
+    int first = 1;
+    while (!stop) {
+        struct timespec ts = {0, 2000000};
+        if (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL)) __sync_fetch_and_add(&errors, 1);
+        if (first) __sync_fetch_and_add(&started, 1), first = 0;
+    }
+    return 0;
+}
+static void *spinner(void *a) {
+    __sync_fetch_and_add(&started, 1);
+    while (!stop) {}
+    return 0;
+}
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]);
+    int spinners = argc > 2 ? atoi(argv[2]) : n / 2;
+    pthread_t t[512];
+    for (int i = 0; i < n; i++) pthread_create(&t[i], 0, i < spinners ? spinner : sleeper, 0);
+    while (started < n) usleep(1000);
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        if (!strncmp(line, "stop", 4)) break;
+    }
+    stop = 1;
+    for (int i = 0; i < n; i++) pthread_join(t[i], 0);
+    printf("errors=%ld\n", errors);
+    fflush(stdout);
+    return 0;
+}
+"#;
+
+    fn assert_released(pid: i32) {
+        for tid in tasks(pid) {
+            let (state, tracer) = thread_state(pid, tid);
+            assert_eq!(tracer, 0, "thread {tid} still traced");
+            assert!(
+                state == 'S' || state == 'R',
+                "thread {tid} in state {state} after detach"
+            );
+        }
+    }
+
+    #[test]
+    fn attach_all_sees_every_thread_and_output_is_unaffected() {
+        let mut child = TestChild::spawn("threads", THREADS, &["8"]);
+        let pid = child.pid;
+        for _ in 0..20 {
+            let s = Session::attach_all(pid).unwrap();
+            let mut tids = s.tids();
+            tids.sort_unstable();
+            assert_eq!(tids, tasks(pid));
+            assert_eq!(tids.len(), 9);
+            for &tid in &tids {
+                let (state, tracer) = thread_state(pid, tid);
+                assert_eq!(state, 't', "thread {tid} not in tracing stop");
+                // TracerPid names the tracer *thread*.
+                assert_eq!(tracer, nix::unistd::gettid().as_raw());
+                assert!(matches!(s.stop_state(tid), Some(ThreadStop::Interrupted)));
+            }
+            let held = s.detach().unwrap();
+            assert!(held < Duration::from_secs(1));
+            assert_released(pid);
+        }
+        child.send("stop\n");
+        assert_eq!(child.line(), "errors=0");
+        assert_eq!(child.wait_exit(), Some(0));
+    }
+
+    #[test]
+    fn refusals() {
+        assert!(matches!(Session::attach_all(1), Err(SessionError::Init)));
+        assert!(matches!(
+            Session::attach_thread(1, 1),
+            Err(SessionError::Init)
+        ));
+        let own = std::process::id() as i32;
+        assert!(matches!(
+            Session::attach_all(own),
+            Err(SessionError::OwnProcess { .. })
+        ));
+        let max: i32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let missing = (2..max).rev().find(|p| !proc_exists(*p)).unwrap();
+        let e = Session::attach_all(missing).unwrap_err();
+        assert!(
+            matches!(e, SessionError::NoSuchProcess { pid } if pid == missing),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("no process with pid {missing}: check the pid (ps -p {missing})")
+        );
+        assert!(matches!(
+            Session::attach_all(-5),
+            Err(SessionError::NoSuchProcess { .. })
+        ));
+        if std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd") {
+            let e = Session::attach_all(2).unwrap_err();
+            assert!(
+                matches!(e, SessionError::KernelThread { pid: 2, ref name } if name == "kthreadd"),
+                "{e}"
+            );
+            assert!(e.to_string().contains("kernel thread: nothing to hook"));
+        }
+        // A thread id is not a process id.
+        let child = TestChild::spawn("thr2", THREADS, &["2"]);
+        let tid = *tasks(child.pid).last().unwrap();
+        let e = Session::attach_all(tid).unwrap_err();
+        assert!(
+            matches!(e, SessionError::NotAProcess { tid: t, pid } if t == tid && pid == child.pid),
+            "{e}"
+        );
+        let e = Session::attach_thread(child.pid, missing).unwrap_err();
+        assert!(matches!(e, SessionError::NoSuchThread { .. }), "{e}");
+    }
+
+    /// Seizes the pid or tid in argv[1] (without stopping it) and idles.
+    const TRACER: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/ptrace.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (ptrace(PTRACE_SEIZE, atoi(argv[1]), 0, 0)) { perror("seize"); return 1; }
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) pause();
+}
+"#;
+
+    #[test]
+    fn already_traced_names_the_tracer() {
+        let mut target = TestChild::spawn("traced", THREADS, &["3"]);
+        let pid = target.pid;
+        // The whole process (its leader) traced: refused before touching anything.
+        {
+            let tracer = TestChild::spawn("trc", TRACER, &[&pid.to_string()]);
+            let e = Session::attach_all(pid).unwrap_err();
+            let SessionError::NotPermitted { pid: p, ref detail } = e else {
+                panic!("{e}")
+            };
+            assert_eq!(p, pid);
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", tracer.pid)).unwrap();
+            assert_eq!(
+                detail,
+                &format!(
+                    "process {pid} is already traced by PID {} ({}): detach that debugger first",
+                    tracer.pid,
+                    comm.trim()
+                )
+            );
+        }
+        wait_until("the first tracer is gone", || thread_state(pid, pid).1 == 0);
+        // Only one non-leader thread traced: found while seizing; the others are let go.
+        {
+            let victim = *tasks(pid).last().unwrap();
+            let tracer = TestChild::spawn("trc", TRACER, &[&victim.to_string()]);
+            let e = Session::attach_all(pid).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!(
+                    "thread {victim} of process {pid} is already traced by PID {}",
+                    tracer.pid
+                )),
+                "{e}"
+            );
+            for tid in tasks(pid).into_iter().filter(|t| *t != victim) {
+                assert_eq!(thread_state(pid, tid).1, 0);
+            }
+            let e = Session::attach_thread(pid, victim).unwrap_err();
+            assert!(matches!(e, SessionError::NotPermitted { .. }), "{e}");
+        }
+        wait_until("the second tracer is gone", || {
+            tasks(pid).iter().all(|t| thread_state(pid, *t).1 == 0)
+        });
+        Session::attach_all(pid).unwrap().detach().unwrap();
+        assert_released(pid);
+        target.send("stop\n");
+        assert_eq!(target.line(), "errors=0");
+    }
+
+    #[test]
+    fn signal_sent_while_stopped_is_delivered_once_after_detach() {
+        let child = TestChild::spawn("sig", SIGNALS, &[]);
+        let pid = child.pid;
+        let s = Session::attach_all(pid).unwrap();
+        sigqueue(pid, libc::SIGUSR1, 42);
+        // Pending in the process while it is held; nothing printed.
+        assert!(child.try_line(Duration::from_millis(50)).is_none());
+        s.detach().unwrap();
+        assert_eq!(child.line(), "usr1 code=-1");
+        assert_eq!(child.line(), "usr1 value=42");
+        assert!(
+            child.try_line(Duration::from_millis(100)).is_none(),
+            "a second delivery or a stray SIGTRAP"
+        );
+        assert_released(pid);
+    }
+
+    #[test]
+    fn signal_delivery_stop_is_kept_and_redelivered() {
+        let child = TestChild::spawn("sigd", SIGNALS, &[]);
+        let pid = child.pid;
+        let mut s = Session::attach_all(pid).unwrap();
+        sigqueue(pid, libc::SIGUSR1, 7);
+        s.resume_until_stop(pid).unwrap();
+        assert_eq!(
+            s.stop_state(pid),
+            Some(ThreadStop::Signal {
+                signal: libc::SIGUSR1
+            })
+        );
+        // An extra interrupt left pending over the detach must not stop the thread again.
+        ptrace::interrupt(Pid::from_raw(pid)).unwrap();
+        s.detach().unwrap();
+        assert_eq!(child.line(), "usr1 code=-1");
+        assert_eq!(child.line(), "usr1 value=7");
+        assert!(child.try_line(Duration::from_millis(100)).is_none());
+        assert_released(pid);
+    }
+
+    #[test]
+    fn pending_interrupt_is_cleared_at_detach() {
+        let mut child = TestChild::spawn("pend", SIGNALS, &["read"]);
+        let pid = child.pid;
+        wait_all_blocked(pid);
+        let s = Session::attach_all(pid).unwrap();
+        // A second PTRACE_INTERRUPT while already in the interrupt stop stays pending.
+        ptrace::interrupt(Pid::from_raw(pid)).unwrap();
+        s.detach().unwrap();
+        wait_all_blocked(pid);
+        assert_released(pid);
+        child.send("count\n");
+        assert_eq!(child.line(), "count=0");
+        assert!(
+            child.try_line(Duration::from_millis(100)).is_none(),
+            "stray SIGTRAP"
+        );
+        // And the next session starts from a clean state.
+        let s = Session::attach_all(pid).unwrap();
+        assert_eq!(s.stop_state(pid), Some(ThreadStop::Interrupted));
+        s.detach().unwrap();
+        child.send("quit\n");
+        assert_eq!(child.wait_exit(), Some(0));
+    }
+
+    #[test]
+    fn stopped_process_stays_stopped() {
+        let mut child = TestChild::spawn("stopd", THREADS, &["4", "0"]);
+        let pid = child.pid;
+        nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
+        wait_until("every thread is stopped", || {
+            tasks(pid).iter().all(|t| thread_state(pid, *t).0 == 'T')
+        });
+        for _ in 0..3 {
+            let s = Session::attach_all(pid).unwrap();
+            assert_eq!(s.tids().len(), 5);
+            for tid in s.tids() {
+                assert_eq!(
+                    s.stop_state(tid),
+                    Some(ThreadStop::GroupStop {
+                        signal: libc::SIGSTOP
+                    })
+                );
+            }
+            s.detach().unwrap();
+            // Woken by the detach, each thread goes back into the group-stop.
+            wait_until("every thread is stopped again", || {
+                tasks(pid).iter().all(|t| thread_state(pid, *t) == ('T', 0))
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        for tid in tasks(pid) {
+            assert_eq!(
+                thread_state(pid, tid),
+                ('T', 0),
+                "thread {tid} after a while"
+            );
+        }
+        nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT).unwrap();
+        child.send("stop\n");
+        assert_eq!(child.line(), "errors=0");
+    }
+
+    #[test]
+    fn attach_thread_stops_only_that_thread() {
+        let mut child = TestChild::spawn("one", THREADS, &["4", "0"]);
+        let pid = child.pid;
+        let tid = tasks(pid)[2];
+        let s = Session::attach_thread(pid, tid).unwrap();
+        assert_eq!(s.tids(), vec![tid]);
+        assert!(!s.holds_all_threads());
+        assert_eq!(thread_state(pid, tid).0, 't');
+        assert_eq!(thread_state(pid, pid).1, 0);
+        let r = s.regs(tid).unwrap();
+        assert_eq!(r.orig_rax, libc::SYS_clock_nanosleep as u64);
+        assert!(matches!(s.regs(pid), Err(SessionError::NotStopped { .. })));
+        s.detach().unwrap();
+        assert_released(pid);
+        child.send("stop\n");
+        assert_eq!(child.line(), "errors=0");
+    }
+
+    /// Four threads that create and join short-lived threads as fast as they can.
+    const CHURN: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static volatile int stop;
+static volatile long made, failed;
+static void *leaf(void *a) { return a; }
+static void *maker(void *a) {
+    while (!stop) {
+        pthread_t t;
+        if (pthread_create(&t, 0, leaf, (void *)1)) { __sync_fetch_and_add(&failed, 1); continue; }
+        void *r = 0;
+        pthread_join(t, &r);
+        if (r != (void *)1) __sync_fetch_and_add(&failed, 1);
+        __sync_fetch_and_add(&made, 1);
+    }
+    return 0;
+}
+int main(void) {
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], 0, maker, 0);
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin) && strncmp(line, "stop", 4)) {}
+    stop = 1;
+    for (int i = 0; i < 4; i++) pthread_join(t[i], 0);
+    printf("failed=%ld made>0=%d\n", failed, made > 0);
+    fflush(stdout);
+    return 0;
+}
+"#;
+
+    #[test]
+    fn thread_churn() {
+        let mut child = TestChild::spawn("churn", CHURN, &[]);
+        let pid = child.pid;
+        let mut clones = 0;
+        for _ in 0..300 {
+            let s = Session::attach_all(pid).unwrap();
+            clones += s.clone_events;
+            // Everything alive in the group is held.
+            for tid in tasks(pid) {
+                let (state, _) = thread_state(pid, tid);
+                assert!(
+                    s.tids().contains(&tid) || state == 'Z' || state == 'X',
+                    "thread {tid} ({state}) not held"
+                );
+            }
+            s.detach().unwrap();
+        }
+        eprintln!("thread_churn: {clones} clone events in 300 sessions");
+        child.send("stop\n");
+        assert_eq!(child.line(), "failed=0 made>0=1");
+        assert_eq!(child.wait_exit(), Some(0));
+    }
+
+    #[test]
+    fn drop_detaches() {
+        let mut child = TestChild::spawn("drop", THREADS, &["2"]);
+        {
+            let _s = Session::attach_all(child.pid).unwrap();
+        }
+        assert_released(child.pid);
+        child.send("stop\n");
+        assert_eq!(child.line(), "errors=0");
+    }
+
+    fn median(mut v: Vec<Duration>) -> Duration {
+        v.sort_unstable();
+        v[v.len() / 2]
+    }
+
+    /// Stop-window figures: `cargo test -p injector --release --lib -- --ignored --nocapture stop_window`.
+    #[test]
+    #[ignore]
+    fn stop_window() {
+        for n in [1usize, 63] {
+            let mut child = TestChild::spawn("bench", THREADS, &[&n.to_string(), "0"]);
+            let pid = child.pid;
+            let mut held = Vec::new();
+            let mut total = Vec::new();
+            let mut with_mmap = Vec::new();
+            for _ in 0..50 {
+                let t0 = Instant::now();
+                let s = Session::attach_all(pid).unwrap();
+                held.push(s.detach().unwrap());
+                total.push(t0.elapsed());
+            }
+            for _ in 0..50 {
+                let mut s = Session::attach_all(pid).unwrap();
+                let a = s
+                    .remote_mmap(
+                        0,
+                        4096,
+                        libc::PROT_READ,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    )
+                    .unwrap();
+                s.remote_munmap(a, 4096).unwrap();
+                with_mmap.push(s.detach().unwrap());
+            }
+            eprintln!(
+                "{} threads: stopped median {:?} (min {:?}, max {:?}); attach_all+detach call median {:?}; with remote mmap+munmap median {:?}",
+                n + 1,
+                median(held.clone()),
+                held.iter().min().unwrap(),
+                held.iter().max().unwrap(),
+                median(total),
+                median(with_mmap)
+            );
+            child.send("stop\n");
+            assert_eq!(child.line(), "errors=0");
+        }
+    }
+}

@@ -1,0 +1,1544 @@
+//! ELF symbol loading and lookup for a live process.
+//!
+//! Every executable file mapping of the target (plus its `[vdso]`) becomes one
+//! [`Module`]: the file is opened through `/proc/PID/root/<path>` so that targets in
+//! containers work, parsed once with goblin, and reduced to a sorted table of
+//! function symbols at their runtime addresses. [`ProcessSymbols`] resolves what the
+//! user asked to hook ([`FuncSpec`]) to one function entry, or explains why it
+//! cannot.
+//!
+//! Only `STT_FUNC` symbols are functions here. `STT_GNU_IFUNC` symbols (e.g. glibc's
+//! `memcpy`) name a resolver that picks the real implementation at load time, not the
+//! code that runs, so they are never hook targets; naming one gives
+//! [`SymbolError::Ifunc`].
+//!
+//! Symbol versions: a `.dynsym` entry whose version is hidden (a compatibility
+//! version such as `realpath@GLIBC_2.2.5`) is named `NAME@VERSION`; the default
+//! version keeps the plain name. `.symtab` names of the form `NAME@@VERSION` are
+//! shortened to `NAME`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, MetadataExt};
+
+use goblin::elf::program_header::PT_LOAD;
+use goblin::elf::section_header::{SHN_UNDEF, SHT_NOBITS};
+use goblin::elf::sym::{STB_LOCAL, STT_FUNC, STT_GNU_IFUNC};
+use goblin::elf::Elf;
+use goblin::options::ParseOptions;
+
+use crate::maps::MapEntry;
+
+/// Mask that rounds an address or file offset down to its 4 KiB page.
+const PAGE_MASK: u64 = !0xfff;
+/// How far past an unsized symbol [`Module::lookup`] still attributes addresses to it.
+const UNSIZED_WINDOW: u64 = 64 * 1024;
+/// Most suggestions a [`SymbolError::NotFound`] carries.
+const MAX_SUGGESTIONS: usize = 5;
+/// Largest `[vdso]` image read from process memory.
+const MAX_VDSO_LEN: u64 = 1 << 20;
+/// How many `PT_LOAD` headers are checked when scoring a candidate load bias.
+const MAX_SCORED_LOADS: usize = 64;
+/// The maps name (and [`Module::path`]) of the kernel's vDSO.
+pub const VDSO: &str = "[vdso]";
+/// Smallest file that can hold an ELF header (the 32-bit one is 52 bytes).
+const MIN_ELF_LEN: u64 = 52;
+
+/// Errors from loading or searching symbols.
+#[derive(Debug, thiserror::Error)]
+pub enum SymbolError {
+    /// A file (or process memory) could not be opened or read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// What was being read.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A file is not a usable ELF image.
+    #[error("{path}: not a usable ELF file: {msg}")]
+    Elf {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// No function has that name.
+    #[error("{}", not_found_message(.name, .suggestions))]
+    NotFound {
+        /// The name that was asked for.
+        name: String,
+        /// Close names, each rendered as `NAME (in /path/module)`.
+        suggestions: Vec<String>,
+    },
+    /// Several different functions have that name.
+    #[error("{}", ambiguous_message(.name, .candidates))]
+    Ambiguous {
+        /// The name that was asked for.
+        name: String,
+        /// Each candidate rendered as `NAME in /path/module (0xADDR)`.
+        candidates: Vec<String>,
+    },
+    /// A `MODULE!NAME` spec named a module that is not loaded.
+    #[error(
+        "no loaded module matches `{module}` (give its path, its file name such as \
+         `libc.so.6`, or a prefix such as `libc`); loaded: {}",
+        .loaded.join(", ")
+    )]
+    ModuleNotFound {
+        /// The module that was asked for.
+        module: String,
+        /// File names of the loaded modules.
+        loaded: Vec<String>,
+    },
+    /// An address is not the entry of a function.
+    #[error("{detail}")]
+    AddressNotInFunction {
+        /// The address that was asked for.
+        addr: u64,
+        /// Why it is not a function entry, and what to use instead.
+        detail: String,
+    },
+    /// The function's symbol has no size.
+    #[error("`{name}`: symbol has no size; cannot bound the function")]
+    ZeroSize {
+        /// The function's name.
+        name: String,
+    },
+    /// The target is a 32-bit program.
+    #[error("{path} is a 32-bit program: 32-bit (i386) targets are not yet supported")]
+    Not64Bit {
+        /// The target's executable.
+        path: String,
+    },
+    /// The name is a GNU indirect function, whose symbol is a resolver.
+    #[error(
+        "`{name}` in {module} is a GNU indirect function (IFUNC): its symbol is the resolver \
+         that picks an implementation at load time, not the code that runs; hook the \
+         implementation instead (by its own name, or --addr)"
+    )]
+    Ifunc {
+        /// The function's name.
+        name: String,
+        /// The module that defines it.
+        module: String,
+    },
+    /// The file is not mapped in the process.
+    #[error("{path} is not mapped in the process")]
+    NotMapped {
+        /// The file.
+        path: String,
+    },
+}
+
+fn not_found_message(name: &str, suggestions: &[String]) -> String {
+    let mut msg = format!("no function named `{name}` in the process");
+    if !suggestions.is_empty() {
+        msg.push_str("; did you mean: ");
+        msg.push_str(&suggestions.join(", "));
+    }
+    msg.push_str(
+        "\n  names must match exactly; qualify a library's function as MODULE!NAME \
+         (e.g. `libc.so.6!write`); list a module's functions with \
+         `nm --defined-only /proc/PID/root/MODULE_PATH` (`nm -D` for stripped libraries)",
+    );
+    msg
+}
+
+fn ambiguous_message(name: &str, candidates: &[String]) -> String {
+    let mut msg = format!(
+        "`{name}` is ambiguous, {} functions have that name:",
+        candidates.len()
+    );
+    for c in candidates {
+        msg.push_str("\n  ");
+        msg.push_str(c);
+    }
+    msg.push_str(
+        "\n  write MODULE!NAME to pick a module (e.g. `libc.so.6!write`), \
+         or --addr ADDR to pick one function",
+    );
+    msg
+}
+
+/// What the user asked to hook: `NAME`, `MODULE!NAME`, or an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FuncSpec {
+    /// A function name searched in every module.
+    Name(String),
+    /// A function name searched in one module.
+    Qualified {
+        /// Module path, file name (`libc.so.6`) or file-name prefix (`libc`).
+        module: String,
+        /// Function name.
+        name: String,
+    },
+    /// A runtime address that must be a function entry.
+    Addr(u64),
+}
+
+impl FuncSpec {
+    /// Parses `0x1234` as an address, `MODULE!NAME` as qualified, anything else as a name.
+    pub fn parse(s: &str) -> FuncSpec {
+        let s = s.trim();
+        if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            if let Ok(addr) = u64::from_str_radix(hex, 16) {
+                return FuncSpec::Addr(addr);
+            }
+        }
+        match s.split_once('!') {
+            Some((module, name)) if !module.is_empty() && !name.is_empty() => FuncSpec::Qualified {
+                module: module.to_string(),
+                name: name.to_string(),
+            },
+            _ => FuncSpec::Name(s.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for FuncSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FuncSpec::Name(name) => f.write_str(name),
+            FuncSpec::Qualified { module, name } => write!(f, "{module}!{name}"),
+            FuncSpec::Addr(addr) => write!(f, "{addr:#x}"),
+        }
+    }
+}
+
+/// One function symbol at its runtime address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Symbol {
+    /// Symbol name (mangled as in the file).
+    pub name: String,
+    /// Runtime address of the first instruction.
+    pub addr: u64,
+    /// Size in bytes; 0 when the symbol table does not say.
+    pub size: u64,
+}
+
+/// A function resolved to one runtime address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// Symbol name.
+    pub name: String,
+    /// Path of the module as in `/proc/PID/maps`.
+    pub module_path: String,
+    /// Runtime address of the function entry.
+    pub addr: u64,
+    /// Size of the function in bytes (never 0).
+    pub size: u64,
+}
+
+/// The bytes of a module's file: mapped from disk, or copied (the `[vdso]`).
+enum FileData {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl FileData {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            FileData::Mapped(map) => map,
+            FileData::Owned(vec) => vec,
+        }
+    }
+}
+
+/// A section header reduced to what lookups need.
+#[derive(Debug, Clone)]
+struct Section {
+    name: String,
+    addr: u64,
+    size: u64,
+    offset: u64,
+    nobits: bool,
+}
+
+/// A `PT_LOAD` program header.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    vaddr: u64,
+    memsz: u64,
+    offset: u64,
+    filesz: u64,
+}
+
+/// One mapped ELF file: its runtime placement and function symbols.
+pub struct Module {
+    /// Path as in `/proc/PID/maps` (without ` (deleted)`), or `[vdso]`.
+    pub path: String,
+    /// Load bias: runtime address = svma + bias (wrapping).
+    pub bias: u64,
+    /// Lowest start .. highest end of the file's mappings.
+    pub range: Range<u64>,
+    /// Runtime ranges of the executable mappings.
+    pub exec_ranges: Vec<Range<u64>>,
+    /// True for ELFCLASS64.
+    pub is_64: bool,
+    symbols: Vec<Symbol>,
+    max_size: u64,
+    ifuncs: Vec<String>,
+    sections: Vec<Section>,
+    loads: Vec<Load>,
+    data: FileData,
+}
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module")
+            .field("path", &self.path)
+            .field("bias", &format_args!("{:#x}", self.bias))
+            .field(
+                "range",
+                &format_args!("{:#x}..{:#x}", self.range.start, self.range.end),
+            )
+            .field("is_64", &self.is_64)
+            .field("symbols", &self.symbols.len())
+            .field("file_len", &self.data.bytes().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything taken out of the parsed ELF, so the parse can borrow the file bytes
+/// and be dropped before the bytes move into the [`Module`].
+struct Parsed {
+    bias: u64,
+    range: Range<u64>,
+    exec_ranges: Vec<Range<u64>>,
+    is_64: bool,
+    symbols: Vec<Symbol>,
+    ifuncs: Vec<String>,
+    sections: Vec<Section>,
+    loads: Vec<Load>,
+}
+
+impl Module {
+    /// Loads the mapped file `path` (as in `/proc/PID/maps`) of process `pid`.
+    pub fn load(pid: i32, path: &str, maps: &[MapEntry]) -> Result<Module, SymbolError> {
+        let entries: Vec<&MapEntry> = maps
+            .iter()
+            .filter(|e| e.file_path() == path || e.path == path)
+            .collect();
+        let Some(first) = entries.first() else {
+            return Err(SymbolError::NotMapped {
+                path: path.to_string(),
+            });
+        };
+        let path = first.file_path().to_string();
+        let data = if path == VDSO {
+            read_process_image(pid, first, &path)?
+        } else if path.starts_with('/') {
+            open_mapped_file(pid, &path, &entries)?
+        } else {
+            return Err(SymbolError::Elf {
+                path,
+                msg: "not a file mapping".to_string(),
+            });
+        };
+        let parsed = parse_module(data.bytes(), &entries).map_err(|msg| SymbolError::Elf {
+            path: path.clone(),
+            msg,
+        })?;
+        let max_size = parsed.symbols.iter().map(|s| s.size).max().unwrap_or(0);
+        Ok(Module {
+            path,
+            bias: parsed.bias,
+            range: parsed.range,
+            exec_ranges: parsed.exec_ranges,
+            is_64: parsed.is_64,
+            symbols: parsed.symbols,
+            max_size,
+            ifuncs: parsed.ifuncs,
+            sections: parsed.sections,
+            loads: parsed.loads,
+            data,
+        })
+    }
+
+    /// The last component of the path (`libc.so.6`).
+    pub fn file_name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+
+    /// Function symbols sorted by address; at one address the preferred name comes first.
+    ///
+    /// Merged from `.symtab` and `.dynsym`; one entry per distinct name and address.
+    /// At one address, exported names come before local ones and names with fewer
+    /// leading underscores first (`write` before `__libc_write`).
+    pub fn symbols(&self) -> &[Symbol] {
+        &self.symbols
+    }
+
+    /// The function containing `addr` and the offset of `addr` into it.
+    ///
+    /// A sized symbol that covers `addr` wins. Failing that, the nearest preceding
+    /// symbol is used if it has no size, lies within 64 KiB and in the same
+    /// executable mapping as `addr`.
+    pub fn lookup(&self, addr: u64) -> Option<(&Symbol, u64)> {
+        let end = self.symbols.partition_point(|s| s.addr <= addr);
+        let mut i = end;
+        while i > 0 {
+            i -= 1;
+            let start = self.symbols.get(i)?.addr;
+            let off = addr - start;
+            if off > self.max_size {
+                break;
+            }
+            let first = self.symbols.partition_point(|s| s.addr < start);
+            if let Some(s) = self.symbols.get(first..=i)?.iter().find(|s| s.size > off) {
+                return Some((s, off));
+            }
+            i = first;
+        }
+        let last = self.symbols.get(end.checked_sub(1)?)?;
+        let off = addr - last.addr;
+        let same_exec = self
+            .exec_ranges
+            .iter()
+            .any(|r| r.contains(&addr) && r.contains(&last.addr));
+        if off >= UNSIZED_WINDOW || !same_exec || !self.same_section(addr, last.addr) {
+            return None;
+        }
+        let first = self.symbols.partition_point(|s| s.addr < last.addr);
+        let s = self.symbols.get(first..end)?.iter().find(|s| s.size == 0)?;
+        Some((s, off))
+    }
+
+    /// False when section headers put runtime addresses `a` and `b` in different sections
+    /// (e.g. `_init` in `.init` and a stub in `.plt`); true when there are none to ask.
+    fn same_section(&self, a: u64, b: u64) -> bool {
+        let section_of = |addr: u64| {
+            let svma = addr.wrapping_sub(self.bias);
+            self.sections
+                .iter()
+                .position(|s| s.addr != 0 && svma >= s.addr && svma - s.addr < s.size)
+        };
+        section_of(a) == section_of(b)
+    }
+
+    /// The preferred function symbol that starts exactly at `addr`, sized ones first.
+    pub fn symbol_at(&self, addr: u64) -> Option<&Symbol> {
+        let first = self.symbols.partition_point(|s| s.addr < addr);
+        let end = self.symbols.partition_point(|s| s.addr <= addr);
+        let at = self.symbols.get(first..end)?;
+        at.iter().find(|s| s.size > 0).or_else(|| at.first())
+    }
+
+    /// Function symbols with exactly this name (one per address).
+    pub fn symbols_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
+        self.symbols.iter().filter(move |s| s.name == name)
+    }
+
+    /// Names of the module's GNU indirect functions (`STT_GNU_IFUNC`), sorted.
+    pub fn ifunc_names(&self) -> &[String] {
+        &self.ifuncs
+    }
+
+    /// Raw bytes and svma range of a section by name; `None` if missing or `SHT_NOBITS`.
+    pub fn section(&self, name: &str) -> Option<(Range<u64>, &[u8])> {
+        let s = self.sections.iter().find(|s| s.name == name && !s.nobits)?;
+        let start = usize::try_from(s.offset).ok()?;
+        let len = usize::try_from(s.size).ok()?;
+        let bytes = self.data().get(start..start.checked_add(len)?)?;
+        Some((s.addr..s.addr.checked_add(s.size)?, bytes))
+    }
+
+    /// The file bytes that back `len` bytes at runtime address `addr`, if all are in the file.
+    pub fn file_bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        let svma = addr.wrapping_sub(self.bias);
+        let load = self.loads.iter().find(|l| {
+            svma >= l.vaddr && svma - l.vaddr < l.filesz && len <= l.filesz - (svma - l.vaddr)
+        })?;
+        let start = usize::try_from(load.offset.checked_add(svma - load.vaddr)?).ok()?;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        self.data().get(start..end)
+    }
+
+    /// The svma of the first byte of the image: the lowest page-aligned `PT_LOAD` address.
+    pub fn base_svma(&self) -> u64 {
+        self.loads
+            .iter()
+            .map(|l| l.vaddr & PAGE_MASK)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The whole file's bytes.
+    pub fn data(&self) -> &[u8] {
+        self.data.bytes()
+    }
+}
+
+/// Opens a mapped file, preferring the exact inode the process has mapped.
+///
+/// `/proc/PID/root/<path>` reaches files inside the target's mount namespace (for
+/// containers). If that path is gone, deleted or now holds a different inode (the
+/// file was replaced on disk), `/proc/PID/map_files/` is tried, which opens the very
+/// file that is mapped; if that is not permitted either, the path's file is used.
+fn open_mapped_file(pid: i32, path: &str, entries: &[&MapEntry]) -> Result<FileData, SymbolError> {
+    let root_path = format!("/proc/{pid}/root{path}");
+    let inode = entries.first().map_or(0, |e| e.inode);
+    let by_path = File::open(&root_path);
+    let same_inode = match &by_path {
+        Ok(f) => f.metadata().is_ok_and(|m| m.ino() == inode),
+        Err(_) => false,
+    };
+    let (file, shown) = if same_inode {
+        (
+            by_path.map_err(|source| SymbolError::Io {
+                path: root_path.clone(),
+                source,
+            })?,
+            root_path,
+        )
+    } else {
+        let by_map = entries.first().and_then(|e| {
+            let p = format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end);
+            File::open(&p).ok().map(|f| (f, p))
+        });
+        match (by_map, by_path) {
+            (Some(found), _) => found,
+            (None, Ok(f)) => (f, root_path),
+            (None, Err(source)) => {
+                return Err(SymbolError::Io {
+                    path: root_path,
+                    source,
+                })
+            }
+        }
+    };
+    let io_err = |source| SymbolError::Io {
+        path: shown.clone(),
+        source,
+    };
+    let len = file.metadata().map_err(io_err)?.len();
+    let mut magic = [0u8; 4];
+    if len < MIN_ELF_LEN || file.read_exact_at(&mut magic, 0).is_err() || &magic != b"\x7fELF" {
+        return Err(SymbolError::Elf {
+            path: path.to_string(),
+            msg: "no ELF header".to_string(),
+        });
+    }
+    // SAFETY: the file is mapped read-only and private, and we never write through
+    // the mapping. The remaining hazard is another process truncating or rewriting
+    // the file while it is mapped: reads past the new end would raise SIGBUS and
+    // rewritten bytes would change under us. Executables and libraries in use are
+    // replaced by rename (a new inode), not rewritten in place, so this is the same
+    // risk every debugger and profiler that maps its target's files accepts.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?;
+    Ok(FileData::Mapped(map))
+}
+
+/// Reads an ELF image that exists only in the process's memory (the `[vdso]`).
+fn read_process_image(pid: i32, entry: &MapEntry, path: &str) -> Result<FileData, SymbolError> {
+    let mem_path = format!("/proc/{pid}/mem");
+    let len = entry.end.saturating_sub(entry.start).min(MAX_VDSO_LEN);
+    let len = usize::try_from(len).map_err(|_| SymbolError::Elf {
+        path: path.to_string(),
+        msg: "image too large".to_string(),
+    })?;
+    let mut buf = vec![0u8; len];
+    File::open(&mem_path)
+        .and_then(|f| f.read_exact_at(&mut buf, entry.start))
+        .map_err(|source| SymbolError::Io {
+            path: mem_path,
+            source,
+        })?;
+    Ok(FileData::Owned(buf))
+}
+
+/// Parses an ELF image, turning a parser panic on hostile input into an error.
+fn parse_elf(bytes: &[u8]) -> Result<Elf<'_>, String> {
+    if bytes.get(..4) != Some(b"\x7fELF".as_slice()) {
+        return Err("no ELF header".to_string());
+    }
+    let opts = ParseOptions::permissive();
+    match std::panic::catch_unwind(|| Elf::parse_with_opts(bytes, &opts)) {
+        Ok(Ok(elf)) => Ok(elf),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the ELF parser failed on malformed input".to_string()),
+    }
+}
+
+/// Finds the load bias that places the `PT_LOAD` segments onto the file's mappings.
+///
+/// Takes the first `PT_LOAD` that some mapping matches (`offset == p_offset & !0xfff`);
+/// if several mappings match it (the file is mapped more than once), the bias that
+/// lines up the most segments wins.
+fn compute_bias(loads: &[Load], entries: &[&MapEntry]) -> Option<u64> {
+    let lines_up = |bias: u64| {
+        let scored = loads.iter().take(MAX_SCORED_LOADS);
+        scored
+            .filter(|l| {
+                let page = (l.vaddr & PAGE_MASK).wrapping_add(bias);
+                entries
+                    .iter()
+                    .any(|e| e.offset == l.offset & PAGE_MASK && e.start == page)
+            })
+            .count()
+    };
+    for load in loads {
+        let mut best: Option<(usize, u64)> = None;
+        for e in entries
+            .iter()
+            .filter(|e| e.offset == load.offset & PAGE_MASK)
+        {
+            let bias = e.start.wrapping_sub(load.vaddr & PAGE_MASK);
+            let score = lines_up(bias);
+            match best {
+                Some((s, _)) if s >= score => {}
+                _ => best = Some((score, bias)),
+            }
+        }
+        if let Some((_, bias)) = best {
+            return Some(bias);
+        }
+    }
+    None
+}
+
+/// A function symbol before merging, with what decides which name is preferred.
+struct RawSym<'a> {
+    name: Cow<'a, str>,
+    addr: u64,
+    size: u64,
+    local: bool,
+    from_dynsym: bool,
+}
+
+impl RawSym<'_> {
+    /// Sort key among symbols at one address: exported, fewer leading `_`, `.symtab` first.
+    fn preference(&self) -> (bool, usize, bool) {
+        let underscores = self.name.bytes().take_while(|&b| b == b'_').count();
+        (self.local, underscores, self.from_dynsym)
+    }
+}
+
+fn parse_module(bytes: &[u8], entries: &[&MapEntry]) -> Result<Parsed, String> {
+    let elf = parse_elf(bytes)?;
+    let loads: Vec<Load> = elf
+        .program_headers
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .map(|p| Load {
+            vaddr: p.p_vaddr,
+            memsz: p.p_memsz,
+            offset: p.p_offset,
+            filesz: p.p_filesz,
+        })
+        .collect();
+    let bias = compute_bias(&loads, entries)
+        .ok_or("no mapping matches its PT_LOAD segments (was the file replaced on disk?)")?;
+
+    // The mappings that belong to this placement of the image (a file can be mapped
+    // again elsewhere, e.g. read as data).
+    let image = loads.iter().try_fold(None::<(u64, u64)>, |acc, l| {
+        let lo = (l.vaddr & PAGE_MASK).wrapping_add(bias);
+        let hi = l.vaddr.checked_add(l.memsz)?.checked_add(0xfff)? & PAGE_MASK;
+        let hi = hi.wrapping_add(bias);
+        Some(Some(acc.map_or((lo, hi), |(a, b): (u64, u64)| {
+            (a.min(lo), b.max(hi))
+        })))
+    });
+    let mut own: Vec<&MapEntry> = match image {
+        Some(Some((lo, hi))) => entries
+            .iter()
+            .copied()
+            .filter(|e| e.start >= lo && e.end <= hi)
+            .collect(),
+        _ => Vec::new(),
+    };
+    if own.is_empty() {
+        own = entries.to_vec();
+    }
+    let start = own.iter().map(|e| e.start).min().unwrap_or(0);
+    let end = own.iter().map(|e| e.end).max().unwrap_or(0);
+    let exec_ranges = own
+        .iter()
+        .filter(|e| e.perms.exec)
+        .map(|e| e.range())
+        .collect();
+
+    let sections = elf
+        .section_headers
+        .iter()
+        .map(|sh| Section {
+            name: elf.shdr_strtab.get_at(sh.sh_name).unwrap_or("").to_string(),
+            addr: sh.sh_addr,
+            size: sh.sh_size,
+            offset: sh.sh_offset,
+            nobits: sh.sh_type == SHT_NOBITS,
+        })
+        .collect();
+
+    let (symbols, ifuncs) = collect_symbols(&elf, bias);
+    Ok(Parsed {
+        bias,
+        range: start..end,
+        exec_ranges,
+        is_64: elf.is_64,
+        symbols,
+        ifuncs,
+        sections,
+        loads,
+    })
+}
+
+/// Merges `.symtab` and `.dynsym` function symbols into the sorted, deduplicated table.
+fn collect_symbols(elf: &Elf<'_>, bias: u64) -> (Vec<Symbol>, Vec<String>) {
+    let mut raw: Vec<RawSym<'_>> = Vec::with_capacity(elf.syms.len() + elf.dynsyms.len());
+    let mut ifuncs: Vec<String> = Vec::new();
+
+    for sym in elf.syms.iter() {
+        if sym.st_shndx == SHN_UNDEF as usize || sym.st_value == 0 {
+            continue;
+        }
+        let Some(name) = elf.strtab.get_at(sym.st_name).filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let name = name.split_once("@@").map_or(name, |(plain, _)| plain);
+        match sym.st_type() {
+            STT_FUNC => raw.push(RawSym {
+                name: Cow::Borrowed(name),
+                addr: sym.st_value.wrapping_add(bias),
+                size: sym.st_size,
+                local: sym.st_bind() == STB_LOCAL,
+                from_dynsym: false,
+            }),
+            STT_GNU_IFUNC => ifuncs.push(name.to_string()),
+            _ => {}
+        }
+    }
+
+    // Version index -> version name, for naming hidden (non-default) versions.
+    let versions: Vec<(u16, &str)> = elf
+        .verdef
+        .as_ref()
+        .map(|verdef| {
+            verdef
+                .iter()
+                .filter_map(|vd| {
+                    let aux = vd.iter().next()?;
+                    Some((vd.vd_ndx, elf.dynstrtab.get_at(aux.vda_name)?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+
+    for (index, sym) in elf.dynsyms.iter().enumerate() {
+        if sym.st_shndx == SHN_UNDEF as usize || sym.st_value == 0 {
+            continue;
+        }
+        let Some(name) = elf.dynstrtab.get_at(sym.st_name).filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let hidden_version = elf
+            .versym
+            .as_ref()
+            .and_then(|vs| vs.get_at(index))
+            .filter(|v| v.is_hidden())
+            .and_then(|v| versions.iter().find(|(ndx, _)| *ndx == v.version()))
+            .map(|(_, ver)| *ver);
+        let name = match hidden_version {
+            Some(ver) => Cow::Owned(format!("{name}@{ver}")),
+            None => Cow::Borrowed(name),
+        };
+        match sym.st_type() {
+            STT_FUNC => raw.push(RawSym {
+                name,
+                addr: sym.st_value.wrapping_add(bias),
+                size: sym.st_size,
+                local: sym.st_bind() == STB_LOCAL,
+                from_dynsym: true,
+            }),
+            STT_GNU_IFUNC => ifuncs.push(name.into_owned()),
+            _ => {}
+        }
+    }
+
+    // One entry per (address, name), keeping the .symtab one (it sorts first).
+    raw.sort_unstable_by(|a, b| {
+        (a.addr, &a.name, a.from_dynsym).cmp(&(b.addr, &b.name, b.from_dynsym))
+    });
+    raw.dedup_by(|later, kept| {
+        let same = later.addr == kept.addr && later.name == kept.name;
+        if same && kept.size == 0 {
+            kept.size = later.size;
+        }
+        if same {
+            kept.local &= later.local;
+        }
+        same
+    });
+    for at_one_addr in raw.chunk_by_mut(|a, b| a.addr == b.addr) {
+        if at_one_addr.len() > 1 {
+            at_one_addr.sort_by_cached_key(RawSym::preference);
+        }
+    }
+
+    ifuncs.sort_unstable();
+    ifuncs.dedup();
+    let symbols = raw
+        .into_iter()
+        .map(|s| Symbol {
+            name: s.name.into_owned(),
+            addr: s.addr,
+            size: s.size,
+        })
+        .collect();
+    (symbols, ifuncs)
+}
+
+/// Every ELF module mapped in a process.
+#[derive(Debug)]
+pub struct ProcessSymbols {
+    /// The process.
+    pub pid: i32,
+    /// One module per executable file mapping, in address order, plus the `[vdso]`.
+    pub modules: Vec<Module>,
+    /// The executable's path when the process is a 32-bit program.
+    exe_32bit: Option<String>,
+}
+
+impl ProcessSymbols {
+    /// Loads every ELF file the process has mapped executable, plus its `[vdso]`.
+    ///
+    /// Files that are not ELF or cannot be opened or parsed are skipped silently;
+    /// files with no executable mapping (locale archives, fonts, data) are never
+    /// opened. Fails only when the process itself is gone.
+    pub fn load(pid: i32, maps: &[MapEntry]) -> Result<ProcessSymbols, SymbolError> {
+        let exe_32bit = executable_is_32bit(pid)?;
+        let mut paths: Vec<&str> = Vec::new();
+        for e in maps {
+            if e.perms.exec && (e.is_file() || e.path == VDSO) {
+                let p = e.file_path();
+                if !paths.contains(&p) {
+                    paths.push(p);
+                }
+            }
+        }
+        let modules = paths
+            .iter()
+            .filter_map(|p| Module::load(pid, p, maps).ok())
+            .collect();
+        Ok(ProcessSymbols {
+            pid,
+            modules,
+            exe_32bit,
+        })
+    }
+
+    /// The module whose mappings contain `addr` (executable mappings first).
+    pub fn module_for(&self, addr: u64) -> Option<&Module> {
+        self.modules
+            .iter()
+            .find(|m| m.exec_ranges.iter().any(|r| r.contains(&addr)))
+            .or_else(|| self.modules.iter().find(|m| m.range.contains(&addr)))
+    }
+
+    /// The module and function containing `addr`, with the offset into the function.
+    pub fn lookup(&self, addr: u64) -> Option<(&Module, &Symbol, u64)> {
+        let m = self.module_for(addr)?;
+        let (s, off) = m.lookup(addr)?;
+        Some((m, s, off))
+    }
+
+    /// Resolves a spec to one function entry.
+    pub fn resolve(&self, spec: &FuncSpec) -> Result<Resolved, SymbolError> {
+        if let Some(path) = &self.exe_32bit {
+            return Err(SymbolError::Not64Bit { path: path.clone() });
+        }
+        match spec {
+            FuncSpec::Name(name) => {
+                // The vdso duplicates libc names (`clock_gettime`, `time`); it is searched
+                // only when nothing else has the name, or when named as `[vdso]!NAME`.
+                let (vdso, files): (Vec<&Module>, Vec<&Module>) =
+                    self.modules.iter().partition(|m| m.path == VDSO);
+                match resolve_name(name, &files) {
+                    Err(SymbolError::NotFound { .. })
+                        if vdso.iter().any(|m| m.symbols_named(name).next().is_some()) =>
+                    {
+                        resolve_name(name, &vdso)
+                    }
+                    other => other,
+                }
+            }
+            FuncSpec::Qualified { module, name } => {
+                let matched = self.modules_matching(module);
+                if matched.is_empty() {
+                    let mut loaded: Vec<String> = Vec::new();
+                    for m in &self.modules {
+                        if !loaded.iter().any(|l| l == m.file_name()) {
+                            loaded.push(m.file_name().to_string());
+                        }
+                    }
+                    return Err(SymbolError::ModuleNotFound {
+                        module: module.clone(),
+                        loaded,
+                    });
+                }
+                resolve_name(name, &matched)
+            }
+            FuncSpec::Addr(addr) => self.resolve_addr(*addr),
+        }
+    }
+
+    /// Modules named by `module`: exact path, else file name, else file-name prefix
+    /// up to `.so` (`libc` and `libc.so` find `libc.so.6`).
+    pub fn modules_matching(&self, module: &str) -> Vec<&Module> {
+        let module = if module == "vdso" { VDSO } else { module };
+        let by_path: Vec<&Module> = self.modules.iter().filter(|m| m.path == module).collect();
+        if !by_path.is_empty() {
+            return by_path;
+        }
+        let by_name: Vec<&Module> = self
+            .modules
+            .iter()
+            .filter(|m| m.file_name() == module)
+            .collect();
+        if !by_name.is_empty() {
+            return by_name;
+        }
+        self.modules
+            .iter()
+            .filter(|m| file_name_prefix_matches(m.file_name(), module))
+            .collect()
+    }
+
+    fn resolve_addr(&self, addr: u64) -> Result<Resolved, SymbolError> {
+        let Some(m) = self.module_for(addr) else {
+            return Err(SymbolError::AddressNotInFunction {
+                addr,
+                detail: format!("{addr:#x} is not inside any mapped ELF module"),
+            });
+        };
+        if let Some(s) = m.symbol_at(addr) {
+            if s.size == 0 {
+                return Err(SymbolError::ZeroSize {
+                    name: s.name.clone(),
+                });
+            }
+            return Ok(resolved(m, s));
+        }
+        let detail = match m.lookup(addr) {
+            Some((s, off)) => format!(
+                "{addr:#x} is inside {}+{off:#x} (in {}); hooks go on function entries: \
+                 use --addr {:#x}",
+                s.name, m.path, s.addr
+            ),
+            None => format!("no function symbol covers {addr:#x} (in {})", m.path),
+        };
+        Err(SymbolError::AddressNotInFunction { addr, detail })
+    }
+}
+
+fn resolved(m: &Module, s: &Symbol) -> Resolved {
+    Resolved {
+        name: s.name.clone(),
+        module_path: m.path.clone(),
+        addr: s.addr,
+        size: s.size,
+    }
+}
+
+fn resolve_name(name: &str, modules: &[&Module]) -> Result<Resolved, SymbolError> {
+    let found: Vec<(&Module, &Symbol)> = modules
+        .iter()
+        .flat_map(|m| m.symbols_named(name).map(move |s| (*m, s)))
+        .collect();
+    match found.as_slice() {
+        [] => {
+            if let Some(m) = modules
+                .iter()
+                .find(|m| m.ifuncs.binary_search_by(|n| n.as_str().cmp(name)).is_ok())
+            {
+                return Err(SymbolError::Ifunc {
+                    name: name.to_string(),
+                    module: m.path.clone(),
+                });
+            }
+            Err(SymbolError::NotFound {
+                name: name.to_string(),
+                suggestions: suggestions(name, modules),
+            })
+        }
+        [(_, s)] if s.size == 0 => Err(SymbolError::ZeroSize {
+            name: s.name.clone(),
+        }),
+        [(m, s)] => Ok(resolved(m, s)),
+        many => Err(SymbolError::Ambiguous {
+            name: name.to_string(),
+            candidates: many
+                .iter()
+                .map(|(m, s)| format!("{} in {} ({:#x})", s.name, m.path, s.addr))
+                .collect(),
+        }),
+    }
+}
+
+/// Up to [`MAX_SUGGESTIONS`] close names, rendered `NAME (in /path)`, closest first.
+fn suggestions(name: &str, modules: &[&Module]) -> Vec<String> {
+    let limit = (name.chars().count() / 2).clamp(1, 3);
+    let mut scored: Vec<(usize, &str, &str)> = Vec::new();
+    for m in modules {
+        for s in &m.symbols {
+            let distance = bounded_levenshtein(name, &s.name, limit);
+            let substring = name.len() >= 3 && s.name.contains(name);
+            let score = match distance {
+                Some(d) => d,
+                None if substring => limit + 1 + s.name.len().saturating_sub(name.len()),
+                None => continue,
+            };
+            scored.push((score, &s.name, &m.path));
+        }
+    }
+    scored.sort_unstable();
+    scored.dedup();
+    scored
+        .into_iter()
+        .take(MAX_SUGGESTIONS)
+        .map(|(_, n, path)| format!("{n} (in {path})"))
+        .collect()
+}
+
+/// Levenshtein distance between `a` and `b` (by chars), or `None` if above `limit`.
+fn bounded_levenshtein(a: &str, b: &str, limit: usize) -> Option<usize> {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    if a.len().abs_diff(b.len()) > limit {
+        return None;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        let mut row_min = cur[0];
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = substitute.min(prev[j + 1] + 1).min(cur[j] + 1);
+            row_min = row_min.min(cur[j + 1]);
+        }
+        if row_min > limit {
+            return None;
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev.last().copied().filter(|&d| d <= limit)
+}
+
+/// The executable's path if `/proc/PID/exe` is a 32-bit ELF; errors only if the process is gone.
+fn executable_is_32bit(pid: i32) -> Result<Option<String>, SymbolError> {
+    let exe = format!("/proc/{pid}/exe");
+    let mut ident = [0u8; 5];
+    let read = File::open(&exe).and_then(|f| f.read_exact_at(&mut ident, 0));
+    match read {
+        Ok(()) if ident.starts_with(b"\x7fELF") && ident[4] == goblin::elf::header::ELFCLASS32 => {
+            let path = std::fs::read_link(&exe).map_or(exe, |p| p.to_string_lossy().into_owned());
+            Ok(Some(path))
+        }
+        Ok(()) => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(SymbolError::Io {
+            path: exe,
+            source: e,
+        }),
+        Err(_) => Ok(None),
+    }
+}
+
+/// True when the file name `f` is `module` followed by a `.so` suffix (`libc` or
+/// `libc.so` for `libc.so.6`).
+fn file_name_prefix_matches(f: &str, module: &str) -> bool {
+    let Some(rest) = f.strip_prefix(module) else {
+        return false;
+    };
+    rest.starts_with(".so") || (module.ends_with(".so") && rest.starts_with('.'))
+}
+
+/// True when the module written `module` (a path, a file name, or a file name up to
+/// `.so`) names the module at `path`.
+pub fn module_name_matches(path: &str, module: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    path == module || file == module || file_name_prefix_matches(file, module)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maps::read_maps;
+    use std::io::{BufRead, BufReader};
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    const MAIN_C: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+
+int call_twin_a(int);
+int call_twin_b(int);
+
+__attribute__((noipa)) int bar(int x) { return x * 3 + 1; }
+__attribute__((noipa)) int foo(int x) { return bar(x + 1) * 2 + call_twin_a(x) + call_twin_b(x); }
+/* Same name as glibc's strfry: ambiguous across modules. */
+__attribute__((noipa)) char *strfry(char *s) { return s; }
+
+/* A function symbol with no size. */
+__asm__(".text\n.globl nosize\n.type nosize,@function\nnosize:\n\tret\n");
+
+int main(void) {
+    volatile int v = foo(5);
+    (void)v;
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) pause();
+}
+"#;
+    const TWIN_A_C: &str = "static __attribute__((noipa)) int twin(int x) { return x + 7; }\n\
+                            int call_twin_a(int x) { return twin(x) + 1; }\n";
+    const TWIN_B_C: &str = "static __attribute__((noipa)) int twin(int x) { return x * 9; }\n\
+                            int call_twin_b(int x) { return twin(x) - 1; }\n";
+    const I386_C: &str = r#"
+__attribute__((noinline)) int bar32(int x) { return x * 3 + 1; }
+void _start(void) {
+    static const char msg[] = "ready\n";
+    int r;
+    __asm__ volatile("int $0x80" : "=a"(r) : "a"(4), "b"(1), "c"(msg), "d"(6) : "memory");
+    for (;;) __asm__ volatile("int $0x80" : "=a"(r) : "a"(29) : "memory");
+}
+"#;
+
+    /// A compiled test program running as a child; killed and cleaned up on drop.
+    struct Target {
+        child: Child,
+        dir: PathBuf,
+        exe: PathBuf,
+    }
+
+    impl Drop for Target {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    impl Target {
+        fn pid(&self) -> i32 {
+            self.child.id() as i32
+        }
+        fn exe_path(&self) -> String {
+            self.exe.to_string_lossy().into_owned()
+        }
+    }
+
+    fn unique_dir(tag: &str) -> PathBuf {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("argstash-symtest-{}-{tag}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Compiles `sources` with `flags` and starts the program; returns once it printed "ready".
+    /// `None` if the compiler cannot build it (the directory is removed).
+    fn build_and_spawn(tag: &str, sources: &[(&str, &str)], flags: &[&str]) -> Option<Target> {
+        let dir = unique_dir(tag);
+        let exe = dir.join(format!("symtest_{tag}"));
+        let mut cc = Command::new("cc");
+        cc.args(flags).arg("-o").arg(&exe);
+        for (file, text) in sources {
+            std::fs::write(dir.join(file), text).unwrap();
+            cc.arg(dir.join(file));
+        }
+        let out = cc.output().expect("running cc");
+        if !out.status.success() {
+            eprintln!(
+                "cc {flags:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+            return None;
+        }
+        let child = Command::new(&exe).stdout(Stdio::piped()).spawn().unwrap();
+        let mut target = Target { child, dir, exe };
+        let stdout = target.child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        Some(target)
+    }
+
+    fn spawn_c_program(tag: &str, pie: bool) -> Target {
+        let flags: &[&str] = if pie {
+            &["-O2", "-fPIE", "-pie"]
+        } else {
+            &["-O2", "-fno-pie", "-no-pie"]
+        };
+        build_and_spawn(
+            tag,
+            &[
+                ("main.c", MAIN_C),
+                ("twin_a.c", TWIN_A_C),
+                ("twin_b.c", TWIN_B_C),
+            ],
+            flags,
+        )
+        .expect("cc must build the test program")
+    }
+
+    fn read_mem(pid: i32, addr: u64, len: u64) -> Vec<u8> {
+        let mut buf = vec![0u8; len as usize];
+        File::open(format!("/proc/{pid}/mem"))
+            .unwrap()
+            .read_exact_at(&mut buf, addr)
+            .unwrap();
+        buf
+    }
+
+    /// The file bytes of a function, found through the `.text` section header.
+    fn text_bytes(m: &Module, addr: u64, len: u64) -> Vec<u8> {
+        let (svma, bytes) = m.section(".text").expect(".text");
+        let at = addr.wrapping_sub(m.bias);
+        assert!(svma.contains(&at), "{at:#x} not in .text {svma:?}");
+        let start = (at - svma.start) as usize;
+        bytes[start..start + len as usize].to_vec()
+    }
+
+    fn module<'a>(ps: &'a ProcessSymbols, path: &str) -> &'a Module {
+        ps.modules
+            .iter()
+            .find(|m| m.path == path)
+            .unwrap_or_else(|| panic!("{path} not loaded"))
+    }
+
+    fn check_program(pie: bool) {
+        let target = spawn_c_program(if pie { "pie" } else { "nopie" }, pie);
+        let pid = target.pid();
+        let exe = target.exe_path();
+        let maps = read_maps(pid).unwrap();
+        let ps = ProcessSymbols::load(pid, &maps).unwrap();
+        let prog = module(&ps, &exe);
+        assert!(prog.is_64);
+        if pie {
+            assert_ne!(prog.bias, 0);
+        } else {
+            assert_eq!(prog.bias, 0);
+        }
+        assert!(
+            ps.modules.iter().any(|m| m.path == VDSO),
+            "vdso not loaded: {:?}",
+            ps.modules
+        );
+
+        // A function of the program: runtime bytes equal file bytes.
+        let bar = ps.resolve(&FuncSpec::parse("bar")).unwrap();
+        assert_eq!(bar.name, "bar");
+        assert_eq!(bar.module_path, exe);
+        assert!(bar.size >= 3);
+        assert!(prog.exec_ranges.iter().any(|r| r.contains(&bar.addr)));
+        let live = read_mem(pid, bar.addr, bar.size);
+        assert_eq!(live, text_bytes(prog, bar.addr, bar.size));
+        assert_eq!(prog.file_bytes(bar.addr, bar.size), Some(live.as_slice()));
+
+        // Qualified by file name, and the same function through its name as module.
+        let q = ps
+            .resolve(&FuncSpec::parse(&format!("{}!bar", prog.file_name())))
+            .unwrap();
+        assert_eq!(q, bar);
+
+        // libc's write, by file name and by prefix.
+        let write = ps.resolve(&FuncSpec::parse("libc.so.6!write")).unwrap();
+        assert!(write.module_path.ends_with("/libc.so.6"), "{write:?}");
+        let libc = module(&ps, &write.module_path);
+        assert!(libc.exec_ranges.iter().any(|r| r.contains(&write.addr)));
+        assert_eq!(
+            read_mem(pid, write.addr, write.size),
+            text_bytes(libc, write.addr, write.size)
+        );
+        assert_eq!(ps.resolve(&FuncSpec::parse("libc!write")).unwrap(), write);
+        assert_eq!(ps.resolve(&FuncSpec::parse("write")).unwrap(), write);
+
+        // Ambiguous: two static `twin` in the program; `strfry` in the program and libc.
+        match ps.resolve(&FuncSpec::parse("twin")) {
+            Err(e @ SymbolError::Ambiguous { .. }) => {
+                let SymbolError::Ambiguous { candidates, .. } = &e else {
+                    unreachable!()
+                };
+                assert_eq!(candidates.len(), 2, "{candidates:?}");
+                assert!(candidates
+                    .iter()
+                    .all(|c| c.starts_with(&format!("twin in {exe} (0x"))));
+                assert!(e.to_string().contains("MODULE!NAME"), "{e}");
+            }
+            other => panic!("twin: {other:?}"),
+        }
+        match ps.resolve(&FuncSpec::parse("strfry")) {
+            Err(e @ SymbolError::Ambiguous { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(&format!("strfry in {exe} (0x")), "{msg}");
+                assert!(msg.contains("libc.so.6 (0x"), "{msg}");
+                assert!(msg.contains("libc.so.6!write"), "{msg}");
+            }
+            other => panic!("strfry: {other:?}"),
+        }
+        let own = ps
+            .resolve(&FuncSpec::parse(&format!("{exe}!strfry")))
+            .unwrap();
+        assert_eq!(own.module_path, exe);
+        let theirs = ps.resolve(&FuncSpec::parse("libc.so.6!strfry")).unwrap();
+        assert_eq!(theirs.module_path, write.module_path);
+
+        // Not found, with a suggestion.
+        match ps.resolve(&FuncSpec::parse("baar")) {
+            Err(e @ SymbolError::NotFound { .. }) => {
+                let SymbolError::NotFound { suggestions, .. } = &e else {
+                    unreachable!()
+                };
+                assert_eq!(
+                    suggestions.first(),
+                    Some(&format!("bar (in {exe})")),
+                    "{suggestions:?}"
+                );
+                assert!(e.to_string().contains("did you mean: bar (in "), "{e}");
+            }
+            other => panic!("baar: {other:?}"),
+        }
+        match ps.resolve(&FuncSpec::parse("nosuchlib!write")) {
+            Err(SymbolError::ModuleNotFound { loaded, .. }) => {
+                assert!(loaded.iter().any(|l| l == "libc.so.6"), "{loaded:?}")
+            }
+            other => panic!("nosuchlib: {other:?}"),
+        }
+
+        // Zero-sized and indirect functions.
+        assert!(matches!(
+            ps.resolve(&FuncSpec::parse("nosize")),
+            Err(SymbolError::ZeroSize { .. })
+        ));
+        let nosize = prog
+            .symbols()
+            .iter()
+            .find(|s| s.name == "nosize")
+            .unwrap()
+            .addr;
+        if prog.lookup(nosize).map(|(s, _)| s.name.as_str()) != Some("nosize") {
+            panic!("lookup(nosize) = {:?}", prog.lookup(nosize));
+        }
+        assert!(matches!(
+            ps.resolve(&FuncSpec::parse("memcpy")),
+            Err(SymbolError::Ifunc { .. })
+        ));
+        // glibc's compatibility versions are named NAME@VERSION; the default keeps the name.
+        let realpath = ps.resolve(&FuncSpec::parse("realpath")).unwrap();
+        let old = ps
+            .resolve(&FuncSpec::parse("realpath@GLIBC_2.2.5"))
+            .unwrap();
+        assert_ne!(realpath.addr, old.addr);
+
+        // The vdso is searched by plain name only when nothing else has the name.
+        let clock = ps.resolve(&FuncSpec::parse("clock_gettime")).unwrap();
+        assert_eq!(clock.module_path, write.module_path);
+        let vdso_clock = ps
+            .resolve(&FuncSpec::parse("[vdso]!clock_gettime"))
+            .unwrap();
+        assert_eq!(vdso_clock.module_path, VDSO);
+        assert_eq!(
+            ps.resolve(&FuncSpec::parse("vdso!clock_gettime")).unwrap(),
+            vdso_clock
+        );
+        assert_eq!(
+            ps.resolve(&FuncSpec::parse("__vdso_clock_gettime"))
+                .unwrap()
+                .addr,
+            vdso_clock.addr
+        );
+        let vdso = module(&ps, VDSO);
+        assert_eq!(
+            read_mem(pid, vdso_clock.addr, 16),
+            vdso.file_bytes(vdso_clock.addr, 16).unwrap()
+        );
+
+        // An unsized symbol (`_init` in .init) does not swallow the PLT after it.
+        if let Some((plt, _)) = prog.section(".plt") {
+            let at = plt.start.wrapping_add(prog.bias) + 0x10;
+            assert!(prog.lookup(at).is_none(), "{:?}", prog.lookup(at));
+        }
+
+        // Addresses.
+        let by_addr = ps
+            .resolve(&FuncSpec::parse(&format!("{:#x}", bar.addr)))
+            .unwrap();
+        assert_eq!(by_addr, bar);
+        match ps.resolve(&FuncSpec::Addr(bar.addr + 1)) {
+            Err(SymbolError::AddressNotInFunction { addr, detail }) => {
+                assert_eq!(addr, bar.addr + 1);
+                assert!(detail.contains("bar+0x1"), "{detail}");
+                assert!(
+                    detail.contains(&format!("--addr {:#x}", bar.addr)),
+                    "{detail}"
+                );
+            }
+            other => panic!("bar+1: {other:?}"),
+        }
+        match ps.resolve(&FuncSpec::Addr(0x10)) {
+            Err(SymbolError::AddressNotInFunction { detail, .. }) => {
+                assert!(detail.contains("0x10"), "{detail}")
+            }
+            other => panic!("0x10: {other:?}"),
+        }
+        let (m, s, off) = ps.lookup(bar.addr + 1).unwrap();
+        assert_eq!(
+            (m.path.as_str(), s.name.as_str(), off),
+            (exe.as_str(), "bar", 1)
+        );
+        assert!(ps
+            .lookup(write.addr + 3)
+            .is_some_and(|(_, s, off)| s.addr == write.addr && off == 3));
+    }
+
+    #[test]
+    fn pie_program() {
+        check_program(true);
+    }
+
+    #[test]
+    fn non_pie_program() {
+        check_program(false);
+    }
+
+    #[test]
+    fn i386_program_is_refused() {
+        let flags = ["-m32", "-O2", "-static", "-nostdlib", "-fno-pie", "-no-pie"];
+        let Some(target) = build_and_spawn("i386", &[("main32.c", I386_C)], &flags) else {
+            eprintln!("skipping: cc cannot build i386 programs here");
+            return;
+        };
+        let maps = read_maps(target.pid()).unwrap();
+        let ps = ProcessSymbols::load(target.pid(), &maps).unwrap();
+        let m = module(&ps, &target.exe_path());
+        assert!(!m.is_64);
+        assert!(m.symbols().iter().any(|s| s.name == "bar32"));
+        match ps.resolve(&FuncSpec::parse("bar32")) {
+            Err(e @ SymbolError::Not64Bit { .. }) => {
+                assert!(e
+                    .to_string()
+                    .contains("32-bit (i386) targets are not yet supported"))
+            }
+            other => panic!("bar32: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn gone_process_is_an_error() {
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        assert!(matches!(
+            ProcessSymbols::load(pid, &[]),
+            Err(SymbolError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn malformed_files_do_not_panic() {
+        let dir = unique_dir("malformed");
+        let pid = std::process::id() as i32;
+        let own_exe = std::fs::read("/proc/self/exe").unwrap();
+        let mut cases: Vec<Vec<u8>> = vec![
+            Vec::new(),
+            b"\x7fELF".to_vec(),
+            own_exe[..64.min(own_exe.len())].to_vec(),
+            own_exe[..4096.min(own_exe.len())].to_vec(),
+        ];
+        // Flip bytes all over the header tables of a real binary.
+        for (i, pos) in (0..64).chain([0x20, 0x28, 0x3c, 0x3e]).enumerate() {
+            let mut bad = own_exe.clone();
+            if let Some(b) = bad.get_mut(pos) {
+                *b ^= 0xff;
+            }
+            if i % 2 == 0 {
+                bad.truncate(own_exe.len() / 2);
+            }
+            cases.push(bad);
+        }
+        for (i, bytes) in cases.iter().enumerate() {
+            let path = dir.join(format!("bad{i}"));
+            std::fs::write(&path, bytes).unwrap();
+            let path = std::fs::canonicalize(&path)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let ino = std::fs::metadata(&path).unwrap().ino();
+            let maps = [MapEntry {
+                start: 0x10000,
+                end: 0x11000,
+                perms: crate::maps::Perms::parse("r-xp"),
+                offset: 0,
+                inode: ino,
+                path: path.clone(),
+            }];
+            if let Ok(m) = Module::load(pid, &path, &maps) {
+                let _ = m.lookup(0x10010);
+                let _ = m.section(".text");
+                let _ = m.file_bytes(0x10000, 16);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn spec_parse_and_display() {
+        assert_eq!(FuncSpec::parse("0x1234"), FuncSpec::Addr(0x1234));
+        assert_eq!(
+            FuncSpec::parse("libc.so.6!write"),
+            FuncSpec::Qualified {
+                module: "libc.so.6".into(),
+                name: "write".into()
+            }
+        );
+        assert_eq!(FuncSpec::parse("write"), FuncSpec::Name("write".into()));
+        assert_eq!(FuncSpec::parse("0xzz"), FuncSpec::Name("0xzz".into()));
+        assert_eq!(FuncSpec::parse("!write"), FuncSpec::Name("!write".into()));
+        for s in ["0x1234", "libc.so.6!write", "write"] {
+            assert_eq!(FuncSpec::parse(s).to_string(), s);
+        }
+    }
+
+    #[test]
+    fn levenshtein() {
+        assert_eq!(bounded_levenshtein("baar", "bar", 3), Some(1));
+        assert_eq!(bounded_levenshtein("kitten", "sitting", 3), Some(3));
+        assert_eq!(bounded_levenshtein("kitten", "sitting", 2), None);
+        assert_eq!(bounded_levenshtein("", "abc", 3), Some(3));
+    }
+
+    /// Prints how long loading a small process's symbols takes (run with --nocapture).
+    #[test]
+    fn load_time_small_process() {
+        let target = spawn_c_program("timing", true);
+        let pid = target.pid();
+        let mut times = Vec::new();
+        for _ in 0..20 {
+            let t = Instant::now();
+            let maps = read_maps(pid).unwrap();
+            let ps = ProcessSymbols::load(pid, &maps).unwrap();
+            times.push(t.elapsed());
+            assert!(ps.modules.len() >= 3);
+        }
+        times.sort();
+        eprintln!(
+            "read_maps + ProcessSymbols::load of a small process: median {:?}, min {:?}, max {:?}",
+            times[times.len() / 2],
+            times[0],
+            times[times.len() - 1]
+        );
+    }
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Install what the argstash test suite needs on a Debian 12 machine.
+#
+# Idempotent: a need that is already met is skipped; `apt-get update` runs
+# only if something has to be installed, and then once. Prints what it did.
+# Needs root (or sudo) only when it has to install.
+set -euo pipefail
+
+# One need per line: "<debian package> <command proving it is there>", or
+# "<debian package> -" to ask dpkg whether the package itself is installed.
+NEEDS=(
+    "gcc cc"               # compiles the C fixtures (tests/fixtures/*.c)
+    "libc6-dev -"          # headers and crt files for the fixtures
+    "binutils objdump"     # the harness's independent disassembler
+    "binutils strip"       # the stripped (-O2, no debug info) fixture variant
+    "binutils nm"          # symbol addresses and sizes
+    "gdb gdb"              # cross-checking backtraces
+    "python3 python3"
+    # "gcc-multilib -"     # 32-bit fixtures (later)
+)
+
+have() {
+    local pkg=$1 cmd=$2
+    if [[ $cmd == - ]]; then
+        [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true) == "install ok installed" ]]
+    else
+        command -v "$cmd" >/dev/null 2>&1
+    fi
+}
+
+missing=()
+for need in "${NEEDS[@]}"; do
+    read -r pkg cmd <<<"$need"
+    if have "$pkg" "$cmd"; then
+        echo "setup: ok       $pkg ($cmd)"
+    else
+        echo "setup: missing  $pkg ($cmd)"
+        [[ " ${missing[*]} " == *" $pkg "* ]] || missing+=("$pkg")
+    fi
+done
+
+if ((${#missing[@]})); then
+    sudo=()
+    if ((EUID != 0)); then
+        command -v sudo >/dev/null || { echo "setup: need root to install: ${missing[*]}" >&2; exit 1; }
+        sudo=(sudo)
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    echo "setup: apt-get update"
+    "${sudo[@]}" apt-get update -q
+    echo "setup: apt-get install ${missing[*]}"
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+    for need in "${NEEDS[@]}"; do
+        read -r pkg cmd <<<"$need"
+        have "$pkg" "$cmd" || { echo "setup: $pkg still missing after install" >&2; exit 1; }
+    done
+    echo "setup: installed ${missing[*]}"
+else
+    echo "setup: nothing to install"
+fi
+
+# Not installable from here: the Rust toolchain comes with the machine.
+for tool in cargo rustc; do
+    command -v "$tool" >/dev/null || { echo "setup: $tool not found (install a Rust toolchain)" >&2; exit 1; }
+done
+for sub in fmt clippy; do
+    cargo "$sub" --version >/dev/null 2>&1 || echo "setup: warning: cargo $sub is not available" >&2
+done
+
+# ptrace permission: informative only (tests attach to their own children).
+if [[ -r /proc/sys/kernel/yama/ptrace_scope ]] && [[ $(cat /proc/sys/kernel/yama/ptrace_scope) == 3 ]]; then
+    echo "setup: warning: kernel.yama.ptrace_scope=3 forbids ptrace; argstash tests will fail" >&2
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The project's test command (README and .ci/run both call this).
+#
+# Debug build: the tests do not need optimised argstash code and debug
+# compiles much faster. Two test threads: the machines have two cores and
+# some fixtures (threads.c) keep eight threads busy. Extra arguments go to
+# the test binaries, e.g. `scripts/test.sh seed` to filter by name.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exec cargo test --workspace -- --test-threads=2 "$@"

@@ -1,0 +1,1206 @@
+//! Test harness for argstash's end-to-end tests.
+//!
+//! What it gives a test:
+//! - [`build`]: compile a C fixture from `tests/fixtures/` in a chosen
+//!   [`Variant`] (optimisation, PIE or not, extra flags) into a content-hashed
+//!   cache under `target/fixtures/`;
+//! - [`Target`]: a running fixture, synchronised on its `ready <pid>` line,
+//!   whose further stdout lines a test can read; killed and reaped on drop;
+//! - [`argstash`], [`run`], [`run_ok`], [`run_json`], [`expect_fail`]: run
+//!   the real `argstash` binary with a timeout;
+//! - `/proc` and ELF helpers: [`read_mem`], [`file_bytes_at_vaddr`],
+//!   [`symbol`], [`runtime_addr`], [`thread_ids`], [`tracer_pid`],
+//!   [`proc_state`], and an objdump wrapper ([`disassemble`],
+//!   [`branch_targets`]) that gives an oracle independent of the injector's
+//!   own decoder.
+//!
+//! External tools used: `cc`, `strip`, `nm`, `objdump` (installed by
+//! `scripts/setup.sh`). Everything here panics with a descriptive message on
+//! failure: it is meant for tests.
+//!
+//! Constants the fixtures promise (arguments, results, thread counts) are in
+//! [`consts`]; the header comment of each `tests/fixtures/*.c` documents the
+//! rest of its behaviour.
+
+#![warn(missing_docs)]
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fmt;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, Once, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Names of all fixtures (`tests/fixtures/<name>.c`).
+pub const FIXTURES: &[&str] = &["seed", "threads", "riprel", "badfuncs", "sigwait"];
+
+/// How long [`Target::spawn`] waits for the `ready` line.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default timeout of [`run`] and friends for one `argstash` invocation.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Extra flags that turn on CET instrumentation (`endbr64` at function entry).
+pub const CET: &[&str] = &["-fcf-protection=full"];
+
+/// Constants the fixtures guarantee (see each fixture's header comment).
+pub mod consts {
+    /// seed.c: main calls `foo(SEED_FOO_ARG)`.
+    pub const SEED_FOO_ARG: i64 = 5;
+    /// seed.c: foo calls `bar(SEED_BAR_ARG)` (= foo_arg + 23).
+    pub const SEED_BAR_ARG: i64 = 28;
+    /// seed.c: value `foo(5)` returns and main prints (`iter N result 58`).
+    pub const SEED_RESULT: i64 = 58;
+    /// threads.c: number of threads calling `work`.
+    pub const THREADS_WORKERS: usize = 8;
+    /// threads.c: total threads once ready (main + workers + "parked").
+    pub const THREADS_TOTAL: usize = 10;
+    /// threads.c: the argument the "parked" thread passes to `parked(long)`.
+    pub const THREADS_PARKED_TAG: i64 = 0x1122_3344_5566_7788;
+    /// sigwait.c: the argument the "sleeper" thread passes to `sleeper_fn`.
+    pub const SIGWAIT_SLEEPER_TAG: i64 = 0x51ee9;
+}
+
+// ---------------------------------------------------------------------------
+// Building fixtures
+// ---------------------------------------------------------------------------
+
+/// Optimisation / debug-info level of a fixture build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Opt {
+    /// `-O0 -g`.
+    O0g,
+    /// `-O2 -g`.
+    O2g,
+    /// `-O2 -g`, then `strip --strip-debug` (symbol table kept, same code as `O2g`).
+    O2,
+}
+
+/// One way of compiling a fixture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Variant {
+    /// Optimisation and debug info.
+    pub opt: Opt,
+    /// `-fPIE -pie` when true, `-fno-pie -no-pie` when false.
+    pub pie: bool,
+    /// Appended last to the `cc` command line (so they override the defaults).
+    pub extra_flags: &'static [&'static str],
+}
+
+impl Variant {
+    /// `-O2 -g`, PIE: the default build.
+    pub const O2G: Variant = Variant::new(Opt::O2g, true);
+
+    /// A variant without extra flags.
+    pub const fn new(opt: Opt, pie: bool) -> Variant {
+        Variant {
+            opt,
+            pie,
+            extra_flags: &[],
+        }
+    }
+
+    /// The same variant with `flags` as its extra flags.
+    pub const fn with_flags(self, flags: &'static [&'static str]) -> Variant {
+        Variant {
+            extra_flags: flags,
+            ..self
+        }
+    }
+
+    /// The same variant built with CET (`-fcf-protection=full`, `endbr64`).
+    pub const fn cet(self) -> Variant {
+        self.with_flags(CET)
+    }
+
+    /// Whether this is an `-O2` build (where the fixtures' -O2 code shapes hold).
+    pub fn optimized(&self) -> bool {
+        matches!(self.opt, Opt::O2g | Opt::O2)
+    }
+
+    /// Whether the extra flags turn on CET (`endbr64` at function entry).
+    pub fn has_cet(&self) -> bool {
+        self.extra_flags
+            .iter()
+            .rev()
+            .find(|f| f.starts_with("-fcf-protection"))
+            .is_some_and(|f| *f != "-fcf-protection=none")
+    }
+
+    /// The six basic variants: {O0g, O2g, O2} x {PIE, no-PIE}.
+    pub fn all() -> Vec<Variant> {
+        let mut v = Vec::new();
+        for opt in [Opt::O0g, Opt::O2g, Opt::O2] {
+            for pie in [true, false] {
+                v.push(Variant::new(opt, pie));
+            }
+        }
+        v
+    }
+
+    /// [`Variant::all`] plus the CET version of each.
+    pub fn all_with_cet() -> Vec<Variant> {
+        let mut v = Variant::all();
+        v.extend(Variant::all().into_iter().map(Variant::cet));
+        v
+    }
+
+    /// Short name used in file names and messages, e.g. `O2g-pie-cet`.
+    pub fn name(&self) -> String {
+        let mut s = format!("{:?}-{}", self.opt, if self.pie { "pie" } else { "nopie" });
+        if self.extra_flags == CET {
+            s.push_str("-cet");
+        } else if !self.extra_flags.is_empty() {
+            s.push_str("-x");
+        }
+        s
+    }
+
+    /// The full `cc` argument list except input and output files.
+    pub fn cc_flags(&self) -> Vec<String> {
+        let mut f: Vec<&str> = match self.opt {
+            Opt::O0g => vec!["-O0", "-g"],
+            Opt::O2g | Opt::O2 => vec!["-O2", "-g"],
+        };
+        f.extend(["-Wall", "-Wextra", "-pthread", "-fcf-protection=none"]);
+        f.extend(if self.pie {
+            ["-fPIE", "-pie"]
+        } else {
+            ["-fno-pie", "-no-pie"]
+        });
+        f.extend(self.extra_flags);
+        f.into_iter().map(String::from).collect()
+    }
+}
+
+impl Default for Variant {
+    fn default() -> Self {
+        Variant::O2G
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// Directory holding the fixture sources (`tests/fixtures`).
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// Path of a fixture's C source, e.g. `fixture_path("seed")` (a `.c` suffix is optional).
+pub fn fixture_path(name: &str) -> PathBuf {
+    let file = if name.ends_with(".c") {
+        name.to_string()
+    } else {
+        format!("{name}.c")
+    };
+    let p = fixtures_dir().join(file);
+    assert!(p.is_file(), "no fixture source {}", p.display());
+    p
+}
+
+/// Root of the workspace (parent of `tests/`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests crate has a parent directory")
+        .to_path_buf()
+}
+
+/// Cargo's profile directory this test executable was built into (`target/debug`).
+///
+/// Found from `std::env::current_exe()`: test executables live in
+/// `<profile dir>/deps/`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().expect("exe has a directory");
+    if dir.file_name() == Some(OsStr::new("deps")) {
+        dir.parent().expect("deps has a parent").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// Cache directory for compiled fixtures: `$ARGSTASH_FIXTURE_DIR`, else `target/fixtures`.
+pub fn fixture_cache_dir() -> PathBuf {
+    let dir = match std::env::var_os("ARGSTASH_FIXTURE_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => match profile_dir().parent() {
+            Some(target) => target.join("fixtures"),
+            None => std::env::temp_dir().join("argstash-fixtures"),
+        },
+    };
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    dir
+}
+
+/// Bump when the build recipe changes in a way the hash would not see.
+const RECIPE_VERSION: &str = "argstash-fixtures-1";
+
+/// 64-bit FNV-1a: a hash that is stable across Rust versions (file names depend on it).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in part.iter().chain(&[0xffu8]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// `cc --version` output, part of the cache key.
+fn cc_identity() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        let out = Command::new("cc")
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run `cc --version` ({e}); run scripts/setup.sh"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    })
+}
+
+/// Compile `fixture` (a name from [`FIXTURES`]) in `variant`; returns the executable's path.
+///
+/// The output is cached in [`fixture_cache_dir`] under a name containing a
+/// hash of the sources (the fixture and every `.h` in `tests/fixtures`), the
+/// flags and the compiler version, so unchanged fixtures are not rebuilt.
+/// Safe to call concurrently from many threads and processes: each build
+/// goes to a unique temporary name and is renamed into place.
+pub fn build(fixture: &str, variant: Variant) -> PathBuf {
+    type Memo = Mutex<HashMap<(String, Variant), Arc<OnceLock<PathBuf>>>>;
+    static BUILDS: OnceLock<Memo> = OnceLock::new();
+    let cell = BUILDS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry((fixture.to_string(), variant))
+        .or_default()
+        .clone();
+    cell.get_or_init(|| build_uncached(fixture, variant))
+        .clone()
+}
+
+fn build_uncached(fixture: &str, variant: Variant) -> PathBuf {
+    let src = fixture_path(fixture);
+    let flags = variant.cc_flags();
+    let strip = variant.opt == Opt::O2;
+
+    let mut key: Vec<Vec<u8>> = vec![
+        RECIPE_VERSION.into(),
+        fixture.into(),
+        fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display())),
+        cc_identity().into(),
+        vec![u8::from(strip)],
+    ];
+    key.extend(flags.iter().map(|f| f.as_bytes().to_vec()));
+    let mut headers: Vec<PathBuf> = fs::read_dir(fixtures_dir())
+        .expect("read fixtures dir")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension() == Some(OsStr::new("h")))
+        .collect();
+    headers.sort();
+    for h in &headers {
+        key.push(h.file_name().unwrap().as_encoded_bytes().to_vec());
+        key.push(fs::read(h).expect("read header"));
+    }
+    let parts: Vec<&[u8]> = key.iter().map(Vec::as_slice).collect();
+    let hash = fnv1a(&parts);
+
+    let dir = fixture_cache_dir();
+    let out = dir.join(format!("{fixture}-{}-{hash:016x}", variant.name()));
+    if out.is_file() {
+        return out;
+    }
+
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let tmp = dir.join(format!(
+        ".{fixture}-{hash:016x}.tmp-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut cmd = Command::new("cc");
+    cmd.args(&flags).arg("-o").arg(&tmp).arg(&src);
+    check_tool(&mut cmd, &format!("compile fixture {fixture} ({variant})"));
+    if strip {
+        check_tool(
+            Command::new("strip").arg("--strip-debug").arg(&tmp),
+            &format!("strip fixture {fixture} ({variant})"),
+        );
+    }
+    if out.is_file() {
+        // Someone else finished first; theirs is identical.
+        let _ = fs::remove_file(&tmp);
+    } else {
+        fs::rename(&tmp, &out)
+            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
+    }
+    out
+}
+
+/// Run an external tool, panic with its output unless it succeeds; returns stdout.
+fn check_tool(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e} (run scripts/setup.sh)"));
+    assert!(
+        out.status.success(),
+        "{what}: {cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+// ---------------------------------------------------------------------------
+// Running fixtures
+// ---------------------------------------------------------------------------
+
+/// A running fixture process; killed (SIGKILL) and reaped when dropped.
+///
+/// The child gets `PR_SET_PDEATHSIG = SIGKILL`, so it also dies if the test
+/// process dies. Note that the kernel ties this to the *thread* that spawned
+/// it: create the `Target` on the thread that uses it (the test's thread),
+/// not in a short-lived helper thread.
+///
+/// The harness never calls `waitpid` on a live child (it polls `/proc`
+/// instead), so a test that ptraces the fixture from the test process itself
+/// does not get its ptrace-stop notifications stolen.
+pub struct Target {
+    child: Child,
+    pid: i32,
+    exe: PathBuf,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    stdin: Option<ChildStdin>,
+    status: Option<ExitStatus>,
+}
+
+impl Target {
+    /// Build `fixture` in `variant` and [`Target::spawn`] it.
+    pub fn start(fixture: &str, variant: Variant) -> Target {
+        Target::spawn(&build(fixture, variant))
+    }
+
+    /// Spawn an executable and wait (up to [`READY_TIMEOUT`]) for its `ready <pid>` line.
+    pub fn spawn(exe: &Path) -> Target {
+        Target::spawn_with_args(exe, &[])
+    }
+
+    /// Like [`Target::spawn`], with command-line arguments.
+    pub fn spawn_with_args(exe: &Path, args: &[&str]) -> Target {
+        let mut cmd = Command::new(exe);
+        cmd.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: the closure only calls async-signal-safe functions (prctl, getppid, _exit).
+        unsafe {
+            let parent = libc::getpid();
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", exe.display()));
+        let pid = child.id() as i32;
+
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped stdout");
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send(l).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let mut err_pipe = child.stderr.take().expect("piped stderr");
+        let sink = stderr.clone();
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err_pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+
+        let mut target = Target {
+            stdin: child.stdin.take(),
+            child,
+            pid,
+            exe: exe.to_path_buf(),
+            lines,
+            stderr,
+            status: None,
+        };
+        let want = format!("ready {pid}");
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match target
+                .lines
+                .recv_timeout(left.min(Duration::from_millis(100)))
+            {
+                Ok(line) if line == want => return target,
+                Ok(line) if line.starts_with("ready ") => {
+                    target.fail(&format!("bad ready line {line:?}, expected {want:?}"))
+                }
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    target.fail(&format!("no ready line within {READY_TIMEOUT:?}"))
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let _ = target.wait_exit(Duration::from_secs(2));
+                    target.fail("stdout closed before the ready line")
+                }
+            }
+        }
+    }
+
+    /// Process id of the fixture.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Path of the running executable.
+    pub fn exe(&self) -> &Path {
+        &self.exe
+    }
+
+    /// Next stdout line, or `None` if none arrives within `timeout` (or stdout closed).
+    pub fn next_line(&mut self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// Next stdout line; panics (showing the fixture's stderr) if none arrives in time.
+    pub fn expect_line(&mut self, timeout: Duration) -> String {
+        match self.next_line(timeout) {
+            Some(l) => l,
+            None => self.fail(&format!("no stdout line within {timeout:?}")),
+        }
+    }
+
+    /// Skip lines until one satisfies `pred` and return it; panics on timeout.
+    pub fn wait_for_line(&mut self, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + timeout;
+        let mut last = None;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if pred(&l) => return l,
+                Ok(l) => last = Some(l),
+                Err(_) => self.fail(&format!(
+                    "no matching stdout line within {timeout:?} (last line: {last:?})"
+                )),
+            }
+        }
+    }
+
+    /// All stdout lines already received, without waiting.
+    pub fn drain_lines(&mut self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
+    /// Everything the fixture wrote to stderr so far (lossy UTF-8).
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Write `text` to the fixture's stdin (sigwait.c reads lines from it).
+    pub fn write_stdin(&mut self, text: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin already closed");
+        stdin
+            .write_all(text.as_bytes())
+            .and_then(|()| stdin.flush())
+            .unwrap_or_else(|e| panic!("write to fixture stdin: {e}"));
+    }
+
+    /// Close the fixture's stdin (it sees EOF).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Send signal `sig` (e.g. `libc::SIGUSR1`) to the process.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain syscall on our own child's pid.
+        let r = unsafe { libc::kill(self.pid, sig) };
+        assert_eq!(
+            r,
+            0,
+            "kill({}, {sig}): {}",
+            self.pid,
+            io::Error::last_os_error()
+        );
+    }
+
+    /// True while the process exists and is not a zombie (checked via `/proc`, no `waitpid`).
+    pub fn is_alive(&self) -> bool {
+        self.status.is_none() && !matches!(proc_state(self.pid), None | Some('Z') | Some('X'))
+    }
+
+    /// Panic (with exit status and stderr) unless the process is alive and printed no `WRONG`.
+    pub fn assert_healthy(&mut self) {
+        if !self.is_alive() {
+            let _ = self.wait_exit(Duration::from_secs(2));
+            self.fail("fixture is not running");
+        }
+        if self.stderr_text().contains("WRONG") {
+            self.fail("fixture reported a wrong result");
+        }
+    }
+
+    /// Wait up to `timeout` for the process to exit; reaps it and returns its status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            let pid = self.pid;
+            if wait_until(timeout, || {
+                matches!(proc_state(pid), None | Some('Z') | Some('X'))
+            }) {
+                self.status = self.child.wait().ok();
+                // Give the pipe readers a moment to collect the last output.
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        self.status
+    }
+
+    /// SIGKILL the process and reap it; returns its exit status if it could be reaped.
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            // SAFETY: plain syscall on our own (not yet reaped) child.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            if self.wait_exit(Duration::from_secs(10)).is_none() {
+                eprintln!(
+                    "argstash-tests: fixture {} (pid {}) did not die after SIGKILL (state {:?}, tracer {:?})",
+                    self.exe.display(),
+                    self.pid,
+                    proc_state(self.pid),
+                    proc_status_field(self.pid, "TracerPid")
+                );
+            }
+        }
+        self.status
+    }
+
+    /// Runtime address of `sym` in this process (see [`runtime_addr`]).
+    pub fn addr_of(&self, sym: &str) -> u64 {
+        runtime_addr(self.pid, &self.exe, sym)
+    }
+
+    /// Thread ids of the process (see [`thread_ids`]).
+    pub fn tids(&self) -> Vec<i32> {
+        thread_ids(self.pid)
+    }
+
+    /// Panic with `msg`, the process state and its stderr.
+    #[track_caller]
+    pub fn fail(&self, msg: &str) -> ! {
+        panic!(
+            "fixture {} (pid {}): {msg}\n  exit status: {:?}, /proc state: {:?}\n  stderr:\n{}",
+            self.exe.display(),
+            self.pid,
+            self.status,
+            proc_state(self.pid),
+            indent(&self.stderr_text())
+        )
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("pid", &self.pid)
+            .field("exe", &self.exe)
+            .finish()
+    }
+}
+
+fn indent(text: &str) -> String {
+    if text.is_empty() {
+        return "    (empty)".into();
+    }
+    text.lines().map(|l| format!("    {l}\n")).collect()
+}
+
+/// Poll `cond` every 10 ms until it is true (returns true) or `timeout` passes (returns false).
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running argstash
+// ---------------------------------------------------------------------------
+
+/// Path of the `argstash` binary (package `argstash` in `cli/`), built on first use.
+///
+/// `env!("CARGO_BIN_EXE_argstash")` only exists for integration tests of the
+/// `argstash` package itself, and `cargo test` does not build a package's
+/// binaries for another package's tests. So: `$ARGSTASH_BIN` if set;
+/// otherwise, once per test process, run `cargo build -p argstash` (with
+/// `--release` when this test executable is a release build; a no-op when
+/// up to date, and it keeps the binary from being stale) and return
+/// `<profile dir>/argstash`, found next to this test executable
+/// (`target/<profile>/deps/..`). Cargo releases its build lock before it
+/// runs tests, so the nested build does not deadlock.
+pub fn argstash() -> PathBuf {
+    if let Some(p) = std::env::var_os("ARGSTASH_BIN") {
+        return PathBuf::from(p);
+    }
+    static BUILD: Once = Once::new();
+    let profile = profile_dir();
+    let bin = profile.join("argstash");
+    BUILD.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(workspace_root())
+            .args(["build", "--quiet", "-p", "argstash", "--bin", "argstash"]);
+        if profile.file_name() == Some(OsStr::new("release")) {
+            cmd.arg("--release");
+        }
+        // Same target dir as this executable's (cargo marks its root with CACHEDIR.TAG;
+        // with `--target <triple>` the profile dir is one level deeper and we rely on
+        // the default / $CARGO_TARGET_DIR instead).
+        if let Some(target) = profile
+            .parent()
+            .filter(|t| t.join("CACHEDIR.TAG").is_file())
+        {
+            cmd.arg("--target-dir").arg(target);
+        }
+        check_tool(&mut cmd, "build the argstash binary");
+    });
+    assert!(bin.is_file(), "{} missing after cargo build", bin.display());
+    bin
+}
+
+/// A `Command` for `argstash` with `args`, stdin from /dev/null.
+pub fn argstash_cmd(args: &[&str]) -> Command {
+    let mut cmd = Command::new(argstash());
+    cmd.args(args).stdin(Stdio::null());
+    cmd
+}
+
+/// Run `argstash args...` (timeout [`RUN_TIMEOUT`]) and return its output, whatever the exit code.
+pub fn run(args: &[&str]) -> Output {
+    run_command(&mut argstash_cmd(args), RUN_TIMEOUT)
+}
+
+/// Run a command, capturing stdout and stderr; kill it and panic after `timeout`.
+pub fn run_command(cmd: &mut Command, timeout: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let collect = |mut r: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out_t = collect(Box::new(child.stdout.take().unwrap()));
+    let err_t = collect(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stdout = out_t.join().unwrap_or_default();
+            let stderr = err_t.join().unwrap_or_default();
+            panic!(
+                "{cmd:?} did not finish within {timeout:?}\n--- stdout:\n{}--- stderr:\n{}",
+                String::from_utf8_lossy(&stdout),
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: out_t.join().unwrap_or_default(),
+        stderr: err_t.join().unwrap_or_default(),
+    }
+}
+
+fn describe(args: &[&str], out: &Output) -> String {
+    format!(
+        "argstash {}\n  status: {}\n--- stdout:\n{}--- stderr:\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Run `argstash args...`, assert exit code 0, return stdout.
+#[track_caller]
+pub fn run_ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "expected success: {}",
+        describe(args, &out)
+    );
+    String::from_utf8(out.stdout.clone())
+        .unwrap_or_else(|_| panic!("stdout is not UTF-8: {}", describe(args, &out)))
+}
+
+/// Run `argstash args...`, assert success, parse stdout as one JSON value.
+#[track_caller]
+pub fn run_json(args: &[&str]) -> serde_json::Value {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "expected success: {}",
+        describe(args, &out)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", describe(args, &out)))
+}
+
+/// Run `argstash args...`, assert exit code `code` and that stderr contains `needle`.
+#[track_caller]
+pub fn expect_fail(args: &[&str], code: i32, needle: &str) -> Output {
+    let out = run(args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "wrong exit code: {}",
+        describe(args, &out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(needle),
+        "stderr lacks {needle:?}: {}",
+        describe(args, &out)
+    );
+    out
+}
+
+// ---------------------------------------------------------------------------
+// /proc helpers
+// ---------------------------------------------------------------------------
+
+/// Read `len` bytes at `addr` of process `pid` through `/proc/PID/mem`.
+#[track_caller]
+pub fn read_mem(pid: i32, addr: u64, len: usize) -> Vec<u8> {
+    try_read_mem(pid, addr, len)
+        .unwrap_or_else(|e| panic!("read {len} bytes at {addr:#x} of pid {pid}: {e}"))
+}
+
+/// Like [`read_mem`], returning the error instead of panicking.
+pub fn try_read_mem(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+    let f = fs::File::open(format!("/proc/{pid}/mem"))?;
+    let mut buf = vec![0; len];
+    f.read_exact_at(&mut buf, addr)?;
+    Ok(buf)
+}
+
+/// Thread ids of process `pid`, sorted (empty if the process is gone).
+pub fn thread_ids(pid: i32) -> Vec<i32> {
+    let mut v: Vec<i32> = fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_unstable();
+    v
+}
+
+/// `(tid, name)` of every thread of `pid` (names from `/proc/PID/task/TID/comm`).
+pub fn thread_names(pid: i32) -> Vec<(i32, String)> {
+    thread_ids(pid)
+        .into_iter()
+        .filter_map(|tid| {
+            let comm = fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+            Some((tid, comm.trim_end().to_string()))
+        })
+        .collect()
+}
+
+/// A field of `/proc/PID/status` (e.g. `"TracerPid"`), trimmed; `None` if absent.
+pub fn proc_status_field(pid: i32, field: &str) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == field).then(|| v.trim().to_string())
+    })
+}
+
+/// Id of the thread tracing `pid` (`TracerPid`), `None` if untraced; panics if `pid` is gone.
+#[track_caller]
+pub fn tracer_pid(pid: i32) -> Option<i32> {
+    let v = proc_status_field(pid, "TracerPid")
+        .unwrap_or_else(|| panic!("no /proc/{pid}/status: process gone?"));
+    let t: i32 = v.parse().expect("numeric TracerPid");
+    (t != 0).then_some(t)
+}
+
+/// State letter of `pid` from `/proc/PID/stat` (`R`, `S`, `t` = ptrace-stopped, `Z`...); `None` if gone.
+pub fn proc_state(pid: i32) -> Option<char> {
+    stat_state(&format!("/proc/{pid}/stat"))
+}
+
+/// State letter of thread `tid` of `pid`; `None` if gone.
+pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
+    stat_state(&format!("/proc/{pid}/task/{tid}/stat"))
+}
+
+fn stat_state(path: &str) -> Option<char> {
+    let stat = fs::read_to_string(path).ok()?;
+    // "pid (comm) S ...": comm may contain spaces and parentheses.
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// One line of `/proc/PID/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapEntry {
+    /// Start address.
+    pub start: u64,
+    /// End address (exclusive).
+    pub end: u64,
+    /// Permissions, e.g. `r-xp`.
+    pub perms: String,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// Path or pseudo-name (`[stack]`), empty for anonymous mappings.
+    pub path: String,
+}
+
+/// Parsed `/proc/PID/maps`.
+#[track_caller]
+pub fn maps(pid: i32) -> Vec<MapEntry> {
+    let text = fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/maps: {e}"));
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(6, ' ');
+            let (range, perms, off) = (it.next()?, it.next()?, it.next()?);
+            let (_dev, _inode) = (it.next()?, it.next()?);
+            let path = it.next().unwrap_or("").trim().to_string();
+            let (s, e) = range.split_once('-')?;
+            Some(MapEntry {
+                start: u64::from_str_radix(s, 16).ok()?,
+                end: u64::from_str_radix(e, 16).ok()?,
+                perms: perms.to_string(),
+                offset: u64::from_str_radix(off, 16).ok()?,
+                path,
+            })
+        })
+        .collect()
+}
+
+/// Load bias of executable `exe` in process `pid`: runtime address minus ELF `st_value`/`p_vaddr`.
+#[track_caller]
+pub fn load_bias(pid: i32, exe: &Path) -> u64 {
+    let canon = fs::canonicalize(exe).unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+    let canon = canon.to_string_lossy();
+    let deleted = format!("{canon} (deleted)");
+    let first = maps(pid)
+        .into_iter()
+        .filter(|m| m.path == canon || m.path == deleted)
+        .min_by_key(|m| m.offset)
+        .unwrap_or_else(|| panic!("{canon} is not mapped in pid {pid}"));
+    let seg = elf_load_segments(exe)
+        .into_iter()
+        .find(|s| s.offset & !0xfff == first.offset)
+        .unwrap_or_else(|| panic!("no PT_LOAD at file offset {:#x}", first.offset));
+    first.start - (seg.vaddr & !0xfff)
+}
+
+/// Runtime address of symbol `sym` of executable `exe` in process `pid`.
+#[track_caller]
+pub fn runtime_addr(pid: i32, exe: &Path, sym: &str) -> u64 {
+    let s = symbol(exe, sym).unwrap_or_else(|| panic!("no symbol {sym} in {}", exe.display()));
+    load_bias(pid, exe) + s.addr
+}
+
+// ---------------------------------------------------------------------------
+// ELF file helpers
+// ---------------------------------------------------------------------------
+
+/// A `PT_LOAD` program header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadSegment {
+    /// `p_offset`.
+    pub offset: u64,
+    /// `p_vaddr`.
+    pub vaddr: u64,
+    /// `p_filesz`.
+    pub filesz: u64,
+    /// `p_memsz`.
+    pub memsz: u64,
+    /// `p_flags` (PF_X = 1, PF_W = 2, PF_R = 4).
+    pub flags: u32,
+}
+
+/// The `PT_LOAD` segments of a 64-bit little-endian ELF file.
+#[track_caller]
+pub fn elf_load_segments(path: &Path) -> Vec<LoadSegment> {
+    let data = fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let bad =
+        |what: &str| -> ! { panic!("{}: not a usable ELF64 LE file ({what})", path.display()) };
+    if data.len() < 64 || &data[..4] != b"\x7fELF" || data[4] != 2 || data[5] != 1 {
+        bad("header");
+    }
+    let u16_at = |o: usize| u16::from_le_bytes(data[o..o + 2].try_into().unwrap());
+    let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(data[o..o + 8].try_into().unwrap());
+    let phoff = u64_at(0x20) as usize;
+    let phentsize = u16_at(0x36) as usize;
+    let phnum = u16_at(0x38) as usize;
+    if phentsize < 56 || phoff + phnum * phentsize > data.len() {
+        bad("program headers");
+    }
+    (0..phnum)
+        .map(|i| phoff + i * phentsize)
+        .filter(|&p| u32_at(p) == 1) // PT_LOAD
+        .map(|p| LoadSegment {
+            flags: u32_at(p + 4),
+            offset: u64_at(p + 8),
+            vaddr: u64_at(p + 16),
+            filesz: u64_at(p + 32),
+            memsz: u64_at(p + 40),
+        })
+        .collect()
+}
+
+/// `len` bytes of the file at link-time virtual address `vaddr` (as in `nm`/`objdump`).
+///
+/// For comparing a live process's code (at `vaddr + load_bias`) with the file on disk.
+#[track_caller]
+pub fn file_bytes_at_vaddr(path: &Path, vaddr: u64, len: usize) -> Vec<u8> {
+    let seg = elf_load_segments(path)
+        .into_iter()
+        .find(|s| vaddr >= s.vaddr && vaddr + len as u64 <= s.vaddr + s.filesz)
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: {vaddr:#x}+{len} is not inside one PT_LOAD's file bytes",
+                path.display()
+            )
+        });
+    let f = fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut buf = vec![0; len];
+    f.read_exact_at(&mut buf, seg.offset + (vaddr - seg.vaddr))
+        .unwrap_or_else(|e| panic!("{}: read at {vaddr:#x}: {e}", path.display()));
+    buf
+}
+
+/// A symbol from `nm`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Symbol {
+    /// Name.
+    pub name: String,
+    /// Link-time address (`st_value`).
+    pub addr: u64,
+    /// Size (`st_size`), 0 if nm shows none.
+    pub size: u64,
+    /// nm's type letter (`T` global text, `t` local text, `D`, `B`...).
+    pub kind: char,
+}
+
+/// All defined symbols of `path` (`nm -S --defined-only`; `.symtab`, or `.dynsym` if stripped).
+#[track_caller]
+pub fn symbols(path: &Path) -> Vec<Symbol> {
+    let mut cmd = Command::new("nm");
+    cmd.args(["-S", "--defined-only"]).arg(path);
+    let mut text = check_tool(&mut cmd, "list symbols");
+    if text.trim().is_empty() {
+        let mut cmd = Command::new("nm");
+        cmd.args(["-D", "-S", "--defined-only"]).arg(path);
+        text = check_tool(&mut cmd, "list dynamic symbols");
+    }
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (addr, size, kind, name) = match f.as_slice() {
+                [a, s, k, n] => (a, Some(s), k, n),
+                [a, k, n] => (a, None, k, n),
+                _ => return None,
+            };
+            Some(Symbol {
+                name: name.to_string(),
+                addr: u64::from_str_radix(addr, 16).ok()?,
+                size: size.map_or(Some(0), |s| u64::from_str_radix(s, 16).ok())?,
+                kind: kind.chars().next()?,
+            })
+        })
+        .collect()
+}
+
+/// The symbol `name` of `path` (the first if several), if defined.
+pub fn symbol(path: &Path, name: &str) -> Option<Symbol> {
+    symbols(path).into_iter().find(|s| s.name == name)
+}
+
+/// The bytes of function `name` (`st_size` bytes from the file).
+#[track_caller]
+pub fn function_bytes(path: &Path, name: &str) -> Vec<u8> {
+    let s = symbol(path, name).unwrap_or_else(|| panic!("no symbol {name} in {}", path.display()));
+    file_bytes_at_vaddr(path, s.addr, s.size as usize)
+}
+
+// ---------------------------------------------------------------------------
+// objdump
+// ---------------------------------------------------------------------------
+
+/// One instruction as disassembled by objdump.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Insn {
+    /// Link-time address.
+    pub addr: u64,
+    /// Encoded bytes.
+    pub bytes: Vec<u8>,
+    /// AT&T text, e.g. `mov    0x2be6(%rip),%eax        # 408c <counter>`.
+    pub text: String,
+}
+
+impl Insn {
+    /// Encoded length.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Always false (objdump never prints empty instructions); for clippy.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The mnemonic, skipping prefixes such as `bnd`, `notrack`, `lock`, `rep`, `data16`, `cs`.
+    pub fn mnemonic(&self) -> &str {
+        const PREFIXES: &[&str] = &[
+            "bnd", "notrack", "lock", "rep", "repz", "repnz", "repe", "repne", "data16", "addr32",
+            "cs", "ds", "es", "ss", "fs", "gs", "rex", "rex.W",
+        ];
+        self.text
+            .split_whitespace()
+            .find(|w| !PREFIXES.contains(w))
+            .unwrap_or("")
+    }
+
+    /// True for jumps, calls, returns, loops and other control transfers.
+    pub fn is_control_flow(&self) -> bool {
+        let m = self.mnemonic();
+        m.starts_with('j')
+            || m.starts_with("call")
+            || m.starts_with("ret")
+            || m.starts_with("loop")
+            || m.starts_with("iret")
+            || matches!(m, "int3" | "ud2" | "xbegin")
+    }
+
+    /// Target of a direct jump/call/loop (`jne 13f0 <bar+0x20>` -> `0x13f0`).
+    pub fn branch_target(&self) -> Option<u64> {
+        let m = self.mnemonic();
+        if !(m.starts_with('j') || m.starts_with("call") || m.starts_with("loop") || m == "xbegin")
+        {
+            return None;
+        }
+        let mut words = self.text.split_whitespace();
+        words.find(|w| *w == m)?;
+        u64::from_str_radix(words.next()?, 16).ok()
+    }
+
+    /// True if an operand is addressed relative to `%rip`.
+    pub fn is_rip_relative(&self) -> bool {
+        self.text.contains("(%rip)")
+    }
+}
+
+/// Parse `objdump -d --insn-width=16` output (instruction lines only).
+fn parse_objdump(text: &str) -> Vec<Insn> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, '\t');
+            let addr = f.next()?.trim().strip_suffix(':')?;
+            let addr = u64::from_str_radix(addr, 16).ok()?;
+            let bytes = f
+                .next()?
+                .split_whitespace()
+                .map(|b| u8::from_str_radix(b, 16).ok())
+                .collect::<Option<Vec<u8>>>()?;
+            let text = f.next().unwrap_or("").trim().to_string();
+            (!bytes.is_empty()).then_some(Insn { addr, bytes, text })
+        })
+        .collect()
+}
+
+/// Instructions of function `sym` in `path`, cut at its `st_size` (no padding).
+#[track_caller]
+pub fn disassemble(path: &Path, sym: &str) -> Vec<Insn> {
+    let s = symbol(path, sym).unwrap_or_else(|| panic!("no symbol {sym} in {}", path.display()));
+    let mut cmd = Command::new("objdump");
+    cmd.args(["-d", "--insn-width=16"])
+        .arg(format!("--start-address={:#x}", s.addr))
+        .arg(format!("--stop-address={:#x}", s.addr + s.size.max(1)))
+        .arg(path);
+    let insns = parse_objdump(&check_tool(&mut cmd, "disassemble"));
+    assert!(
+        !insns.is_empty(),
+        "objdump printed no instructions for {sym} in {}",
+        path.display()
+    );
+    insns
+}
+
+/// Targets of every direct jump/call in the executable sections of `path`.
+#[track_caller]
+pub fn branch_targets(path: &Path) -> Vec<u64> {
+    let mut cmd = Command::new("objdump");
+    cmd.args(["-d", "--insn-width=16"]).arg(path);
+    parse_objdump(&check_tool(&mut cmd, "disassemble"))
+        .iter()
+        .filter_map(Insn::branch_target)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
