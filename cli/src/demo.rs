@@ -49,21 +49,18 @@ fn build() -> Result<std::path::PathBuf> {
     Ok(exe)
 }
 
+/// The main thread's backtrace as text, if `bar` is on its stack.
 fn bar_frame(bt: &Backtrace) -> Option<String> {
     let t = bt.threads.first()?;
-    let i = t
+    let text = t
         .frames
         .iter()
-        .position(|f| f.function.as_deref() == Some("bar"))?;
-    Some(
-        t.frames
-            .iter()
-            .enumerate()
-            .skip(i)
-            .map(|(n, f)| format!("    {}", frame_text(n, f)))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    )
+        .enumerate()
+        .map(|(n, f)| format!("    {}", frame_text(n, f)));
+    t.frames
+        .iter()
+        .any(|f| f.function.as_deref() == Some("bar"))
+        .then(|| text.collect::<Vec<_>>().join("\n"))
 }
 
 /// Takes backtraces until `want` holds for bar's frame (bar sleeps 20 ms per call).

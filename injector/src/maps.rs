@@ -136,7 +136,7 @@ garbage line
     #[test]
     fn reads_own_maps() {
         let m = read_maps(std::process::id() as i32).unwrap();
-        let here = reads_own_maps as usize as u64;
+        let here = reads_own_maps as fn() as usize as u64;
         assert!(m.iter().any(|e| e.contains(here) && e.perms.exec));
     }
 }

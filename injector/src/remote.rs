@@ -9,12 +9,17 @@
 //! gadget, `0f 05` is written at the thread's RIP for the step and restored afterwards
 //! (only when every thread is stopped).
 
-use nix::sys::ptrace;
+use std::ffi::c_void;
+
+use nix::errno::Errno;
+use nix::sys::ptrace::{self, Options};
 use nix::unistd::Pid;
 
 use crate::maps::{parse_maps, MapEntry};
 use crate::memory::{Memory, ProcessMemory};
-use crate::session::{wait_tid, Current, Session, SessionError, ThreadStop, Waited, EVENT_STOP};
+use crate::session::{
+    describe_status, wait_tid, Current, Session, SessionError, ThreadStop, Waited, EVENT_STOP,
+};
 
 /// The `syscall` instruction.
 const SYSCALL: [u8; 2] = [0x0f, 0x05];
@@ -75,6 +80,42 @@ fn scan(m: &MapEntry, mem: &dyn Memory) -> Option<u64> {
         addr += len as u64;
     }
     None
+}
+
+/// The bit of `sig` in a kernel signal set.
+fn sigbit(sig: i32) -> u64 {
+    1 << (sig - 1)
+}
+
+/// `PTRACE_GETSIGMASK`: the mask in force once the current system call is over.
+fn get_sigmask(tid: i32) -> Result<u64, Errno> {
+    let mut mask: u64 = 0;
+    // SAFETY: the kernel writes exactly `addr` = 8 bytes (sizeof the kernel's sigset_t
+    // on x86-64) through `data`, which points to a live local u64.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETSIGMASK,
+            tid,
+            std::mem::size_of::<u64>() as *mut c_void,
+            &mut mask as *mut u64 as *mut c_void,
+        )
+    };
+    Errno::result(r).map(|_| mask)
+}
+
+/// `PTRACE_SETSIGMASK` (the kernel never blocks SIGKILL or SIGSTOP).
+fn set_sigmask(tid: i32, mask: u64) -> Result<(), Errno> {
+    // SAFETY: the kernel reads exactly `addr` = 8 bytes through `data`, which points to
+    // a live local u64.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_SETSIGMASK,
+            tid,
+            std::mem::size_of::<u64>() as *mut c_void,
+            &mask as *const u64 as *mut c_void,
+        )
+    };
+    Errno::result(r).map(drop)
 }
 
 /// The name of the few system calls the wrappers run, for messages.
@@ -155,6 +196,10 @@ impl Session {
         if saved.cs != USER_CS_64 {
             return Err(SessionError::Not64Bit { tid, cs: saved.cs });
         }
+        // The mask the thread will have once its current system call is over (the
+        // kernel reports saved_sigmask while a ppoll/sigsuspend mask is in force).
+        let real_mask =
+            get_sigmask(tid).map_err(|e| self.ptrace_error("PTRACE_GETSIGMASK", tid, e))?;
         let mut patched = None;
         let entry = match self.gadget()? {
             Some(g) => g,
@@ -181,15 +226,38 @@ impl Session {
         regs.r10 = args[3];
         regs.r8 = args[4];
         regs.r9 = args[5];
-        let outcome = self
-            .set_regs(tid, &regs)
-            .and_then(|()| self.step_syscall(tid, entry));
-        // Put everything back whatever happened (fails harmlessly if the thread is gone).
-        let restored = if self.index(tid).is_ok() {
-            self.set_regs(tid, &saved)
+        // Block signals while the thread runs our instruction, or every pending one
+        // would be dequeued on the way (a flood of queued signals means a stop each).
+        // Stepping needs SIGTRAP deliverable: a blocked or ignored SIGTRAP is reset to
+        // SIG_DFL by the kernel when it forces the trap. A process that ignores SIGTRAP
+        // is therefore driven through syscall-stops instead of a single-step.
+        let by_syscall_stops = self.sigtrap_ignored;
+        let step_mask = if by_syscall_stops {
+            !0
         } else {
-            Ok(())
+            !sigbit(libc::SIGTRAP)
         };
+        let outcome = set_sigmask(tid, step_mask)
+            .map_err(|e| self.ptrace_error("PTRACE_SETSIGMASK", tid, e))
+            .and_then(|()| self.set_regs(tid, &regs))
+            .and_then(|()| {
+                if by_syscall_stops {
+                    self.run_by_syscall_stops(tid)
+                } else {
+                    self.step_syscall(tid, entry)
+                }
+            });
+        // Put everything back whatever happened (skipped if the thread is gone).
+        let mut restored = Ok(());
+        if let Ok(i) = self.index(tid) {
+            restored = self.set_regs(tid, &saved);
+            if self.threads[i].current == Current::SyscallStop {
+                restored = restored.and_then(|()| self.back_to_signal_path(tid));
+            }
+            let unmasked = set_sigmask(tid, real_mask)
+                .map_err(|e| self.ptrace_error("PTRACE_SETSIGMASK", tid, e));
+            restored = restored.and(unmasked);
+        }
         let unpatched = match patched {
             Some(original) => self
                 .memory()
@@ -203,6 +271,34 @@ impl Session {
         Ok(result)
     }
 
+    /// Holds a real signal that a resumed thread stopped for (re-delivered at detach).
+    fn hold_signal(&mut self, i: usize) -> Result<(), SessionError> {
+        let tid = self.threads[i].tid;
+        let info = ptrace::getsiginfo(Pid::from_raw(tid))
+            .map_err(|e| self.ptrace_error("PTRACE_GETSIGINFO", tid, e))?;
+        let t = &mut self.threads[i];
+        t.current = Current::SignalStop;
+        if t.signal.is_none() {
+            t.signal = Some(info);
+            t.resumed = false;
+        } else {
+            t.extra.push(info);
+        }
+        Ok(())
+    }
+
+    /// Waits for `tid` after a resume; `None` when it is gone (and dropped from the session).
+    fn wait_resumed(&mut self, i: usize) -> Result<(i32, i32, i32), SessionError> {
+        let tid = self.threads[i].tid;
+        match wait_tid(tid)? {
+            Waited::Gone => {
+                self.threads.remove(i);
+                Err(SessionError::Exited { pid: self.pid })
+            }
+            Waited::Stop { sig, event, raw } => Ok((sig, event, raw)),
+        }
+    }
+
     /// Single-steps `tid` over the `syscall` at `entry`; holds real signals that arrive first.
     fn step_syscall(&mut self, tid: i32, entry: u64) -> Result<i64, SessionError> {
         let child = Pid::from_raw(tid);
@@ -211,38 +307,24 @@ impl Session {
             ptrace::step(child, None)
                 .map_err(|e| self.ptrace_error("PTRACE_SINGLESTEP", tid, e))?;
             self.threads[i].resumed = true;
-            let (sig, event, raw) = match wait_tid(tid)? {
-                Waited::Gone => {
-                    self.threads.remove(i);
-                    return Err(SessionError::Exited { pid: self.pid });
-                }
-                Waited::Stop { sig, event, raw } => (sig, event, raw),
-            };
+            let (sig, event, raw) = self.wait_resumed(i)?;
             match event {
                 0 => {
                     self.threads[i].current = Current::SignalStop;
-                    let rip = ptrace::getregs(child)
+                    let now = ptrace::getregs(child)
                         .map_err(|e| self.ptrace_error("PTRACE_GETREGS", tid, e))?;
-                    if sig == libc::SIGTRAP && rip.rip != entry {
-                        return Ok(rip.rax as i64);
+                    if sig == libc::SIGTRAP && now.rip != entry {
+                        return Ok(now.rax as i64);
                     }
-                    // A real signal was dequeued before the instruction ran: hold it.
-                    let info = ptrace::getsiginfo(child)
-                        .map_err(|e| self.ptrace_error("PTRACE_GETSIGINFO", tid, e))?;
-                    let t = &mut self.threads[i];
-                    if t.signal.is_none() {
-                        t.signal = Some(info);
-                        t.resumed = false;
-                    } else {
-                        t.extra.push(info);
-                    }
+                    // A signal that cannot be blocked (or a real SIGTRAP) came first.
+                    self.hold_signal(i)?;
                 }
                 // A trap left pending (interrupt, group-stop): nothing ran yet.
                 EVENT_STOP => self.threads[i].current = Current::Event,
                 _ => {
                     return Err(SessionError::Unexpected {
                         tid,
-                        status: crate::session::describe_status(raw),
+                        status: describe_status(raw),
                     })
                 }
             }
@@ -251,6 +333,88 @@ impl Session {
             tid,
             status: format!("no single-step trap after {MAX_STEPS} steps over the system call"),
         })
+    }
+
+    /// Runs the `syscall` at RIP between a syscall-entry and a syscall-exit stop.
+    fn run_by_syscall_stops(&mut self, tid: i32) -> Result<i64, SessionError> {
+        let child = Pid::from_raw(tid);
+        let base = if self.all_threads {
+            Options::PTRACE_O_TRACECLONE
+        } else {
+            Options::empty()
+        };
+        ptrace::setoptions(child, base | Options::PTRACE_O_TRACESYSGOOD)
+            .map_err(|e| self.ptrace_error("PTRACE_SETOPTIONS", tid, e))?;
+        let mut entered = false;
+        let mut result = Err(SessionError::Unexpected {
+            tid,
+            status: format!("no syscall-exit stop after {MAX_STEPS} resumptions"),
+        });
+        for _ in 0..MAX_STEPS {
+            let i = match self.index(tid) {
+                Ok(i) => i,
+                Err(e) => return Err(e),
+            };
+            if let Err(e) = ptrace::syscall(child, None) {
+                result = Err(self.ptrace_error("PTRACE_SYSCALL", tid, e));
+                break;
+            }
+            self.threads[i].resumed = true;
+            let (sig, event, raw) = self.wait_resumed(i)?;
+            match event {
+                0 if sig == libc::SIGTRAP | 0x80 => {
+                    self.threads[i].current = Current::SyscallStop;
+                    if !entered {
+                        entered = true;
+                        continue;
+                    }
+                    result = ptrace::getregs(child)
+                        .map(|r| r.rax as i64)
+                        .map_err(|e| self.ptrace_error("PTRACE_GETREGS", tid, e));
+                    break;
+                }
+                0 => {
+                    if let Err(e) = self.hold_signal(i) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                EVENT_STOP => self.threads[i].current = Current::Event,
+                _ => {
+                    result = Err(SessionError::Unexpected {
+                        tid,
+                        status: describe_status(raw),
+                    });
+                    break;
+                }
+            }
+        }
+        let reset = ptrace::setoptions(child, base)
+            .map_err(|e| self.ptrace_error("PTRACE_SETOPTIONS", tid, e));
+        let value = result?;
+        reset?;
+        Ok(value)
+    }
+
+    /// From a syscall-stop, lets the thread leave the kernel and stop again in its
+    /// signal path (where every held thread waits), with the registers already restored.
+    fn back_to_signal_path(&mut self, tid: i32) -> Result<(), SessionError> {
+        let child = Pid::from_raw(tid);
+        ptrace::interrupt(child).map_err(|e| self.ptrace_error("PTRACE_INTERRUPT", tid, e))?;
+        ptrace::cont(child, None).map_err(|e| self.ptrace_error("PTRACE_CONT", tid, e))?;
+        let i = self.index(tid)?;
+        let (_, event, raw) = self.wait_resumed(i)?;
+        match event {
+            EVENT_STOP => {
+                self.threads[i].current = Current::Event;
+                Ok(())
+            }
+            0 => self.hold_signal(i),
+            _ => Err(SessionError::Unexpected {
+                tid,
+                status: describe_status(raw),
+            }),
+        }
     }
 
     /// Checks a raw result for `-errno`.

@@ -199,6 +199,8 @@ pub(crate) enum Current {
     Event,
     /// A signal-delivery-stop: a real signal, or the `SIGTRAP` of our own single-step.
     SignalStop,
+    /// A syscall-entry or -exit stop of a remote system call (only between its steps).
+    SyscallStop,
 }
 
 /// One held thread.
@@ -238,6 +240,8 @@ pub struct Session {
     pending: HashSet<i32>,
     /// Clone events seen while attaching (diagnostics and tests).
     pub(crate) clone_events: usize,
+    /// The process ignores SIGTRAP (SIG_IGN), so remote system calls avoid single-steps.
+    pub(crate) sigtrap_ignored: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -260,6 +264,7 @@ struct Status {
     tgid: i32,
     tracer: i32,
     threads: u32,
+    sig_ignored: u64,
 }
 
 fn read_status(path: &str) -> io::Result<Status> {
@@ -276,6 +281,7 @@ fn read_status(path: &str) -> io::Result<Status> {
             "Tgid" => s.tgid = value.parse().unwrap_or(0),
             "TracerPid" => s.tracer = value.parse().unwrap_or(0),
             "Threads" => s.threads = value.parse().unwrap_or(0),
+            "SigIgn" => s.sig_ignored = u64::from_str_radix(value, 16).unwrap_or(0),
             _ => {}
         }
     }
@@ -313,8 +319,8 @@ fn list_tasks(pid: i32) -> Result<Vec<i32>, SessionError> {
     Ok(tids)
 }
 
-/// Refuses what must never be stopped, before touching the process.
-fn precheck(pid: i32) -> Result<(), SessionError> {
+/// Refuses what must never be stopped, before touching the process; returns its status.
+fn precheck(pid: i32) -> Result<Status, SessionError> {
     if pid == 1 {
         return Err(SessionError::Init);
     }
@@ -361,7 +367,7 @@ fn precheck(pid: i32) -> Result<(), SessionError> {
             detail: traced_by(pid, None, st.tracer),
         });
     }
-    Ok(())
+    Ok(st)
 }
 
 fn is_root() -> bool {
@@ -509,7 +515,7 @@ fn requeue_signal(pid: i32, tid: i32, info: &libc::siginfo_t) {
 }
 
 impl Session {
-    fn new(pid: i32, all_threads: bool) -> Session {
+    fn new(pid: i32, all_threads: bool, status: &Status) -> Session {
         Session {
             pid,
             threads: Vec::new(),
@@ -521,14 +527,15 @@ impl Session {
             memory: None,
             pending: HashSet::new(),
             clone_events: 0,
+            sigtrap_ignored: status.sig_ignored & (1 << (libc::SIGTRAP - 1)) != 0,
             _not_send: PhantomData,
         }
     }
 
     /// Stops every thread of `pid`, looping until no new thread appears.
     pub fn attach_all(pid: i32) -> Result<Session, SessionError> {
-        precheck(pid)?;
-        let mut s = Session::new(pid, true);
+        let status = precheck(pid)?;
+        let mut s = Session::new(pid, true, &status);
         s.attach_loop()?;
         if s.threads.is_empty() {
             s.detached = true;
@@ -539,11 +546,11 @@ impl Session {
 
     /// Stops only thread `tid` of `pid` (for reading one stack); the others keep running.
     pub fn attach_thread(pid: i32, tid: i32) -> Result<Session, SessionError> {
-        precheck(pid)?;
+        let status = precheck(pid)?;
         if tid <= 0 || !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
             return Err(SessionError::NoSuchThread { pid, tid });
         }
-        let mut s = Session::new(pid, false);
+        let mut s = Session::new(pid, false, &status);
         match ptrace::seize(Pid::from_raw(tid), Options::empty()) {
             Ok(()) => {}
             Err(Errno::ESRCH) => return Err(SessionError::NoSuchThread { pid, tid }),
@@ -1564,8 +1571,19 @@ int main(void) {
         let pid = child.pid;
         let mut clones = 0;
         for _ in 0..300 {
-            let s = Session::attach_all(pid).unwrap();
+            let mut s = Session::attach_all(pid).unwrap();
             clones += s.clone_events;
+            if clones % 4 == 1 {
+                let a = s
+                    .remote_mmap(
+                        0,
+                        4096,
+                        libc::PROT_READ,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    )
+                    .unwrap();
+                s.remote_munmap(a, 4096).unwrap();
+            }
             // Everything alive in the group is held.
             for tid in tasks(pid) {
                 let (state, _) = thread_state(pid, tid);
@@ -1580,6 +1598,99 @@ int main(void) {
         child.send("stop\n");
         assert_eq!(child.line(), "failed=0 made>0=1");
         assert_eq!(child.wait_exit(), Some(0));
+    }
+
+    /// Counts queued real-time signals and sums their values; main reads stdin.
+    const RTSIG: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static volatile long count, sum;
+static void on_rt(int sig, siginfo_t *si, void *uc) { count++; sum += si->si_value.sival_int; }
+static void on_trap(int sig) { write(1, "TRAP\n", 5); }
+int main(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_rt;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigaction(SIGRTMIN, &sa, 0);
+    signal(SIGTRAP, on_trap);
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        printf("count=%ld sum=%ld\n", count, sum);
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
+    /// Real-time signals (never merged) arrive while sessions come and go, some with
+    /// remote system calls: every signal is delivered exactly once, with its value.
+    #[test]
+    fn queued_signals_survive_many_sessions() {
+        let mut child = TestChild::spawn("rtsig", RTSIG, &[]);
+        let pid = child.pid;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sender = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let (mut sent, mut sum) = (0i64, 0i64);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let value = (sent % 1000) as i32;
+                    let v = libc::sigval {
+                        sival_ptr: value as usize as *mut c_void,
+                    };
+                    // SAFETY: sigqueue takes integers and a sigval by value.
+                    if unsafe { libc::sigqueue(pid, libc::SIGRTMIN(), v) } == 0 {
+                        sent += 1;
+                        sum += value as i64;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                (sent, sum)
+            })
+        };
+        let mut held_signals = 0;
+        for i in 0..300 {
+            let mut s = Session::attach_all(pid).unwrap();
+            if matches!(s.stop_state(pid), Some(ThreadStop::Signal { .. })) {
+                held_signals += 1;
+            }
+            if i % 3 == 0 {
+                let a = s
+                    .remote_mmap(
+                        0,
+                        4096,
+                        libc::PROT_READ,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    )
+                    .unwrap();
+                s.remote_munmap(a, 4096).unwrap();
+            }
+            s.detach().unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (sent, sum) = sender.join().unwrap();
+        eprintln!("queued_signals_survive_many_sessions: {sent} signals, {held_signals} sessions found the thread in a signal-delivery-stop");
+        let want = format!("count={sent} sum={sum}");
+        let mut last = String::new();
+        for _ in 0..200 {
+            child.send("?\n");
+            last = child.line();
+            if last == want {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(last, want);
+        assert!(
+            child.try_line(Duration::from_millis(50)).is_none(),
+            "stray SIGTRAP"
+        );
     }
 
     #[test]

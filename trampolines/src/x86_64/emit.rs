@@ -79,6 +79,8 @@ fn fits_rel32(from_end: u64, to: u64) -> bool {
 }
 
 /// Assembles a trampoline for `spec`.
+// dynasm's register expansion converts the register number to `u8` again.
+#[allow(clippy::useless_conversion)]
 pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError> {
     let words = spec.layout.stack_words;
     if words > MAX_STACK_WORDS {

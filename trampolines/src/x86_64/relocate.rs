@@ -218,7 +218,7 @@ impl PatchPlan {
         let mut jump = jump;
         // The jump's own IP must not equal any branch target in the block (its
         // target is `back`), or the encoder would treat it as an in-block branch.
-        jump.set_ip(u64::MAX & !0xfff);
+        jump.set_ip(!0xfff);
         block.push(jump);
         let encoded = BlockEncoder::encode(
             64,
