@@ -309,8 +309,18 @@ pub fn install(
         p.code = Some(generate(p, &header, slot)?);
     }
 
+    // Search for a `syscall` instruction now, not inside the stop.
+    let gadget = if new_arenas.is_empty() {
+        None
+    } else {
+        crate::remote::find_syscall_gadget(pid)?
+    };
+
     // Stop the world.
     let mut session = Session::attach_all(pid)?;
+    if let Some(addr) = gadget {
+        session.set_syscall_gadget(addr)?;
+    }
     let mut undo = Undo::default();
     let result = (|| -> Result<(Vec<HookInfo>, Vec<i32>), Error> {
         // Create the new arenas, regenerating code if the first spot is gone.

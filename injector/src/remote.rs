@@ -8,8 +8,16 @@
 //! (rax = -516, `ERESTART_RESTARTBLOCK`) restarts as if nothing had happened. Without a
 //! gadget, `0f 05` is written at the thread's RIP for the step and restored afterwards
 //! (only when every thread is stopped).
+//!
+//! While the thread runs our instruction its signal mask blocks everything but SIGTRAP
+//! (`PTRACE_SETSIGMASK`), so pending signals stay queued instead of each costing a stop;
+//! the mask it will have after its own system call (`PTRACE_GETSIGMASK`) is put back.
+//! A process that ignores SIGTRAP is not single-stepped: forcing the step's SIGTRAP
+//! would reset that disposition to `SIG_DFL`. Its thread runs the instruction between a
+//! syscall-entry and a syscall-exit stop instead, then is sent back to its signal path.
 
 use std::ffi::c_void;
+use std::sync::Mutex;
 
 use nix::errno::Errno;
 use nix::sys::ptrace::{self, Options};
@@ -18,7 +26,8 @@ use nix::unistd::Pid;
 use crate::maps::{parse_maps, MapEntry};
 use crate::memory::{Memory, ProcessMemory};
 use crate::session::{
-    describe_status, wait_tid, Current, Session, SessionError, ThreadStop, Waited, EVENT_STOP,
+    describe_status, stat_flags_and_start, wait_tid, Current, Session, SessionError, ThreadStop,
+    Waited, EVENT_STOP,
 };
 
 /// The `syscall` instruction.
@@ -31,12 +40,42 @@ const MAX_STEPS: usize = 16;
 const USER_CS_64: u64 = 0x33;
 
 /// Finds a `syscall` instruction in an executable mapping of `pid` (libc first; call it before stopping the process).
+///
+/// A gadget found in libc is also remembered for the process (libc is never unmapped), so
+/// later sessions on it skip the search inside their stop window.
 pub fn find_syscall_gadget(pid: i32) -> Result<Option<u64>, SessionError> {
     let path = format!("/proc/{pid}/maps");
     let text =
         std::fs::read_to_string(&path).map_err(|source| SessionError::Proc { path, source })?;
     let mem = ProcessMemory::open(pid)?;
-    Ok(search_gadget(&parse_maps(&text), &mem))
+    let found = search_gadget(&parse_maps(&text), &mem);
+    if let (Some((addr, 0)), Some((_, start))) = (found, stat_flags_and_start(pid)) {
+        remember_gadget(pid, start, addr);
+    }
+    Ok(found.map(|(addr, _)| addr))
+}
+
+/// Gadgets in libc per process, keyed by pid and start time (a reused pid is another process).
+static GADGETS: Mutex<Vec<(i32, u64, u64)>> = Mutex::new(Vec::new());
+
+/// How many processes' gadgets are remembered.
+const GADGET_CACHE: usize = 64;
+
+fn remembered_gadget(pid: i32, start: u64) -> Option<u64> {
+    let cache = GADGETS.lock().unwrap_or_else(|e| e.into_inner());
+    cache
+        .iter()
+        .find(|(p, s, _)| (*p, *s) == (pid, start))
+        .map(|(_, _, a)| *a)
+}
+
+fn remember_gadget(pid: i32, start: u64, addr: u64) {
+    let mut cache = GADGETS.lock().unwrap_or_else(|e| e.into_inner());
+    cache.retain(|(p, _, _)| *p != pid);
+    if cache.len() >= GADGET_CACHE {
+        cache.remove(0);
+    }
+    cache.push((pid, start, addr));
 }
 
 /// Search order: libc, other mapped files, the vDSO, anonymous code.
@@ -53,13 +92,16 @@ fn rank(m: &MapEntry) -> u8 {
     }
 }
 
-fn search_gadget(maps: &[MapEntry], mem: &dyn Memory) -> Option<u64> {
+/// The first gadget in search order, with the rank of its mapping (0: libc).
+fn search_gadget(maps: &[MapEntry], mem: &dyn Memory) -> Option<(u64, u8)> {
     let mut candidates: Vec<&MapEntry> = maps
         .iter()
         .filter(|m| m.perms.exec && m.end <= 0x8000_0000_0000 && m.path != "[vsyscall]")
         .collect();
     candidates.sort_by_key(|m| rank(m));
-    candidates.into_iter().find_map(|m| scan(m, mem))
+    candidates
+        .into_iter()
+        .find_map(|m| scan(m, mem).map(|a| (a, rank(m))))
 }
 
 /// The first `0f 05` in a mapping, reading 64 KiB at a time.
@@ -141,10 +183,17 @@ impl Session {
         Ok(())
     }
 
-    /// The `syscall` gadget, searched for once per session.
+    /// The `syscall` gadget: remembered for the process, or searched for once per session.
     fn gadget(&mut self) -> Result<Option<u64>, SessionError> {
         if let Some(g) = self.gadget {
             return Ok(g);
+        }
+        if let Some(addr) = remembered_gadget(self.pid, self.start_time) {
+            let mut got = [0u8; 2];
+            if self.memory()?.read(addr, &mut got).is_ok() && got == SYSCALL {
+                self.gadget = Some(Some(addr));
+                return Ok(Some(addr));
+            }
         }
         let tid = self
             .threads
@@ -156,8 +205,11 @@ impl Session {
         let text =
             std::fs::read_to_string(&path).map_err(|source| SessionError::Proc { path, source })?;
         let found = search_gadget(&parse_maps(&text), self.memory()?);
-        self.gadget = Some(found);
-        Ok(found)
+        if let Some((addr, 0)) = found {
+            remember_gadget(self.pid, self.start_time, addr);
+        }
+        self.gadget = Some(found.map(|(addr, _)| addr));
+        Ok(self.gadget.flatten())
     }
 
     /// The stopped thread remote system calls run on: one without a held signal and not in a group-stop if possible.
@@ -287,7 +339,7 @@ impl Session {
         Ok(())
     }
 
-    /// Waits for `tid` after a resume; `None` when it is gone (and dropped from the session).
+    /// Waits for thread `i` after a resume; `Exited` when it is gone (and dropped from the session).
     fn wait_resumed(&mut self, i: usize) -> Result<(i32, i32, i32), SessionError> {
         let tid = self.threads[i].tid;
         match wait_tid(tid)? {
@@ -343,57 +395,55 @@ impl Session {
         } else {
             Options::empty()
         };
+        // TRACESYSGOOD tells syscall-stops (SIGTRAP | 0x80) from a real SIGTRAP.
         ptrace::setoptions(child, base | Options::PTRACE_O_TRACESYSGOOD)
             .map_err(|e| self.ptrace_error("PTRACE_SETOPTIONS", tid, e))?;
+        let result = self.syscall_stops(tid);
+        // Options die with the ptrace link anyway; put them back for tidiness.
+        if self.index(tid).is_ok() {
+            let reset = ptrace::setoptions(child, base)
+                .map_err(|e| self.ptrace_error("PTRACE_SETOPTIONS", tid, e));
+            let value = result?;
+            reset?;
+            return Ok(value);
+        }
+        result
+    }
+
+    fn syscall_stops(&mut self, tid: i32) -> Result<i64, SessionError> {
+        let child = Pid::from_raw(tid);
         let mut entered = false;
-        let mut result = Err(SessionError::Unexpected {
-            tid,
-            status: format!("no syscall-exit stop after {MAX_STEPS} resumptions"),
-        });
         for _ in 0..MAX_STEPS {
-            let i = match self.index(tid) {
-                Ok(i) => i,
-                Err(e) => return Err(e),
-            };
-            if let Err(e) = ptrace::syscall(child, None) {
-                result = Err(self.ptrace_error("PTRACE_SYSCALL", tid, e));
-                break;
-            }
+            let i = self.index(tid)?;
+            ptrace::syscall(child, None)
+                .map_err(|e| self.ptrace_error("PTRACE_SYSCALL", tid, e))?;
             self.threads[i].resumed = true;
             let (sig, event, raw) = self.wait_resumed(i)?;
             match event {
                 0 if sig == libc::SIGTRAP | 0x80 => {
                     self.threads[i].current = Current::SyscallStop;
-                    if !entered {
-                        entered = true;
-                        continue;
+                    if entered {
+                        let regs = ptrace::getregs(child)
+                            .map_err(|e| self.ptrace_error("PTRACE_GETREGS", tid, e))?;
+                        return Ok(regs.rax as i64);
                     }
-                    result = ptrace::getregs(child)
-                        .map(|r| r.rax as i64)
-                        .map_err(|e| self.ptrace_error("PTRACE_GETREGS", tid, e));
-                    break;
+                    entered = true;
                 }
-                0 => {
-                    if let Err(e) = self.hold_signal(i) {
-                        result = Err(e);
-                        break;
-                    }
-                }
+                // A signal that cannot be blocked came first.
+                0 => self.hold_signal(i)?,
                 EVENT_STOP => self.threads[i].current = Current::Event,
                 _ => {
-                    result = Err(SessionError::Unexpected {
+                    return Err(SessionError::Unexpected {
                         tid,
                         status: describe_status(raw),
-                    });
-                    break;
+                    })
                 }
             }
         }
-        let reset = ptrace::setoptions(child, base)
-            .map_err(|e| self.ptrace_error("PTRACE_SETOPTIONS", tid, e));
-        let value = result?;
-        reset?;
-        Ok(value)
+        Err(SessionError::Unexpected {
+            tid,
+            status: format!("no syscall-exit stop after {MAX_STEPS} resumptions"),
+        })
     }
 
     /// From a syscall-stop, lets the thread leave the kernel and stop again in its
@@ -534,14 +584,25 @@ int main(void) {
     }
 
     /// Threads blocked in read() on a pipe that never gets data; main reads stdin.
+    /// Readers block every signal; main has a SIGTRAP handler.
     const READERS: &str = r#"
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 static int fds[2];
-static void *reader(void *a) { char c; read(fds[0], &c, 1); return 0; }
+static void *reader(void *a) {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, 0);
+    char c;
+    read(fds[0], &c, 1);
+    return 0;
+}
+static void on_trap(int sig) { write(1, "TRAP\n", 5); }
 int main(void) {
+    signal(SIGTRAP, on_trap);
     pipe(fds);
     pthread_t t[8];
     for (int i = 0; i < 8; i++) pthread_create(&t[i], 0, reader, 0);
@@ -557,19 +618,34 @@ int main(void) {
 }
 "#;
 
-    #[test]
-    fn registers_identical_before_and_after() {
+    /// Signal masks and dispositions of every thread, from /proc.
+    fn signal_state(pid: i32) -> Vec<String> {
+        tasks(pid)
+            .into_iter()
+            .map(|t| {
+                let text = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/status")).unwrap();
+                text.lines()
+                    .filter(|l| l.starts_with("Sig") || l.starts_with("ShdPnd"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+
+    fn registers_identical(by_syscall_stops: bool) {
         let mut child = TestChild::spawn("readers", READERS, &[]);
         let pid = child.pid;
         wait_all_blocked(pid);
+        let signals = signal_state(pid);
         let mut s = Session::attach_all(pid).unwrap();
+        s.sigtrap_ignored = by_syscall_stops;
         let tids = s.tids();
         assert_eq!(tids.len(), 9);
         let before: Vec<_> = tids
             .iter()
             .map(|t| regs_words(&s.regs(*t).unwrap()))
             .collect();
-        for _ in 0..5 {
+        for (n, &tid) in tids.iter().enumerate() {
             let a = s
                 .remote_mmap(
                     0,
@@ -579,7 +655,11 @@ int main(void) {
                 )
                 .unwrap();
             s.remote_mprotect(a, 4096, libc::PROT_READ).unwrap();
-            s.remote_munmap(a, 4096).unwrap();
+            // Also on the threads that block every signal.
+            let r = s
+                .remote_syscall_on(tid, libc::SYS_munmap, [a, 4096, 0, 0, 0, 0])
+                .unwrap();
+            assert_eq!(r, 0, "munmap on thread #{n}");
         }
         let same_session: Vec<_> = tids
             .iter()
@@ -590,6 +670,7 @@ int main(void) {
 
         // The read()s restart (ERESTARTSYS) and block again: a second session sees the same registers.
         wait_all_blocked(pid);
+        assert_eq!(signal_state(pid), signals);
         let s = Session::attach_all(pid).unwrap();
         let again: Vec<_> = tids
             .iter()
@@ -599,6 +680,147 @@ int main(void) {
         s.detach().unwrap();
         child.send("hello\n");
         assert_eq!(child.line(), "echo hello");
+        assert!(
+            child.try_line(Duration::from_millis(50)).is_none(),
+            "stray SIGTRAP"
+        );
+    }
+
+    #[test]
+    fn registers_identical_before_and_after() {
+        registers_identical(false);
+    }
+
+    #[test]
+    fn registers_identical_with_syscall_stops() {
+        registers_identical(true);
+    }
+
+    /// A thread whose real mask blocks SIGUSR1 waits in ppoll with a temporary mask that
+    /// lets it through; the handler interrupts the ppoll, then the real mask is back.
+    const PPOLL: &str = r#"
+#define _GNU_SOURCE
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static int fds[2];
+static void on_usr1(int sig) { write(1, "usr1\n", 5); }
+static void *waiter(void *a) {
+    sigset_t usr1, none, now;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigemptyset(&none);
+    pthread_sigmask(SIG_BLOCK, &usr1, 0);
+    struct pollfd p = {fds[0], POLLIN, 0};
+    printf("ready\n");
+    fflush(stdout);
+    int r = ppoll(&p, 1, 0, &none);
+    pthread_sigmask(SIG_BLOCK, 0, &now);
+    printf("ppoll=%d blocked=%d\n", r, sigismember(&now, SIGUSR1));
+    fflush(stdout);
+    return 0;
+}
+int main(void) {
+    signal(SIGUSR1, on_usr1);
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, 0);
+    pipe(fds);
+    pthread_t t;
+    pthread_create(&t, 0, waiter, 0);
+    pthread_join(t, 0);
+    return 0;
+}
+"#;
+
+    fn ppoll_keeps_masks(by_syscall_stops: bool) {
+        let child = TestChild::spawn("ppoll", PPOLL, &[]);
+        let pid = child.pid;
+        let tid = tasks(pid)[1];
+        wait_until("the thread waits in ppoll", || {
+            current_syscall(pid, tid) == Some(libc::SYS_ppoll)
+        });
+        let mut s = Session::attach_all(pid).unwrap();
+        s.sigtrap_ignored = by_syscall_stops;
+        for _ in 0..3 {
+            let a = s
+                .remote_syscall_on(tid, libc::SYS_mmap, [0, 4096, 1, 0x22, u64::MAX, 0])
+                .unwrap();
+            assert!(a > 0);
+            s.remote_syscall_on(tid, libc::SYS_munmap, [a as u64, 4096, 0, 0, 0, 0])
+                .unwrap();
+        }
+        s.detach().unwrap();
+        wait_until("the ppoll is restarted", || {
+            current_syscall(pid, tid) == Some(libc::SYS_ppoll)
+        });
+        assert!(child.try_line(Duration::from_millis(20)).is_none());
+        // SAFETY: tgkill takes three integers.
+        assert_eq!(
+            unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGUSR1) },
+            0
+        );
+        assert_eq!(child.line(), "usr1");
+        assert_eq!(child.line(), "ppoll=-1 blocked=1");
+    }
+
+    #[test]
+    fn ppoll_temporary_mask_survives() {
+        ppoll_keeps_masks(false);
+    }
+
+    #[test]
+    fn ppoll_temporary_mask_survives_syscall_stops() {
+        ppoll_keeps_masks(true);
+    }
+
+    #[test]
+    fn ignored_sigtrap_stays_ignored() {
+        let child = TestChild::spawn(
+            "igntrap",
+            &SLEEP.replace(
+                "int main(void) {",
+                "#include <signal.h>\nint main(void) {\n    signal(SIGTRAP, SIG_IGN);",
+            ),
+            &[],
+        );
+        let pid = child.pid;
+        let ignored = || {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("SigIgn:"))
+                .unwrap()
+                .to_string();
+            u64::from_str_radix(line[7..].trim(), 16).unwrap() & (1 << (libc::SIGTRAP - 1)) != 0
+        };
+        assert!(ignored());
+        wait_until("the program sleeps", || {
+            current_syscall(pid, pid) == Some(libc::SYS_clock_nanosleep)
+        });
+        let mut s = Session::attach_all(pid).unwrap();
+        assert!(s.sigtrap_ignored);
+        let before = s.regs(pid).unwrap();
+        let a = s
+            .remote_mmap(
+                0,
+                8192,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .unwrap();
+        assert_eq!(perms_at(pid, a).as_deref(), Some("r-x"));
+        s.remote_munmap(a, 8192).unwrap();
+        assert_eq!(regs_words(&s.regs(pid).unwrap()), regs_words(&before));
+        s.detach().unwrap();
+        assert!(ignored(), "SIGTRAP no longer ignored");
+        let out = child.line();
+        assert!(out.starts_with("done "), "{out}");
+        assert!(out[5..].parse::<u64>().unwrap() >= 299, "{out}");
     }
 
     #[test]
@@ -632,6 +854,41 @@ int main(void) {
             child.try_line(Duration::from_millis(100)).is_none(),
             "second delivery or stray SIGTRAP"
         );
+    }
+
+    /// A thread holding one signal meets an unblockable SIGSTOP during the step: the
+    /// first is re-delivered exactly, the second re-queued; both take effect.
+    #[test]
+    fn second_signal_during_the_step_is_requeued() {
+        let child = TestChild::spawn("sig2", SIGNALS, &[]);
+        let pid = child.pid;
+        let mut s = Session::attach_all(pid).unwrap();
+        sigqueue(pid, libc::SIGUSR1, 5);
+        s.resume_until_stop(pid).unwrap();
+        assert_eq!(
+            s.stop_state(pid),
+            Some(ThreadStop::Signal {
+                signal: libc::SIGUSR1
+            })
+        );
+        nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
+        let a = s
+            .remote_mmap(
+                0,
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .unwrap();
+        assert_eq!(s.threads[0].extra.len(), 1, "SIGSTOP held during the step");
+        s.remote_munmap(a, 4096).unwrap();
+        s.detach().unwrap();
+        wait_until("the process stops", || thread_state(pid, pid) == ('T', 0));
+        assert!(child.try_line(Duration::from_millis(50)).is_none());
+        nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT).unwrap();
+        assert_eq!(child.line(), "usr1 code=-1");
+        assert_eq!(child.line(), "usr1 value=5");
+        assert!(child.try_line(Duration::from_millis(100)).is_none());
     }
 
     #[test]
@@ -724,6 +981,13 @@ int main(void) {
         let child = TestChild::spawn("errs", READERS, &[]);
         let pid = child.pid;
         let gadget = find_syscall_gadget(pid).unwrap().unwrap();
+        let start = stat_flags_and_start(pid).unwrap().1;
+        assert_eq!(remembered_gadget(pid, start), Some(gadget));
+        assert_eq!(
+            remembered_gadget(pid, start + 1),
+            None,
+            "another process with that pid"
+        );
         let libc_code = read_maps(pid)
             .unwrap()
             .into_iter()

@@ -225,6 +225,11 @@ pub(crate) struct Tracee {
 /// from the OS thread that created it, so `Session` is neither `Send` nor `Sync`. Give
 /// each session a dedicated thread when an async runtime is involved. Dropping a session
 /// detaches (best effort); [`Session::detach`] reports errors and the stop window.
+///
+/// ```compile_fail
+/// fn needs_send<T: Send>() {}
+/// needs_send::<injector::session::Session>();
+/// ```
 pub struct Session {
     pub(crate) pid: i32,
     pub(crate) threads: Vec<Tracee>,
@@ -242,6 +247,8 @@ pub struct Session {
     pub(crate) clone_events: usize,
     /// The process ignores SIGTRAP (SIG_IGN), so remote system calls avoid single-steps.
     pub(crate) sigtrap_ignored: bool,
+    /// When the process started (clock ticks since boot), with the pid its identity.
+    pub(crate) start_time: u64,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -265,6 +272,8 @@ struct Status {
     tracer: i32,
     threads: u32,
     sig_ignored: u64,
+    /// From `/proc/PID/stat` (clock ticks since boot): tells a reused pid apart.
+    start_time: u64,
 }
 
 fn read_status(path: &str) -> io::Result<Status> {
@@ -297,11 +306,11 @@ fn proc_exists(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// The `flags` field of `/proc/PID/stat`.
-fn stat_flags(pid: i32) -> Option<u64> {
+/// The `flags` and `starttime` fields of `/proc/PID/stat`.
+pub(crate) fn stat_flags_and_start(pid: i32) -> Option<(u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &text[text.rfind(')')? + 1..];
-    after.split_whitespace().nth(6)?.parse().ok()
+    let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+    Some((fields.get(6)?.parse().ok()?, fields.get(19)?.parse().ok()?))
 }
 
 /// Lists `/proc/PID/task`.
@@ -332,7 +341,7 @@ fn precheck(pid: i32) -> Result<Status, SessionError> {
         return Err(SessionError::OwnProcess { pid });
     }
     let path = format!("/proc/{pid}/status");
-    let st = match read_status(&path) {
+    let mut st = match read_status(&path) {
         Ok(s) => s,
         Err(e) if is_gone(&e) => return Err(SessionError::NoSuchProcess { pid }),
         Err(source) => return Err(SessionError::Proc { path, source }),
@@ -353,7 +362,9 @@ fn precheck(pid: i32) -> Result<Status, SessionError> {
     if zombie && st.threads <= 1 {
         return Err(SessionError::Exited { pid });
     }
-    let kthread = stat_flags(pid).is_some_and(|f| f & PF_KTHREAD != 0)
+    let stat = stat_flags_and_start(pid);
+    st.start_time = stat.map_or(0, |(_, start)| start);
+    let kthread = stat.is_some_and(|(flags, _)| flags & PF_KTHREAD != 0)
         || (!zombie
             && matches!(std::fs::read_link(format!("/proc/{pid}/exe")), Err(ref e) if e.kind() == io::ErrorKind::NotFound)
             && std::fs::read_to_string(format!("/proc/{pid}/maps"))
@@ -528,6 +539,7 @@ impl Session {
             pending: HashSet::new(),
             clone_events: 0,
             sigtrap_ignored: status.sig_ignored & (1 << (libc::SIGTRAP - 1)) != 0,
+            start_time: status.start_time,
             _not_send: PhantomData,
         }
     }
@@ -538,7 +550,6 @@ impl Session {
         let mut s = Session::new(pid, true, &status);
         s.attach_loop()?;
         if s.threads.is_empty() {
-            s.detached = true;
             return Err(SessionError::Exited { pid });
         }
         Ok(s)
@@ -585,7 +596,6 @@ impl Session {
             &mut HashSet::new(),
         )?;
         if s.threads.is_empty() {
-            s.detached = true;
             return Err(if proc_exists(pid) {
                 SessionError::NoSuchThread { pid, tid }
             } else {
@@ -903,11 +913,14 @@ impl Session {
         let child = Pid::from_raw(t.tid);
         let mut sig = 0;
         let mut requeue: Vec<&libc::siginfo_t> = Vec::new();
+        let mut failed = None;
         if let Some(info) = &t.signal {
             if t.current == Current::SignalStop {
                 if t.resumed {
-                    ptrace::setsiginfo(child, info)
-                        .map_err(|e| self.ptrace_error("PTRACE_SETSIGINFO", t.tid, e))?;
+                    if let Err(e) = ptrace::setsiginfo(child, info) {
+                        // Still detach; the signal then arrives with a synthesised siginfo.
+                        failed = Some(self.ptrace_error("PTRACE_SETSIGINFO", t.tid, e));
+                    }
                 }
                 sig = info.si_signo;
             } else {
@@ -921,18 +934,18 @@ impl Session {
         }
         for _ in 0..3 {
             let Err(errno) = raw_detach(t.tid, sig) else {
-                return Ok(());
+                return failed.map_or(Ok(()), Err);
             };
             match errno {
                 Errno::ESRCH => {
                     // Either it died (reap it) or it is ours but running: stop it and retry.
                     if ptrace::interrupt(child).is_err() {
                         reap(t.tid);
-                        return Ok(());
+                        return failed.map_or(Ok(()), Err);
                     }
                     match wait_tid(t.tid)? {
-                        Waited::Gone => return Ok(()),
-                        Waited::Stop { .. } => sig = 0,
+                        Waited::Gone => return failed.map_or(Ok(()), Err),
+                        Waited::Stop { sig: s, event, .. } => sig = if event == 0 { s } else { 0 },
                     }
                 }
                 source => {

@@ -40,7 +40,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// Names of all fixtures (`tests/fixtures/<name>.c`).
-pub const FIXTURES: &[&str] = &["seed", "threads", "riprel", "badfuncs", "sigwait"];
+pub const FIXTURES: &[&str] = &[
+    "seed", "threads", "riprel", "badfuncs", "sigwait", "ambig", "crowded",
+];
 
 /// How long [`Target::spawn`] waits for the `ready` line.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -1204,3 +1206,404 @@ pub fn branch_targets(path: &Path) -> Vec<u64> {
 
 #[cfg(test)]
 mod tests;
+
+// ---------------------------------------------------------------------------
+// End-to-end helpers: `bt`/`list` JSON, refused operations, namespaces, i386
+// ---------------------------------------------------------------------------
+
+/// Default timeout of the end-to-end helpers below (a line, a backtrace state).
+pub const E2E_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The path of `exe` as `/proc/PID/maps` and argstash's `module` fields show it (canonical).
+#[track_caller]
+pub fn module_path(exe: &Path) -> String {
+    fs::canonicalize(exe)
+        .unwrap_or_else(|e| panic!("{}: {e}", exe.display()))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Path of the mapped module of `pid` whose file name is `file_name` (e.g. `libc.so.6`).
+#[track_caller]
+pub fn mapped_module(pid: i32, file_name: &str) -> String {
+    maps(pid)
+        .into_iter()
+        .map(|m| m.path)
+        .find(|p| p.rsplit('/').next() == Some(file_name))
+        .unwrap_or_else(|| panic!("no {file_name} mapped in pid {pid}"))
+}
+
+/// A `"0x1234"` JSON string (how argstash's JSON prints addresses) as a number.
+#[track_caller]
+pub fn json_hex(v: &serde_json::Value) -> u64 {
+    let s = v
+        .as_str()
+        .unwrap_or_else(|| panic!("expected a hex string, got {v}"));
+    let hex = s
+        .strip_prefix("0x")
+        .unwrap_or_else(|| panic!("expected 0x..., got {s:?}"));
+    u64::from_str_radix(hex, 16).unwrap_or_else(|e| panic!("bad hex {s:?}: {e}"))
+}
+
+/// `argstash bt --pid PID --json`, or `--tid TID` for one thread; asserts success.
+#[track_caller]
+pub fn bt_json(pid: i32, tid: Option<i32>) -> serde_json::Value {
+    let pid_s = pid.to_string();
+    let mut args = vec!["bt", "--pid", &pid_s, "--json"];
+    let tid_s = tid.map(|t| t.to_string());
+    if let Some(t) = &tid_s {
+        args.extend(["--tid", t.as_str()]);
+    }
+    run_json(&args)
+}
+
+/// The thread objects of a `bt --json` value.
+#[track_caller]
+pub fn bt_threads(bt: &serde_json::Value) -> &Vec<serde_json::Value> {
+    bt["threads"]
+        .as_array()
+        .unwrap_or_else(|| panic!("bt JSON without a threads array: {bt}"))
+}
+
+/// The thread `tid` of a `bt --json` value, if it is there.
+pub fn bt_thread(bt: &serde_json::Value, tid: i32) -> Option<&serde_json::Value> {
+    bt["threads"]
+        .as_array()?
+        .iter()
+        .find(|t| t["tid"].as_i64() == Some(i64::from(tid)))
+}
+
+/// The frames of one thread object of `bt --json`.
+#[track_caller]
+pub fn thread_frames(thread: &serde_json::Value) -> &Vec<serde_json::Value> {
+    thread["frames"]
+        .as_array()
+        .unwrap_or_else(|| panic!("thread without a frames array: {thread}"))
+}
+
+/// Index (in the frames array) and frame of the first frame of `thread` in function `name`.
+pub fn frame_named<'a>(
+    thread: &'a serde_json::Value,
+    name: &str,
+) -> Option<(usize, &'a serde_json::Value)> {
+    thread["frames"]
+        .as_array()?
+        .iter()
+        .enumerate()
+        .find(|(_, f)| f["function"].as_str() == Some(name))
+}
+
+/// The value stashed for `register` (`rdi`, ...) in a hooked frame, if any.
+pub fn frame_arg(frame: &serde_json::Value, register: &str) -> Option<u64> {
+    frame["args"]
+        .as_array()?
+        .iter()
+        .find(|a| a["register"].as_str() == Some(register))?["value"]
+        .as_u64()
+}
+
+/// Poll `bt --json` (every 10 ms, up to `timeout`) until `pred` holds; panics with the last one.
+#[track_caller]
+pub fn wait_bt(
+    pid: i32,
+    tid: Option<i32>,
+    timeout: Duration,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    let mut found = None;
+    wait_until(timeout, || {
+        let bt = bt_json(pid, tid);
+        if pred(&bt) {
+            found = Some(bt);
+            return true;
+        }
+        last = bt;
+        false
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "no backtrace of pid {pid} met the condition within {timeout:?}; last:\n{}",
+            serde_json::to_string_pretty(&last).unwrap_or_default()
+        )
+    })
+}
+
+/// The `hooks` array of `argstash list --pid PID --json`.
+#[track_caller]
+pub fn list_hooks(pid: i32) -> Vec<serde_json::Value> {
+    let v = run_json(&["list", "--pid", &pid.to_string(), "--json"]);
+    assert_eq!(v["pid"].as_i64(), Some(i64::from(pid)), "list JSON: {v}");
+    v["hooks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("list JSON without hooks: {v}"))
+        .clone()
+}
+
+/// The hooks of a `list --json` array for function `name` in state `state` (`active`, `ejected`).
+pub fn hooks_named<'a>(
+    hooks: &'a [serde_json::Value],
+    name: &str,
+    state: &str,
+) -> Vec<&'a serde_json::Value> {
+    hooks
+        .iter()
+        .filter(|h| h["function"].as_str() == Some(name) && h["state"].as_str() == Some(state))
+        .collect()
+}
+
+/// The patch objdump predicts for `sym`: (offset of the patch: 4 after endbr64, else 0; length).
+///
+/// The length is that of the whole instructions covering the 5 bytes of a `jmp rel32`.
+#[track_caller]
+pub fn expected_patch(exe: &Path, sym: &str) -> (u64, usize) {
+    let insns = disassemble(exe, sym);
+    let skip = usize::from(insns[0].mnemonic() == "endbr64");
+    let mut len = 0;
+    for i in &insns[skip..] {
+        if len >= 5 {
+            break;
+        }
+        len += i.len();
+    }
+    assert!(
+        len >= 5,
+        "{sym} in {} is too short: {insns:#?}",
+        exe.display()
+    );
+    (if skip == 1 { 4 } else { 0 }, len)
+}
+
+/// Target of the `jmp rel32` (`e9`) at `addr` whose bytes start `code`; `None` if it is not one.
+pub fn jmp_rel32_target(addr: u64, code: &[u8]) -> Option<u64> {
+    if code.len() < 5 || code[0] != 0xe9 {
+        return None;
+    }
+    let rel = i32::from_le_bytes(code[1..5].try_into().ok()?);
+    Some((addr + 5).wrapping_add_signed(i64::from(rel)))
+}
+
+impl Target {
+    /// The live bytes of function `sym` (its `st_size` bytes at its runtime address).
+    pub fn live_function_bytes(&self, sym: &str) -> Vec<u8> {
+        let s = symbol(&self.exe, sym)
+            .unwrap_or_else(|| panic!("no symbol {sym} in {}", self.exe.display()));
+        read_mem(self.pid, self.addr_of(sym), s.size as usize)
+    }
+
+    /// Assert the live bytes of function `sym` equal the file's (nothing patched).
+    #[track_caller]
+    pub fn assert_function_pristine(&self, sym: &str) {
+        let live = self.live_function_bytes(sym);
+        assert_eq!(
+            live,
+            function_bytes(&self.exe, sym),
+            "{sym} in pid {} differs from {}",
+            self.pid,
+            self.exe.display()
+        );
+    }
+
+    /// Spawn `exe` as pid 1 of a new pid namespace (`unshare --pid --fork --mount-proc`).
+    ///
+    /// The returned `Target`'s pid is the fixture's pid in *our* namespace; its
+    /// ready line says `ready 1`. Run argstash inside with [`run_in_namespace_of`].
+    /// Killing the fixture ends `unshare`, which is then reaped.
+    pub fn spawn_as_namespace_init(exe: &Path) -> Target {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+            .arg(exe)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: the closure only calls async-signal-safe functions (prctl, getppid, _exit).
+        unsafe {
+            let parent = libc::getpid();
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn unshare {}: {e}", exe.display()));
+        let unshare_pid = child.id() as i32;
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped stdout");
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let mut err_pipe = child.stderr.take().expect("piped stderr");
+        let sink = stderr.clone();
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err_pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let mut target = Target {
+            stdin: child.stdin.take(),
+            child,
+            pid: unshare_pid,
+            exe: exe.to_path_buf(),
+            lines,
+            stderr,
+            status: None,
+        };
+        match target.lines.recv_timeout(READY_TIMEOUT) {
+            Ok(l) if l == "ready 1" => {}
+            other => target.fail(&format!(
+                "expected `ready 1` from the namespace, got {other:?}"
+            )),
+        }
+        let children =
+            fs::read_to_string(format!("/proc/{unshare_pid}/task/{unshare_pid}/children"))
+                .unwrap_or_default();
+        match children.split_whitespace().collect::<Vec<_>>().as_slice() {
+            [one] => target.pid = one.parse().expect("numeric child pid"),
+            other => target.fail(&format!("unshare has children {other:?}, expected one")),
+        }
+        target
+    }
+}
+
+/// Run `argstash args...` inside the pid and mount namespaces of process `pid` (via `nsenter`).
+pub fn run_in_namespace_of(pid: i32, args: &[&str]) -> Output {
+    let mut cmd = Command::new("nsenter");
+    cmd.args(["--target", &pid.to_string(), "--pid", "--mount"])
+        .arg(argstash())
+        .args(args)
+        .stdin(Stdio::null());
+    run_command(&mut cmd, RUN_TIMEOUT)
+}
+
+/// What an operation that argstash refused must leave unchanged in a target.
+///
+/// [`Untouched::take`] records the bytes of every executable file mapping and
+/// the list of mappings; [`Untouched::check`] asserts they are the same, that
+/// nobody traces the process, that no thread is stopped, that the thread
+/// count is the same, and that the fixture still prints lines.
+pub struct Untouched {
+    pid: i32,
+    maps: Vec<MapEntry>,
+    code: Vec<(u64, Vec<u8>)>,
+    threads: usize,
+}
+
+impl Untouched {
+    /// Record the state of `t` (call before the operation that must be refused).
+    pub fn take(t: &Target) -> Untouched {
+        let maps = maps(t.pid());
+        let code = maps
+            .iter()
+            .filter(|m| m.perms.contains('x') && m.path.starts_with('/'))
+            .map(|m| {
+                (
+                    m.start,
+                    read_mem(t.pid(), m.start, (m.end - m.start) as usize),
+                )
+            })
+            .collect();
+        Untouched {
+            pid: t.pid(),
+            maps,
+            code,
+            threads: t.tids().len(),
+        }
+    }
+
+    /// Assert `t` is as recorded, untraced, running, healthy and still printing lines.
+    #[track_caller]
+    pub fn check(&self, t: &mut Target) {
+        assert_eq!(t.pid(), self.pid, "Untouched::check on another target");
+        t.assert_healthy();
+        assert_eq!(
+            tracer_pid(self.pid),
+            None,
+            "pid {} is still traced",
+            self.pid
+        );
+        for tid in t.tids() {
+            let st = thread_state(self.pid, tid);
+            assert!(
+                !matches!(st, Some('t' | 'T')),
+                "thread {tid} of {} is stopped ({st:?})",
+                self.pid
+            );
+        }
+        assert_eq!(t.tids().len(), self.threads, "thread count changed");
+        assert_eq!(
+            maps(self.pid),
+            self.maps,
+            "the mappings of pid {} changed",
+            self.pid
+        );
+        for (start, bytes) in &self.code {
+            let now = read_mem(self.pid, *start, bytes.len());
+            if now != *bytes {
+                let at = now.iter().zip(bytes).position(|(a, b)| a != b).unwrap_or(0);
+                panic!(
+                    "code of pid {} changed at {:#x}",
+                    self.pid,
+                    *start + at as u64
+                );
+            }
+        }
+        t.drain_lines();
+        t.expect_line(E2E_TIMEOUT);
+        t.assert_healthy();
+    }
+}
+
+/// Assemble and link `tests/fixtures/<name>.s` as a static i386 program (`as --32`, `ld -m elf_i386`).
+///
+/// Cached in [`fixture_cache_dir`] under a hash of the source, like [`build`].
+pub fn build_i386(name: &str) -> PathBuf {
+    let src = fixtures_dir().join(format!("{name}.s"));
+    let text = fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
+    let hash = fnv1a(&[RECIPE_VERSION.as_bytes(), b"i386", &text]);
+    let dir = fixture_cache_dir();
+    let out = dir.join(format!("{name}-i386-{hash:016x}"));
+    if out.is_file() {
+        return out;
+    }
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let tmp = dir.join(format!(
+        ".{name}-{hash:016x}.tmp-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let obj = tmp.with_extension("o");
+    check_tool(
+        Command::new("as").args(["--32", "-o"]).arg(&obj).arg(&src),
+        &format!("assemble {name}.s"),
+    );
+    check_tool(
+        Command::new("ld")
+            .args(["-m", "elf_i386", "-o"])
+            .arg(&tmp)
+            .arg(&obj),
+        &format!("link {name}"),
+    );
+    let _ = fs::remove_file(&obj);
+    if out.is_file() {
+        let _ = fs::remove_file(&tmp);
+    } else {
+        fs::rename(&tmp, &out)
+            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
+    }
+    out
+}

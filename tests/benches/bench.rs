@@ -1,0 +1,760 @@
+//! argstash benchmarks: `cargo bench -p argstash-tests --bench bench [-- FILTER...]`.
+//!
+//! Three groups (a FILTER runs only the groups whose name contains it):
+//!
+//! - `call`: per-call cost of a hooked function (`tests/fixtures/bench_call.c`);
+//! - `parts`: the same cost split into the pieces a hook executes, with
+//!   hand-written copies of the trampoline (`tests/fixtures/bench_parts.c`);
+//! - `gap`: how long install and eject freeze a process with 2 and 64 threads,
+//!   from the injector's side and from a thread inside the target
+//!   (`tests/fixtures/bench_gap.c`);
+//! - `cli`: wall time of `argstash inject` and `argstash bt` on the seed fixture,
+//!   against `gdb -batch -p PID -ex bt`.
+//!
+//! This is a measurement, not a test: nothing fails on a slow figure. Machines
+//! are noisy, so compared variants are interleaved within one run and every
+//! figure is a median of many samples. `docs/BENCHMARKS.md` explains the
+//! method and records a run.
+//!
+//! `cargo test --benches` runs this binary without `--bench`; it then only
+//! says so and exits, so test runs stay fast.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use argstash_tests::{argstash, build, consts, Opt, Target, Variant};
+use injector::backtrace::{backtrace, BacktraceOptions};
+use injector::hooks::{eject, install, EjectWhat, InstallOptions, InstallReport};
+use injector::symbols::FuncSpec;
+
+/// Timeout for one fixture reply.
+const REPLY: Duration = Duration::from_secs(30);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") {
+        println!("bench: not run (use `cargo bench -p argstash-tests --bench bench`)");
+        return;
+    }
+    let filters: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .map(String::as_str)
+        .collect();
+    let want = |group: &str| filters.is_empty() || filters.iter().any(|f| group.contains(f));
+
+    print_machine();
+    let started = Instant::now();
+    if want("call") {
+        bench_call();
+    }
+    if want("parts") {
+        bench_parts();
+    }
+    if want("gap") {
+        bench_gap();
+    }
+    if want("cli") {
+        bench_cli();
+    }
+    println!(
+        "\nall benchmarks took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Statistics and tables
+// ---------------------------------------------------------------------------
+
+/// Sorted copy of the samples (NaN-free input).
+fn sorted(v: &[f64]) -> Vec<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).expect("no NaN samples"));
+    s
+}
+
+/// The `q` quantile (0..=1), nearest rank; NaN when there are no samples.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let s = sorted(v);
+    let i = ((s.len() - 1) as f64 * q).round() as usize;
+    s[i]
+}
+
+fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let s = sorted(v);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::NAN, f64::max)
+}
+
+fn min(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::NAN, f64::min)
+}
+
+/// A plain-text table with right-aligned columns except the first.
+struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(header: &[&str]) -> Table {
+        Table {
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn print(&self) {
+        let cols = self.header.len();
+        let width: Vec<usize> = (0..cols)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .chain([&self.header])
+                    .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |r: &[String]| {
+            let mut out = String::new();
+            for (c, w) in width.iter().enumerate() {
+                let cell = r.get(c).map_or("", String::as_str);
+                if c == 0 {
+                    let _ = write!(out, "| {cell:<w$} ");
+                } else {
+                    let _ = write!(out, "| {cell:>w$} ");
+                }
+            }
+            out.push('|');
+            out
+        };
+        println!("{}", line(&self.header));
+        let sep: String = width
+            .iter()
+            .enumerate()
+            .map(|(c, w)| {
+                if c == 0 {
+                    format!("|{}", "-".repeat(w + 2))
+                } else {
+                    format!("|{}:", "-".repeat(w + 1))
+                }
+            })
+            .collect();
+        println!("{sep}|");
+        for r in &self.rows {
+            println!("{}", line(r));
+        }
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `n`, median, p90 and max of microsecond samples, formatted.
+fn us_cells(v: &[f64]) -> Vec<String> {
+    vec![
+        v.len().to_string(),
+        format!("{:.0}", median(v)),
+        format!("{:.0}", quantile(v, 0.9)),
+        format!("{:.0}", max(v)),
+    ]
+}
+
+fn print_machine() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "?".into());
+    let hypervisor = cpuinfo.contains(" hypervisor");
+    let cpus = thread::available_parallelism().map_or(0, |n| n.get());
+    println!("# argstash benchmarks");
+    println!(
+        "machine: {cpus} CPUs, {model}{}, kernel {}",
+        if hypervisor { " (virtualised)" } else { "" },
+        release.trim()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 1. Per-call overhead
+// ---------------------------------------------------------------------------
+
+/// Calls per timed loop.
+const CALLS: u64 = 100_000;
+/// Rounds (one timed loop of each copy) per measurement.
+const ROUNDS: usize = 100;
+/// Measurement cycles; each measures every condition once, in a rotating order.
+const CYCLES: usize = 8;
+
+/// Per-round nanoseconds per call of (work, work_plain).
+fn measure_calls(t: &mut Target, rounds: usize) -> Vec<(f64, f64)> {
+    t.write_stdin(&format!("run {rounds} {CALLS}\n"));
+    let mut out = Vec::with_capacity(rounds);
+    for r in 0..rounds {
+        let line = t.expect_line(REPLY);
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["round", n, "work", w, "plain", p] if n.parse() == Ok(r) => {
+                let w: f64 = w.parse().expect("work ns");
+                let p: f64 = p.parse().expect("plain ns");
+                out.push((w / CALLS as f64, p / CALLS as f64));
+            }
+            _ => t.fail(&format!("unexpected line {line:?} (round {r})")),
+        }
+    }
+    let done = t.expect_line(REPLY);
+    if done != "done" {
+        t.fail(&format!("expected done, got {done:?}"));
+    }
+    out
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CallCond {
+    Unhooked,
+    Hooked,
+    Hooked8,
+}
+
+fn bench_call() {
+    println!("\n## 1. Per-call overhead (bench_call.c: work hooked, work_plain never)\n");
+    let mut t = Target::start("bench_call", Variant::O2G);
+    let pid = t.pid();
+    let work = [FuncSpec::parse("work")];
+    let eject_work = EjectWhat::Functions(work.to_vec());
+
+    measure_calls(&mut t, 20); // warm-up: caches, branch predictors, CPU frequency
+
+    let conds = [CallCond::Unhooked, CallCond::Hooked, CallCond::Hooked8];
+    // Per condition: every round's (work, plain), and per cycle the median of work - plain.
+    let mut rounds: Vec<Vec<(f64, f64)>> = vec![Vec::new(); 3];
+    let mut cycle_diff: Vec<Vec<f64>> = vec![Vec::new(); 3];
+    let mut stops: Vec<f64> = Vec::new();
+    for cycle in 0..CYCLES {
+        for k in 0..3 {
+            let ci = (cycle + k) % 3;
+            let words = match conds[ci] {
+                CallCond::Unhooked => None,
+                CallCond::Hooked => Some(0),
+                CallCond::Hooked8 => Some(8),
+            };
+            if let Some(stack_words) = words {
+                let r = install(pid, &work, &InstallOptions { stack_words })
+                    .unwrap_or_else(|e| panic!("install work: {e}"));
+                stops.push(us(r.stopped));
+            }
+            let m = measure_calls(&mut t, ROUNDS);
+            if words.is_some() {
+                eject(pid, &eject_work).unwrap_or_else(|e| panic!("eject work: {e}"));
+            }
+            let diffs: Vec<f64> = m.iter().map(|(w, p)| w - p).collect();
+            cycle_diff[ci].push(median(&diffs));
+            rounds[ci].extend(m);
+        }
+    }
+    t.assert_healthy();
+    drop(t);
+
+    let names = [
+        "unhooked (calibration)",
+        "hooked, registers only",
+        "hooked, --stack-args 8",
+    ];
+    let calib_cycle = cycle_diff[0].clone();
+    let calib = median(&rounds[0].iter().map(|(w, p)| w - p).collect::<Vec<_>>());
+    let mut table = Table::new(&[
+        "condition",
+        "rounds",
+        "work ns/call",
+        "work_plain ns/call",
+        "work - plain",
+        "overhead ns/call",
+        "per-cycle overhead min..max",
+    ]);
+    for ci in 0..3 {
+        let w: Vec<f64> = rounds[ci].iter().map(|r| r.0).collect();
+        let p: Vec<f64> = rounds[ci].iter().map(|r| r.1).collect();
+        let d: Vec<f64> = rounds[ci].iter().map(|r| r.0 - r.1).collect();
+        let (overhead, range) = if ci == 0 {
+            ("(0)".to_string(), "-".to_string())
+        } else {
+            let per_cycle: Vec<f64> = cycle_diff[ci]
+                .iter()
+                .zip(&calib_cycle)
+                .map(|(h, c)| h - c)
+                .collect();
+            (
+                format!("{:+.2}", median(&d) - calib),
+                format!("{:+.2} .. {:+.2}", min(&per_cycle), max(&per_cycle)),
+            )
+        };
+        table.row(vec![
+            names[ci].to_string(),
+            rounds[ci].len().to_string(),
+            format!("{:.2}", median(&w)),
+            format!("{:.2}", median(&p)),
+            format!("{:+.2}", median(&d)),
+            overhead,
+            range,
+        ]);
+    }
+    table.print();
+    println!(
+        "\n{CALLS} calls per timed loop, {ROUNDS} rounds per measurement, {CYCLES} cycles \
+         (unhooked / hooked / hooked+8 in rotating order; work and work_plain alternate \
+         inside every round). overhead = median(work - plain | hooked) - median(work - \
+         plain | unhooked); per-cycle: the same within one cycle."
+    );
+    println!(
+        "install stop while measuring: median {:.0} us over {} installs",
+        median(&stops),
+        stops.len()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 1b. Where the per-call cost goes
+// ---------------------------------------------------------------------------
+
+/// Versions in bench_parts.c.
+const PARTS: [&str; 7] = [
+    "v0 plain function",
+    "v1 + jmp to trampoline, relocated prologue, jmp back",
+    "v2 + call/ret pair (trampoline calls the relocated prologue)",
+    "v3 + push rbp; mov rbp, rsp ... leave",
+    "v4 + marker and record words (2 push imm32, 2 mov dword)",
+    "v5 + 8 register pushes (= argstash register-only trampoline)",
+    "v6 + 8 push qword [rbp+x] (= --stack-args 8)",
+];
+/// Rounds of bench_parts.c (every round times each version once).
+const PARTS_ROUNDS: usize = 300;
+
+fn bench_parts() {
+    println!("\n## 1b. Where the per-call cost goes (bench_parts.c: hand-written trampolines)\n");
+    let mut t = Target::start("bench_parts", Variant::O2G);
+    let run = |t: &mut Target, rounds: usize| -> Vec<Vec<f64>> {
+        t.write_stdin(&format!("run {rounds} {CALLS}\n"));
+        let mut per: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); PARTS.len()];
+        for r in 0..rounds {
+            let line = t.expect_line(REPLY);
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() != PARTS.len() + 2 || f[0] != "round" || f[1].parse() != Ok(r) {
+                t.fail(&format!("unexpected line {line:?} (round {r})"));
+            }
+            for (v, ns) in f[2..].iter().enumerate() {
+                per[v].push(ns.parse::<f64>().expect("ns") / CALLS as f64);
+            }
+        }
+        let done = t.expect_line(REPLY);
+        if done != "done" {
+            t.fail(&format!("expected done, got {done:?}"));
+        }
+        per
+    };
+    run(&mut t, 20); // warm-up
+    let per = run(&mut t, PARTS_ROUNDS);
+    t.assert_healthy();
+    drop(t);
+    // Differences are taken within each round (all versions ran back to back).
+    let diff = |a: usize, b: usize| -> Vec<f64> {
+        per[a].iter().zip(&per[b]).map(|(x, y)| x - y).collect()
+    };
+    let mut table = Table::new(&["version", "ns/call", "step ns/call", "vs v0 ns/call"]);
+    for (v, name) in PARTS.iter().enumerate() {
+        let (step, total) = if v == 0 {
+            ("-".to_string(), "-".to_string())
+        } else {
+            (
+                format!("{:+.2}", median(&diff(v, v - 1))),
+                format!("{:+.2}", median(&diff(v, 0))),
+            )
+        };
+        table.row(vec![
+            name.to_string(),
+            format!("{:.2}", median(&per[v])),
+            step,
+            total,
+        ]);
+    }
+    table.print();
+    println!(
+        "\n{PARTS_ROUNDS} rounds of {CALLS} calls per version, versions in rotating order within \
+         each round; step = median over rounds of (this version - previous version)."
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 2. Stop window
+// ---------------------------------------------------------------------------
+
+/// Fresh processes per thread count (each gives one arena-creating install).
+const GAP_PROCS: usize = 5;
+/// Measured iterations per process (GAP_PROCS * GAP_ITERS samples in all).
+const GAP_ITERS: usize = 6;
+
+fn gap_cmd(t: &mut Target, cmd: &str) -> String {
+    t.write_stdin(&format!("{cmd}\n"));
+    t.expect_line(REPLY)
+}
+
+fn gap_reset(t: &mut Target) {
+    let l = gap_cmd(t, "reset");
+    if l != "reset" {
+        t.fail(&format!("expected reset, got {l:?}"));
+    }
+}
+
+/// Largest gap the watcher saw since the last reset, in microseconds.
+fn gap_report(t: &mut Target) -> f64 {
+    let l = gap_cmd(t, "report");
+    match l.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["gap", ns, "reads", _] => ns.parse::<f64>().expect("gap ns") / 1e3,
+        _ => t.fail(&format!("expected gap, got {l:?}")),
+    }
+}
+
+#[derive(Default)]
+struct GapSamples {
+    stop_arena: Vec<f64>,
+    gap_arena: Vec<f64>,
+    stop_inject: Vec<f64>,
+    stop_eject: Vec<f64>,
+    gap_inject: Vec<f64>,
+    gap_eject: Vec<f64>,
+    gap_baseline: Vec<f64>,
+    wall_install: Vec<f64>,
+    wall_eject: Vec<f64>,
+    threads_seen: Vec<usize>,
+}
+
+/// Install on `handler` between a reset and a report: (report, watcher gap, wall time).
+fn timed_install(t: &mut Target) -> (InstallReport, f64, Duration) {
+    let pid = t.pid();
+    gap_reset(t);
+    let t0 = Instant::now();
+    let r = install(
+        pid,
+        &[FuncSpec::parse("handler")],
+        &InstallOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("install handler: {e}"));
+    let wall = t0.elapsed();
+    (r, gap_report(t), wall)
+}
+
+fn bench_gap() {
+    println!("\n## 2. Stop window (bench_gap.c: watcher thread + idle threads, hook on handler)\n");
+    let exe = build("bench_gap", Variant::O2G);
+    let eject_handler = EjectWhat::Functions(vec![FuncSpec::parse("handler")]);
+    let mut table = Table::new(&["threads", "what", "n", "median us", "p90 us", "max us"]);
+    for threads in [2usize, 64] {
+        let mut s = GapSamples::default();
+        for _ in 0..GAP_PROCS {
+            let mut t = Target::spawn_with_args(&exe, &[&threads.to_string()]);
+            let pid = t.pid();
+            assert_eq!(t.tids().len(), threads, "bench_gap thread count");
+            // First install in a fresh process: creates the arena.
+            let (r, gap, wall) = timed_install(&mut t);
+            assert!(!r.new_arenas.is_empty(), "first install created no arena");
+            s.stop_arena.push(us(r.stopped));
+            s.gap_arena.push(gap);
+            s.threads_seen.push(r.threads);
+            let mut window = wall;
+            eject(pid, &eject_handler).unwrap_or_else(|e| panic!("eject: {e}"));
+            for i in 0..GAP_ITERS {
+                let baseline = |t: &mut Target, window: Duration| {
+                    gap_reset(t);
+                    thread::sleep(window);
+                    gap_report(t)
+                };
+                if i % 2 == 1 {
+                    s.gap_baseline.push(baseline(&mut t, window));
+                }
+                let (r, gap, wall) = timed_install(&mut t);
+                assert!(
+                    r.new_arenas.is_empty(),
+                    "steady-state install created an arena"
+                );
+                s.stop_inject.push(us(r.stopped));
+                s.gap_inject.push(gap);
+                s.wall_install.push(ms(wall));
+                s.threads_seen.push(r.threads);
+                window = wall;
+                gap_reset(&mut t);
+                let t0 = Instant::now();
+                let e = eject(pid, &eject_handler).unwrap_or_else(|e| panic!("eject: {e}"));
+                s.wall_eject.push(ms(t0.elapsed()));
+                s.stop_eject.push(us(e.stopped));
+                s.gap_eject.push(gap_report(&mut t));
+                if i % 2 == 0 {
+                    s.gap_baseline.push(baseline(&mut t, window));
+                }
+            }
+            t.assert_healthy();
+        }
+        assert!(
+            s.threads_seen.iter().all(|&n| n == threads),
+            "install stopped {:?} threads, expected {threads}",
+            s.threads_seen
+        );
+        let n = threads.to_string();
+        let mut row = |what: &str, v: &[f64]| {
+            let mut cells = vec![n.clone(), what.to_string()];
+            cells.extend(us_cells(v));
+            table.row(cells);
+        };
+        row("injector stop: inject, new arena", &s.stop_arena);
+        row("injector stop: inject", &s.stop_inject);
+        row("injector stop: eject", &s.stop_eject);
+        row("watcher gap: inject, new arena", &s.gap_arena);
+        row("watcher gap: inject", &s.gap_inject);
+        row("watcher gap: eject", &s.gap_eject);
+        row("watcher gap: no injection (baseline)", &s.gap_baseline);
+        let mut wall = |what: &str, v: &[f64]| {
+            table.row(vec![
+                n.clone(),
+                what.to_string(),
+                v.len().to_string(),
+                format!("{:.0}", median(v) * 1e3),
+                format!("{:.0}", quantile(v, 0.9) * 1e3),
+                format!("{:.0}", max(v) * 1e3),
+            ]);
+        };
+        wall("install() call, wall (in-process)", &s.wall_install);
+        wall("eject() call, wall (in-process)", &s.wall_eject);
+    }
+    table.print();
+    println!(
+        "\n{GAP_PROCS} fresh processes per thread count; in each, one arena-creating install, \
+         then {GAP_ITERS} iterations of (install, eject) interleaved with a baseline window \
+         of the same length as the install call with no injection. Injector stop = \
+         InstallReport/EjectReport.stopped; watcher gap = largest gap between consecutive \
+         clock_gettime reads in the target's spinning thread."
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 3. Whole commands
+// ---------------------------------------------------------------------------
+
+/// Timed runs of each argstash command.
+const CLI_RUNS: usize = 30;
+/// Fresh seed processes for the arena-creating `inject`.
+const CLI_FRESH: usize = 5;
+/// Timed gdb runs.
+const GDB_RUNS: usize = 5;
+
+/// Runs `cmd` to completion (output captured), returns its wall time and stdout; panics on failure.
+fn time_cmd(cmd: &mut Command) -> (Duration, String) {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let t0 = Instant::now();
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let wall = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (wall, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn argstash_at(bin: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(bin);
+    c.args(args);
+    c
+}
+
+fn bench_cli() {
+    println!("\n## 3. Whole commands (seed.c, -O2, debug info stripped)\n");
+    let bin = argstash();
+    let seed = Variant::new(Opt::O2, true);
+    let exe = build("seed", seed);
+    println!("argstash binary: {}", bin.display());
+
+    // Warm the page cache and the binary's first run in a throwaway process.
+    {
+        let t = Target::spawn(&exe);
+        let p = t.pid().to_string();
+        time_cmd(&mut argstash_at(
+            &bin,
+            &["inject", "--pid", &p, "--func", "bar"],
+        ));
+        time_cmd(&mut argstash_at(&bin, &["bt", "--pid", &p]));
+        time_cmd(&mut argstash_at(
+            &bin,
+            &["eject", "--pid", &p, "--func", "bar"],
+        ));
+    }
+
+    let mut fresh_inject = Vec::new();
+    for _ in 0..CLI_FRESH {
+        let t = Target::spawn(&exe);
+        let p = t.pid().to_string();
+        let (w, out) = time_cmd(&mut argstash_at(
+            &bin,
+            &["inject", "--pid", &p, "--func", "bar"],
+        ));
+        assert!(
+            out.contains("created arena"),
+            "fresh inject made no arena:\n{out}"
+        );
+        fresh_inject.push(ms(w));
+    }
+
+    let mut t = Target::spawn(&exe);
+    let pid = t.pid();
+    let p = pid.to_string();
+    let spec = [FuncSpec::parse("bar")];
+    let eject_bar = EjectWhat::Functions(spec.to_vec());
+    // Create the arena once (untimed), so every timed inject reuses it.
+    time_cmd(&mut argstash_at(
+        &bin,
+        &["inject", "--pid", &p, "--func", "bar"],
+    ));
+    time_cmd(&mut argstash_at(
+        &bin,
+        &["eject", "--pid", &p, "--func", "bar"],
+    ));
+
+    let (mut inject_w, mut bt_w, mut eject_w, mut version_w) = (vec![], vec![], vec![], vec![]);
+    let (mut lib_install, mut lib_bt, mut bt_stop) = (vec![], vec![], vec![]);
+    let mut sample_bt = String::new();
+    let mut stashed = 0;
+    for i in 0..CLI_RUNS {
+        version_w.push(ms(time_cmd(&mut argstash_at(&bin, &["--version"])).0));
+        let (w, _) = time_cmd(&mut argstash_at(
+            &bin,
+            &["inject", "--pid", &p, "--func", "bar"],
+        ));
+        inject_w.push(ms(w));
+        // Untimed: let the bar() call that was live during inject return, so
+        // the one bt sees was entered through the hook and has a stash frame.
+        wait_next_iter(&mut t);
+        let (w, out) = time_cmd(&mut argstash_at(&bin, &["bt", "--pid", &p]));
+        bt_w.push(ms(w));
+        assert!(out.contains("bar"), "bt does not show bar:\n{out}");
+        if out.contains(&format!("={}", consts::SEED_BAR_ARG)) {
+            stashed += 1;
+        }
+        if i == 0 {
+            sample_bt = out;
+        }
+        let (w, _) = time_cmd(&mut argstash_at(
+            &bin,
+            &["eject", "--pid", &p, "--func", "bar"],
+        ));
+        eject_w.push(ms(w));
+        // The same operations through the library, in this process (no exec, no output).
+        let t0 = Instant::now();
+        install(pid, &spec, &InstallOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        lib_install.push(ms(t0.elapsed()));
+        wait_next_iter(&mut t);
+        let t0 = Instant::now();
+        let bt = backtrace(pid, &BacktraceOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        lib_bt.push(ms(t0.elapsed()));
+        bt_stop.extend(bt.threads.iter().map(|th| ms(th.stopped)));
+        eject(pid, &eject_bar).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    let mut gdb_w = Vec::new();
+    let mut sample_gdb = String::new();
+    for i in 0..GDB_RUNS {
+        let mut c = Command::new("gdb");
+        c.args(["-batch", "-p", &p, "-ex", "bt"])
+            .env_remove("DEBUGINFOD_URLS");
+        let (w, out) = time_cmd(&mut c);
+        gdb_w.push(ms(w));
+        if i == 0 {
+            sample_gdb = out;
+        }
+    }
+    t.assert_healthy();
+    drop(t);
+
+    let mut table = Table::new(&["command", "n", "median ms", "p90 ms", "max ms"]);
+    let mut row = |what: &str, v: &[f64]| {
+        table.row(vec![
+            what.to_string(),
+            v.len().to_string(),
+            format!("{:.2}", median(v)),
+            format!("{:.2}", quantile(v, 0.9)),
+            format!("{:.2}", max(v)),
+        ]);
+    };
+    row("argstash inject --pid P --func bar", &inject_w);
+    row(
+        "argstash inject ... (fresh process, creates arena)",
+        &fresh_inject,
+    );
+    row("argstash bt --pid P (bar hooked)", &bt_w);
+    row("argstash eject --pid P --func bar", &eject_w);
+    row("argstash --version (exec + exit only)", &version_w);
+    row("install() in-process (library)", &lib_install);
+    row("backtrace() in-process (library)", &lib_bt);
+    row("  of which one thread stopped (per thread)", &bt_stop);
+    row("gdb -batch -p P -ex bt", &gdb_w);
+    table.print();
+    println!(
+        "\n{CLI_RUNS} iterations of (--version, inject, bt, eject, library install, \
+         library backtrace, library eject); gdb {GDB_RUNS} runs afterwards."
+    );
+    println!(
+        "`argstash bt` showed bar's stashed argument ({}) in {stashed} of {CLI_RUNS} runs.",
+        consts::SEED_BAR_ARG
+    );
+    println!(
+        "\nsample `argstash bt --pid P` output:\n{}",
+        indent(&sample_bt)
+    );
+    println!(
+        "sample `gdb -batch -p P -ex bt` output:\n{}",
+        indent(&sample_gdb)
+    );
+}
+
+/// Waits until seed.c prints its next "iter" line (its current foo/bar call returned).
+fn wait_next_iter(t: &mut Target) {
+    t.drain_lines();
+    t.wait_for_line(REPLY, |l| l.starts_with("iter "));
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("    {l}\n")).collect()
+}
