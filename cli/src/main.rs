@@ -3,6 +3,7 @@
 //! A thin driver of the `injector` library: parse arguments, call the library,
 //! print text or JSON. Exit codes: 0 success, 1 the operation failed, 2 usage error.
 
+mod bus;
 mod demo;
 mod output;
 
@@ -18,6 +19,9 @@ use injector::symbols::FuncSpec;
 #[derive(Parser)]
 #[command(name = "argstash", version, about, long_about = None)]
 struct Cli {
+    /// Send the subcommand through argstashd on this bus: system, session or a D-Bus address.
+    #[arg(long, global = true, value_name = "BUS")]
+    bus: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -105,6 +109,9 @@ fn parse_addr(s: &str) -> Result<u64, String> {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    if let Some(bus) = &cli.bus {
+        return bus::run(bus, cli.command);
+    }
     match cli.command {
         Command::Inject(a) => {
             let mut specs: Vec<FuncSpec> = a.funcs.iter().map(|f| FuncSpec::parse(f)).collect();
@@ -146,12 +153,29 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
+/// The error and its causes, each cause once: library errors already put their
+/// cause in their own message, so a cause whose text is there is not repeated.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("argstash: {e:#}");
+            eprintln!("argstash: {}", error_text(&e));
             ExitCode::from(1)
         }
     }

@@ -77,6 +77,14 @@ pub enum Error {
         /// The module.
         module: String,
     },
+    /// Every attempt to map an arena near the module failed in the target.
+    #[error("cannot map the trampoline arena near {module}: mmap in the target failed ({cause}); check the target's address-space limit (RLIMIT_AS) and vm.max_map_count")]
+    ArenaMapFailed {
+        /// The module.
+        module: String,
+        /// The last mmap failure.
+        cause: String,
+    },
     /// Reading back what was written did not match.
     #[error("verification failed at 0x{addr:x} ({what}): the target's memory did not take the write; nothing was left patched")]
     Verify {

@@ -127,6 +127,7 @@ fn maps_of(pid: i32) -> Result<Vec<MapEntry>, Error> {
 
 /// Lists every hook recorded in the target's arenas (active and ejected).
 pub fn list(pid: i32) -> Result<Vec<HookInfo>, Error> {
+    crate::target::check_target(pid)?;
     let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
     let arenas = discover(&maps, &mem)?;
@@ -183,8 +184,8 @@ pub fn install(
     specs: &[FuncSpec],
     opts: &InstallOptions,
 ) -> Result<InstallReport, Error> {
-    let maps = maps_of(pid)?;
     crate::target::check_target(pid)?;
+    let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
     let symbols = ProcessSymbols::load(pid, &maps)?;
     let mut arenas = discover(&maps, &mem)?;
@@ -327,6 +328,7 @@ pub fn install(
         for (i, n) in new_arenas.iter_mut().enumerate() {
             let len = n.header().arena_len;
             let mut created = false;
+            let mut last_error = None;
             while n.chosen < n.candidates.len() {
                 let want = n.candidates[n.chosen];
                 let got = session.remote_mmap(
@@ -345,17 +347,35 @@ pub fn install(
                         let _ = session.remote_munmap(other, len);
                         n.chosen += 1;
                     }
-                    Err(_) => n.chosen += 1,
+                    Err(e) => {
+                        last_error = Some(e);
+                        n.chosen += 1;
+                    }
                 }
             }
             if !created {
                 let module = planned
                     .iter()
-                    .find(|p| matches!(p.target, ArenaChoice::New(j, _) if j == i));
-                return Err(Error::NoArenaSpace {
-                    module: module
-                        .map(|p| p.resolved.module_path.clone())
-                        .unwrap_or_default(),
+                    .find(|p| matches!(p.target, ArenaChoice::New(j, _) if j == i))
+                    .map(|p| p.resolved.module_path.clone())
+                    .unwrap_or_default();
+                // EEXIST only means the spot was taken meanwhile; anything else is the cause.
+                return Err(match last_error {
+                    Some(e)
+                        if !matches!(
+                            e,
+                            crate::session::SessionError::RemoteSyscall {
+                                errno: libc::EEXIST,
+                                ..
+                            }
+                        ) =>
+                    {
+                        Error::ArenaMapFailed {
+                            module,
+                            cause: e.to_string(),
+                        }
+                    }
+                    _ => Error::NoArenaSpace { module },
                 });
             }
             let header = n.header();
@@ -542,8 +562,8 @@ fn spec_matches(spec: &FuncSpec, r: &HookRecord) -> bool {
 ///
 /// Trampoline code is never unmapped: a thread may still return into it.
 pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
-    let maps = maps_of(pid)?;
     crate::target::check_target(pid)?;
+    let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
     let arenas = discover(&maps, &mem)?;
     let active: Vec<(usize, u32)> = arenas

@@ -41,7 +41,15 @@ use std::time::{Duration, Instant};
 
 /// Names of all fixtures (`tests/fixtures/<name>.c`).
 pub const FIXTURES: &[&str] = &[
-    "seed", "threads", "riprel", "badfuncs", "sigwait", "ambig", "crowded",
+    "seed",
+    "threads",
+    "riprel",
+    "badfuncs",
+    "sigwait",
+    "ambig",
+    "crowded",
+    "prologues",
+    "manyargs",
 ];
 
 /// How long [`Target::spawn`] waits for the `ready` line.
@@ -69,6 +77,10 @@ pub mod consts {
     pub const THREADS_PARKED_TAG: i64 = 0x1122_3344_5566_7788;
     /// sigwait.c: the argument the "sleeper" thread passes to `sleeper_fn`.
     pub const SIGWAIT_SLEEPER_TAG: i64 = 0x51ee9;
+    /// manyargs.c: the eight arguments main passes to `eight` (g and h on the stack).
+    pub const MANYARGS_ARGS: [i64; 8] = [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88];
+    /// manyargs.c: what `eight` returns for them (a + 2b + ... + 8h).
+    pub const MANYARGS_RESULT: i64 = 0x11 * 204;
 }
 
 // ---------------------------------------------------------------------------
@@ -1606,4 +1618,24 @@ pub fn build_i386(name: &str) -> PathBuf {
             .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
     }
     out
+}
+
+/// Write `bytes` at `addr` of process `pid` through `/proc/PID/mem` (as another tool would patch it).
+#[track_caller]
+pub fn write_mem(pid: i32, addr: u64, bytes: &[u8]) {
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .unwrap_or_else(|e| panic!("open /proc/{pid}/mem for writing: {e}"));
+    f.write_all_at(bytes, addr)
+        .unwrap_or_else(|e| panic!("write {} bytes at {addr:#x} of pid {pid}: {e}", bytes.len()));
+}
+
+/// Lowercase hex of `bytes` separated by spaces (`e9 2b 5c`), as argstash's messages print bytes.
+pub fn hex_bytes(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -2,12 +2,13 @@
 //! every build variant, read their arguments back from `bt`, eject, and check
 //! the process is exactly as before and unharmed.
 
+use std::path::Path;
 use std::time::Duration;
 
 use argstash_tests::*;
 use serde_json::{json, Value};
 
-/// How long bar sleeps is 50 ms; a hooked call must show up well within this.
+/// bar sleeps 50 ms per call: a hooked call shows up well within this.
 const HOOKED_SOON: Duration = Duration::from_secs(5);
 
 /// Checks the main thread of a `bt --json`: bar above foo above main, the
@@ -17,7 +18,7 @@ fn check_hooked_stack(t: &Target, bt: &Value) {
     let main = bt_thread(bt, t.pid()).expect("main thread in bt");
     let frames = thread_frames(main);
     let (bar_i, bar) = frame_named(main, "bar").expect("bar on the stack");
-    let (foo_i, foo) = frame_named(main, "foo").expect("foo on the stack");
+    let (foo_i, foo_frame) = frame_named(main, "foo").expect("foo on the stack");
     let (main_i, _) = frame_named(main, "main").expect("the unwind reaches main");
     assert!(
         bar_i < foo_i && foo_i < main_i,
@@ -32,13 +33,13 @@ fn check_hooked_stack(t: &Target, bt: &Value) {
         json!({"register": "rdi", "value": consts::SEED_BAR_ARG}),
         "{bar:#}"
     );
-    assert_eq!(foo["hooked"], json!(true), "{foo:#}");
+    assert_eq!(foo_frame["hooked"], json!(true), "{foo_frame:#}");
     assert_eq!(
-        foo["args"][0]["value"].as_i64(),
+        foo_frame["args"][0]["value"].as_i64(),
         Some(consts::SEED_FOO_ARG),
-        "{foo:#}"
+        "{foo_frame:#}"
     );
-    for (name, f) in [("bar", bar), ("foo", foo)] {
+    for (name, f) in [("bar", bar), ("foo", foo_frame)] {
         assert_eq!(f["module"].as_str(), Some(exe.as_str()), "{f:#}");
         let args = f["args"].as_array().unwrap();
         let regs: Vec<&str> = args.iter().filter_map(|a| a["register"].as_str()).collect();
@@ -172,8 +173,26 @@ fn hook_and_unhook(v: Variant) {
             "{f}: {hooks:#?}"
         );
     }
+    // A call of bar that began before the eject still runs through the
+    // trampoline (never unmapped), and its arguments are still readable.
+    let bt = bt_json(t.pid(), None);
+    let main = bt_thread(&bt, t.pid()).expect("main thread");
+    if let Some((_, bar)) = frame_named(main, "bar").filter(|(_, f)| f["hooked"] == json!(true)) {
+        assert_eq!(
+            bar["args"][0],
+            json!({"register": "rdi", "value": consts::SEED_BAR_ARG}),
+            "a live call after eject: {main:#}"
+        );
+        assert!(frame_named(main, "main").is_some(), "{main:#}");
+    }
+    // The next calls are not hooked.
     let bt = wait_bt(t.pid(), None, HOOKED_SOON, |bt| {
-        bt_thread(bt, t.pid()).is_some_and(|th| frame_named(th, "bar").is_some())
+        bt_thread(bt, t.pid()).is_some_and(|th| {
+            frame_named(th, "bar").is_some()
+                && thread_frames(th)
+                    .iter()
+                    .all(|f| f["hooked"] == json!(false))
+        })
     });
     let main = bt_thread(&bt, t.pid()).unwrap();
     for f in thread_frames(main) {
@@ -254,19 +273,167 @@ fn text_backtrace_shows_stashed_arguments() {
     let pid = t.pid().to_string();
     run_ok(&["inject", "--pid", &pid, "--func", "bar", "--func", "foo"]);
     let bar = format!(" in bar (rdi={}, rsi=", consts::SEED_BAR_ARG);
-    let foo = format!(" in foo (rdi={}, rsi=", consts::SEED_FOO_ARG);
+    let foo_line = format!(" in foo (rdi={}, rsi=", consts::SEED_FOO_ARG);
     let mut text = String::new();
     let seen = wait_until(HOOKED_SOON, || {
         text = run_ok(&["bt", "--pid", &pid]);
-        text.contains(&bar) && text.contains(&foo)
+        text.contains(&bar) && text.contains(&foo_line)
     });
     assert!(seen, "no stashed bar in:\n{text}");
     let bar_line = text.lines().position(|l| l.contains(&bar)).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[bar_line].contains("[stashed]"), "{text}");
-    assert!(lines[bar_line + 1].contains(&foo), "{text}");
+    assert!(lines[bar_line + 1].contains(&foo_line), "{text}");
     assert!(lines[bar_line + 2].contains(" in main () from "), "{text}");
     run_ok(&["eject", "--pid", &pid, "--all"]);
     t.assert_function_pristine("bar");
     t.assert_healthy();
+}
+
+#[test]
+fn a_full_arena_spills_into_a_new_one() {
+    // Ejected records are never reused (their code may still be running), so
+    // capacity + 2 inject/eject cycles need a second arena.
+    let capacity = injector::arena::ARENA_CAPACITY as usize;
+    let cycles = capacity + 2;
+    let mut t = Target::start("seed", Variant::new(Opt::O2, false));
+    let pid = t.pid().to_string();
+    let foo_bytes = t.live_function_bytes("foo");
+    for i in 0..cycles {
+        run_ok(&["inject", "--pid", &pid, "--func", "foo"]);
+        run_ok(&["eject", "--pid", &pid, "--func", "foo"]);
+        if i % 32 == 0 {
+            assert_eq!(t.live_function_bytes("foo"), foo_bytes, "cycle {i}");
+            t.assert_healthy();
+        }
+    }
+    assert_eq!(t.live_function_bytes("foo"), foo_bytes);
+    let hooks = list_hooks(t.pid());
+    assert_eq!(
+        hooks_named(&hooks, "foo", "ejected").len(),
+        cycles,
+        "{hooks:#?}"
+    );
+    let mut arenas: Vec<u64> = hooks.iter().map(|h| json_hex(&h["arena"])).collect();
+    arenas.sort_unstable();
+    arenas.dedup();
+    assert_eq!(arenas.len(), 2, "{arenas:x?}");
+    for a in &arenas {
+        let n = hooks.iter().filter(|h| json_hex(&h["arena"]) == *a).count();
+        assert!(n <= capacity, "{n} records in the arena at {a:#x}");
+    }
+    // Hooks still work after that.
+    run_ok(&["inject", "--pid", &pid, "--func", "bar", "--func", "foo"]);
+    let bt = wait_bt(t.pid(), None, HOOKED_SOON, |bt| both_hooked(&t, bt));
+    check_hooked_stack(&t, &bt);
+    check_results(&mut t, 2);
+    run_ok(&["eject", "--pid", &pid, "--all"]);
+    t.assert_function_pristine("bar");
+    t.assert_function_pristine("foo");
+}
+
+#[test]
+fn hook_a_libc_function() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let pid = t.pid().to_string();
+    let libc = mapped_module(t.pid(), "libc.so.6");
+    run_ok(&["inject", "--pid", &pid, "--func", "libc.so.6!nanosleep"]);
+    let hooks = list_hooks(t.pid());
+    let h = hooks_named(&hooks, "nanosleep", "active");
+    assert_eq!(h.len(), 1, "{hooks:#?}");
+    assert_eq!(h[0]["module"].as_str(), Some(libc.as_str()));
+    let bt = wait_bt(t.pid(), None, HOOKED_SOON, |bt| {
+        bt_thread(bt, t.pid())
+            .and_then(|th| frame_named(th, "nanosleep"))
+            .is_some_and(|(_, f)| f["hooked"] == json!(true))
+    });
+    let th = bt_thread(&bt, t.pid()).unwrap();
+    let (i, f) = frame_named(th, "nanosleep").unwrap();
+    assert_eq!(f["module"].as_str(), Some(libc.as_str()), "{f:#}");
+    // bar calls nanosleep(&ts, &ts) with ts on its stack.
+    let req = frame_arg(f, "rdi").unwrap();
+    assert_eq!(frame_arg(f, "rsi"), Some(req), "{f:#}");
+    let stack = maps(t.pid())
+        .into_iter()
+        .find(|m| m.path == "[stack]")
+        .unwrap();
+    assert!(
+        (stack.start..stack.end).contains(&req),
+        "{req:#x} not on the stack"
+    );
+    let frames = thread_frames(th);
+    let callers: Vec<&str> = frames[i + 1..]
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .take(3)
+        .collect();
+    assert_eq!(callers, ["bar", "foo", "main"], "{th:#}");
+    check_results(&mut t, 2);
+    run_ok(&["eject", "--pid", &pid, "--all"]);
+    let hooks = list_hooks(t.pid());
+    let nanosleep = json_hex(&hooks_named(&hooks, "nanosleep", "ejected")[0]["address"]);
+    let sym = symbols(Path::new(&libc))
+        .into_iter()
+        .find(|s| s.name == "nanosleep" || s.name.starts_with("nanosleep@@"))
+        .expect("libc exports nanosleep");
+    let bias = load_bias(t.pid(), Path::new(&libc));
+    assert_eq!(nanosleep, bias + sym.addr);
+    assert_eq!(
+        read_mem(t.pid(), nanosleep, sym.size as usize),
+        file_bytes_at_vaddr(Path::new(&libc), sym.addr, sym.size as usize),
+        "libc's nanosleep restored"
+    );
+    check_results(&mut t, 2);
+}
+
+#[test]
+fn deleted_executable() {
+    // A binary replaced or removed on disk while it runs: maps say "(deleted)".
+    let original = build("seed", Variant::O2G);
+    let dir = std::env::temp_dir().join(format!("argstash-deleted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("seed-deleted");
+    std::fs::copy(&original, &copy).unwrap();
+    let mut t = Target::spawn(&copy);
+    let canon = module_path(&copy);
+    std::fs::remove_file(&copy).unwrap();
+    let _ = std::fs::remove_dir(&dir);
+    let deleted = format!("{canon} (deleted)");
+    let first = maps(t.pid())
+        .into_iter()
+        .filter(|m| m.path == deleted)
+        .min_by_key(|m| m.offset)
+        .expect("the deleted executable is mapped");
+    let seg = elf_load_segments(&original)
+        .into_iter()
+        .find(|s| s.offset & !0xfff == first.offset)
+        .unwrap();
+    let bias = first.start - (seg.vaddr & !0xfff);
+    let bar = symbol(&original, "bar").unwrap();
+    let live_bar = || read_mem(t.pid(), bias + bar.addr, bar.size as usize);
+    let pristine = function_bytes(&original, "bar");
+    assert_eq!(live_bar(), pristine);
+
+    let pid = t.pid().to_string();
+    run_ok(&["inject", "--pid", &pid, "--func", "bar"]);
+    let hooks = list_hooks(t.pid());
+    let h = hooks_named(&hooks, "bar", "active");
+    assert_eq!(h.len(), 1, "{hooks:#?}");
+    assert_eq!(json_hex(&h[0]["address"]), bias + bar.addr);
+    let bt = wait_bt(t.pid(), None, HOOKED_SOON, |bt| {
+        bt_thread(bt, t.pid())
+            .and_then(|th| frame_named(th, "bar"))
+            .is_some_and(|(_, f)| f["hooked"] == json!(true))
+    });
+    let th = bt_thread(&bt, t.pid()).unwrap();
+    let (_, f) = frame_named(th, "bar").unwrap();
+    assert_eq!(
+        frame_arg(f, "rdi"),
+        Some(consts::SEED_BAR_ARG as u64),
+        "{th:#}"
+    );
+    assert!(frame_named(th, "main").is_some(), "{th:#}");
+    run_ok(&["eject", "--pid", &pid, "--all"]);
+    assert_eq!(live_bar(), pristine);
+    check_results(&mut t, 2);
 }

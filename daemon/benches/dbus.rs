@@ -1,0 +1,141 @@
+//! D-Bus round trips versus the library and the CLI on the same target, and the
+//! daemon's RSS with 50 hooked processes.
+//!
+//! `cargo bench -p argstashd` (builds `argstash` too if it is missing from the profile).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use argstash_tests::{Target, Variant};
+use common::Bus;
+use injector::backtrace::{backtrace, BacktraceOptions};
+use injector::hooks::{eject, install, EjectWhat, InstallOptions};
+use injector::symbols::FuncSpec;
+
+const ROUNDS: usize = 30;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+/// `argstash` next to this bench's profile directory, if built.
+fn cli() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.parent()?.join("argstash");
+    p.exists().then_some(p)
+}
+
+fn time(f: impl FnOnce()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() {
+    let bus = Bus::start();
+    let t = Target::start("seed", Variant::O2G);
+    let pid = t.pid();
+    let proxy = bus.proxy();
+    let spec = [FuncSpec::parse("bar")];
+
+    let (mut lib_inj, mut lib_bt, mut bus_inj, mut bus_bt, mut cli_inj, mut cli_bt) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let cli = cli();
+    for _ in 0..ROUNDS {
+        lib_inj.push(time(|| {
+            install(pid, &spec, &InstallOptions::default()).unwrap();
+        }));
+        lib_bt.push(time(|| {
+            backtrace(pid, &BacktraceOptions::default()).unwrap();
+        }));
+        eject(pid, &EjectWhat::All).unwrap();
+
+        bus_inj.push(time(|| {
+            proxy.inject(pid as u32, &["bar"], HashMap::new()).unwrap();
+        }));
+        bus_bt.push(time(|| {
+            proxy.backtrace(pid as u32, 0, HashMap::new()).unwrap();
+        }));
+        proxy.eject_all(pid as u32).unwrap();
+
+        if let Some(cli) = &cli {
+            let p = pid.to_string();
+            cli_inj.push(time(|| {
+                let o = Command::new(cli)
+                    .args(["inject", "--pid", &p, "--func", "bar"])
+                    .output()
+                    .unwrap();
+                assert!(o.status.success());
+            }));
+            cli_bt.push(time(|| {
+                let o = Command::new(cli)
+                    .args(["bt", "--pid", &p, "--json"])
+                    .output()
+                    .unwrap();
+                assert!(o.status.success());
+            }));
+            eject(pid, &EjectWhat::All).unwrap();
+        }
+    }
+    println!("argstashd round trips on seed (O2g, 1 thread), median of {ROUNDS}:");
+    let row = |name: &str, lib: &[Duration], bus: &[Duration], cli: &[Duration]| {
+        let (l, b) = (median(lib.to_vec()), median(bus.to_vec()));
+        let c = if cli.is_empty() {
+            "n/a".to_string()
+        } else {
+            let c = median(cli.to_vec());
+            format!(
+                "{} (D-Bus/CLI {:.2}x)",
+                ms(c),
+                b.as_secs_f64() / c.as_secs_f64()
+            )
+        };
+        println!(
+            "  {name:<10} library {}  D-Bus {}  (+{})  CLI {}",
+            ms(l),
+            ms(b),
+            ms(b.saturating_sub(l)),
+            c
+        );
+    };
+    row("Inject", &lib_inj, &bus_inj, &cli_inj);
+    row("Backtrace", &lib_bt, &bus_bt, &cli_bt);
+    drop(t);
+
+    let base = rss_kib(bus.daemon_pid());
+    let targets: Vec<Target> = (0..50)
+        .map(|_| Target::start("seed", Variant::O2G))
+        .collect();
+    for t in &targets {
+        proxy
+            .inject(t.pid() as u32, &["bar", "foo"], HashMap::new())
+            .unwrap();
+    }
+    for t in &targets {
+        proxy.backtrace(t.pid() as u32, 0, HashMap::new()).unwrap();
+    }
+    assert_eq!(proxy.hook_count().unwrap(), 100);
+    println!(
+        "  argstashd RSS: {base} KiB idle, {} KiB with 50 hooked processes (100 hooks, one backtrace each)",
+        rss_kib(bus.daemon_pid())
+    );
+}

@@ -1,0 +1,142 @@
+//! Injector results and errors in their D-Bus form.
+
+use argstash_dbus::{hook_path, Arg, Error, ErrorKind, Frame, HookEntry, Thread};
+use injector::backtrace::{Backtrace, FrameKind};
+use injector::hooks::HookInfo;
+use injector::session::SessionError;
+use injector::symbols::SymbolError;
+use trampolines::arena::HookState;
+use zbus::zvariant::OwnedObjectPath;
+
+/// The named D-Bus error for an injector error, with the message the CLI prints.
+pub fn error(e: injector::Error) -> Error {
+    use injector::Error as E;
+    let kind = match &e {
+        E::Session(s) => match s {
+            SessionError::NoSuchProcess { .. }
+            | SessionError::NoSuchThread { .. }
+            | SessionError::NotAProcess { .. }
+            | SessionError::Exited { .. } => ErrorKind::NoSuchProcess,
+            SessionError::NotPermitted { detail, .. } if detail.contains("already traced by") => {
+                ErrorKind::Busy
+            }
+            SessionError::NotPermitted { .. }
+            | SessionError::Init
+            | SessionError::OwnProcess { .. }
+            | SessionError::KernelThread { .. } => ErrorKind::NotPermitted,
+            _ => ErrorKind::Failed,
+        },
+        E::Symbol(s) => match s {
+            SymbolError::NotFound { .. }
+            | SymbolError::ModuleNotFound { .. }
+            | SymbolError::AddressNotInFunction { .. } => ErrorKind::FunctionNotFound,
+            SymbolError::Ambiguous { .. } => ErrorKind::Ambiguous,
+            SymbolError::ZeroSize { .. } => ErrorKind::Unsafe,
+            _ => ErrorKind::Failed,
+        },
+        E::Plan { .. } | E::Codegen { .. } | E::Changed { .. } | E::ThreadInPatch { .. } => {
+            ErrorKind::Unsafe
+        }
+        E::AlreadyHooked { .. } => ErrorKind::AlreadyHooked,
+        E::NotHooked { .. } => ErrorKind::NotHooked,
+        E::Duplicate { .. } => ErrorKind::InvalidArgs,
+        E::Unsupported32Bit { .. } => ErrorKind::NotPermitted,
+        E::Proc { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+            ErrorKind::NotPermitted
+        }
+        _ => ErrorKind::Failed,
+    };
+    Error::new(kind, message(&e))
+}
+
+/// The error and its causes, as the CLI prints them, without repeating a cause
+/// that the message already contains.
+fn message(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        source = s.source();
+    }
+    msg
+}
+
+/// The object path of a hook.
+pub fn path_of(pid: i32, h: &HookInfo) -> OwnedObjectPath {
+    hook_path(pid as u32, h.arena, h.slot)
+}
+
+/// A hook record as `ListHooks` returns it.
+pub fn hook_entry(pid: i32, h: &HookInfo) -> HookEntry {
+    let path = if h.state == HookState::Active {
+        path_of(pid, h)
+    } else {
+        OwnedObjectPath::try_from("/").expect("root path")
+    };
+    HookEntry {
+        path,
+        pid: pid as u32,
+        function: h.name.clone(),
+        module: h.module.clone(),
+        address: h.function,
+        patch_address: h.patch_addr,
+        patch_len: h.patch_len as u32,
+        trampoline: h.trampoline,
+        arena: h.arena,
+        slot: h.slot,
+        stack_words: h.stack_words,
+        state: h.state.name().to_string(),
+        installed_ns: h.installed_ns,
+    }
+}
+
+/// A backtrace as `Backtrace` returns it: the `threads` of `bt --json`.
+pub fn threads(bt: &Backtrace) -> Vec<Thread> {
+    bt.threads
+        .iter()
+        .map(|t| Thread {
+            tid: t.tid as u32,
+            name: t.name.clone(),
+            stopped_us: t.stopped.as_micros() as u64,
+            truncated: t.truncated.clone().unwrap_or_default(),
+            frames: t
+                .frames
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    let mut args = Vec::new();
+                    if let Some(s) = &f.stash {
+                        args.extend(s.registers.iter().map(|(r, v)| Arg {
+                            register: r.to_string(),
+                            value: *v,
+                        }));
+                        args.extend(s.stack.iter().enumerate().map(|(i, v)| Arg {
+                            register: format!("stack+{}", 8 * (i + 1)),
+                            value: *v,
+                        }));
+                    }
+                    Frame {
+                        index: i as u32,
+                        pc: f.pc,
+                        function: f.function.clone().unwrap_or_default(),
+                        offset: f.offset,
+                        module: f.module.clone().unwrap_or_default(),
+                        hooked: f.stash.is_some(),
+                        kind: match f.kind {
+                            FrameKind::Normal => "normal",
+                            FrameKind::Trampoline => "trampoline",
+                            FrameKind::Relocated => "relocated",
+                        }
+                        .to_string(),
+                        stash_frame: f.stash.as_ref().map(|s| s.frame).unwrap_or(0),
+                        args,
+                    }
+                })
+                .collect(),
+        })
+        .collect()
+}

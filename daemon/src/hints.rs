@@ -1,0 +1,68 @@
+//! The hint file: which pids had arenas when the daemon last looked.
+//!
+//! Only a hint: after a restart each entry is checked against the live process
+//! (same start time) and its arenas are re-read from target memory, where the
+//! arena headers are the source of truth. A wrong or stale entry costs a lookup.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+const FILE: &str = "arenas";
+
+fn file(dir: &Path) -> PathBuf {
+    dir.join(FILE)
+}
+
+/// Start time of `pid` in clock ticks after boot (field 22 of `/proc/PID/stat`).
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: fields follow the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The `(pid, start time)` entries of the hint file; unreadable lines are skipped.
+pub fn read(dir: &Path) -> Vec<(i32, u64)> {
+    let Ok(text) = std::fs::read_to_string(file(dir)) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let pid: i32 = it.next()?.parse().ok()?;
+            let start: u64 = it.next()?.parse().ok()?;
+            (pid > 0).then_some((pid, start))
+        })
+        .collect()
+}
+
+/// Replaces the hint file with `entries` (written to a temporary file, then renamed).
+pub fn write(dir: &Path, entries: &[(i32, u64)]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = dir.join(format!(".{FILE}.tmp"));
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    for (pid, start) in entries {
+        writeln!(f, "{pid} {start}").with_context(|| format!("writing {}", tmp.display()))?;
+    }
+    std::fs::rename(&tmp, file(dir)).with_context(|| format!("renaming {}", tmp.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_garbage() {
+        let dir = std::env::temp_dir().join(format!("argstashd-hints-{}", std::process::id()));
+        write(&dir, &[(12, 34), (56, 78)]).unwrap();
+        assert_eq!(read(&dir), vec![(12, 34), (56, 78)]);
+        std::fs::write(file(&dir), "x y\n-1 2\n9 10 extra\n").unwrap();
+        assert_eq!(read(&dir), vec![(9, 10)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(start_time(std::process::id() as i32).is_some());
+    }
+}

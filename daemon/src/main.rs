@@ -1,0 +1,93 @@
+//! `argstashd`: the argstash injector as a D-Bus service.
+//!
+//! Serves `org.argstash.Injector1` (see the `argstash-dbus` crate for the contract)
+//! on the system bus, the session bus or any bus address. Every injector call runs
+//! on a dedicated thread per target pid; each caller is authorised against the
+//! target the way the kernel authorises ptrace.
+
+mod auth;
+mod convert;
+mod hints;
+mod service;
+mod worker;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use argstash_dbus::{BUS_NAME, MANAGER_PATH};
+use clap::Parser;
+use zbus::connection::Builder;
+
+use crate::service::{Manager, Shared};
+use crate::worker::Workers;
+
+/// Serve the argstash injector on D-Bus.
+#[derive(Parser)]
+#[command(name = "argstashd", version, about, long_about = None)]
+struct Args {
+    /// Use the system bus (the default).
+    #[arg(long, conflicts_with_all = ["session", "address"])]
+    system: bool,
+    /// Use the session bus.
+    #[arg(long, conflicts_with = "address")]
+    session: bool,
+    /// Use the bus at this D-Bus address, e.g. unix:path=/tmp/bus.
+    #[arg(long, value_name = "ADDR")]
+    address: Option<String>,
+    /// Directory of the hint file listing pids with arenas.
+    #[arg(long, value_name = "DIR", default_value = "/run/argstash")]
+    state_dir: PathBuf,
+    /// How long a call waits for its target before failing with Busy, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    timeout_ms: u64,
+}
+
+async fn serve(args: Args) -> Result<()> {
+    let shared = Shared::new(
+        Workers::new(Duration::from_millis(args.timeout_ms)),
+        args.state_dir.clone(),
+    );
+    let builder = if let Some(addr) = &args.address {
+        Builder::address(addr.as_str()).with_context(|| format!("bad bus address {addr}"))?
+    } else if args.session {
+        Builder::session()?
+    } else {
+        Builder::system()?
+    };
+    let conn = builder
+        .serve_at(
+            MANAGER_PATH,
+            Manager {
+                shared: shared.clone(),
+            },
+        )?
+        .build()
+        .await
+        .context("connecting to the bus")?;
+    shared.connect(&conn).await.context("talking to the bus")?;
+    shared.restore(&conn).await;
+    conn.request_name(BUS_NAME).await.with_context(|| {
+        format!(
+            "cannot own {BUS_NAME} (is another argstashd running? does the bus policy allow it?)"
+        )
+    })?;
+    eprintln!(
+        "argstashd {}: serving {BUS_NAME} on {}",
+        env!("CARGO_PKG_VERSION"),
+        conn.unique_name().map(|n| n.as_str()).unwrap_or("?")
+    );
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match zbus::block_on(serve(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("argstashd: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

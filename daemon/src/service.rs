@@ -1,0 +1,697 @@
+//! The D-Bus objects: the manager, one object per hook, and the per-process state
+//! that the target's arena headers keep true.
+
+use std::collections::HashMap;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use argstash_dbus::{Error, ErrorKind, HookEntry, Thread, MANAGER_PATH};
+use argstash_dbus::{OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
+use async_io::{Async, Timer};
+use futures_lite::future;
+use injector::backtrace::{backtrace, BacktraceOptions};
+use injector::hooks::{eject, install, list, EjectWhat, HookInfo, InstallOptions};
+use injector::session::SessionError;
+use injector::symbols::FuncSpec;
+use trampolines::arena::HookState;
+use zbus::fdo::DBusProxy;
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::zvariant::{OwnedObjectPath, OwnedValue};
+use zbus::{interface, Connection};
+
+use crate::auth::{caller_uid, may_trace};
+use crate::convert;
+use crate::hints;
+use crate::worker::Workers;
+
+/// How often a watcher checks that its process still has its arenas (exec).
+const EXEC_CHECK: Duration = Duration::from_secs(1);
+
+/// Most callers whose uid is remembered at once.
+const MAX_CALLERS: usize = 1024;
+
+/// What the daemon knows of one process with arenas.
+struct Proc {
+    /// Active hooks by object path, as last read from the arena headers.
+    hooks: HashMap<OwnedObjectPath, HookInfo>,
+    /// Start time (clock ticks after boot), to tell a reused pid apart.
+    start: u64,
+}
+
+/// State shared by every object.
+pub struct Shared {
+    /// One worker thread per pid.
+    pub workers: Workers,
+    procs: Mutex<HashMap<i32, Proc>>,
+    /// Serialises object-tree updates.
+    sync_lock: async_lock::Mutex<()>,
+    state_dir: PathBuf,
+    dbus: OnceLock<DBusProxy<'static>>,
+    /// Uids of callers by unique name (a unique name is never reused on a bus).
+    uids: Mutex<HashMap<String, u32>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn invalid(msg: String) -> Error {
+    Error::new(ErrorKind::InvalidArgs, msg)
+}
+
+fn pid_arg(pid: u32) -> Result<i32, Error> {
+    i32::try_from(pid).map_err(|_| invalid(format!("{pid} is not a valid pid")))
+}
+
+impl Shared {
+    /// No processes known yet; hints go to `state_dir`.
+    pub fn new(workers: Workers, state_dir: PathBuf) -> Arc<Shared> {
+        Arc::new(Shared {
+            workers,
+            procs: Mutex::new(HashMap::new()),
+            sync_lock: async_lock::Mutex::new(()),
+            state_dir,
+            dbus: OnceLock::new(),
+            uids: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Remembers the bus connection's `org.freedesktop.DBus` proxy (for credentials).
+    pub async fn connect(&self, conn: &Connection) -> zbus::Result<()> {
+        let proxy = DBusProxy::builder(conn)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await?;
+        let _ = self.dbus.set(proxy);
+        Ok(())
+    }
+
+    /// Checks that the caller may act on `pid`; returns the process's start time,
+    /// which the worker checks again right before acting (a reused pid is refused).
+    async fn authorize(&self, hdr: &Header<'_>, pid: i32) -> Result<Option<u64>, Error> {
+        let uid = self.caller(hdr).await?;
+        let start = hints::start_time(pid);
+        may_trace(uid, pid)?;
+        if hints::start_time(pid) != start {
+            return Err(convert::error(SessionError::NoSuchProcess { pid }.into()));
+        }
+        Ok(start)
+    }
+
+    async fn caller(&self, hdr: &Header<'_>) -> Result<u32, Error> {
+        let sender = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
+        if let Some(uid) = lock(&self.uids).get(&sender) {
+            return Ok(*uid);
+        }
+        let dbus = self
+            .dbus
+            .get()
+            .ok_or_else(|| Error::new(ErrorKind::Failed, "not connected yet"))?;
+        let uid = caller_uid(dbus, hdr).await?;
+        let mut uids = lock(&self.uids);
+        if uids.len() >= MAX_CALLERS {
+            uids.clear();
+        }
+        uids.insert(sender, uid);
+        Ok(uid)
+    }
+
+    fn counts(&self) -> (u32, Vec<u32>) {
+        let procs = lock(&self.procs);
+        let n = procs.values().map(|p| p.hooks.len() as u32).sum();
+        let mut pids: Vec<u32> = procs
+            .iter()
+            .filter(|(_, p)| !p.hooks.is_empty())
+            .map(|(pid, _)| *pid as u32)
+            .collect();
+        pids.sort_unstable();
+        (n, pids)
+    }
+
+    fn write_hints(&self) {
+        let entries: Vec<(i32, u64)> = lock(&self.procs)
+            .iter()
+            .map(|(pid, p)| (*pid, p.start))
+            .collect();
+        if let Err(e) = hints::write(&self.state_dir, &entries) {
+            eprintln!("argstashd: cannot write the hint file: {e:#}");
+        }
+    }
+
+    async fn properties_changed(&self, conn: &Connection) {
+        if let Ok(iface) = conn
+            .object_server()
+            .interface::<_, Manager>(MANAGER_PATH)
+            .await
+        {
+            let m = iface.get().await;
+            let e = iface.signal_emitter();
+            let _ = m.hook_count_changed(e).await;
+            let _ = m.pids_changed(e).await;
+        }
+    }
+
+    /// Brings the hook objects of `pid` in line with a fresh read of its arenas.
+    pub async fn sync(
+        self: &Arc<Self>,
+        conn: &Connection,
+        pid: i32,
+        listed: Result<Vec<HookInfo>, injector::Error>,
+    ) {
+        let Ok(listed) = listed else {
+            // Gone or unreadable: the pidfd watcher reports an exit.
+            return;
+        };
+        let _g = self.sync_lock.lock().await;
+        let (added, removed, is_new) = {
+            let mut procs = lock(&self.procs);
+            if listed.is_empty() {
+                // No arenas (never hooked, or exec'd): nothing to track.
+                let removed: Vec<OwnedObjectPath> = procs
+                    .remove(&pid)
+                    .map(|p| p.hooks.into_keys().collect())
+                    .unwrap_or_default();
+                (Vec::new(), removed, false)
+            } else {
+                let fresh: HashMap<OwnedObjectPath, HookInfo> = listed
+                    .into_iter()
+                    .filter(|h| h.state == HookState::Active)
+                    .map(|h| (convert::path_of(pid, &h), h))
+                    .collect();
+                let is_new = !procs.contains_key(&pid);
+                let p = procs.entry(pid).or_insert_with(|| Proc {
+                    hooks: HashMap::new(),
+                    start: hints::start_time(pid).unwrap_or(0),
+                });
+                let removed: Vec<OwnedObjectPath> = p
+                    .hooks
+                    .keys()
+                    .filter(|k| !fresh.contains_key(*k))
+                    .cloned()
+                    .collect();
+                let added: Vec<(OwnedObjectPath, HookInfo)> = fresh
+                    .iter()
+                    .filter(|(k, _)| !p.hooks.contains_key(*k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                p.hooks = fresh;
+                (added, removed, is_new)
+            }
+        };
+        let server = conn.object_server();
+        let changed = is_new || !added.is_empty() || !removed.is_empty();
+        if let Ok(emitter) = SignalEmitter::new(conn, MANAGER_PATH) {
+            for path in removed {
+                let _ = server.remove::<Hook, _>(&path).await;
+                let _ = Manager::hook_removed(&emitter, path).await;
+            }
+            for (path, info) in added {
+                let hook = Hook {
+                    shared: self.clone(),
+                    pid,
+                    info,
+                };
+                let _ = server.at(&path, hook).await;
+                let _ = Manager::hook_installed(&emitter, path).await;
+            }
+        }
+        if is_new {
+            self.watch(conn, pid);
+        }
+        drop(_g);
+        if changed {
+            self.write_hints();
+            self.properties_changed(conn).await;
+        }
+    }
+
+    /// Watches `pid` with a pidfd; its exit drops its state and emits `ProcessExited`.
+    ///
+    /// Every [`EXEC_CHECK`] the watcher also checks that the arenas are still mapped:
+    /// after an `exec` they are gone, and so are the hooks (`HookRemoved`).
+    fn watch(self: &Arc<Self>, conn: &Connection, pid: i32) {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let shared = self.clone();
+        let c = conn.clone();
+        let pidfd = if fd < 0 {
+            None
+        } else {
+            // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+            Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        };
+        conn.executor()
+            .spawn(
+                async move {
+                    if let Some(fd) = pidfd {
+                        let fd = match Async::new(fd) {
+                            Ok(a) => a,
+                            Err(e) => {
+                                eprintln!("argstashd: cannot watch process {pid}: {e}");
+                                return;
+                            }
+                        };
+                        loop {
+                            let exited = future::or(
+                                async {
+                                    let _ = fd.readable().await;
+                                    true
+                                },
+                                async {
+                                    Timer::after(EXEC_CHECK).await;
+                                    false
+                                },
+                            )
+                            .await;
+                            if exited {
+                                break;
+                            }
+                            if !shared.arenas_mapped(pid) {
+                                let listed = shared
+                                    .workers
+                                    .run(pid, "revalidation", move || list(pid))
+                                    .await;
+                                if let Ok(listed) = listed {
+                                    shared.sync(&c, pid, listed).await;
+                                }
+                            }
+                            if !lock(&shared.procs).contains_key(&pid) {
+                                // Untracked (exec'd without arenas): a later Inject watches anew.
+                                return;
+                            }
+                        }
+                    }
+                    shared.exited(&c, pid).await;
+                },
+                "pidfd watcher",
+            )
+            .detach();
+    }
+
+    /// False when an arena of a tracked hook of `pid` is no longer mapped (the process exec'd).
+    fn arenas_mapped(&self, pid: i32) -> bool {
+        let arenas: Vec<u64> = match lock(&self.procs).get(&pid) {
+            Some(p) => p.hooks.values().map(|h| h.arena).collect(),
+            None => return true,
+        };
+        if arenas.is_empty() {
+            return true;
+        }
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return true;
+        };
+        let ranges: Vec<(u64, u64)> = maps
+            .lines()
+            .filter_map(|l| {
+                let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+                Some((
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                ))
+            })
+            .collect();
+        arenas
+            .iter()
+            .all(|a| ranges.iter().any(|(lo, hi)| lo <= a && a < hi))
+    }
+
+    async fn exited(&self, conn: &Connection, pid: i32) {
+        let g = self.sync_lock.lock().await;
+        let Some(p) = lock(&self.procs).remove(&pid) else {
+            return;
+        };
+        let paths: Vec<OwnedObjectPath> = p.hooks.into_keys().collect();
+        let server = conn.object_server();
+        for path in &paths {
+            let _ = server.remove::<Hook, _>(path).await;
+        }
+        if let Ok(emitter) = SignalEmitter::new(conn, MANAGER_PATH) {
+            let _ = Manager::process_exited(&emitter, pid as u32, paths).await;
+        }
+        drop(g);
+        self.workers.forget(pid);
+        self.write_hints();
+        self.properties_changed(conn).await;
+    }
+
+    /// Re-reads the processes named in the hint file, keeping those whose arenas check out.
+    pub async fn restore(self: &Arc<Self>, conn: &Connection) {
+        let hinted = hints::read(&self.state_dir);
+        for (pid, start) in hinted {
+            if hints::start_time(pid) != Some(start) {
+                continue;
+            }
+            // Reading arenas needs no ptrace stop, so a hung target cannot delay the start.
+            let listed = blocking::unblock(move || list(pid)).await;
+            if let Err(e) = &listed {
+                eprintln!("argstashd: cannot re-read process {pid}: {e}");
+            }
+            self.sync(conn, pid, listed).await;
+        }
+        self.write_hints();
+    }
+
+    async fn eject_and_sync(
+        self: &Arc<Self>,
+        conn: &Connection,
+        pid: i32,
+        start: Option<u64>,
+        what: EjectWhat,
+    ) -> Result<u32, Error> {
+        let (res, listed) = self
+            .workers
+            .run(pid, "Eject", move || {
+                if let Err(e) = same_process(pid, start) {
+                    return (Err(e), Err(SessionError::NoSuchProcess { pid }.into()));
+                }
+                let r = eject(pid, &what);
+                (r, list(pid))
+            })
+            .await?;
+        self.sync(conn, pid, listed).await;
+        let report = res.map_err(convert::error)?;
+        Ok(report.hooks.len() as u32)
+    }
+}
+
+/// Fails when `pid` is no longer the process that was authorised (it exited, or the pid was reused).
+fn same_process(pid: i32, start: Option<u64>) -> Result<(), injector::Error> {
+    if hints::start_time(pid) == start && start.is_some() {
+        Ok(())
+    } else {
+        Err(SessionError::NoSuchProcess { pid }.into())
+    }
+}
+
+fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InstallOptions, Error> {
+    let mut opts = InstallOptions::default();
+    for (k, v) in options {
+        match k.as_str() {
+            OPT_STACK_ARGS => {
+                let n: u64 = if let Ok(n) = u16::try_from(v) {
+                    n.into()
+                } else if let Ok(n) = u32::try_from(v) {
+                    n.into()
+                } else if let Ok(n) = i32::try_from(v) {
+                    u64::try_from(n).unwrap_or(u64::MAX)
+                } else if let Ok(n) = u64::try_from(v) {
+                    n
+                } else {
+                    return Err(invalid(format!(
+                        "option {OPT_STACK_ARGS} must be an integer (q, u or i), not {}",
+                        v.value_signature()
+                    )));
+                };
+                if n > 16 {
+                    return Err(invalid(format!(
+                        "option {OPT_STACK_ARGS} must be 0 to 16, not {n}"
+                    )));
+                }
+                opts.stack_words = n as u16;
+            }
+            other => {
+                return Err(invalid(format!(
+                    "unknown Inject option `{other}` (known: {OPT_STACK_ARGS})"
+                )))
+            }
+        }
+    }
+    Ok(opts)
+}
+
+fn backtrace_options(
+    tid: u32,
+    options: &HashMap<String, OwnedValue>,
+) -> Result<BacktraceOptions, Error> {
+    let mut opts = BacktraceOptions {
+        tid: if tid == 0 {
+            None
+        } else {
+            Some(i32::try_from(tid).map_err(|_| invalid(format!("{tid} is not a valid tid")))?)
+        },
+        show_trampolines: false,
+    };
+    for (k, v) in options {
+        match k.as_str() {
+            OPT_SHOW_TRAMPOLINES => {
+                opts.show_trampolines = bool::try_from(v).map_err(|_| {
+                    invalid(format!(
+                        "option {OPT_SHOW_TRAMPOLINES} must be a boolean (b)"
+                    ))
+                })?;
+            }
+            other => {
+                return Err(invalid(format!(
+                    "unknown Backtrace option `{other}` (known: {OPT_SHOW_TRAMPOLINES})"
+                )))
+            }
+        }
+    }
+    Ok(opts)
+}
+
+/// The manager object at [`MANAGER_PATH`].
+pub struct Manager {
+    /// Shared state.
+    pub shared: Arc<Shared>,
+}
+
+#[interface(name = "org.argstash.Injector1")]
+impl Manager {
+    /// Hooks `functions` (NAME, MODULE!NAME or 0xADDR) in `pid`; returns the new hook objects.
+    async fn inject(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        pid: u32,
+        functions: Vec<String>,
+        options: HashMap<String, OwnedValue>,
+    ) -> Result<Vec<OwnedObjectPath>, Error> {
+        let pid = pid_arg(pid)?;
+        let start = self.shared.authorize(&hdr, pid).await?;
+        let opts = inject_options(&options)?;
+        if functions.is_empty() {
+            return Err(invalid("name at least one function to hook".to_string()));
+        }
+        let specs: Vec<FuncSpec> = functions.iter().map(|f| FuncSpec::parse(f)).collect();
+        let (res, listed) = self
+            .shared
+            .workers
+            .run(pid, "Inject", move || {
+                if let Err(e) = same_process(pid, start) {
+                    return (Err(e), Err(SessionError::NoSuchProcess { pid }.into()));
+                }
+                let r = install(pid, &specs, &opts);
+                (r, list(pid))
+            })
+            .await?;
+        self.shared.sync(conn, pid, listed).await;
+        let report = res.map_err(convert::error)?;
+        Ok(report
+            .hooks
+            .iter()
+            .map(|h| convert::path_of(pid, h))
+            .collect())
+    }
+
+    /// Removes the hooks of `functions` in `pid`; returns how many were removed.
+    async fn eject(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        pid: u32,
+        functions: Vec<String>,
+    ) -> Result<u32, Error> {
+        let pid = pid_arg(pid)?;
+        let start = self.shared.authorize(&hdr, pid).await?;
+        if functions.is_empty() {
+            return Err(invalid(
+                "name at least one function to eject (or call EjectAll)".to_string(),
+            ));
+        }
+        let what = EjectWhat::Functions(functions.iter().map(|f| FuncSpec::parse(f)).collect());
+        self.shared.eject_and_sync(conn, pid, start, what).await
+    }
+
+    /// Removes every active hook in `pid`; returns how many were removed.
+    async fn eject_all(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        pid: u32,
+    ) -> Result<u32, Error> {
+        let pid = pid_arg(pid)?;
+        let start = self.shared.authorize(&hdr, pid).await?;
+        self.shared
+            .eject_and_sync(conn, pid, start, EjectWhat::All)
+            .await
+    }
+
+    /// Lists the hooks recorded in `pid` (0: every tracked process the caller may see).
+    async fn list_hooks(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        pid: u32,
+    ) -> Result<Vec<HookEntry>, Error> {
+        if pid != 0 {
+            let pid = pid_arg(pid)?;
+            let start = self.shared.authorize(&hdr, pid).await?;
+            let listed = self
+                .shared
+                .workers
+                .run(pid, "ListHooks", move || {
+                    same_process(pid, start)?;
+                    list(pid)
+                })
+                .await?;
+            let entries = match &listed {
+                Ok(hooks) => Ok(hooks.iter().map(|h| convert::hook_entry(pid, h)).collect()),
+                Err(_) => Err(()),
+            };
+            match entries {
+                Ok(entries) => {
+                    self.shared.sync(conn, pid, listed).await;
+                    Ok(entries)
+                }
+                Err(()) => Err(convert::error(listed.unwrap_err())),
+            }
+        } else {
+            let uid = self.shared.caller(&hdr).await?;
+            let mut pids: Vec<i32> = lock(&self.shared.procs).keys().copied().collect();
+            pids.sort_unstable();
+            let mut out = Vec::new();
+            for pid in pids {
+                if may_trace(uid, pid).is_err() {
+                    continue;
+                }
+                // Reading arenas needs no ptrace stop: do not queue behind a stuck worker.
+                if let Ok(hooks) = blocking::unblock(move || list(pid)).await {
+                    out.extend(hooks.iter().map(|h| convert::hook_entry(pid, h)));
+                }
+            }
+            Ok(out)
+        }
+    }
+
+    /// Unwinds thread `tid` of `pid` (0: every thread) with stashed arguments.
+    async fn backtrace(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        pid: u32,
+        tid: u32,
+        options: HashMap<String, OwnedValue>,
+    ) -> Result<Vec<Thread>, Error> {
+        let pid = pid_arg(pid)?;
+        let start = self.shared.authorize(&hdr, pid).await?;
+        let opts = backtrace_options(tid, &options)?;
+        let bt = self
+            .shared
+            .workers
+            .run(pid, "Backtrace", move || {
+                same_process(pid, start)?;
+                backtrace(pid, &opts)
+            })
+            .await?
+            .map_err(convert::error)?;
+        Ok(convert::threads(&bt))
+    }
+
+    /// The daemon's version.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    /// Active hooks in every tracked process.
+    #[zbus(property)]
+    async fn hook_count(&self) -> u32 {
+        self.shared.counts().0
+    }
+
+    /// Processes with active hooks.
+    #[zbus(property)]
+    async fn pids(&self) -> Vec<u32> {
+        self.shared.counts().1
+    }
+
+    /// A hook object appeared.
+    #[zbus(signal)]
+    async fn hook_installed(emitter: &SignalEmitter<'_>, hook: OwnedObjectPath)
+        -> zbus::Result<()>;
+
+    /// A hook object went away (ejected, or its process exec'd).
+    #[zbus(signal)]
+    async fn hook_removed(emitter: &SignalEmitter<'_>, hook: OwnedObjectPath) -> zbus::Result<()>;
+
+    /// A tracked process exited; `hooks` are the objects it took with it.
+    #[zbus(signal)]
+    async fn process_exited(
+        emitter: &SignalEmitter<'_>,
+        pid: u32,
+        hooks: Vec<OwnedObjectPath>,
+    ) -> zbus::Result<()>;
+}
+
+/// One active hook, at its `argstash_dbus::hook_path`.
+pub struct Hook {
+    shared: Arc<Shared>,
+    pid: i32,
+    info: HookInfo,
+}
+
+#[interface(name = "org.argstash.Hook1")]
+impl Hook {
+    /// Removes this hook.
+    async fn eject(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), Error> {
+        let start = self.shared.authorize(&hdr, self.pid).await?;
+        let what = EjectWhat::Functions(vec![FuncSpec::Addr(self.info.function)]);
+        self.shared
+            .eject_and_sync(conn, self.pid, start, what)
+            .await?;
+        Ok(())
+    }
+
+    /// Process id.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Function name.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn function(&self) -> String {
+        self.info.name.clone()
+    }
+
+    /// Module path.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn module(&self) -> String {
+        self.info.module.clone()
+    }
+
+    /// Function entry address.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn address(&self) -> u64 {
+        self.info.function
+    }
+
+    /// `active` while the object exists (ejected hooks have no object).
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn state(&self) -> String {
+        self.info.state.name().to_string()
+    }
+
+    /// Install time, Unix nanoseconds.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn installed_at(&self) -> u64 {
+        self.info.installed_ns
+    }
+}

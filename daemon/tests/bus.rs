@@ -1,0 +1,740 @@
+//! argstashd on a private bus, driven by the zbus proxy, `busctl` and `dbus-send`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use argstash_dbus::{
+    ErrorKind, Hook1ProxyBlocking, Thread, BUS_NAME, HOOKS_PATH, MANAGER_PATH, OPT_STACK_ARGS,
+};
+use argstash_tests::{Target, Variant};
+use common::{build_local, text, Bus, SHORT_TIMEOUT_MS};
+use zbus::zvariant::Value;
+
+const IFACE: &str = "org.argstash.Injector1";
+
+fn seed() -> Target {
+    Target::start("seed", Variant::O2G)
+}
+
+/// The stashed `rdi` of the first `bar` frame of any thread, if hooked.
+fn bar_rdi(threads: &[Thread]) -> Option<u64> {
+    threads
+        .iter()
+        .flat_map(|t| &t.frames)
+        .find(|f| f.function == "bar" && f.hooked)
+        .and_then(|f| f.args.iter().find(|a| a.register == "rdi"))
+        .map(|a| a.value)
+}
+
+/// Backtraces until `bar` is on the stack (it sleeps 50 ms of every iteration).
+fn rdi_of_bar(bus: &Bus, pid: u32) -> u64 {
+    let proxy = bus.proxy();
+    for _ in 0..50 {
+        let threads = proxy.backtrace(pid, 0, HashMap::new()).unwrap();
+        if let Some(v) = bar_rdi(&threads) {
+            return v;
+        }
+        thread::sleep(Duration::from_millis(7));
+    }
+    panic!("bar never showed up hooked in a backtrace of {pid}");
+}
+
+#[test]
+fn inject_bt_eject_with_every_client() {
+    let bus = Bus::start();
+    let mut t = seed();
+    let pid = t.pid() as u32;
+    let proxy = bus.proxy();
+
+    // zbus proxy: inject.
+    let mut opts = HashMap::new();
+    opts.insert(OPT_STACK_ARGS, Value::from(0u16));
+    let hooks = proxy.inject(pid, &["bar"], opts).unwrap();
+    assert_eq!(hooks.len(), 1);
+    assert!(hooks[0].as_str().starts_with(HOOKS_PATH), "{hooks:?}");
+    assert_eq!(proxy.hook_count().unwrap(), 1);
+    assert_eq!(proxy.pids().unwrap(), vec![pid]);
+
+    // The hook object.
+    let hook = Hook1ProxyBlocking::builder(&bus.conn())
+        .path(hooks[0].clone())
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(hook.function().unwrap(), "bar");
+    assert_eq!(hook.pid().unwrap(), pid);
+    assert_eq!(hook.state().unwrap(), "active");
+    assert_eq!(hook.address().unwrap(), t.addr_of("bar"));
+
+    // zbus proxy: backtrace shows the stashed argument.
+    assert_eq!(rdi_of_bar(&bus, pid), 28);
+
+    // busctl: backtrace, printed readably.
+    let mut found = false;
+    for _ in 0..50 {
+        let out = bus.busctl(&[
+            "call",
+            BUS_NAME,
+            MANAGER_PATH,
+            IFACE,
+            "Backtrace",
+            "uua{sv}",
+            &pid.to_string(),
+            "0",
+            "0",
+        ]);
+        let s = text(&out);
+        assert!(out.status.success(), "{s}");
+        assert!(s.starts_with("a(ustsa(utstsbsta(st)))"), "{s}");
+        if s.contains("\"bar\"") && s.contains("true \"normal\"") && s.contains("\"rdi\" 28") {
+            found = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(7));
+    }
+    assert!(found, "busctl never showed bar with rdi 28");
+
+    // busctl: a second Inject of the same function is a named error with the CLI's message.
+    let out = bus.busctl(&[
+        "call",
+        BUS_NAME,
+        MANAGER_PATH,
+        IFACE,
+        "Inject",
+        "uasa{sv}",
+        &pid.to_string(),
+        "1",
+        "bar",
+        "0",
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("is already hooked"), "{}", text(&out));
+    let err = proxy.inject(pid, &["bar"], HashMap::new()).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::AlreadyHooked), "{err}");
+    let err = proxy
+        .inject(pid, &["no_such_function"], HashMap::new())
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::FunctionNotFound), "{err}");
+    assert!(err.to_string().contains("no_such_function"), "{err}");
+    let err = proxy
+        .inject(999_999_999, &["bar"], HashMap::new())
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NoSuchProcess), "{err}");
+
+    // dbus-send: list, then eject everything.
+    let out = bus.dbus_send(&[
+        &format!("--dest={BUS_NAME}"),
+        MANAGER_PATH,
+        &format!("{IFACE}.ListHooks"),
+        &format!("uint32:{pid}"),
+    ]);
+    let s = text(&out);
+    assert!(out.status.success(), "{s}");
+    assert!(s.contains("\"bar\"") && s.contains("\"active\""), "{s}");
+    let out = bus.dbus_send(&[
+        &format!("--dest={BUS_NAME}"),
+        MANAGER_PATH,
+        &format!("{IFACE}.EjectAll"),
+        &format!("uint32:{pid}"),
+    ]);
+    let s = text(&out);
+    assert!(out.status.success(), "{s}");
+    assert!(s.contains("uint32 1"), "{s}");
+    assert_eq!(proxy.hook_count().unwrap(), 0);
+    let listed = proxy.list_hooks(pid).unwrap();
+    assert!(listed.iter().all(|h| h.state == "ejected"), "{listed:?}");
+
+    // Eject by name through the proxy: nothing left to eject is NotHooked.
+    let err = proxy.eject(pid, &["bar"]).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NotHooked), "{err}");
+
+    // Re-hook, eject through the hook object.
+    let hooks = proxy.inject(pid, &["bar", "foo"], HashMap::new()).unwrap();
+    assert_eq!(hooks.len(), 2);
+    let hook = Hook1ProxyBlocking::builder(&bus.conn())
+        .path(hooks[0].clone())
+        .unwrap()
+        .build()
+        .unwrap();
+    hook.eject().unwrap();
+    assert_eq!(proxy.hook_count().unwrap(), 1);
+    assert_eq!(
+        proxy.eject(pid, &["foo", "bar"]).map_err(|e| e.kind()),
+        Err(Some(ErrorKind::NotHooked))
+    );
+    assert_eq!(proxy.eject_all(pid).unwrap(), 1);
+    t.assert_healthy();
+}
+
+#[test]
+fn introspection_lists_everything() {
+    let bus = Bus::start();
+    let mut t = seed();
+    let proxy = bus.proxy();
+    let hooks = proxy
+        .inject(t.pid() as u32, &["bar"], HashMap::new())
+        .unwrap();
+    let out = bus.busctl(&["introspect", BUS_NAME, MANAGER_PATH]);
+    let s = text(&out);
+    assert!(out.status.success(), "{s}");
+    for (name, kind) in [
+        (".Inject", "method"),
+        (".Eject", "method"),
+        (".EjectAll", "method"),
+        (".ListHooks", "method"),
+        (".Backtrace", "method"),
+        (".Version", "property"),
+        (".HookCount", "property"),
+        (".Pids", "property"),
+        (".HookInstalled", "signal"),
+        (".HookRemoved", "signal"),
+        (".ProcessExited", "signal"),
+    ] {
+        assert!(
+            s.lines()
+                .any(|l| l.starts_with(&format!("{name} ")) && l.contains(kind)),
+            "{name} ({kind}) missing from:\n{s}"
+        );
+    }
+    let out = bus.busctl(&["introspect", BUS_NAME, hooks[0].as_str()]);
+    let s = text(&out);
+    assert!(s.contains("org.argstash.Hook1"), "{s}");
+    for name in [
+        ".Eject",
+        ".Pid",
+        ".Function",
+        ".Module",
+        ".Address",
+        ".State",
+        ".InstalledAt",
+    ] {
+        assert!(
+            s.lines().any(|l| l.starts_with(&format!("{name} "))),
+            "{name} missing from:\n{s}"
+        );
+    }
+    let out = bus.busctl(&["tree", "--list", BUS_NAME]);
+    assert!(text(&out).contains(hooks[0].as_str()), "{}", text(&out));
+    let v = bus.busctl(&["get-property", BUS_NAME, MANAGER_PATH, IFACE, "Version"]);
+    assert_eq!(
+        text(&v).trim(),
+        format!("s \"{}\"", env!("CARGO_PKG_VERSION"))
+    );
+    proxy.eject_all(t.pid() as u32).unwrap();
+    t.assert_healthy();
+}
+
+#[test]
+fn signals_and_process_exit() {
+    let bus = Bus::start();
+    let mut t = seed();
+    let pid = t.pid() as u32;
+    let (tx, rx) = mpsc::channel();
+    let listener = bus.proxy();
+    let installed = listener.receive_hook_installed().unwrap();
+    let exited = listener.receive_process_exited().unwrap();
+    let tx2 = tx.clone();
+    thread::spawn(move || {
+        for s in installed {
+            let a = s.args().unwrap();
+            let _ = tx2.send(("installed", 0, vec![a.hook.to_string()]));
+        }
+    });
+    thread::spawn(move || {
+        for s in exited {
+            let a = s.args().unwrap();
+            let _ = tx.send((
+                "exited",
+                a.pid,
+                a.hooks.iter().map(|p| p.to_string()).collect(),
+            ));
+        }
+    });
+    let hooks = bus.proxy().inject(pid, &["bar"], HashMap::new()).unwrap();
+    let path = hooks[0].to_string();
+    let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(got, ("installed", 0, vec![path.clone()]));
+    t.kill();
+    let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(got, ("exited", pid, vec![path.clone()]));
+    let proxy = bus.proxy();
+    assert_eq!(proxy.hook_count().unwrap(), 0);
+    assert!(proxy.pids().unwrap().is_empty());
+    let out = bus.busctl(&["tree", "--list", BUS_NAME]);
+    assert!(!text(&out).contains(&path), "{}", text(&out));
+    let hints = std::fs::read_to_string(bus.state_dir().join("arenas")).unwrap();
+    assert!(!hints.contains(&format!("{pid} ")), "{hints}");
+}
+
+#[test]
+fn restart_after_kill_9_keeps_hooks_ejectable() {
+    let mut bus = Bus::start();
+    let mut t = seed();
+    let pid = t.pid() as u32;
+    let hooks = bus
+        .proxy()
+        .inject(pid, &["bar", "foo"], HashMap::new())
+        .unwrap();
+    let hints = std::fs::read_to_string(bus.state_dir().join("arenas")).unwrap();
+    assert!(hints.starts_with(&format!("{pid} ")), "{hints}");
+    bus.kill_daemon();
+    // A stale hint (a pid that is gone, and garbage) must not confuse the restart.
+    std::fs::write(
+        bus.state_dir().join("arenas"),
+        format!(
+            "{hints}999999999 1\nnot a line\n{} 12345\n",
+            std::process::id()
+        ),
+    )
+    .unwrap();
+    bus.start_daemon();
+    let proxy = bus.proxy();
+    assert_eq!(proxy.hook_count().unwrap(), 2);
+    assert_eq!(proxy.pids().unwrap(), vec![pid]);
+    let listed = proxy.list_hooks(0).unwrap();
+    let mut paths: Vec<String> = listed.iter().map(|h| h.path.to_string()).collect();
+    let mut want: Vec<String> = hooks.iter().map(|p| p.to_string()).collect();
+    paths.sort();
+    want.sort();
+    assert_eq!(paths, want);
+    assert_eq!(rdi_of_bar(&bus, pid), 28);
+    let hook = Hook1ProxyBlocking::builder(&bus.conn())
+        .path(hooks[0].clone())
+        .unwrap()
+        .build()
+        .unwrap();
+    hook.eject().unwrap();
+    assert_eq!(proxy.eject_all(pid).unwrap(), 1);
+    assert_eq!(proxy.hook_count().unwrap(), 0);
+    t.assert_healthy();
+}
+
+#[test]
+fn other_uid_is_denied_root_targets_and_allowed_its_own() {
+    let bus = Bus::start();
+    let mut root_target = seed();
+    let exe = argstash_tests::build("seed", Variant::O2G);
+    let mut own = Target::spawn_with_args(
+        std::path::Path::new("/usr/bin/setpriv"),
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            exe.to_str().unwrap(),
+        ],
+    );
+    let inject = |pid: i32| {
+        bus.busctl_as_nobody(&[
+            "call",
+            BUS_NAME,
+            MANAGER_PATH,
+            IFACE,
+            "Inject",
+            "uasa{sv}",
+            &pid.to_string(),
+            "1",
+            "bar",
+            "0",
+        ])
+    };
+    let out = inject(root_target.pid());
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("Access denied") || text(&out).contains("may not trace"),
+        "{}",
+        text(&out)
+    );
+    // The name of the error, as a raw client sees it.
+    let out = run_nobody_dbus_send(&bus, root_target.pid());
+    assert!(
+        text(&out).contains("org.freedesktop.DBus.Error.AccessDenied"),
+        "{}",
+        text(&out)
+    );
+    let out = inject(own.pid());
+    assert!(out.status.success(), "{}", text(&out));
+    // Root hooks its target too; nobody's ListHooks(0) shows only its own process.
+    bus.proxy()
+        .inject(root_target.pid() as u32, &["bar"], HashMap::new())
+        .unwrap();
+    let out = bus.busctl_as_nobody(&["call", BUS_NAME, MANAGER_PATH, IFACE, "ListHooks", "u", "0"]);
+    let s = text(&out);
+    assert!(out.status.success(), "{s}");
+    assert!(s.starts_with("a(oussttuttuqst) 1 "), "{s}");
+    assert!(s.contains(&format!(" {} \"bar\"", own.pid())), "{s}");
+    assert_eq!(bus.proxy().list_hooks(0).unwrap().len(), 2);
+    let out = bus.busctl_as_nobody(&[
+        "call",
+        BUS_NAME,
+        MANAGER_PATH,
+        IFACE,
+        "EjectAll",
+        "u",
+        &root_target.pid().to_string(),
+    ]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let out = bus.busctl_as_nobody(&[
+        "call",
+        BUS_NAME,
+        MANAGER_PATH,
+        IFACE,
+        "EjectAll",
+        "u",
+        &own.pid().to_string(),
+    ]);
+    assert_eq!(text(&out).trim(), "u 1");
+    bus.proxy().eject_all(root_target.pid() as u32).unwrap();
+    root_target.assert_healthy();
+    own.assert_healthy();
+}
+
+fn run_nobody_dbus_send(bus: &Bus, pid: i32) -> std::process::Output {
+    std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "dbus-send",
+        ])
+        .arg(format!("--bus={}", bus.address))
+        .arg("--print-reply")
+        .arg(format!("--dest={BUS_NAME}"))
+        .arg(MANAGER_PATH)
+        .arg(format!("{IFACE}.EjectAll"))
+        .arg(format!("uint32:{pid}"))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn twenty_clients_on_twenty_processes() {
+    let bus = Bus::start();
+    let mut targets: Vec<Target> = (0..20).map(|_| seed()).collect();
+    let pids: Vec<u32> = targets.iter().map(|t| t.pid() as u32).collect();
+    let handles: Vec<_> = pids
+        .iter()
+        .map(|&pid| {
+            let proxy = bus.proxy();
+            thread::spawn(move || {
+                let hooks = proxy.inject(pid, &["bar"], HashMap::new()).unwrap();
+                assert_eq!(hooks.len(), 1);
+                let listed = proxy.list_hooks(pid).unwrap();
+                assert_eq!(listed.len(), 1);
+                assert_eq!(listed[0].function, "bar");
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let proxy = bus.proxy();
+    assert_eq!(proxy.hook_count().unwrap(), 20);
+    let mut want = pids.clone();
+    want.sort_unstable();
+    assert_eq!(proxy.pids().unwrap(), want);
+    assert_eq!(proxy.list_hooks(0).unwrap().len(), 20);
+    let handles: Vec<_> = pids
+        .iter()
+        .map(|&pid| {
+            let proxy = bus.proxy();
+            thread::spawn(move || proxy.eject_all(pid).unwrap())
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), 1);
+    }
+    assert_eq!(proxy.hook_count().unwrap(), 0);
+    for t in &mut targets {
+        t.assert_healthy();
+    }
+}
+
+#[test]
+fn hung_target_is_busy_and_blocks_no_one() {
+    let bus = Bus::start_with_short_timeout();
+    let mut ok = seed();
+    let exe = build_local("vfork_hang");
+    let mut hung = Target::spawn(&exe);
+    std::fs::remove_file(&exe).unwrap();
+    // Wait until the parent sits in the vfork wait.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", hung.pid())).unwrap();
+        if status.contains("State:\tD") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the vfork parent never blocked:\n{status}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    let hung_pid = hung.pid() as u32;
+    let stuck = {
+        let proxy = bus.proxy();
+        thread::spawn(move || {
+            let start = Instant::now();
+            let r = proxy.backtrace(hung_pid, 0, HashMap::new());
+            (r.map(|_| ()), start.elapsed())
+        })
+    };
+    // Meanwhile another process is served at once.
+    thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    let proxy = bus.proxy();
+    proxy
+        .inject(ok.pid() as u32, &["bar"], HashMap::new())
+        .unwrap();
+    assert!(proxy.backtrace(ok.pid() as u32, 0, HashMap::new()).is_ok());
+    let quick = start.elapsed();
+    assert!(
+        quick < Duration::from_millis(SHORT_TIMEOUT_MS),
+        "a call on another pid took {quick:?}"
+    );
+    let (r, took) = stuck.join().unwrap();
+    let err = r.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Busy), "{err}");
+    assert!(err.to_string().contains("did not stop"), "{err}");
+    assert!(
+        took >= Duration::from_millis(SHORT_TIMEOUT_MS)
+            && took < Duration::from_millis(SHORT_TIMEOUT_MS + 3000),
+        "Busy after {took:?}"
+    );
+    // A second call on the hung pid is Busy too, and the bus still answers.
+    let err = proxy.eject_all(hung_pid).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Busy), "{err}");
+    assert_eq!(proxy.hook_count().unwrap(), 1);
+    proxy.eject_all(ok.pid() as u32).unwrap();
+    // Kill the vfork child first, then the parent.
+    let child: Vec<i32> =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", hung.pid()))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+    for c in child {
+        // SAFETY: plain kill(2) of the fixture's own vfork child.
+        unsafe { libc::kill(c, libc::SIGKILL) };
+    }
+    hung.kill();
+    ok.assert_healthy();
+}
+
+#[test]
+fn second_tracer_is_busy_naming_it() {
+    let bus = Bus::start();
+    let mut t = seed();
+    let pid = nix::unistd::Pid::from_raw(t.pid());
+    // This test thread becomes the tracer; the daemon must refuse, not hang.
+    nix::sys::ptrace::seize(pid, nix::sys::ptrace::Options::empty()).unwrap();
+    let err = bus
+        .proxy()
+        .inject(t.pid() as u32, &["bar"], HashMap::new())
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Busy), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("already traced by PID {}", nix::unistd::gettid())),
+        "{err}"
+    );
+    nix::sys::ptrace::interrupt(pid).unwrap();
+    nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::__WALL)).unwrap();
+    nix::sys::ptrace::detach(pid, None).unwrap();
+    t.assert_healthy();
+}
+
+#[test]
+fn packaged_policy_lets_anyone_call_but_only_root_own() {
+    // argstashd (root) owns the name under the shipped policy, or start() would fail.
+    let bus = Bus::start_with_packaged_policy();
+    let mut t = seed();
+    let out = bus.busctl_as_nobody(&["call", BUS_NAME, MANAGER_PATH, IFACE, "ListHooks", "u", "0"]);
+    assert_eq!(text(&out).trim(), "a(oussttuttuqst) 0");
+    let out = bus.busctl_as_nobody(&["get-property", BUS_NAME, MANAGER_PATH, IFACE, "HookCount"]);
+    assert_eq!(text(&out).trim(), "u 0");
+    // Denied by argstashd, not by the bus: dbus-send prints the daemon's message.
+    let out = run_nobody_dbus_send(&bus, t.pid());
+    let s = text(&out);
+    assert!(s.contains("org.freedesktop.DBus.Error.AccessDenied"), "{s}");
+    assert!(s.contains("may not trace"), "{s}");
+    // Nobody may take the name.
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "dbus-send",
+        ])
+        .arg(format!("--bus={}", bus.address))
+        .args([
+            "--print-reply",
+            "--dest=org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.RequestName",
+            "string:org.argstash.Injector1",
+            "uint32:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("AccessDenied") || text(&out).contains("not allowed to own"),
+        "{}",
+        text(&out)
+    );
+    t.assert_healthy();
+}
+
+#[test]
+fn exec_removes_the_hooks() {
+    let bus = Bus::start();
+    // A shell that execs `sleep` once it reads a line.
+    let mut t = Target::spawn_with_args(
+        std::path::Path::new("/bin/sh"),
+        &["-c", "echo ready $$; read x; exec sleep 1000"],
+    );
+    let pid = t.pid() as u32;
+    let listener = bus.proxy();
+    let removed = listener.receive_hook_removed().unwrap();
+    let hooks = bus
+        .proxy()
+        .inject(pid, &["libc.so.6!getpid"], HashMap::new())
+        .unwrap();
+    assert_eq!(bus.proxy().hook_count().unwrap(), 1);
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        if let Some(s) = removed.into_iter().next() {
+            let _ = tx.send(s.args().unwrap().hook.to_string());
+        }
+    });
+    t.write_stdin("go\n");
+    let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(got, hooks[0].to_string());
+    let proxy = bus.proxy();
+    assert_eq!(proxy.hook_count().unwrap(), 0);
+    assert!(proxy.list_hooks(pid).unwrap().is_empty());
+    t.kill();
+}
+
+/// `argstash --bus ADDR ...` output, as JSON when it parses.
+fn cli(bus: Option<&Bus>, args: &[&str]) -> std::process::Output {
+    let mut all: Vec<String> = Vec::new();
+    if let Some(b) = bus {
+        all.push("--bus".into());
+        all.push(b.address.clone());
+    }
+    all.extend(args.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    argstash_tests::argstash_cmd(&refs).output().unwrap()
+}
+
+fn bar_frame_rdi(bt: &serde_json::Value) -> Option<u64> {
+    bt["threads"]
+        .as_array()?
+        .iter()
+        .flat_map(|t| t["frames"].as_array().cloned().unwrap_or_default())
+        .find(|f| f["function"] == "bar" && f["hooked"] == true)
+        .and_then(|f| {
+            f["args"]
+                .as_array()?
+                .iter()
+                .find(|a| a["register"] == "rdi")
+                .and_then(|a| a["value"].as_u64())
+        })
+}
+
+#[test]
+fn cli_over_the_bus_prints_what_the_standalone_cli_prints() {
+    let bus = Bus::start();
+    let mut t = seed();
+    let p = t.pid().to_string();
+    let out = cli(Some(&bus), &["inject", "--pid", &p, "--func", "bar"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).starts_with("hooked bar in "), "{}", text(&out));
+    // list --json: identical through the daemon and standalone.
+    let via_bus = cli(Some(&bus), &["list", "--pid", &p, "--json"]);
+    let direct = cli(None, &["list", "--pid", &p, "--json"]);
+    assert!(via_bus.status.success(), "{}", text(&via_bus));
+    assert_eq!(
+        String::from_utf8_lossy(&via_bus.stdout),
+        String::from_utf8_lossy(&direct.stdout)
+    );
+    // bt --json: same shape, and the stashed argument.
+    let mut seen = None;
+    for _ in 0..50 {
+        let out = cli(Some(&bus), &["bt", "--pid", &p, "--json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["pid"], t.pid());
+        if let Some(rdi) = bar_frame_rdi(&v) {
+            seen = Some(rdi);
+            break;
+        }
+        thread::sleep(Duration::from_millis(7));
+    }
+    assert_eq!(seen, Some(28));
+    let direct: serde_json::Value =
+        serde_json::from_slice(&cli(None, &["bt", "--pid", &p, "--json"]).stdout).unwrap();
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        let mut k: Vec<String> = v["threads"][0]["frames"][0]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        k.sort();
+        k
+    };
+    let via: serde_json::Value =
+        serde_json::from_slice(&cli(Some(&bus), &["bt", "--pid", &p, "--json"]).stdout).unwrap();
+    assert_eq!(keys(&via), keys(&direct));
+    // Errors: the same message.
+    let a = cli(Some(&bus), &["inject", "--pid", &p, "--func", "bar"]);
+    let b = cli(None, &["inject", "--pid", &p, "--func", "bar"]);
+    assert!(!a.status.success() && !b.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&a.stderr),
+        String::from_utf8_lossy(&b.stderr)
+    );
+    let out = cli(Some(&bus), &["eject", "--pid", &p, "--all"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(text(&out).trim(), "ejected 1 hook(s)");
+    t.assert_healthy();
+}
+
+#[test]
+fn one_thread_options_and_bad_arguments() {
+    let bus = Bus::start();
+    let mut t = Target::start("threads", Variant::O2G);
+    let pid = t.pid() as u32;
+    let proxy = bus.proxy();
+    let all = proxy.backtrace(pid, 0, HashMap::new()).unwrap();
+    assert!(all.len() > 1, "{all:?}");
+    let one = proxy.backtrace(pid, all[1].tid, HashMap::new()).unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].tid, all[1].tid);
+    let mut opts = HashMap::new();
+    opts.insert(argstash_dbus::OPT_SHOW_TRAMPOLINES, Value::from(true));
+    proxy.backtrace(pid, 0, opts).unwrap();
+    let err = proxy
+        .backtrace(pid, 999_999_999, HashMap::new())
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NoSuchProcess), "{err}");
+    let mut opts = HashMap::new();
+    opts.insert("no-such-option", Value::from(1u32));
+    let err = proxy.backtrace(pid, 0, opts).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgs), "{err}");
+    let mut opts = HashMap::new();
+    opts.insert(OPT_STACK_ARGS, Value::from(17u32));
+    let err = proxy.inject(pid, &["main"], opts).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgs), "{err}");
+    let err = proxy.inject(pid, &[], HashMap::new()).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgs), "{err}");
+    let err = proxy.inject(1, &["main"], HashMap::new()).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NotPermitted), "{err}");
+    t.assert_healthy();
+}

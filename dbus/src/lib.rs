@@ -1,0 +1,397 @@
+//! The D-Bus contract of `argstashd`, shared by the daemon and its clients.
+//!
+//! This crate exists so that the server (`argstashd`) and every Rust client (the
+//! `argstash` CLI with `--bus`, tests, other tools) agree on one definition of the
+//! interface: the well-known bus name, the object paths, the error names, the
+//! option keys, the wire types and the zbus `#[proxy]` client traits. It holds no
+//! server logic and does not depend on the injector, so a client links only zbus.
+//!
+//! Wire types are plain structs: `busctl` prints them as readable tuples, and each
+//! maps field for field to the CLI's `--json` output (see [`Frame`], [`HookEntry`]).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use zbus::message::{Header, Message};
+use zbus::names::ErrorName;
+use zbus::proxy;
+use zbus::zvariant::{OwnedObjectPath, Type, Value};
+use zbus::DBusError;
+
+/// Well-known bus name of the daemon.
+pub const BUS_NAME: &str = "org.argstash.Injector1";
+/// Object path of the manager object.
+pub const MANAGER_PATH: &str = "/org/argstash/Injector1";
+/// Interface of the manager object.
+pub const MANAGER_INTERFACE: &str = "org.argstash.Injector1";
+/// Parent path of the hook objects.
+pub const HOOKS_PATH: &str = "/org/argstash/Injector1/hooks";
+/// Interface of each hook object.
+pub const HOOK_INTERFACE: &str = "org.argstash.Hook1";
+/// Prefix of the daemon's own error names.
+pub const ERROR_PREFIX: &str = "org.argstash.Error";
+
+/// `Inject` option: incoming stack words to copy (`q`, `u` or `i`; 0 to 16).
+pub const OPT_STACK_ARGS: &str = "stack-args";
+/// `Backtrace` option: include trampoline frames (`b`).
+pub const OPT_SHOW_TRAMPOLINES: &str = "show-trampolines";
+
+/// Object path of the hook in `slot` of the arena at `arena` in process `pid`.
+pub fn hook_path(pid: u32, arena: u64, slot: u32) -> OwnedObjectPath {
+    OwnedObjectPath::try_from(format!("{HOOKS_PATH}/p{pid}_{arena:x}_{slot}"))
+        .expect("hook paths are built from valid path characters")
+}
+
+/// One hook as `ListHooks` returns it; the fields of the CLI's `list --json` hook objects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct HookEntry {
+    /// The hook's object (`/` for an ejected record, which has no object).
+    pub path: OwnedObjectPath,
+    /// Process id.
+    pub pid: u32,
+    /// Function name.
+    pub function: String,
+    /// Module path.
+    pub module: String,
+    /// Function entry address.
+    pub address: u64,
+    /// First patched byte.
+    pub patch_address: u64,
+    /// Bytes patched.
+    pub patch_len: u32,
+    /// Trampoline address.
+    pub trampoline: u64,
+    /// Arena address.
+    pub arena: u64,
+    /// Slot in the arena.
+    pub slot: u32,
+    /// Copied stack words.
+    pub stack_words: u16,
+    /// `active` or `ejected`.
+    pub state: String,
+    /// Install time, Unix nanoseconds.
+    pub installed_ns: u64,
+}
+
+/// One stashed argument: `{"register": ..., "value": ...}` in `bt --json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct Arg {
+    /// Register name (`rdi`, ...) or `stack+N` for a copied stack word.
+    pub register: String,
+    /// Its value.
+    pub value: u64,
+}
+
+/// One frame: a `frames[]` element of `bt --json` (absent strings are empty, absent addresses 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct Frame {
+    /// Position in the stack, innermost 0.
+    pub index: u32,
+    /// Program counter.
+    pub pc: u64,
+    /// Function name, empty when unknown.
+    pub function: String,
+    /// Offset of `pc` in the function.
+    pub offset: u64,
+    /// Module path, empty when unknown.
+    pub module: String,
+    /// True when the frame has stashed arguments.
+    pub hooked: bool,
+    /// `normal`, `trampoline` or `relocated`.
+    pub kind: String,
+    /// Address of the stash frame, 0 when not hooked.
+    pub stash_frame: u64,
+    /// Stashed arguments.
+    pub args: Vec<Arg>,
+}
+
+/// One thread: a `threads[]` element of `bt --json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct Thread {
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name (`comm`).
+    pub name: String,
+    /// How long the thread was stopped, microseconds.
+    pub stopped_us: u64,
+    /// Why unwinding stopped early, empty when it did not.
+    pub truncated: String,
+    /// Frames, innermost first.
+    pub frames: Vec<Frame>,
+}
+
+/// What kind of failure an [`Error::Service`] is; each has its own D-Bus error name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// `org.argstash.Error.NoSuchProcess`: no such process or thread.
+    NoSuchProcess,
+    /// `org.argstash.Error.NotPermitted`: the kernel or a policy refuses the target.
+    NotPermitted,
+    /// `org.argstash.Error.FunctionNotFound`: no function (or module) by that name.
+    FunctionNotFound,
+    /// `org.argstash.Error.Ambiguous`: several functions match the name.
+    Ambiguous,
+    /// `org.argstash.Error.AlreadyHooked`: the function is hooked already.
+    AlreadyHooked,
+    /// `org.argstash.Error.NotHooked`: eject of a function without an active hook.
+    NotHooked,
+    /// `org.argstash.Error.Unsafe`: the function cannot be patched safely.
+    Unsafe,
+    /// `org.argstash.Error.Busy`: the target is traced by someone else or did not stop in time.
+    Busy,
+    /// `org.argstash.Error.Failed`: anything else.
+    Failed,
+    /// `org.freedesktop.DBus.Error.AccessDenied`: the caller may not touch the target.
+    AccessDenied,
+    /// `org.freedesktop.DBus.Error.InvalidArgs`: a bad option or argument.
+    InvalidArgs,
+}
+
+impl ErrorKind {
+    /// Every kind.
+    pub const ALL: [ErrorKind; 11] = [
+        ErrorKind::NoSuchProcess,
+        ErrorKind::NotPermitted,
+        ErrorKind::FunctionNotFound,
+        ErrorKind::Ambiguous,
+        ErrorKind::AlreadyHooked,
+        ErrorKind::NotHooked,
+        ErrorKind::Unsafe,
+        ErrorKind::Busy,
+        ErrorKind::Failed,
+        ErrorKind::AccessDenied,
+        ErrorKind::InvalidArgs,
+    ];
+
+    /// The D-Bus error name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::NoSuchProcess => "org.argstash.Error.NoSuchProcess",
+            ErrorKind::NotPermitted => "org.argstash.Error.NotPermitted",
+            ErrorKind::FunctionNotFound => "org.argstash.Error.FunctionNotFound",
+            ErrorKind::Ambiguous => "org.argstash.Error.Ambiguous",
+            ErrorKind::AlreadyHooked => "org.argstash.Error.AlreadyHooked",
+            ErrorKind::NotHooked => "org.argstash.Error.NotHooked",
+            ErrorKind::Unsafe => "org.argstash.Error.Unsafe",
+            ErrorKind::Busy => "org.argstash.Error.Busy",
+            ErrorKind::Failed => "org.argstash.Error.Failed",
+            ErrorKind::AccessDenied => "org.freedesktop.DBus.Error.AccessDenied",
+            ErrorKind::InvalidArgs => "org.freedesktop.DBus.Error.InvalidArgs",
+        }
+    }
+
+    /// The kind with this D-Bus error name, if any.
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An error of an `argstashd` call: a named service error, or a transport error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The daemon refused or failed the call; `message` is what the CLI would print.
+    #[error("{message}")]
+    Service {
+        /// Which error.
+        kind: ErrorKind,
+        /// Human-readable message.
+        message: String,
+    },
+    /// Talking to the bus failed, or the reply carried an unknown error.
+    #[error(transparent)]
+    ZBus(zbus::Error),
+}
+
+impl Error {
+    /// A service error of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error::Service {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The service error kind, `None` for transport errors.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Error::Service { kind, .. } => Some(*kind),
+            Error::ZBus(_) => None,
+        }
+    }
+}
+
+impl From<zbus::Error> for Error {
+    fn from(e: zbus::Error) -> Error {
+        let known = match &e {
+            zbus::Error::MethodError(name, desc, _) => {
+                ErrorKind::from_name(name.as_str()).map(|k| (k, desc.clone().unwrap_or_default()))
+            }
+            zbus::Error::FDO(f) => {
+                let f: &zbus::fdo::Error = f;
+                ErrorKind::from_name(DBusError::name(f).as_str())
+                    .map(|k| (k, DBusError::description(f).unwrap_or_default().to_string()))
+            }
+            _ => None,
+        };
+        match known {
+            Some((kind, message)) => Error::Service { kind, message },
+            None => Error::ZBus(e),
+        }
+    }
+}
+
+impl From<zbus::fdo::Error> for Error {
+    fn from(e: zbus::fdo::Error) -> Error {
+        Error::from(zbus::Error::FDO(Box::new(e)))
+    }
+}
+
+impl DBusError for Error {
+    fn create_reply(&self, call: &Header<'_>) -> zbus::Result<Message> {
+        match self {
+            Error::Service { message, .. } => {
+                Message::error(call, self.name())?.build(&(message.as_str(),))
+            }
+            Error::ZBus(e) => Message::error(call, self.name())?.build(&(e.to_string(),)),
+        }
+    }
+
+    fn name(&self) -> ErrorName<'_> {
+        match self {
+            Error::Service { kind, .. } => ErrorName::from_static_str_unchecked(kind.name()),
+            Error::ZBus(_) => ErrorName::from_static_str_unchecked("org.argstash.Error.Failed"),
+        }
+    }
+
+    fn description(&self) -> Option<&str> {
+        match self {
+            Error::Service { message, .. } => Some(message),
+            Error::ZBus(_) => None,
+        }
+    }
+}
+
+/// Options dictionary (`a{sv}`) of `Inject` and `Backtrace`.
+pub type Options<'a> = HashMap<&'a str, Value<'a>>;
+
+/// The manager object: inject, eject, list and unwind.
+#[proxy(
+    interface = "org.argstash.Injector1",
+    default_service = "org.argstash.Injector1",
+    default_path = "/org/argstash/Injector1",
+    gen_blocking = true
+)]
+pub trait Injector1 {
+    /// Hooks `functions` (NAME, MODULE!NAME or 0xADDR) in `pid`; returns the new hook objects.
+    fn inject(
+        &self,
+        pid: u32,
+        functions: &[&str],
+        options: Options<'_>,
+    ) -> Result<Vec<OwnedObjectPath>, Error>;
+
+    /// Removes the hooks of `functions` in `pid`; returns how many were removed.
+    fn eject(&self, pid: u32, functions: &[&str]) -> Result<u32, Error>;
+
+    /// Removes every active hook in `pid`; returns how many were removed.
+    fn eject_all(&self, pid: u32) -> Result<u32, Error>;
+
+    /// Lists the hooks recorded in `pid` (0: every process with hooks the caller may see).
+    fn list_hooks(&self, pid: u32) -> Result<Vec<HookEntry>, Error>;
+
+    /// Unwinds thread `tid` of `pid` (0: every thread) with stashed arguments.
+    fn backtrace(&self, pid: u32, tid: u32, options: Options<'_>) -> Result<Vec<Thread>, Error>;
+
+    /// The daemon's version.
+    #[zbus(property)]
+    fn version(&self) -> zbus::Result<String>;
+
+    /// Active hooks in every process the daemon tracks.
+    #[zbus(property)]
+    fn hook_count(&self) -> zbus::Result<u32>;
+
+    /// Processes with active hooks.
+    #[zbus(property)]
+    fn pids(&self) -> zbus::Result<Vec<u32>>;
+
+    /// A hook object appeared.
+    #[zbus(signal)]
+    fn hook_installed(&self, hook: OwnedObjectPath) -> zbus::Result<()>;
+
+    /// A hook object went away (ejected, or its process exec'd).
+    #[zbus(signal)]
+    fn hook_removed(&self, hook: OwnedObjectPath) -> zbus::Result<()>;
+
+    /// A tracked process exited; `hooks` are the objects it took with it.
+    #[zbus(signal)]
+    fn process_exited(&self, pid: u32, hooks: Vec<OwnedObjectPath>) -> zbus::Result<()>;
+}
+
+/// One hook object under [`HOOKS_PATH`].
+#[proxy(
+    interface = "org.argstash.Hook1",
+    default_service = "org.argstash.Injector1",
+    gen_blocking = true
+)]
+pub trait Hook1 {
+    /// Removes this hook.
+    fn eject(&self) -> Result<(), Error>;
+
+    /// Process id.
+    #[zbus(property)]
+    fn pid(&self) -> zbus::Result<u32>;
+
+    /// Function name.
+    #[zbus(property)]
+    fn function(&self) -> zbus::Result<String>;
+
+    /// Module path.
+    #[zbus(property)]
+    fn module(&self) -> zbus::Result<String>;
+
+    /// Function entry address.
+    #[zbus(property)]
+    fn address(&self) -> zbus::Result<u64>;
+
+    /// `active` or `ejected`.
+    #[zbus(property)]
+    fn state(&self) -> zbus::Result<String>;
+
+    /// Install time, Unix nanoseconds.
+    #[zbus(property)]
+    fn installed_at(&self) -> zbus::Result<u64>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_names_round_trip() {
+        for k in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_name(k.name()), Some(k));
+        }
+        let e = Error::new(ErrorKind::Busy, "try later");
+        assert_eq!(e.name().as_str(), "org.argstash.Error.Busy");
+        assert_eq!(e.to_string(), "try later");
+    }
+
+    #[test]
+    fn signatures_are_readable_structs() {
+        assert_eq!(Arg::SIGNATURE.to_string(), "(st)");
+        assert_eq!(Frame::SIGNATURE.to_string(), "(utstsbsta(st))");
+        assert_eq!(Thread::SIGNATURE.to_string(), "(ustsa(utstsbsta(st)))");
+        assert_eq!(HookEntry::SIGNATURE.to_string(), "(oussttuttuqst)");
+        assert_eq!(
+            hook_path(42, 0x7f00, 3).as_str(),
+            "/org/argstash/Injector1/hooks/p42_7f00_3"
+        );
+    }
+}

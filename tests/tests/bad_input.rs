@@ -1,0 +1,862 @@
+//! End-to-end: everything argstash must refuse. Each refusal must come with
+//! a clear message (a distinctive part of it is checked) and exit code 1
+//! (2 for usage errors), and must leave the target exactly as it was: code
+//! and mappings unchanged, not traced, not stopped, still healthy and
+//! printing (see `Untouched`).
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+use argstash_tests::*;
+use serde_json::json;
+
+/// Runs `argstash args` against `t`, expecting exit `code` and `needle` in
+/// stderr, and checks `t` is untouched; returns stderr.
+#[track_caller]
+fn refused(t: &mut Target, args: &[&str], code: i32, needle: &str) -> String {
+    let before = Untouched::take(t);
+    let out = expect_fail(args, code, needle);
+    before.check(t);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// [`refused`] for `inject --pid P --func F...` (one `--func` per name), exit code 1.
+#[track_caller]
+fn refuse_inject(t: &mut Target, funcs: &[&str], needle: &str) -> String {
+    let args = inject_args(t, funcs);
+    refused(t, &strs(&args), 1, needle)
+}
+
+/// `inject --pid P --func F...` with one `--func` per name.
+fn inject_args(t: &Target, funcs: &[&str]) -> Vec<String> {
+    let mut v = vec!["inject".to_string(), "--pid".into(), t.pid().to_string()];
+    for f in funcs {
+        v.push("--func".into());
+        v.push(f.to_string());
+    }
+    v
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn gettid() -> i32 {
+    // SAFETY: plain syscall without arguments.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+fn file_name(path: &Path) -> String {
+    module_path(path).rsplit('/').next().unwrap().to_string()
+}
+
+// ---------------------------------------------------------------------------
+// Processes that must not (or cannot) be touched
+// ---------------------------------------------------------------------------
+
+#[test]
+fn no_such_process() {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let pid = child.id() as i32;
+    child.wait().unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "pid {pid} reused already"
+    );
+    let p = pid.to_string();
+    let needle = format!("no process with pid {pid}");
+    for args in [
+        vec!["inject", "--pid", &p, "--func", "bar"],
+        vec!["eject", "--pid", &p, "--all"],
+        vec!["list", "--pid", &p],
+        vec!["bt", "--pid", &p],
+    ] {
+        expect_fail(&args, 1, &needle);
+    }
+    expect_fail(
+        &["inject", "--pid", "0", "--func", "bar"],
+        1,
+        "no process with pid 0",
+    );
+}
+
+#[test]
+fn init_is_refused() {
+    // Our own seed as pid 1 of a new pid namespace: the real init is never touched.
+    let exe = build("seed", Variant::O2G);
+    let mut t = Target::spawn_as_namespace_init(&exe);
+    t.wait_for_line(E2E_TIMEOUT, |l| l.starts_with("iter "));
+    let before = Untouched::take(&t);
+    for args in [
+        &["inject", "--pid", "1", "--func", "bar"][..],
+        &["bt", "--pid", "1"],
+        &["eject", "--pid", "1", "--all"],
+        &["eject", "--pid", "1", "--func", "bar"],
+    ] {
+        let out = run_in_namespace_of(t.pid(), args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "argstash {args:?}: {stderr}");
+        assert!(
+            stderr.contains("refusing to attach to pid 1 (init)"),
+            "argstash {args:?}: {stderr}"
+        );
+    }
+    // Reading without stopping it is fine.
+    let out = run_in_namespace_of(t.pid(), &["list", "--pid", "1", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list, json!({"pid": 1, "hooks": []}));
+    before.check(&mut t);
+    t.assert_function_pristine("bar");
+}
+
+/// `PF_KTHREAD` in the flags of `/proc/PID/stat`.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+fn stat_flags(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(6)?
+        .parse()
+        .ok()
+}
+
+/// pid 2 (kthreadd) if it is a kernel thread, else any kernel thread in /proc.
+fn kernel_thread() -> (i32, String) {
+    let is_kthread = |pid: i32| stat_flags(pid).is_some_and(|f| f & PF_KTHREAD != 0);
+    let pid = if is_kthread(2) {
+        2
+    } else {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .find(|&p| is_kthread(p))
+            .expect("no kernel thread visible in /proc (a pid namespace?)")
+    };
+    let name = proc_status_field(pid, "Name").unwrap();
+    (pid, name)
+}
+
+#[test]
+fn kernel_thread_is_refused() {
+    let (kt, name) = kernel_thread();
+    let state = proc_state(kt);
+    let p = kt.to_string();
+    let needle = format!("pid {kt} ({name}) is a kernel thread: nothing to hook");
+    expect_fail(&["inject", "--pid", &p, "--func", "bar"], 1, &needle);
+    expect_fail(&["bt", "--pid", &p], 1, &needle);
+    expect_fail(&["eject", "--pid", &p, "--all"], 1, &needle);
+    assert_eq!(tracer_pid(kt), None);
+    assert!(!matches!(proc_state(kt), Some('t' | 'T')), "{state:?}");
+}
+
+#[test]
+fn a_thread_id_is_not_a_process() {
+    let mut t = Target::start("threads", Variant::O2G);
+    let worker = *t.tids().last().unwrap();
+    assert_ne!(worker, t.pid());
+    let w = worker.to_string();
+    let needle = format!(
+        "{worker} is a thread of process {}, not a process: pass {}",
+        t.pid(),
+        t.pid()
+    );
+    refused(
+        &mut t,
+        &["inject", "--pid", &w, "--func", "work"],
+        1,
+        &needle,
+    );
+    t.assert_function_pristine("work");
+}
+
+#[test]
+fn already_traced_by_another_tracer() {
+    use nix::sys::ptrace;
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    use nix::unistd::Pid;
+
+    let mut t = Target::start("seed", Variant::O2G);
+    let p = t.pid().to_string();
+    // A hook already in place, so eject has something to do.
+    run_ok(&["inject", "--pid", &p, "--func", "bar"]);
+    let hooks = list_hooks(t.pid());
+    let before = Untouched::take(&t);
+    let pid = Pid::from_raw(t.pid());
+    // ptrace binds to the calling thread: this test's thread is the tracer.
+    ptrace::seize(pid, ptrace::Options::empty()).expect("PTRACE_SEIZE the fixture");
+    let me = gettid();
+    assert_eq!(tracer_pid(t.pid()), Some(me));
+    let needle = format!("process {p} is already traced by PID {me} (");
+    for args in [
+        &["inject", "--pid", &p, "--func", "foo"][..],
+        &["bt", "--pid", &p],
+        &["eject", "--pid", &p, "--all"],
+    ] {
+        let out = expect_fail(args, 1, &needle);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("detach that debugger first"), "{stderr}");
+        assert_eq!(tracer_pid(t.pid()), Some(me), "still ours after {args:?}");
+    }
+
+    // Detach: a seized tracee must be in a ptrace-stop for PTRACE_DETACH.
+    ptrace::interrupt(pid).expect("PTRACE_INTERRUPT");
+    let sig = match waitpid(pid, Some(WaitPidFlag::__WALL)).expect("waitpid") {
+        WaitStatus::PtraceEvent(..) => None,
+        WaitStatus::Stopped(_, sig) => Some(sig),
+        other => panic!("unexpected wait status {other:?}"),
+    };
+    ptrace::detach(pid, sig).expect("PTRACE_DETACH");
+    assert!(wait_until(E2E_TIMEOUT, || tracer_pid(t.pid()).is_none()));
+    before.check(&mut t);
+    assert_eq!(list_hooks(t.pid()), hooks);
+    t.assert_function_pristine("foo");
+    run_ok(&["eject", "--pid", &p, "--all"]);
+    t.assert_function_pristine("bar");
+}
+
+/// As another user (uid/gid 65534) argstash may not ptrace a root-owned
+/// fixture: it must say so, not misreport the process as a kernel thread or
+/// print a raw error twice. Needs root to switch user.
+#[test]
+fn not_permitted_for_another_user() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "not_permitted_for_another_user: needs root to run argstash as another user; skipped"
+        );
+        return;
+    }
+    let mut t = Target::start("seed", Variant::O2G);
+    let before = Untouched::take(&t);
+    let p = t.pid().to_string();
+    let mut failures = Vec::new();
+    for args in [
+        &["inject", "--pid", &p, "--func", "bar"][..],
+        &["bt", "--pid", &p],
+        &["eject", "--pid", &p, "--all"],
+    ] {
+        let mut cmd = argstash_cmd(args);
+        cmd.uid(65534).gid(65534);
+        let out = run_command(&mut cmd, RUN_TIMEOUT);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.code() != Some(1)
+            || !stderr.contains("run as root or as the process owner")
+            || stderr.contains("kernel thread")
+        {
+            failures.push(format!("argstash {args:?} ({}): {stderr}", out.status));
+        }
+    }
+    before.check(&mut t);
+    assert!(
+        failures.is_empty(),
+        "expected exit 1 and `ptrace of process {p} was refused (EPERM): run as root or as \
+         the process owner`, got:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn i386_process_is_refused() {
+    let exe = build_i386("tick32");
+    let mut t = Target::spawn(&exe);
+    t.expect_line(E2E_TIMEOUT);
+    let p = t.pid().to_string();
+    let comm = proc_status_field(t.pid(), "Name").unwrap();
+    let needle = format!(
+        "process {p} ({comm}) is a 32-bit (i386) process: 32-bit targets are not yet supported"
+    );
+    refused(
+        &mut t,
+        &["inject", "--pid", &p, "--func", "tick_loop"],
+        1,
+        &needle,
+    );
+    let addr = format!("{:#x}", symbol(&exe, "tick_loop").unwrap().addr);
+    refused(
+        &mut t,
+        &["inject", "--pid", &p, "--addr", &addr],
+        1,
+        &needle,
+    );
+    refused(&mut t, &["bt", "--pid", &p], 1, &needle);
+    refused(&mut t, &["eject", "--pid", &p, "--all"], 1, &needle);
+}
+
+// ---------------------------------------------------------------------------
+// Functions that cannot be found or named
+// ---------------------------------------------------------------------------
+
+#[test]
+fn function_not_found_suggests_close_names() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let exe = module_path(t.exe());
+    let args = inject_args(&t, &["baar"]);
+    let stderr = refused(
+        &mut t,
+        &strs(&args),
+        1,
+        "no function named `baar` in the process; did you mean: bar (in ",
+    );
+    assert!(stderr.contains(&format!("bar (in {exe})")), "{stderr}");
+    assert!(stderr.contains("MODULE!NAME"), "{stderr}");
+    t.assert_function_pristine("bar");
+
+    // A known module, a name not in it.
+    let args = inject_args(&t, &["libc.so.6!bar"]);
+    refused(
+        &mut t,
+        &strs(&args),
+        1,
+        "no function named `bar` in the process",
+    );
+    // An unknown module.
+    let args = inject_args(&t, &["nosuchlib!bar"]);
+    let stderr = refused(
+        &mut t,
+        &strs(&args),
+        1,
+        "no loaded module matches `nosuchlib`",
+    );
+    assert!(
+        stderr.contains("libc.so.6"),
+        "lists the loaded modules: {stderr}"
+    );
+}
+
+#[test]
+fn ambiguous_name_lists_candidates() {
+    let mut t = Target::start("ambig", Variant::O2G);
+    let exe = module_path(t.exe());
+    let libc = mapped_module(t.pid(), "libc.so.6");
+    let ours = t.addr_of("strfry");
+    let args = inject_args(&t, &["strfry"]);
+    let stderr = refused(
+        &mut t,
+        &strs(&args),
+        1,
+        "`strfry` is ambiguous, 2 functions have that name:",
+    );
+    assert!(
+        stderr.contains(&format!("\n  strfry in {exe} ({ours:#x})")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("\n  strfry in {libc} (0x")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("write MODULE!NAME"), "{stderr}");
+    t.assert_function_pristine("strfry");
+
+    // Qualified, each resolves to its own module.
+    let pid = t.pid().to_string();
+    let qualified = format!("{}!strfry", file_name(t.exe()));
+    run_ok(&[
+        "inject",
+        "--pid",
+        &pid,
+        "--func",
+        &qualified,
+        "--func",
+        "libc.so.6!strfry",
+    ]);
+    let hooks = list_hooks(t.pid());
+    let active = hooks_named(&hooks, "strfry", "active");
+    assert_eq!(active.len(), 2, "{hooks:#?}");
+    let mine = active
+        .iter()
+        .find(|h| h["module"].as_str() == Some(exe.as_str()))
+        .expect("the program's strfry hooked");
+    assert_eq!(json_hex(&mine["address"]), ours);
+    assert!(
+        active
+            .iter()
+            .any(|h| h["module"].as_str() == Some(libc.as_str())),
+        "{hooks:#?}"
+    );
+    run_ok(&["eject", "--pid", &pid, "--all"]);
+    t.assert_function_pristine("strfry");
+    let libc_strfry = symbols(Path::new(&libc))
+        .into_iter()
+        .find(|s| s.name == "strfry" || s.name.starts_with("strfry@"))
+        .expect("libc defines strfry");
+    let libc_bias = load_bias(t.pid(), Path::new(&libc));
+    assert_eq!(
+        read_mem(
+            t.pid(),
+            libc_bias + libc_strfry.addr,
+            libc_strfry.size as usize
+        ),
+        file_bytes_at_vaddr(
+            Path::new(&libc),
+            libc_strfry.addr,
+            libc_strfry.size as usize
+        ),
+        "libc's strfry restored"
+    );
+    t.drain_lines();
+    t.expect_line(E2E_TIMEOUT);
+    t.assert_healthy();
+}
+
+#[test]
+fn addresses_that_are_not_function_entries() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let bar = t.addr_of("bar");
+    let p = t.pid().to_string();
+    let inside = format!("{:#x}", bar + 1);
+    let stderr = refused(
+        &mut t,
+        &["inject", "--pid", &p, "--addr", &inside],
+        1,
+        &format!("{inside} is inside bar+0x1"),
+    );
+    assert!(stderr.contains(&format!("use --addr {bar:#x}")), "{stderr}");
+    refused(
+        &mut t,
+        &["inject", "--pid", &p, "--addr", "0x10"],
+        1,
+        "0x10 is not inside any mapped ELF module",
+    );
+    t.assert_function_pristine("bar");
+}
+
+// ---------------------------------------------------------------------------
+// Functions that cannot be patched safely
+// ---------------------------------------------------------------------------
+
+/// The first `mnemonic` instruction of `sym`, as (offset from the entry, instruction).
+fn find_insn(exe: &Path, sym: &str, mnemonic: &str) -> (u64, Insn) {
+    let start = symbol(exe, sym).unwrap().addr;
+    let i = disassemble(exe, sym)
+        .into_iter()
+        .find(|i| i.mnemonic().starts_with(mnemonic))
+        .unwrap_or_else(|| panic!("no {mnemonic} in {sym}"));
+    (i.addr - start, i)
+}
+
+fn badfuncs_refusals(v: Variant) {
+    let mut t = Target::start("badfuncs", v);
+    let exe = module_path(t.exe());
+    let exe_path = t.exe().to_path_buf();
+    let size = |f: &str| symbol(&exe_path, f).unwrap().size;
+    let skip = |f: &str| {
+        if disassemble(&exe_path, f)[0].mnemonic() == "endbr64" {
+            4
+        } else {
+            0
+        }
+    };
+
+    // tiny: shorter than the patch (nocf_check: no endbr64 even with CET).
+    let needle = format!(
+        "cannot hook tiny in {exe}: the function is {} bytes long but the patch needs 5 bytes",
+        size("tiny")
+    );
+    refuse_inject(&mut t, &["tiny"], &needle);
+
+    // looper: its loop jumps back into the bytes a patch would overwrite.
+    let (from, jg) = find_insn(&exe_path, "looper", "j");
+    let to = jg.branch_target().unwrap() - symbol(&exe_path, "looper").unwrap().addr;
+    let needle = format!(
+        "at +{from:#x} branches to +{to:#x}, inside the bytes the patch overwrites (+0x0..+0x5)"
+    );
+    let stderr = refuse_inject(&mut t, &["looper"], &needle);
+    assert!(
+        stderr.contains(&format!("cannot hook looper in {exe}: `jg")),
+        "{stderr}"
+    );
+
+    // tail: `jmp other`. gcc emits the 2-byte short jmp (other is right
+    // before it), so it is refused for its size; a 5-byte one for the jump.
+    let (jmp_at, _) = find_insn(&exe_path, "tail", "jmp");
+    let needle = if size("tail") < skip("tail") + 5 {
+        format!(
+            "cannot hook tail in {exe}: the function is {} bytes long but the patch needs {} bytes",
+            size("tail"),
+            skip("tail") + 5
+        )
+    } else {
+        format!(
+            "at +{jmp_at:#x} lies in the 5 bytes the patch overwrites (control leaves the function"
+        )
+    };
+    refuse_inject(&mut t, &["tail"], &needle);
+
+    // callfirst: a call in the patched bytes (to callfirst_helper).
+    let stderr = refuse_inject(
+        &mut t,
+        &["callfirst"],
+        "at +0x0 lies in the 5 bytes the patch overwrites (a call there would leave a return \
+         address pointing into the overwritten bytes)",
+    );
+    assert!(
+        stderr.contains(&format!("cannot hook callfirst in {exe}: `call ")),
+        "{stderr}"
+    );
+    let helper = format!("{:x}", t.addr_of("callfirst_helper"));
+    assert!(
+        stderr.to_lowercase().contains(&helper),
+        "names the call target {helper}: {stderr}"
+    );
+
+    // All or nothing: a good function named with a bad one is not hooked either.
+    let stderr = refuse_inject(&mut t, &["normal", "tiny"], "cannot hook tiny in");
+    assert!(!stderr.contains("hooked normal"), "{stderr}");
+    assert_eq!(list_hooks(t.pid()), Vec::<serde_json::Value>::new());
+    for f in ["tiny", "looper", "tail", "callfirst", "normal", "other"] {
+        t.assert_function_pristine(f);
+    }
+    // The control function is hookable in the same process.
+    let p = t.pid().to_string();
+    run_ok(&["inject", "--pid", &p, "--func", "normal"]);
+    t.drain_lines();
+    t.expect_line(E2E_TIMEOUT);
+    t.assert_healthy();
+    run_ok(&["eject", "--pid", &p, "--all"]);
+    t.assert_function_pristine("normal");
+}
+
+#[test]
+fn badfuncs_refused_o2g_pie() {
+    badfuncs_refusals(Variant::O2G);
+}
+
+#[test]
+fn badfuncs_refused_o2_nopie_cet() {
+    badfuncs_refusals(Variant::new(Opt::O2, false).cet());
+}
+
+#[test]
+fn forbidden_first_instructions() {
+    let mut t = Target::start("prologues", Variant::O2G);
+    let exe = module_path(t.exe());
+    for (f, needle) in [
+        (
+            "jmpfirst",
+            "at +0x0 lies in the 5 bytes the patch overwrites (control leaves the function",
+        ),
+        (
+            "retfirst",
+            "`ret` at +0x3 lies in the 5 bytes the patch overwrites (the function returns within the patch",
+        ),
+        (
+            "pidfirst",
+            "`syscall` at +0x4 lies in the 6 bytes the patch overwrites (a system call or trap cannot be moved)",
+        ),
+    ] {
+        let stderr = refuse_inject(&mut t, &[f], needle);
+        assert!(stderr.contains(&format!("cannot hook {f} in {exe}: ")), "{stderr}");
+        t.assert_function_pristine(f);
+    }
+    let p = t.pid().to_string();
+    run_ok(&["inject", "--pid", &p, "--func", "plain"]);
+    t.drain_lines();
+    t.expect_line(E2E_TIMEOUT);
+    t.assert_healthy();
+    run_ok(&["eject", "--pid", &p, "--func", "plain"]);
+    t.assert_function_pristine("plain");
+}
+
+/// A refusal names its reason once (anyhow's `{:#}` repeats a `source`
+/// that is also in the message).
+#[test]
+fn refusal_reason_is_stated_once() {
+    let mut t = Target::start("badfuncs", Variant::O2G);
+    let stderr = refuse_inject(&mut t, &["tiny"], "too short to hook");
+    assert_eq!(
+        stderr.matches("too short to hook").count(),
+        1,
+        "the reason is repeated: {stderr}"
+    );
+}
+
+#[test]
+fn no_free_address_near_the_module() {
+    for v in [Variant::O2G, Variant::new(Opt::O2g, false)] {
+        let mut t = Target::start("crowded", v);
+        let exe = module_path(t.exe());
+        let needle = format!("no free address within ±2 GiB of {exe} for the trampoline arena");
+        refuse_inject(&mut t, &["spin"], &needle);
+        t.assert_function_pristine("spin");
+        assert_eq!(list_hooks(t.pid()), Vec::<serde_json::Value>::new());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Hooks that exist, or do not
+// ---------------------------------------------------------------------------
+
+#[test]
+fn already_hooked() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let exe = module_path(t.exe());
+    let p = t.pid().to_string();
+    run_ok(&["inject", "--pid", &p, "--func", "bar"]);
+    let hooks = list_hooks(t.pid());
+    let h = hooks_named(&hooks, "bar", "active")[0].clone();
+    let needle =
+        format!(
+        "bar in {exe} is already hooked (hook #{} in the arena at {}, trampoline {}): eject it \
+         first with `argstash eject --pid PID --func bar`",
+        h["slot"], h["arena"].as_str().unwrap(), h["trampoline"].as_str().unwrap()
+    );
+    let patched = t.live_function_bytes("bar");
+    refuse_inject(&mut t, &["bar"], &needle);
+    // With another, hookable function in the same request: neither is touched.
+    refuse_inject(&mut t, &["foo", "bar"], &needle);
+    t.assert_function_pristine("foo");
+    assert_eq!(t.live_function_bytes("bar"), patched);
+    assert_eq!(list_hooks(t.pid()), hooks);
+
+    // The first hook still works.
+    let bt = wait_bt(t.pid(), None, E2E_TIMEOUT, |bt| {
+        bt_thread(bt, t.pid())
+            .and_then(|th| frame_named(th, "bar"))
+            .is_some_and(|(_, f)| f["hooked"] == json!(true))
+    });
+    let (_, bar) = frame_named(bt_thread(&bt, t.pid()).unwrap(), "bar").unwrap();
+    assert_eq!(frame_arg(bar, "rdi"), Some(consts::SEED_BAR_ARG as u64));
+    let line = t.wait_for_line(E2E_TIMEOUT, |l| l.starts_with("iter "));
+    assert!(
+        line.ends_with(&format!(" result {}", consts::SEED_RESULT)),
+        "{line}"
+    );
+    run_ok(&["eject", "--pid", &p, "--all"]);
+    t.assert_function_pristine("bar");
+}
+
+#[test]
+fn named_twice_in_one_request() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let exe = module_path(t.exe());
+    let needle = format!("bar in {exe} is named more than once in this request");
+    refuse_inject(&mut t, &["bar", "bar"], &needle);
+    let p = t.pid().to_string();
+    let addr = format!("{:#x}", t.addr_of("bar"));
+    refused(
+        &mut t,
+        &["inject", "--pid", &p, "--func", "bar", "--addr", &addr],
+        1,
+        &needle,
+    );
+    t.assert_function_pristine("bar");
+}
+
+#[test]
+fn eject_of_a_function_that_is_not_hooked() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let exe = module_path(t.exe());
+    let p = t.pid().to_string();
+    refused(
+        &mut t,
+        &["eject", "--pid", &p, "--func", "bar"],
+        1,
+        "bar is not hooked; the process has no active hooks",
+    );
+    // Nothing to do is not an error.
+    let out = run_ok(&["eject", "--pid", &p, "--all"]);
+    assert!(out.contains("nothing to eject"), "{out}");
+
+    run_ok(&["inject", "--pid", &p, "--func", "foo"]);
+    let hooks = list_hooks(t.pid());
+    let foo_bytes = t.live_function_bytes("foo");
+    refused(
+        &mut t,
+        &["eject", "--pid", &p, "--func", "bar"],
+        1,
+        &format!("bar is not hooked; hooked functions: foo ({exe})"),
+    );
+    refused(
+        &mut t,
+        &["eject", "--pid", &p, "--func", "nosuchfunction"],
+        1,
+        "nosuchfunction",
+    );
+    assert_eq!(list_hooks(t.pid()), hooks);
+    assert_eq!(t.live_function_bytes("foo"), foo_bytes);
+    run_ok(&["eject", "--pid", &p, "--func", "foo"]);
+    t.assert_function_pristine("foo");
+    // Ejected already: not hooked any more.
+    refused(
+        &mut t,
+        &["eject", "--pid", &p, "--func", "foo"],
+        1,
+        "foo is not hooked; the process has no active hooks",
+    );
+}
+
+#[test]
+fn bt_of_a_thread_that_does_not_exist() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let p = t.pid().to_string();
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let gone = child.id() as i32;
+    child.wait().unwrap();
+    let g = gone.to_string();
+    refused(
+        &mut t,
+        &["bt", "--pid", &p, "--tid", &g],
+        1,
+        &format!("no thread {gone} in process {p}"),
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Usage errors: exit code 2, nothing touched
+// ---------------------------------------------------------------------------
+
+#[test]
+fn usage_errors() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let p = t.pid().to_string();
+    for (args, needle) in [
+        (
+            &["inject", "--pid", &p][..],
+            "the following required arguments were not provided",
+        ),
+        (
+            &["inject", "--pid", &p, "--addr", "1234"],
+            "write the address in hex",
+        ),
+        (
+            &["inject", "--pid", &p, "--addr", "0xzz"],
+            "not a hex address",
+        ),
+        (
+            &["inject", "--pid", &p, "--func", "bar", "--stack-args", "17"],
+            "--stack-args",
+        ),
+        (&["inject", "--func", "bar"], "--pid"),
+        (
+            &["inject", "--pid", "abc", "--func", "bar"],
+            "invalid value 'abc'",
+        ),
+        (
+            &["eject", "--pid", &p],
+            "the following required arguments were not provided",
+        ),
+        (
+            &["eject", "--pid", &p, "--all", "--func", "bar"],
+            "cannot be used with",
+        ),
+        (&["frobnicate"], "unrecognized subcommand 'frobnicate'"),
+    ] {
+        refused(&mut t, args, 2, needle);
+    }
+    t.assert_function_pristine("bar");
+}
+
+// ---------------------------------------------------------------------------
+// Failures after the target was stopped, and foreign patches
+// ---------------------------------------------------------------------------
+
+/// Sets the soft address-space limit (RLIMIT_AS) of `pid`; returns the old one.
+fn set_as_limit(pid: i32, soft: u64) -> libc::rlimit {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit reads `new` and writes `old`, both live locals.
+    let r = unsafe {
+        let mut current = std::mem::zeroed();
+        assert_eq!(
+            libc::prlimit(pid, libc::RLIMIT_AS, std::ptr::null(), &mut current),
+            0
+        );
+        let new = libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: current.rlim_max,
+        };
+        libc::prlimit(pid, libc::RLIMIT_AS, &new, &mut old)
+    };
+    assert_eq!(r, 0, "prlimit: {}", std::io::Error::last_os_error());
+    old
+}
+
+/// Caps the target's address space at its current size, so the arena's
+/// remote mmap fails (ENOMEM) for every candidate *inside* the stop window.
+/// Returns the stderr of the failed inject, after checking the undo.
+fn inject_with_address_space_full(t: &mut Target) -> String {
+    let vm_kb: u64 = proc_status_field(t.pid(), "VmSize")
+        .unwrap()
+        .trim_end_matches(" kB")
+        .trim()
+        .parse()
+        .unwrap();
+    let old = set_as_limit(t.pid(), vm_kb * 1024);
+    let stderr = refuse_inject(t, &["bar", "foo"], "for the trampoline arena");
+    t.assert_function_pristine("bar");
+    t.assert_function_pristine("foo");
+    assert_eq!(list_hooks(t.pid()), Vec::<serde_json::Value>::new());
+    set_as_limit(t.pid(), old.rlim_cur);
+    stderr
+}
+
+#[test]
+fn a_failure_inside_the_stop_is_undone() {
+    let mut t = Target::start("seed", Variant::O2G);
+    inject_with_address_space_full(&mut t);
+    // With the limit lifted, the same request works.
+    let p = t.pid().to_string();
+    run_ok(&["inject", "--pid", &p, "--func", "bar", "--func", "foo"]);
+    run_ok(&["eject", "--pid", &p, "--all"]);
+    t.assert_function_pristine("bar");
+    t.assert_healthy();
+}
+
+/// When every mmap of the arena fails, the message must give mmap's reason
+/// (here ENOMEM from RLIMIT_AS), not claim there is no free address nearby.
+#[test]
+fn arena_mmap_failure_names_its_cause() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let stderr = inject_with_address_space_full(&mut t);
+    let lower = stderr.to_lowercase();
+    assert!(
+        lower.contains("cannot allocate memory") || lower.contains("enomem"),
+        "the mmap error (ENOMEM) is not reported: {stderr}"
+    );
+}
+
+#[test]
+fn eject_refuses_when_another_tool_changed_the_patch() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let exe = module_path(t.exe());
+    let p = t.pid().to_string();
+    run_ok(&["inject", "--pid", &p, "--func", "bar", "--func", "foo"]);
+    let hooks = list_hooks(t.pid());
+    let bar = &hooks_named(&hooks, "bar", "active")[0];
+    let patch = json_hex(&bar["patch_address"]);
+    let len = bar["patch_len"].as_u64().unwrap() as usize;
+    let ours = read_mem(t.pid(), patch, len);
+    // "Another tool" puts bar's original bytes back (safe for the target).
+    let original = function_bytes(t.exe(), "bar");
+    let offset = (patch - t.addr_of("bar")) as usize;
+    let original = &original[offset..offset + len];
+    write_mem(t.pid(), patch, original);
+    t.assert_function_pristine("bar");
+
+    let needle = format!(
+        "the entry of bar in {exe} changed since it was hooked (expected {}, found {}); \
+         another tool may have patched it: leaving it alone",
+        hex_bytes(&ours),
+        hex_bytes(original)
+    );
+    let foo_bytes = t.live_function_bytes("foo");
+    refused(&mut t, &["eject", "--pid", &p, "--all"], 1, &needle);
+    refused(&mut t, &["eject", "--pid", &p, "--func", "bar"], 1, &needle);
+    assert_eq!(
+        t.live_function_bytes("foo"),
+        foo_bytes,
+        "foo not ejected either"
+    );
+    assert_eq!(list_hooks(t.pid()), hooks);
+    run_ok(&["eject", "--pid", &p, "--func", "foo"]);
+    t.assert_function_pristine("foo");
+    t.assert_function_pristine("bar");
+    t.drain_lines();
+    t.expect_line(E2E_TIMEOUT);
+    t.assert_healthy();
+}
