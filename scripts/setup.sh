@@ -16,6 +16,10 @@ NEEDS=(
     "binutils nm"          # symbol addresses and sizes
     "gdb gdb"              # cross-checking backtraces
     "python3 python3"
+    "dbus-daemon dbus-daemon"  # private buses for the argstashd tests
+    "dbus-bin dbus-send"   # a D-Bus client no one here wrote
+    "systemd busctl"       # another one
+    "util-linux setpriv"   # runs a bus client as another uid
     # "gcc-multilib -"     # 32-bit fixtures (later)
 )
 

@@ -11,7 +11,7 @@ use argstash_dbus::{Error, ErrorKind, HookEntry, Thread, MANAGER_PATH};
 use argstash_dbus::{OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
 use async_io::{Async, Timer};
 use futures_lite::future;
-use injector::backtrace::{backtrace, BacktraceOptions};
+use injector::backtrace::{Backtrace, BacktraceOptions, ProcessReader};
 use injector::hooks::{eject, install, list, EjectWhat, HookInfo, InstallOptions};
 use injector::session::SessionError;
 use injector::symbols::FuncSpec;
@@ -377,6 +377,31 @@ impl Shared {
     }
 }
 
+thread_local! {
+    // Parsed symbols and unwind tables of the process this worker thread serves,
+    // keyed by its start time; the reader revalidates them on every call and the
+    // cache ends with the (idle-timed) worker thread.
+    static READER: std::cell::RefCell<Option<(Option<u64>, ProcessReader)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A backtrace through this worker thread's cached reader for `pid`.
+fn cached_backtrace(
+    pid: i32,
+    start: Option<u64>,
+    opts: &BacktraceOptions,
+) -> Result<Backtrace, injector::Error> {
+    READER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let fresh = !matches!(&*slot, Some((s, r)) if *s == start && r.pid() == pid);
+        if fresh {
+            *slot = Some((start, ProcessReader::new(pid)));
+        }
+        let (_, reader) = slot.as_mut().expect("set above");
+        reader.backtrace(opts)
+    })
+}
+
 /// Fails when `pid` is no longer the process that was authorised (it exited, or the pid was reused).
 fn same_process(pid: i32, start: Option<u64>) -> Result<(), injector::Error> {
     if hints::start_time(pid) == start && start.is_some() {
@@ -593,7 +618,7 @@ impl Manager {
             .workers
             .run(pid, "Backtrace", move || {
                 same_process(pid, start)?;
-                backtrace(pid, &opts)
+                cached_backtrace(pid, start, &opts)
             })
             .await?
             .map_err(convert::error)?;

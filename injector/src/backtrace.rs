@@ -346,17 +346,87 @@ fn stack_range(maps: &[MapEntry], rsp: u64) -> (u64, u64) {
     (rsp, end.min(rsp + STACK_COPY))
 }
 
+/// The file-backed executable mappings: when they are unchanged, so are the
+/// symbols and unwind tables parsed from them.
+fn code_key(maps: &[MapEntry]) -> Vec<(u64, u64, u64, u64, String)> {
+    maps.iter()
+        .filter(|m| m.perms.exec && m.is_file())
+        .map(|m| (m.start, m.end, m.offset, m.inode, m.path.clone()))
+        .collect()
+}
+
+/// Start time of a process (field 22 of `/proc/PID/stat`): tells a reused pid apart.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 2..];
+    after_comm.split(' ').nth(19)?.parse().ok()
+}
+
+/// Reads backtraces of one process again and again, keeping its parsed symbols and
+/// unwind tables between calls (for long-running readers such as the daemon).
+///
+/// Every call revalidates: the hooks are re-read from the arenas in the target
+/// (the source of truth), and the symbols are reloaded when the code mappings or
+/// the process (a reused pid) changed.
+pub struct ProcessReader {
+    pid: i32,
+    started: Option<u64>,
+    key: Vec<(u64, u64, u64, u64, String)>,
+    unwind: Option<Unwind>,
+}
+
+impl ProcessReader {
+    /// A reader for `pid`; symbols are loaded by the first backtrace.
+    pub fn new(pid: i32) -> ProcessReader {
+        ProcessReader {
+            pid,
+            started: None,
+            key: Vec::new(),
+            unwind: None,
+        }
+    }
+
+    /// The process this reader serves.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Takes a backtrace, reusing the cached symbols when they are still valid.
+    pub fn backtrace(&mut self, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
+        let pid = self.pid;
+        crate::target::check_target(pid)?;
+        let maps = read_maps(pid).map_err(|source| Error::Proc {
+            path: format!("/proc/{pid}/maps"),
+            source,
+        })?;
+        let key = code_key(&maps);
+        let started = start_time(pid);
+        let unwind = match self.unwind.take() {
+            Some(u) if key == self.key && started == self.started => u,
+            _ => Unwind::new(ProcessSymbols::load(pid, &maps)?, Vec::new()),
+        };
+        let unwind = self.unwind.insert(unwind);
+        self.key = key;
+        self.started = started;
+        let mem = ProcessMemory::open(pid)?;
+        unwind.arenas = discover(&maps, &mem)?;
+        read_threads(pid, &maps, &mem, unwind, opts)
+    }
+}
+
 /// Takes a backtrace of every thread (or one) of a live process.
 pub fn backtrace(pid: i32, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
-    crate::target::check_target(pid)?;
-    let maps = read_maps(pid).map_err(|source| Error::Proc {
-        path: format!("/proc/{pid}/maps"),
-        source,
-    })?;
-    let mem = ProcessMemory::open(pid)?;
-    let arenas = discover(&maps, &mem)?;
-    let symbols = ProcessSymbols::load(pid, &maps)?;
-    let unwind = Unwind::new(symbols, arenas);
+    ProcessReader::new(pid).backtrace(opts)
+}
+
+/// Stops each thread just long enough to copy its registers and stack, then unwinds the copy.
+fn read_threads(
+    pid: i32,
+    maps: &[MapEntry],
+    mem: &ProcessMemory,
+    unwind: &Unwind,
+    opts: &BacktraceOptions,
+) -> Result<Backtrace, Error> {
     let tids = match opts.tid {
         Some(t) => {
             if !thread_ids(pid)?.contains(&t) {
@@ -380,14 +450,14 @@ pub fn backtrace(pid: i32, opts: &BacktraceOptions) -> Result<Backtrace, Error> 
             Err(e) => return Err(e.into()),
         };
         let regs = session.regs(tid)?;
-        let (start, end) = stack_range(&maps, regs.rsp);
+        let (start, end) = stack_range(maps, regs.rsp);
         let mut bytes = vec![0u8; (end - start) as usize];
         let copied = mem.read(start, &mut bytes);
         let stopped = session.detach()?;
         if copied.is_err() {
             bytes.clear();
         }
-        let snapshot = StackSnapshot::new(start, bytes, &mem);
+        let snapshot = StackSnapshot::new(start, bytes, mem);
         let (frames, truncated) = unwind.unwind(
             regs.rip,
             regs.rsp,

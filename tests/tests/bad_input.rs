@@ -860,3 +860,38 @@ fn eject_refuses_when_another_tool_changed_the_patch() {
     t.expect_line(E2E_TIMEOUT);
     t.assert_healthy();
 }
+
+#[test]
+fn a_thread_traced_by_another_tracer_is_named() {
+    use nix::sys::ptrace;
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    use nix::unistd::Pid;
+
+    let mut t = Target::start("threads", Variant::O2G);
+    let before = Untouched::take(&t);
+    let (worker, _) = thread_names(t.pid())
+        .into_iter()
+        .find(|(_, n)| n == "work0")
+        .unwrap();
+    // Only one thread is traced (by this test's thread): the process's own
+    // TracerPid is 0, the refusal comes when argstash reaches that thread.
+    let w = Pid::from_raw(worker);
+    ptrace::seize(w, ptrace::Options::empty()).expect("PTRACE_SEIZE work0");
+    let me = gettid();
+    assert_eq!(tracer_pid(t.pid()), None);
+    let p = t.pid().to_string();
+    let needle = format!("thread {worker} of process {p} is already traced by PID {me} (");
+    expect_fail(&["inject", "--pid", &p, "--func", "work"], 1, &needle);
+    expect_fail(&["bt", "--pid", &p], 1, &needle);
+    ptrace::interrupt(w).expect("PTRACE_INTERRUPT");
+    let sig = match waitpid(w, Some(WaitPidFlag::__WALL)).expect("waitpid") {
+        WaitStatus::Stopped(_, sig) => Some(sig),
+        _ => None,
+    };
+    ptrace::detach(w, sig).expect("PTRACE_DETACH");
+    let status = format!("/proc/{}/task/{worker}/status", t.pid());
+    assert!(wait_until(E2E_TIMEOUT, || std::fs::read_to_string(&status)
+        .is_ok_and(|s| s.contains("\nTracerPid:\t0\n"))));
+    before.check(&mut t);
+    t.assert_function_pristine("work");
+}
