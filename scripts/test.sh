@@ -2,9 +2,10 @@
 # The project's test command (README and .ci/run both call this).
 #
 # Debug build: the tests do not need optimised argstash code and debug
-# compiles much faster. Two test threads: the machines have two cores and
+# compiles much faster. --no-fail-fast: every test binary runs, so one
+# failure does not hide the others. Two test threads: the machines have two cores and
 # some fixtures (threads.c) keep eight threads busy. Extra arguments go to
 # the test binaries, e.g. `scripts/test.sh seed` to filter by name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec cargo test --workspace -- --test-threads=2 "$@"
+exec cargo test --workspace --no-fail-fast -- --test-threads=2 "$@"

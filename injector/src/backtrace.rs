@@ -394,7 +394,7 @@ impl ProcessReader {
     /// Takes a backtrace, reusing the cached symbols when they are still valid.
     pub fn backtrace(&mut self, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
         let pid = self.pid;
-        crate::target::check_target(pid)?;
+        crate::target::check_target(pid, crate::target::Access::Stop)?;
         let maps = read_maps(pid).map_err(|source| Error::Proc {
             path: format!("/proc/{pid}/maps"),
             source,

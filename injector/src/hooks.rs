@@ -127,7 +127,7 @@ fn maps_of(pid: i32) -> Result<Vec<MapEntry>, Error> {
 
 /// Lists every hook recorded in the target's arenas (active and ejected).
 pub fn list(pid: i32) -> Result<Vec<HookInfo>, Error> {
-    crate::target::check_target(pid)?;
+    crate::target::check_target(pid, crate::target::Access::Read)?;
     let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
     let arenas = discover(&maps, &mem)?;
@@ -184,7 +184,7 @@ pub fn install(
     specs: &[FuncSpec],
     opts: &InstallOptions,
 ) -> Result<InstallReport, Error> {
-    crate::target::check_target(pid)?;
+    crate::target::check_target(pid, crate::target::Access::Stop)?;
     let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
     let symbols = ProcessSymbols::load(pid, &maps)?;
@@ -562,7 +562,7 @@ fn spec_matches(spec: &FuncSpec, r: &HookRecord) -> bool {
 ///
 /// Trampoline code is never unmapped: a thread may still return into it.
 pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
-    crate::target::check_target(pid)?;
+    crate::target::check_target(pid, crate::target::Access::Stop)?;
     let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
     let arenas = discover(&maps, &mem)?;

@@ -40,7 +40,7 @@ use crate::memory::{MemoryError, ProcessMemory};
 pub(crate) const EVENT_STOP: i32 = 128;
 
 /// `PF_KTHREAD` in the flags field of `/proc/PID/stat`.
-const PF_KTHREAD: u64 = 0x0020_0000;
+pub(crate) const PF_KTHREAD: u64 = 0x0020_0000;
 
 /// Errors attaching to, controlling or detaching from a process.
 #[derive(Debug, thiserror::Error)]
@@ -364,12 +364,7 @@ fn precheck(pid: i32) -> Result<Status, SessionError> {
     }
     let stat = stat_flags_and_start(pid);
     st.start_time = stat.map_or(0, |(_, start)| start);
-    let kthread = stat.is_some_and(|(flags, _)| flags & PF_KTHREAD != 0)
-        || (!zombie
-            && matches!(std::fs::read_link(format!("/proc/{pid}/exe")), Err(ref e) if e.kind() == io::ErrorKind::NotFound)
-            && std::fs::read_to_string(format!("/proc/{pid}/maps"))
-                .is_ok_and(|m| m.trim().is_empty()));
-    if kthread {
+    if stat.is_some_and(|(flags, _)| flags & PF_KTHREAD != 0) {
         return Err(SessionError::KernelThread { pid, name: st.name });
     }
     if st.tracer != 0 {
@@ -379,6 +374,33 @@ fn precheck(pid: i32) -> Result<Status, SessionError> {
         });
     }
     Ok(st)
+}
+
+/// `PTRACE_SEIZE`, retried briefly when EPERM comes with no tracer to blame.
+///
+/// Another tracer that detaches between our seize and our read of
+/// `TracerPid` (a profiler sampling thread by thread does) would otherwise be
+/// misreported as a security module refusing us. On EPERM it returns the
+/// last tracer seen on the thread (0: none), for [`Session::refused`]. A real
+/// refusal only costs the few retries.
+fn seize(pid: i32, tid: i32, options: Options) -> Result<(), (Errno, i32)> {
+    const RETRIES: u32 = 4;
+    let mut attempt = 0;
+    loop {
+        match ptrace::seize(Pid::from_raw(tid), options) {
+            Ok(()) => return Ok(()),
+            Err(Errno::EPERM) => {
+                let tracer = read_status(&format!("/proc/{pid}/task/{tid}/status"))
+                    .map_or(0, |st| st.tracer);
+                if tracer != 0 || attempt == RETRIES {
+                    return Err((Errno::EPERM, tracer));
+                }
+                std::thread::sleep(Duration::from_micros(200 << attempt));
+                attempt += 1;
+            }
+            Err(e) => return Err((e, 0)),
+        }
+    }
 }
 
 fn is_root() -> bool {
@@ -562,14 +584,14 @@ impl Session {
             return Err(SessionError::NoSuchThread { pid, tid });
         }
         let mut s = Session::new(pid, false, &status);
-        match ptrace::seize(Pid::from_raw(tid), Options::empty()) {
+        match seize(pid, tid, Options::empty()) {
             Ok(()) => {}
-            Err(Errno::ESRCH) => return Err(SessionError::NoSuchThread { pid, tid }),
-            Err(Errno::EPERM) => {
-                s.refused(tid)?;
+            Err((Errno::ESRCH, _)) => return Err(SessionError::NoSuchThread { pid, tid }),
+            Err((Errno::EPERM, seen)) => {
+                s.refused(tid, seen)?;
                 return Err(SessionError::NoSuchThread { pid, tid });
             }
-            Err(source) => {
+            Err((source, _)) => {
                 return Err(SessionError::Ptrace {
                     op: "PTRACE_SEIZE",
                     tid,
@@ -622,26 +644,26 @@ impl Session {
             let mut waitlist = Vec::new();
             let mut failure = None;
             for tid in fresh {
-                match ptrace::seize(Pid::from_raw(tid), Options::PTRACE_O_TRACECLONE) {
+                match seize(pid, tid, Options::PTRACE_O_TRACECLONE) {
                     Ok(()) => {
                         self.pending.insert(tid);
                         seized.push(tid);
                     }
-                    Err(Errno::ESRCH) => {}
+                    Err((Errno::ESRCH, _)) => {}
                     // Already ours when a seized thread cloned it; otherwise someone else's.
-                    Err(Errno::EPERM) => match ptrace::interrupt(Pid::from_raw(tid)) {
+                    Err((Errno::EPERM, seen)) => match ptrace::interrupt(Pid::from_raw(tid)) {
                         Ok(()) => {
                             self.pending.insert(tid);
                             waitlist.push(tid);
                         }
                         Err(_) => {
-                            if let Err(e) = self.refused(tid) {
+                            if let Err(e) = self.refused(tid, seen) {
                                 failure = Some(e);
                                 break;
                             }
                         }
                     },
-                    Err(source) => {
+                    Err((source, _)) => {
                         failure = Some(SessionError::Ptrace {
                             op: "PTRACE_SEIZE",
                             tid,
@@ -683,7 +705,10 @@ impl Session {
     }
 
     /// Explains an EPERM from `PTRACE_SEIZE`; a zombie or vanished thread is skipped (`Ok`).
-    fn refused(&self, tid: i32) -> Result<(), SessionError> {
+    ///
+    /// `seen` is a tracer [`seize`] saw on the thread (0: none): it is named
+    /// even if it has detached since.
+    fn refused(&self, tid: i32, seen: i32) -> Result<(), SessionError> {
         let pid = self.pid;
         let st = match read_status(&format!("/proc/{pid}/task/{tid}/status")) {
             Ok(s) => s,
@@ -692,8 +717,9 @@ impl Session {
         if matches!(st.state, 'Z' | 'X') {
             return Ok(());
         }
-        let detail = if st.tracer != 0 {
-            traced_by(pid, Some(tid), st.tracer)
+        let tracer = if st.tracer != 0 { st.tracer } else { seen };
+        let detail = if tracer != 0 {
+            traced_by(pid, Some(tid), tracer)
         } else if is_root() {
             format!("ptrace of process {pid} was refused (EPERM) although we are root: a security module (SELinux, AppArmor, Yama) or kernel lockdown forbids it")
         } else {

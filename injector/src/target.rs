@@ -1,36 +1,65 @@
 //! Cheap checks on a target pid before anything touches it.
 
+use std::io;
+
 use crate::error::Error;
-use crate::session::SessionError;
+use crate::session::{stat_flags_and_start, SessionError, PF_KTHREAD};
+
+/// What an operation will do to the target, which decides what is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Only reads its memory and `/proc` files (`list`): pid 1 is fine.
+    Read,
+    /// Stops its threads with ptrace (inject, eject, bt): pid 1 is refused.
+    Stop,
+}
 
 /// Refuses pids that must not or cannot be hooked, before any ptrace call.
 ///
-/// Rejects a missing pid, pid 1, argstash itself, kernel threads, and 32-bit
-/// processes (not yet supported).
-pub fn check_target(pid: i32) -> Result<(), Error> {
+/// Rejects a missing pid, pid 1 (for [`Access::Stop`]), kernel threads, a
+/// process the caller may not inspect, and 32-bit processes (not yet supported).
+pub fn check_target(pid: i32, access: Access) -> Result<(), Error> {
     if pid <= 0 || std::fs::metadata(format!("/proc/{pid}")).is_err() {
         return Err(SessionError::NoSuchProcess { pid }.into());
     }
-    if pid == 1 {
+    if pid == 1 && access == Access::Stop {
         return Err(SessionError::Init.into());
     }
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
     let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .unwrap_or_default()
         .trim()
         .to_string();
-    if exe.is_err() {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        if maps.trim().is_empty() {
-            return Err(SessionError::KernelThread { pid, name }.into());
-        }
+    // `/proc/PID/stat` is readable by anyone, whoever owns the process.
+    if stat_flags_and_start(pid).is_some_and(|(flags, _)| flags & PF_KTHREAD != 0) {
+        return Err(SessionError::KernelThread { pid, name }.into());
     }
-    let mut ident = [0u8; 5];
-    if let Ok(mut f) = std::fs::File::open(format!("/proc/{pid}/exe")) {
-        use std::io::Read;
-        if f.read_exact(&mut ident).is_ok() && ident[..4] == *b"\x7fELF" && ident[4] == 1 {
-            return Err(Error::Unsupported32Bit { pid, name });
+    let exe = format!("/proc/{pid}/exe");
+    match std::fs::File::open(&exe) {
+        Ok(mut f) => {
+            use std::io::Read;
+            let mut ident = [0u8; 5];
+            if f.read_exact(&mut ident).is_ok() && ident[..4] == *b"\x7fELF" && ident[4] == 1 {
+                return Err(Error::Unsupported32Bit { pid, name });
+            }
         }
+        // The kernel hides another user's (or a non-dumpable) process's
+        // executable and memory alike: ptrace would be refused the same way.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+            return Err(SessionError::NotPermitted {
+                pid,
+                detail: format!(
+                    "access to process {pid} ({name}) was refused ({}): run as root or as the process owner",
+                    if e.raw_os_error() == Some(libc::EACCES) { "EACCES" } else { "EPERM" }
+                ),
+            }
+            .into());
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(SessionError::NoSuchProcess { pid }.into());
+        }
+        // A zombie's exe link is gone (ENOENT above) or unreadable in other
+        // ways; the session reports those precisely.
+        Err(_) => {}
     }
     Ok(())
 }

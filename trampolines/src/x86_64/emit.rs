@@ -112,14 +112,13 @@ pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError
         );
     }
     for reg in STASHED_REGS {
-        dynasm!(ops ; .arch x64 ; push Rq(reg.encoding()));
+        ops.extend(push_reg(reg.encoding()).as_slice());
     }
     if spec.layout.padding() != 0 {
         dynasm!(ops ; .arch x64 ; lea rsp, [rsp - 8]);
     }
     for i in (0..i32::from(words)).rev() {
-        let disp = 16 + 8 * i;
-        dynasm!(ops ; .arch x64 ; push QWORD [rbp + disp]);
+        ops.extend(push_rbp_relative(16 + 8 * i).as_slice());
     }
     let call_at = spec.address + u64::from(here(&ops));
     if !fits_rel32(call_at + 5, spec.relocated) {
@@ -142,6 +141,29 @@ pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError
         code,
         offsets,
     })
+}
+
+/// `push r64` in its shortest form (dynasm adds a REX prefix to every
+/// dynamically chosen register, which costs a byte per push).
+fn push_reg(encoding: u8) -> Vec<u8> {
+    if encoding < 8 {
+        vec![0x50 + encoding]
+    } else {
+        vec![0x41, 0x50 + (encoding - 8)]
+    }
+}
+
+/// `push qword [rbp + disp]` with an 8-bit displacement where it fits (dynasm
+/// always picks 32 bits), so the largest window still fits the slot.
+fn push_rbp_relative(disp: i32) -> Vec<u8> {
+    match i8::try_from(disp) {
+        Ok(d8) => vec![0xff, 0x75, d8 as u8],
+        Err(_) => {
+            let mut v = vec![0xff, 0xb5];
+            v.extend_from_slice(&disp.to_le_bytes());
+            v
+        }
+    }
 }
 
 /// The bytes that replace a function's patched prologue: `jmp rel32` to `to`, then `int3` fill.
@@ -176,7 +198,7 @@ mod tests {
 
     #[test]
     fn writes_only_stack_and_frame_registers() {
-        for words in [0u16, 1, 2, 7] {
+        for words in [0u16, 1, 2, 7, 14, 15, MAX_STACK_WORDS] {
             let spec = TrampolineSpec {
                 address: 0x7000_0000_1000,
                 record: 0x7000_0000_0040,
@@ -209,11 +231,34 @@ mod tests {
             }
             let call = ins.iter().find(|i| i.1 == Mnemonic::Call).unwrap();
             assert!(call.2.contains("1100"), "{}", call.2);
-            let pushes_of_window = ins
+            // The window is copied highest word first, so it lands in order.
+            let window: Vec<&str> = ins
                 .iter()
                 .filter(|i| i.2.starts_with("push qword [rbp+"))
-                .count();
-            assert_eq!(pushes_of_window, words as usize);
+                .map(|i| i.2.as_str())
+                .collect();
+            let expected: Vec<String> = (0..words)
+                .rev()
+                .map(|i| format!("push qword [rbp+{:X}h]", 16 + 8 * i))
+                .collect();
+            assert_eq!(window, expected);
+            let regs: Vec<&str> = ins
+                .iter()
+                .filter(|i| i.1 == Mnemonic::Push && !i.2.contains('[') && i.2 != "push rbp")
+                .filter(|i| !i.2.starts_with("push 0") && !i.2.ends_with('h'))
+                .map(|i| i.2.as_str())
+                .collect();
+            let want: Vec<String> = STASHED_REGS
+                .iter()
+                .map(|r| format!("push {}", r.name()))
+                .collect();
+            assert_eq!(regs, want);
+            // The largest window still leaves the relocated prologue its place.
+            assert!(
+                t.code.len() <= super::super::hook::RELOCATED_OFFSET,
+                "{words} words: {} bytes",
+                t.code.len()
+            );
             assert_eq!(
                 t.after_call(),
                 ins.iter().find(|i| i.1 == Mnemonic::Leave).unwrap().0
