@@ -8,8 +8,20 @@ use zbus::fdo::DBusProxy;
 use zbus::message::Header;
 use zbus::names::BusName;
 
-/// The Unix uid of the connection that sent `hdr`, asked of the bus itself.
-pub async fn caller_uid(dbus: &DBusProxy<'static>, hdr: &Header<'_>) -> Result<u32, Error> {
+/// Who is calling: the identity the kernel's ptrace check would look at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// Unix user id of the connection, as the bus recorded it.
+    pub uid: u32,
+    /// Real group id of the calling process.
+    pub gid: u32,
+}
+
+/// The identity of the connection that sent `hdr`, asked of the bus itself.
+///
+/// The uid comes from the bus; the gid from the calling process (the bus gives its
+/// pid), whose real uid must match the bus's record, so a reused pid is not believed.
+pub async fn caller(dbus: &DBusProxy<'static>, hdr: &Header<'_>) -> Result<Caller, Error> {
     let sender = hdr.sender().ok_or_else(|| {
         Error::new(
             ErrorKind::AccessDenied,
@@ -25,44 +37,59 @@ pub async fn caller_uid(dbus: &DBusProxy<'static>, hdr: &Header<'_>) -> Result<u
                 format!("cannot get the credentials of {sender} from the bus: {e}"),
             )
         })?;
-    creds.unix_user_id().ok_or_else(|| {
+    let uid = creds.unix_user_id().ok_or_else(|| {
         Error::new(
             ErrorKind::AccessDenied,
             format!("the bus does not know the Unix user of {sender}"),
         )
+    })?;
+    if uid == 0 {
+        return Ok(Caller { uid, gid: 0 });
+    }
+    let unknown = |why: &str| {
+        Error::new(
+            ErrorKind::AccessDenied,
+            format!("cannot tell the group of {sender} (uid {uid}): {why}"),
+        )
+    };
+    let pid = creds
+        .process_id()
+        .ok_or_else(|| unknown("the bus does not know its process id"))?;
+    let ids = |key: &str| status_ids(pid as i32, key).ok_or_else(|| unknown("its process is gone"));
+    if ids("Uid:")?[0] != uid {
+        return Err(unknown("its process id now belongs to another user"));
+    }
+    Ok(Caller {
+        uid,
+        gid: ids("Gid:")?[0],
     })
 }
 
-/// The real, effective and saved uids of `pid` (the `Uid:` line of `/proc/PID/status`).
-fn uids(pid: i32) -> Result<[u32; 3], Error> {
+/// The real, effective and saved ids of `pid` from the `key` line (`Uid:` or
+/// `Gid:`) of `/proc/PID/status`.
+fn status_ids(pid: i32, key: &str) -> Option<[u32; 3]> {
+    if pid <= 0 {
+        return None;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix(key))?;
+    let mut v = line.split_whitespace().map(|x| x.parse::<u32>());
+    Some([v.next()?.ok()?, v.next()?.ok()?, v.next()?.ok()?])
+}
+
+/// Allows the call when `caller` could ptrace `pid` itself: uid 0, or the same
+/// real, effective and saved uid *and* gid (as the kernel compares them) and a
+/// dumpable target.
+pub fn may_trace(caller: Caller, pid: i32) -> Result<(), Error> {
     let gone = || {
         Error::new(
             ErrorKind::NoSuchProcess,
             SessionError::NoSuchProcess { pid }.to_string(),
         )
     };
-    if pid <= 0 {
-        return Err(gone());
-    }
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|_| gone())?;
-    let line = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .ok_or_else(gone)?;
-    let v: Vec<u32> = line
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if v.len() < 3 {
-        return Err(gone());
-    }
-    Ok([v[0], v[1], v[2]])
-}
-
-/// Allows the call when `uid` could ptrace `pid` itself: uid 0, or the same real,
-/// effective and saved uid and a dumpable target.
-pub fn may_trace(uid: u32, pid: i32) -> Result<(), Error> {
-    let ids = uids(pid)?;
+    let uids = status_ids(pid, "Uid:").ok_or_else(gone)?;
+    let gids = status_ids(pid, "Gid:").ok_or_else(gone)?;
+    let Caller { uid, gid } = caller;
     if uid == 0 {
         return Ok(());
     }
@@ -72,22 +99,24 @@ pub fn may_trace(uid: u32, pid: i32) -> Result<(), Error> {
             format!("uid {uid} may not trace process {pid}: {why}"),
         )
     };
-    if ids.iter().any(|&u| u != uid) {
+    if uids.iter().any(|&u| u != uid) {
         return Err(deny(format!(
             "its real, effective and saved uids are {}, {} and {}",
-            ids[0], ids[1], ids[2]
+            uids[0], uids[1], uids[2]
+        )));
+    }
+    if gids.iter().any(|&g| g != gid) {
+        return Err(deny(format!(
+            "its real, effective and saved gids are {}, {} and {}, the caller's gid is {gid} \
+             (setgid program, or started under another group)",
+            gids[0], gids[1], gids[2]
         )));
     }
     // A process that is not dumpable (setuid, or prctl(PR_SET_DUMPABLE, 0)) has its
     // /proc/PID owned by root.
     let owner = std::fs::metadata(format!("/proc/{pid}"))
         .map(|m| m.uid())
-        .map_err(|_| {
-            Error::new(
-                ErrorKind::NoSuchProcess,
-                SessionError::NoSuchProcess { pid }.to_string(),
-            )
-        })?;
+        .map_err(|_| gone())?;
     if owner != uid {
         return Err(deny(
             "it is not dumpable (setuid or set non-dumpable)".to_string(),
@@ -103,10 +132,15 @@ mod tests {
     #[test]
     fn root_may_trace_and_others_may_not_trace_root() {
         let me = std::process::id() as i32;
-        assert!(may_trace(0, me).is_ok());
-        let e = may_trace(65534, me).unwrap_err();
+        let root = Caller { uid: 0, gid: 0 };
+        let nobody = Caller {
+            uid: 65534,
+            gid: 65534,
+        };
+        assert!(may_trace(root, me).is_ok());
+        let e = may_trace(nobody, me).unwrap_err();
         assert_eq!(e.kind(), Some(ErrorKind::AccessDenied));
-        let e = may_trace(0, -5).unwrap_err();
+        let e = may_trace(root, -5).unwrap_err();
         assert_eq!(e.kind(), Some(ErrorKind::NoSuchProcess));
     }
 }

@@ -22,7 +22,7 @@ use zbus::object_server::SignalEmitter;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::{interface, Connection};
 
-use crate::auth::{caller_uid, may_trace};
+use crate::auth::{caller, may_trace, Caller};
 use crate::convert;
 use crate::hints;
 use crate::worker::Workers;
@@ -50,8 +50,8 @@ pub struct Shared {
     sync_lock: async_lock::Mutex<()>,
     state_dir: PathBuf,
     dbus: OnceLock<DBusProxy<'static>>,
-    /// Uids of callers by unique name (a unique name is never reused on a bus).
-    uids: Mutex<HashMap<String, u32>>,
+    /// Identities of callers by unique name (a unique name is never reused on a bus).
+    callers: Mutex<HashMap<String, Caller>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -75,7 +75,7 @@ impl Shared {
             sync_lock: async_lock::Mutex::new(()),
             state_dir,
             dbus: OnceLock::new(),
-            uids: Mutex::new(HashMap::new()),
+            callers: Mutex::new(HashMap::new()),
         })
     }
 
@@ -92,31 +92,31 @@ impl Shared {
     /// Checks that the caller may act on `pid`; returns the process's start time,
     /// which the worker checks again right before acting (a reused pid is refused).
     async fn authorize(&self, hdr: &Header<'_>, pid: i32) -> Result<Option<u64>, Error> {
-        let uid = self.caller(hdr).await?;
+        let who = self.caller(hdr).await?;
         let start = hints::start_time(pid);
-        may_trace(uid, pid)?;
+        may_trace(who, pid)?;
         if hints::start_time(pid) != start {
             return Err(convert::error(SessionError::NoSuchProcess { pid }.into()));
         }
         Ok(start)
     }
 
-    async fn caller(&self, hdr: &Header<'_>) -> Result<u32, Error> {
+    async fn caller(&self, hdr: &Header<'_>) -> Result<Caller, Error> {
         let sender = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
-        if let Some(uid) = lock(&self.uids).get(&sender) {
-            return Ok(*uid);
+        if let Some(who) = lock(&self.callers).get(&sender) {
+            return Ok(*who);
         }
         let dbus = self
             .dbus
             .get()
             .ok_or_else(|| Error::new(ErrorKind::Failed, "not connected yet"))?;
-        let uid = caller_uid(dbus, hdr).await?;
-        let mut uids = lock(&self.uids);
-        if uids.len() >= MAX_CALLERS {
-            uids.clear();
+        let who = caller(dbus, hdr).await?;
+        let mut callers = lock(&self.callers);
+        if callers.len() >= MAX_CALLERS {
+            callers.clear();
         }
-        uids.insert(sender, uid);
-        Ok(uid)
+        callers.insert(sender, who);
+        Ok(who)
     }
 
     fn counts(&self) -> (u32, Vec<u32>) {
@@ -585,12 +585,12 @@ impl Manager {
                 Err(()) => Err(convert::error(listed.unwrap_err())),
             }
         } else {
-            let uid = self.shared.caller(&hdr).await?;
+            let who = self.shared.caller(&hdr).await?;
             let mut pids: Vec<i32> = lock(&self.shared.procs).keys().copied().collect();
             pids.sort_unstable();
             let mut out = Vec::new();
             for pid in pids {
-                if may_trace(uid, pid).is_err() {
+                if may_trace(who, pid).is_err() {
                     continue;
                 }
                 // Reading arenas needs no ptrace stop: do not queue behind a stuck worker.

@@ -392,14 +392,66 @@ fn other_uid_is_denied_root_targets_and_allowed_its_own() {
     own.assert_healthy();
 }
 
-fn run_nobody_dbus_send(bus: &Bus, pid: i32) -> std::process::Output {
-    std::process::Command::new("setpriv")
-        .args([
+/// The kernel also compares groups: the same uid in another group may not trace.
+#[test]
+fn same_uid_in_another_group_is_denied() {
+    let bus = Bus::start();
+    let exe = argstash_tests::build("seed", Variant::O2G);
+    let mut target = Target::spawn_with_args(
+        std::path::Path::new("/usr/bin/setpriv"),
+        &[
             "--reuid=65534",
-            "--regid=65534",
+            "--regid=65533",
             "--clear-groups",
-            "dbus-send",
-        ])
+            exe.to_str().unwrap(),
+        ],
+    );
+    let pid = target.pid().to_string();
+    let call = |gid: u32| {
+        bus.busctl_as(
+            65534,
+            gid,
+            &[
+                "call",
+                BUS_NAME,
+                MANAGER_PATH,
+                IFACE,
+                "Inject",
+                "uasa{sv}",
+                &pid,
+                "1",
+                "bar",
+                "0",
+            ],
+        )
+    };
+    let out = call(65534);
+    assert!(!out.status.success(), "{}", text(&out));
+    let out = run_dbus_send_as(&bus, 65534, 65534, target.pid());
+    let s = text(&out);
+    assert!(s.contains("org.freedesktop.DBus.Error.AccessDenied"), "{s}");
+    assert!(s.contains("gids are 65533, 65533 and 65533"), "{s}");
+    assert!(s.contains("the caller's gid is 65534"), "{s}");
+    assert_eq!(
+        bus.proxy().list_hooks(target.pid() as u32).unwrap().len(),
+        0
+    );
+    let out = call(65533);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(bus.proxy().eject_all(target.pid() as u32).unwrap(), 1);
+    target.assert_healthy();
+}
+
+fn run_nobody_dbus_send(bus: &Bus, pid: i32) -> std::process::Output {
+    run_dbus_send_as(bus, 65534, 65534, pid)
+}
+
+/// `EjectAll(pid)` sent by `dbus-send` running as `uid`:`gid`.
+fn run_dbus_send_as(bus: &Bus, uid: u32, gid: u32, pid: i32) -> std::process::Output {
+    std::process::Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .args(["--clear-groups", "dbus-send"])
         .arg(format!("--bus={}", bus.address))
         .arg("--print-reply")
         .arg(format!("--dest={BUS_NAME}"))

@@ -230,8 +230,15 @@ impl Bus {
 
     /// Runs `busctl` as uid/gid 65534 through `setpriv`.
     pub fn busctl_as_nobody(&self, args: &[&str]) -> Output {
+        self.busctl_as(65534, 65534, args)
+    }
+
+    /// Runs `busctl` on this bus as `uid`:`gid` with no supplementary groups.
+    pub fn busctl_as(&self, uid: u32, gid: u32, args: &[&str]) -> Output {
         run(Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "busctl"])
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .args(["--clear-groups", "busctl"])
             .arg(format!("--address={}", self.address))
             .args(args))
     }
