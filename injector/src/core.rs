@@ -1,0 +1,797 @@
+//! Core files: backtraces with stashed arguments after the process is gone.
+//!
+//! A [`CoreFile`] is an x86-64 ELF `ET_CORE` image mapped read-only. Its notes give
+//! the threads (`NT_PRSTATUS`: tid, signal, registers), the command name
+//! (`NT_PRPSINFO`), the auxiliary vector (`NT_AUXV`: where the executable and the
+//! vDSO are) and the mapped files (`NT_FILE`). Its `PT_LOAD` segments are the memory,
+//! served through the same [`Memory`] trait the live reader uses; bytes of a file
+//! mapping the kernel did not dump (`p_filesz` 0 or short, the default
+//! `coredump_filter`) are read from the mapped file on disk when it is there.
+//!
+//! Hooks need nothing outside the core: arenas are anonymous private `r-x`
+//! mappings, which the kernel dumps, and [`discover`] finds them by their magic in
+//! the mappings rebuilt from the segments. A mapped file missing on disk only costs
+//! its frames their names (they show addresses); it never fails the backtrace.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use goblin::container::{Container, Ctx, Endian};
+use goblin::elf::header::{ELFCLASS64, EM_X86_64, ET_CORE, ET_DYN, ET_EXEC};
+use goblin::elf::note::{NoteDataIterator, NT_FILE, NT_PRPSINFO, NT_PRSTATUS};
+use goblin::elf::program_header::{ProgramHeader, PF_R, PF_W, PF_X, PT_LOAD, PT_NOTE};
+
+use crate::arena::discover;
+use crate::backtrace::{Backtrace, BacktraceOptions, ThreadBacktrace, Unwind};
+use crate::error::Error;
+use crate::maps::{MapEntry, Perms};
+use crate::memory::{Memory, MemoryError};
+use crate::symbols::{Module, ProcessSymbols, VDSO};
+
+/// `NT_AUXV`: the auxiliary vector the process started with.
+const NT_AUXV: u32 = 6;
+/// Auxiliary vector tag: address of the executable's entry point.
+const AT_ENTRY: u64 = 9;
+/// Auxiliary vector tag: address of the vDSO's ELF header.
+const AT_SYSINFO_EHDR: u64 = 33;
+/// Size of an x86-64 `struct elf_prstatus`.
+const PRSTATUS_LEN: usize = 336;
+/// Offset of `pr_pid` in `struct elf_prstatus`.
+const PRSTATUS_PID: usize = 32;
+/// Offset of `pr_cursig` in `struct elf_prstatus`.
+const PRSTATUS_CURSIG: usize = 12;
+/// Offset of `pr_reg` (a `user_regs_struct`) in `struct elf_prstatus`.
+const PRSTATUS_REGS: usize = 112;
+/// Offset of `pr_pid` in an x86-64 `struct elf_prpsinfo`.
+const PRPSINFO_PID: usize = 24;
+/// Offset and length of `pr_fname` (the command name) in `struct elf_prpsinfo`.
+const PRPSINFO_FNAME: (usize, usize) = (40, 16);
+/// Largest `[vdso]` image read from the core.
+const MAX_VDSO_LEN: u64 = 1 << 20;
+/// `MapEntry::inode` of a file mapping rebuilt from a core (cores record no inodes).
+const CORE_FILE_INODE: u64 = 1;
+
+/// Errors opening or parsing a core file.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// The file could not be opened or mapped.
+    #[error("cannot read core file {path}: {source} (check the path: the kernel writes cores where /proc/sys/kernel/core_pattern says, relative to the crashed process's working directory)")]
+    Open {
+        /// The core file.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The file is not ELF at all.
+    #[error("{path} is not a core file (no ELF header); pass the core the kernel wrote (see /proc/sys/kernel/core_pattern) with --core")]
+    NotElf {
+        /// The file.
+        path: String,
+    },
+    /// The file is ELF, but an executable or library rather than a core.
+    #[error("{path} is an ELF {kind}, not a core file; pass the core with --core (and this file with --exe if it is the program that crashed)")]
+    NotCore {
+        /// The file.
+        path: String,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// A 32-bit core.
+    #[error("{path} is a 32-bit core file: only x86-64 cores are supported")]
+    Not64Bit {
+        /// The file.
+        path: String,
+    },
+    /// A core of another architecture.
+    #[error(
+        "{path} is a core of machine type {machine}, not x86-64: only x86-64 cores are supported"
+    )]
+    WrongMachine {
+        /// The file.
+        path: String,
+        /// `e_machine`.
+        machine: u16,
+    },
+    /// The file ends before its headers or segments do.
+    #[error("{path} is truncated: it has {len} bytes but its {what} need {needed}; the dump was cut short (RLIMIT_CORE too small, disk full, or an interrupted copy): raise `ulimit -c` and reproduce, or copy the core again")]
+    Truncated {
+        /// The file.
+        path: String,
+        /// Its length.
+        len: u64,
+        /// Bytes the headers or segments need.
+        needed: u64,
+        /// Which part is cut off.
+        what: &'static str,
+    },
+    /// Headers or notes are malformed.
+    #[error("{path} is a malformed core file: {msg}")]
+    Malformed {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// `--tid` named a thread the core does not have.
+    #[error("the core {path} has no thread {tid}; its threads are {}", .threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "))]
+    NoSuchThread {
+        /// The file.
+        path: String,
+        /// The thread asked for.
+        tid: i32,
+        /// The threads it has.
+        threads: Vec<i32>,
+    },
+    /// No `NT_PRSTATUS` note: no thread registers to unwind from.
+    #[error("{path} has no thread registers (no NT_PRSTATUS note); it was not written by the Linux kernel's ELF core dumper")]
+    NoThreads {
+        /// The file.
+        path: String,
+    },
+}
+
+/// Where to find the files a core's process had mapped.
+#[derive(Debug, Clone, Default)]
+pub struct CoreOptions {
+    /// The crashed program's executable, instead of the path recorded in the core.
+    pub exe: Option<PathBuf>,
+    /// Directory the recorded paths are resolved under (a copy of the crashed machine's root).
+    pub sysroot: Option<PathBuf>,
+}
+
+/// The registers of one thread in a core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoreThread {
+    /// Thread id.
+    pub tid: i32,
+    /// Signal the thread was stopped by (the crashing thread's fatal signal).
+    pub signal: i32,
+    /// Instruction pointer.
+    pub rip: u64,
+    /// Stack pointer.
+    pub rsp: u64,
+    /// Frame pointer.
+    pub rbp: u64,
+}
+
+/// One file mapping from `NT_FILE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoreMappedFile {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Offset into the file, in bytes.
+    pub offset: u64,
+    /// Path as the process saw it (a trailing ` (deleted)` removed).
+    pub path: String,
+}
+
+/// A `PT_LOAD` segment: process memory, some or all of it in the core.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    vaddr: u64,
+    memsz: u64,
+    offset: u64,
+    filesz: u64,
+    flags: u32,
+}
+
+/// A file the process had mapped, as found (or not) on this machine.
+struct BackingFile {
+    /// Where it was looked for.
+    disk: PathBuf,
+    /// Its bytes, or why they are not available.
+    map: Result<memmap2::Mmap, String>,
+}
+
+/// A mapped file of the core whose symbols could not be loaded: its frames show addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingModule {
+    /// Path as the process saw it.
+    pub path: String,
+    /// Where it was looked for on this machine.
+    pub looked_at: PathBuf,
+    /// Why it could not be used.
+    pub reason: String,
+}
+
+/// A parsed x86-64 Linux core file, readable as process memory.
+pub struct CoreFile {
+    path: PathBuf,
+    map: memmap2::Mmap,
+    segments: Vec<Segment>,
+    /// Process id of the dumped process.
+    pub pid: i32,
+    /// Command name (`pr_fname`), empty if the core has no `NT_PRPSINFO`.
+    pub command: String,
+    /// Threads, the one that received the fatal signal first.
+    pub threads: Vec<CoreThread>,
+    /// File mappings from `NT_FILE`, in address order.
+    pub files: Vec<CoreMappedFile>,
+    auxv: Vec<(u64, u64)>,
+    options: CoreOptions,
+    backing: HashMap<String, BackingFile>,
+}
+
+impl std::fmt::Debug for CoreFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoreFile")
+            .field("path", &self.path)
+            .field("pid", &self.pid)
+            .field("threads", &self.threads.len())
+            .field("segments", &self.segments.len())
+            .field("files", &self.files.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Little-endian reads from a byte slice that fail (as `None`) instead of panicking.
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+fn le_i32(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_le_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn le_i16(b: &[u8], at: usize) -> Option<i16> {
+    Some(i16::from_le_bytes(
+        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
+}
+
+/// The notes this reader uses, copied out of the core.
+#[derive(Default)]
+struct Notes {
+    pid: Option<i32>,
+    command: String,
+    threads: Vec<CoreThread>,
+    files: Vec<CoreMappedFile>,
+    auxv: Vec<(u64, u64)>,
+}
+
+impl CoreFile {
+    /// Opens and parses a core file; `options` say where its mapped files are.
+    pub fn open(path: &Path, options: CoreOptions) -> Result<CoreFile, CoreError> {
+        let shown = path.display().to_string();
+        let open_err = |source| CoreError::Open {
+            path: shown.clone(),
+            source,
+        };
+        let file = File::open(path).map_err(open_err)?;
+        let meta = file.metadata().map_err(open_err)?;
+        if !meta.is_file() {
+            return Err(open_err(io::Error::other("not a regular file")));
+        }
+        if meta.len() == 0 {
+            return Err(CoreError::NotElf { path: shown });
+        }
+        // SAFETY: mapped read-only and private, never written through. A core is not
+        // changed in place once the kernel has written it; if another process truncated
+        // it while we read, an access past the new end would raise SIGBUS, the risk every
+        // core reader that maps its input accepts.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(open_err)?;
+        let (segments, notes) = parse(&map, &shown)?;
+        let mut core = CoreFile {
+            path: path.to_path_buf(),
+            map,
+            segments,
+            pid: notes
+                .pid
+                .or(notes.threads.first().map(|t| t.tid))
+                .unwrap_or(0),
+            command: notes.command,
+            threads: notes.threads,
+            files: notes.files,
+            auxv: notes.auxv,
+            options,
+            backing: HashMap::new(),
+        };
+        core.open_backing_files();
+        Ok(core)
+    }
+
+    /// The core file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A value from the auxiliary vector.
+    pub fn auxv(&self, tag: u64) -> Option<u64> {
+        self.auxv.iter().find(|(t, _)| *t == tag).map(|(_, v)| *v)
+    }
+
+    /// The recorded path of the main executable: the file mapped at the entry point.
+    pub fn exe_path(&self) -> Option<&str> {
+        let entry = self.auxv(AT_ENTRY)?;
+        self.files
+            .iter()
+            .find(|f| entry >= f.start && entry < f.end)
+            .map(|f| f.path.as_str())
+    }
+
+    /// Where a recorded path is looked for on this machine (`--exe`, `--sysroot`).
+    pub fn disk_path(&self, recorded: &str) -> PathBuf {
+        if let Some(exe) = &self.options.exe {
+            if self.exe_path() == Some(recorded) {
+                return exe.clone();
+            }
+        }
+        match &self.options.sysroot {
+            Some(root) => root.join(recorded.trim_start_matches('/')),
+            None => PathBuf::from(recorded),
+        }
+    }
+
+    fn open_backing_files(&mut self) {
+        let mut backing = HashMap::new();
+        for f in &self.files {
+            if backing.contains_key(&f.path) {
+                continue;
+            }
+            let disk = self.disk_path(&f.path);
+            let map = map_regular_file(&disk);
+            backing.insert(f.path.clone(), BackingFile { disk, map });
+        }
+        self.backing = backing;
+    }
+
+    /// The process's mappings rebuilt from the segments and `NT_FILE`.
+    ///
+    /// Cores do not record sharing or inodes: every mapping reads as private, file
+    /// mappings get a placeholder inode, and the vDSO is named `[vdso]`.
+    pub fn maps(&self) -> Vec<MapEntry> {
+        let vdso = self.auxv(AT_SYSINFO_EHDR);
+        self.segments
+            .iter()
+            .map(|s| {
+                let file = self.file_at(s.vaddr);
+                let (offset, inode, path) = match file {
+                    Some(f) => (
+                        f.offset.saturating_add(s.vaddr - f.start),
+                        CORE_FILE_INODE,
+                        f.path.clone(),
+                    ),
+                    None if Some(s.vaddr) == vdso => (0, 0, VDSO.to_string()),
+                    None => (0, 0, String::new()),
+                };
+                MapEntry {
+                    start: s.vaddr,
+                    end: s.vaddr.saturating_add(s.memsz),
+                    perms: Perms {
+                        read: s.flags & PF_R != 0,
+                        write: s.flags & PF_W != 0,
+                        exec: s.flags & PF_X != 0,
+                        private: true,
+                    },
+                    offset,
+                    inode,
+                    path,
+                }
+            })
+            .collect()
+    }
+
+    fn file_at(&self, addr: u64) -> Option<&CoreMappedFile> {
+        self.files.iter().find(|f| addr >= f.start && addr < f.end)
+    }
+
+    fn segment_at(&self, addr: u64) -> Option<&Segment> {
+        let i = self.segments.partition_point(|s| s.vaddr <= addr);
+        let s = self.segments.get(i.checked_sub(1)?)?;
+        (addr - s.vaddr < s.memsz).then_some(s)
+    }
+
+    /// Symbols of every executable file mapping (and the vDSO); files missing on this
+    /// machine are listed instead, and their frames will show addresses only.
+    pub fn symbols(&self, maps: &[MapEntry]) -> (ProcessSymbols, Vec<MissingModule>) {
+        let mut paths: Vec<&str> = Vec::new();
+        for e in maps {
+            if e.perms.exec && (e.is_file() || e.path == VDSO) && !paths.contains(&e.path.as_str())
+            {
+                paths.push(&e.path);
+            }
+        }
+        let mut modules = Vec::new();
+        let mut missing = Vec::new();
+        for path in paths {
+            let entries: Vec<&MapEntry> = maps.iter().filter(|e| e.path == path).collect();
+            let (loaded, looked_at) = if path == VDSO {
+                let image = entries.first().map(|e| {
+                    let len = (e.end - e.start).min(MAX_VDSO_LEN) as usize;
+                    self.read_vec(e.start, len)
+                });
+                match image {
+                    Some(Ok(bytes)) => (
+                        Module::from_image(VDSO, bytes, &entries).map_err(|e| e.to_string()),
+                        PathBuf::from(VDSO),
+                    ),
+                    Some(Err(e)) => (Err(e.to_string()), PathBuf::from(VDSO)),
+                    None => continue,
+                }
+            } else {
+                let disk = self.disk_path(path);
+                match self.backing.get(path).map(|b| &b.map) {
+                    Some(Err(why)) => (Err(why.clone()), disk),
+                    _ => (
+                        Module::from_file(path, &disk, &entries).map_err(|e| e.to_string()),
+                        disk,
+                    ),
+                }
+            };
+            match loaded {
+                Ok(m) => modules.push(m),
+                Err(reason) => missing.push(MissingModule {
+                    path: path.to_string(),
+                    looked_at,
+                    reason,
+                }),
+            }
+        }
+        (ProcessSymbols::from_modules(self.pid, modules), missing)
+    }
+
+    /// Reads bytes of a file mapping the kernel did not dump from the file on disk.
+    fn read_from_file(&self, addr: u64, buf: &mut [u8]) -> Result<usize, String> {
+        let f = self
+            .file_at(addr)
+            .ok_or("not dumped in the core and not a file mapping")?;
+        let backing = self.backing.get(&f.path).ok_or("not dumped in the core")?;
+        let map = backing.map.as_ref().map_err(|why| {
+            format!(
+                "not dumped in the core, and its file {} is unavailable: {why}",
+                backing.disk.display()
+            )
+        })?;
+        let n = buf.len().min((f.end - addr) as usize);
+        let at = f
+            .offset
+            .checked_add(addr - f.start)
+            .ok_or("offset overflow")?;
+        let bytes = usize::try_from(at)
+            .ok()
+            .and_then(|at| map.get(at..at.checked_add(n)?))
+            .ok_or_else(|| format!("past the end of {}", backing.disk.display()))?;
+        buf[..n].copy_from_slice(bytes);
+        Ok(n)
+    }
+}
+
+/// Maps a regular file read-only, or says why not.
+fn map_regular_file(path: &Path) -> Result<memmap2::Mmap, String> {
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_string());
+    }
+    if meta.len() == 0 {
+        return Err("empty file".to_string());
+    }
+    // SAFETY: read-only private mapping never written through; a file truncated under
+    // us while mapped could raise SIGBUS, the risk every reader of mapped binaries takes.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| e.to_string())
+}
+
+/// Validates the ELF header and program headers, then reads the notes.
+fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
+    let len = bytes.len() as u64;
+    let truncated = |needed: u64, what| CoreError::Truncated {
+        path: path.to_string(),
+        len,
+        needed,
+        what,
+    };
+    if bytes.get(..4) != Some(b"\x7fELF".as_slice()) {
+        return Err(CoreError::NotElf {
+            path: path.to_string(),
+        });
+    }
+    if bytes.get(4).is_some_and(|c| *c != ELFCLASS64) {
+        return Err(CoreError::Not64Bit {
+            path: path.to_string(),
+        });
+    }
+    let header_len = goblin::elf::header::header64::SIZEOF_EHDR as u64;
+    if len < header_len {
+        return Err(truncated(header_len, "ELF header"));
+    }
+    let header = goblin::elf::Elf::parse_header(bytes).map_err(|e| CoreError::Malformed {
+        path: path.to_string(),
+        msg: e.to_string(),
+    })?;
+    if header.e_type != ET_CORE {
+        let kind = match header.e_type {
+            ET_EXEC => "executable",
+            ET_DYN => "shared object or PIE executable",
+            _ => "file of another type",
+        };
+        return Err(CoreError::NotCore {
+            path: path.to_string(),
+            kind,
+        });
+    }
+    if header.e_machine != EM_X86_64 {
+        return Err(CoreError::WrongMachine {
+            path: path.to_string(),
+            machine: header.e_machine,
+        });
+    }
+    let phnum = u64::from(header.e_phnum);
+    let ph_end = phnum
+        .checked_mul(u64::from(header.e_phentsize))
+        .and_then(|n| n.checked_add(header.e_phoff))
+        .ok_or_else(|| CoreError::Malformed {
+            path: path.to_string(),
+            msg: "program header table overflows".to_string(),
+        })?;
+    if ph_end > len {
+        return Err(truncated(ph_end, "program headers"));
+    }
+    let ctx = Ctx::new(Container::Big, Endian::Little);
+    let phdrs =
+        ProgramHeader::parse(bytes, header.e_phoff as usize, phnum as usize, ctx).map_err(|e| {
+            CoreError::Malformed {
+                path: path.to_string(),
+                msg: format!("program headers: {e}"),
+            }
+        })?;
+    let mut segments = Vec::new();
+    let mut needed = ph_end;
+    for ph in &phdrs {
+        let end = ph
+            .p_offset
+            .checked_add(ph.p_filesz)
+            .ok_or_else(|| CoreError::Malformed {
+                path: path.to_string(),
+                msg: format!("segment at file offset {:#x} overflows", ph.p_offset),
+            })?;
+        if ph.p_type == PT_LOAD || ph.p_type == PT_NOTE {
+            needed = needed.max(end);
+        }
+        if ph.p_type == PT_LOAD && ph.p_memsz > 0 {
+            segments.push(Segment {
+                vaddr: ph.p_vaddr,
+                memsz: ph.p_memsz,
+                offset: ph.p_offset,
+                filesz: ph.p_filesz.min(ph.p_memsz),
+                flags: ph.p_flags,
+            });
+        }
+    }
+    if needed > len {
+        let what = if phdrs
+            .iter()
+            .any(|p| p.p_type == PT_NOTE && p.p_offset.saturating_add(p.p_filesz) > len)
+        {
+            "notes"
+        } else {
+            "memory segments"
+        };
+        return Err(truncated(needed, what));
+    }
+    segments.sort_by_key(|s| s.vaddr);
+    let notes = read_notes(bytes, &phdrs, ctx).map_err(|msg| CoreError::Malformed {
+        path: path.to_string(),
+        msg,
+    })?;
+    if notes.threads.is_empty() {
+        return Err(CoreError::NoThreads {
+            path: path.to_string(),
+        });
+    }
+    Ok((segments, notes))
+}
+
+/// Reads `NT_PRSTATUS`, `NT_PRPSINFO`, `NT_AUXV` and `NT_FILE` from the note segments.
+fn read_notes(bytes: &[u8], phdrs: &[ProgramHeader], ctx: Ctx) -> Result<Notes, String> {
+    let mut notes = Notes::default();
+    for ph in phdrs.iter().filter(|p| p.p_type == PT_NOTE) {
+        let offset = usize::try_from(ph.p_offset).map_err(|_| "note offset too large")?;
+        let size = usize::try_from(ph.p_filesz).map_err(|_| "note size too large")?;
+        let iter = NoteDataIterator {
+            data: bytes,
+            offset,
+            size: offset.saturating_add(size),
+            ctx: (ph.p_align as usize, ctx),
+        };
+        for note in iter {
+            let note = note.map_err(|e| format!("note segment: {e}"))?;
+            if note.name != "CORE" {
+                continue;
+            }
+            match note.n_type {
+                NT_PRSTATUS => notes.threads.push(parse_prstatus(note.desc)?),
+                NT_PRPSINFO => {
+                    notes.pid = le_i32(note.desc, PRPSINFO_PID);
+                    let (at, n) = PRPSINFO_FNAME;
+                    if let Some(name) = note.desc.get(at..at + n) {
+                        let end = name.iter().position(|b| *b == 0).unwrap_or(n);
+                        notes.command = String::from_utf8_lossy(&name[..end]).into_owned();
+                    }
+                }
+                NT_AUXV => {
+                    notes.auxv = note
+                        .desc
+                        .chunks_exact(16)
+                        .filter_map(|c| Some((le_u64(c, 0)?, le_u64(c, 8)?)))
+                        .collect();
+                }
+                NT_FILE => notes.files = parse_nt_file(note.desc)?,
+                _ => {}
+            }
+        }
+    }
+    Ok(notes)
+}
+
+fn parse_prstatus(desc: &[u8]) -> Result<CoreThread, String> {
+    if desc.len() < PRSTATUS_LEN {
+        return Err(format!(
+            "NT_PRSTATUS has {} bytes, an x86-64 one has {PRSTATUS_LEN}",
+            desc.len()
+        ));
+    }
+    let reg = |i: usize| le_u64(desc, PRSTATUS_REGS + 8 * i).unwrap_or(0);
+    // user_regs_struct: r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ...
+    Ok(CoreThread {
+        tid: le_i32(desc, PRSTATUS_PID).unwrap_or(0),
+        signal: i32::from(le_i16(desc, PRSTATUS_CURSIG).unwrap_or(0)),
+        rbp: reg(4),
+        rip: reg(16),
+        rsp: reg(19),
+    })
+}
+
+/// `NT_FILE`: count, page size, `count` (start, end, page offset) triples, then `count` paths.
+fn parse_nt_file(desc: &[u8]) -> Result<Vec<CoreMappedFile>, String> {
+    let bad = |what: &str| format!("NT_FILE note: {what}");
+    let count = le_u64(desc, 0).ok_or_else(|| bad("too short"))?;
+    let page = le_u64(desc, 8).ok_or_else(|| bad("too short"))?;
+    let table_len = count
+        .checked_mul(24)
+        .and_then(|n| n.checked_add(16))
+        .filter(|n| *n <= desc.len() as u64)
+        .ok_or_else(|| bad("more entries than bytes"))? as usize;
+    let mut names = desc[table_len..].split(|b| *b == 0);
+    let mut files = Vec::with_capacity(count as usize);
+    for i in 0..count as usize {
+        let at = 16 + 24 * i;
+        let (start, end, pages) = (
+            le_u64(desc, at).unwrap_or(0),
+            le_u64(desc, at + 8).unwrap_or(0),
+            le_u64(desc, at + 16).unwrap_or(0),
+        );
+        let name = names
+            .next()
+            .ok_or_else(|| bad("fewer paths than entries"))?;
+        let name = String::from_utf8_lossy(name);
+        let path = name.strip_suffix(" (deleted)").unwrap_or(&name).to_string();
+        if end <= start {
+            return Err(bad("an entry ends before it starts"));
+        }
+        files.push(CoreMappedFile {
+            start,
+            end,
+            offset: pages.saturating_mul(page),
+            path,
+        });
+    }
+    files.sort_by_key(|f| f.start);
+    Ok(files)
+}
+
+impl Memory for CoreFile {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let len = buf.len();
+        let fail = |msg: String| MemoryError::Read {
+            addr,
+            len,
+            source: io::Error::other(msg),
+        };
+        let mut done = 0usize;
+        while done < len {
+            let at = addr
+                .checked_add(done as u64)
+                .ok_or_else(|| fail("address overflow".to_string()))?;
+            let seg = self
+                .segment_at(at)
+                .ok_or_else(|| fail(format!("0x{at:x} is not mapped in the core")))?;
+            let into = at - seg.vaddr;
+            let left_in_seg = (seg.memsz - into).min((len - done) as u64) as usize;
+            let dest = &mut buf[done..done + left_in_seg];
+            let n = if into < seg.filesz {
+                let n = dest.len().min((seg.filesz - into) as usize);
+                let from = (seg.offset + into) as usize;
+                let src = self
+                    .map
+                    .get(from..from + n)
+                    .ok_or_else(|| fail("segment past the end of the core".to_string()))?;
+                dest[..n].copy_from_slice(src);
+                n
+            } else {
+                self.read_from_file(at, dest)
+                    .map_err(|why| fail(format!("0x{at:x}: {why}")))?
+            };
+            if n == 0 {
+                return Err(fail(format!("0x{at:x}: no bytes")));
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
+        Err(MemoryError::ReadOnly {
+            addr,
+            len: data.len(),
+        })
+    }
+}
+
+/// A backtrace read from a core file, with the mapped files that were missing.
+#[derive(Debug, Clone)]
+pub struct CoreBacktrace {
+    /// The threads, as a live backtrace has them (stopped for zero time).
+    pub backtrace: Backtrace,
+    /// Signal that killed the process (the first thread's), 0 if unknown.
+    pub signal: i32,
+    /// Mapped files whose symbols could not be loaded; their frames show addresses.
+    pub missing: Vec<MissingModule>,
+}
+
+/// Unwinds every thread (or `opts.tid`) of a core, with stashed arguments from its arenas.
+pub fn backtrace_core(core: &CoreFile, opts: &BacktraceOptions) -> Result<CoreBacktrace, Error> {
+    let maps = core.maps();
+    let (symbols, missing) = core.symbols(&maps);
+    let arenas = discover(&maps, core)?;
+    let unwind = Unwind::new(symbols, arenas);
+    let selected: Vec<&CoreThread> = match opts.tid {
+        Some(tid) => {
+            let t: Vec<&CoreThread> = core.threads.iter().filter(|t| t.tid == tid).collect();
+            if t.is_empty() {
+                return Err(CoreError::NoSuchThread {
+                    path: core.path.display().to_string(),
+                    tid,
+                    threads: core.threads.iter().map(|t| t.tid).collect(),
+                }
+                .into());
+            }
+            t
+        }
+        None => core.threads.iter().collect(),
+    };
+    let threads = selected
+        .into_iter()
+        .map(|t| {
+            let (frames, truncated) =
+                unwind.unwind(t.rip, t.rsp, t.rbp, core, opts.show_trampolines);
+            ThreadBacktrace {
+                tid: t.tid,
+                name: if t.tid == core.pid {
+                    core.command.clone()
+                } else {
+                    String::new()
+                },
+                frames,
+                truncated,
+                stopped: Duration::ZERO,
+            }
+        })
+        .collect();
+    Ok(CoreBacktrace {
+        backtrace: Backtrace {
+            pid: core.pid,
+            threads,
+        },
+        signal: core.threads.first().map_or(0, |t| t.signal),
+        missing,
+    })
+}
