@@ -279,7 +279,15 @@ impl CoreFile {
         // it while we read, an access past the new end would raise SIGBUS, the risk every
         // core reader that maps its input accepts.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(open_err)?;
-        let (segments, notes) = parse(&map, &shown)?;
+        // goblin reports malformed input as errors; a panic on some input it does not
+        // expect still must not take the caller down.
+        let (segments, notes) =
+            std::panic::catch_unwind(|| parse(&map, &shown)).unwrap_or_else(|_| {
+                Err(CoreError::Malformed {
+                    path: shown.clone(),
+                    msg: "the ELF parser failed on malformed input".to_string(),
+                })
+            })?;
         let mut core = CoreFile {
             path: path.to_path_buf(),
             map,
@@ -794,4 +802,316 @@ pub fn backtrace_core(core: &CoreFile, opts: &BacktraceOptions) -> Result<CoreBa
         signal: core.threads.first().map_or(0, |t| t.signal),
         missing,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A file in the temp directory, removed on drop.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(tag: &str, bytes: &[u8]) -> TempFile {
+            static SEQ: AtomicU32 = AtomicU32::new(0);
+            let p = std::env::temp_dir().join(format!(
+                "argstash-core-{}-{}-{tag}",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::write(&p, bytes).unwrap();
+            TempFile(p)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn note(out: &mut Vec<u8>, ty: u32, desc: &[u8]) {
+        out.extend(5u32.to_le_bytes());
+        out.extend((desc.len() as u32).to_le_bytes());
+        out.extend(ty.to_le_bytes());
+        out.extend(b"CORE\0\0\0\0");
+        out.extend(desc);
+        out.resize(out.len().div_ceil(4) * 4, 0);
+    }
+
+    struct Load {
+        vaddr: u64,
+        memsz: u64,
+        flags: u32,
+        data: Vec<u8>,
+    }
+
+    /// Writes an x86-64 ET_CORE: ELF header, program headers, one note segment, the loads.
+    fn build_core(notes: &[u8], loads: &[Load]) -> Vec<u8> {
+        let phnum = 1 + loads.len();
+        let mut out = Vec::new();
+        out.extend(b"\x7fELF");
+        out.extend([2, 1, 1, 0]);
+        out.resize(16, 0);
+        out.extend(4u16.to_le_bytes()); // ET_CORE
+        out.extend(62u16.to_le_bytes()); // EM_X86_64
+        out.extend(1u32.to_le_bytes());
+        out.extend(0u64.to_le_bytes()); // e_entry
+        out.extend(64u64.to_le_bytes()); // e_phoff
+        out.extend(0u64.to_le_bytes()); // e_shoff
+        out.extend(0u32.to_le_bytes());
+        out.extend(64u16.to_le_bytes());
+        out.extend(56u16.to_le_bytes());
+        out.extend((phnum as u16).to_le_bytes());
+        out.extend([0u8; 6]);
+        let mut offset = 64 + 56 * phnum as u64;
+        let mut phdr =
+            |out: &mut Vec<u8>, ty: u32, flags: u32, vaddr: u64, filesz: u64, memsz: u64| {
+                out.extend(ty.to_le_bytes());
+                out.extend(flags.to_le_bytes());
+                out.extend(offset.to_le_bytes());
+                out.extend(vaddr.to_le_bytes());
+                out.extend(0u64.to_le_bytes());
+                out.extend(filesz.to_le_bytes());
+                out.extend(memsz.to_le_bytes());
+                out.extend(4u64.to_le_bytes());
+                offset += filesz;
+            };
+        phdr(&mut out, PT_NOTE, 0, 0, notes.len() as u64, 0);
+        for l in loads {
+            phdr(
+                &mut out,
+                PT_LOAD,
+                l.flags,
+                l.vaddr,
+                l.data.len() as u64,
+                l.memsz,
+            );
+        }
+        out.extend(notes);
+        for l in loads {
+            out.extend(&l.data);
+        }
+        out
+    }
+
+    fn prstatus(tid: i32, sig: i16, rip: u64, rsp: u64, rbp: u64) -> Vec<u8> {
+        let mut d = vec![0u8; PRSTATUS_LEN];
+        d[PRSTATUS_CURSIG..PRSTATUS_CURSIG + 2].copy_from_slice(&sig.to_le_bytes());
+        d[PRSTATUS_PID..PRSTATUS_PID + 4].copy_from_slice(&tid.to_le_bytes());
+        for (i, v) in [(4, rbp), (16, rip), (19, rsp)] {
+            let at = PRSTATUS_REGS + 8 * i;
+            d[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        d
+    }
+
+    fn u64s(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// A core of pid 77 ("victim") with a file mapping at 0x400000 (only its first 16
+    /// bytes dumped, the rest in `file` from offset 0x1000) and two adjacent anonymous
+    /// segments at 0x7000_0000.
+    fn sample_core(file: &Path) -> Vec<u8> {
+        let mut notes = Vec::new();
+        note(
+            &mut notes,
+            NT_PRSTATUS,
+            &prstatus(77, 11, 0x400010, 0x7000_0100, 0x7000_0200),
+        );
+        note(
+            &mut notes,
+            NT_PRSTATUS,
+            &prstatus(78, 0, 0x400020, 0x7000_0300, 0),
+        );
+        let mut psinfo = vec![0u8; 136];
+        psinfo[PRPSINFO_PID..PRPSINFO_PID + 4].copy_from_slice(&77i32.to_le_bytes());
+        psinfo[PRPSINFO_FNAME.0..PRPSINFO_FNAME.0 + 6].copy_from_slice(b"victim");
+        note(&mut notes, NT_PRPSINFO, &psinfo);
+        note(&mut notes, NT_AUXV, &u64s(&[AT_ENTRY, 0x400100, 0, 0]));
+        let mut nt_file = u64s(&[1, 0x1000, 0x400000, 0x402000, 1]);
+        nt_file.extend(file.as_os_str().as_encoded_bytes());
+        nt_file.push(0);
+        note(&mut notes, NT_FILE, &nt_file);
+        build_core(
+            &notes,
+            &[
+                Load {
+                    vaddr: 0x400000,
+                    memsz: 0x2000,
+                    flags: PF_R | PF_X,
+                    data: vec![0xcc; 16],
+                },
+                Load {
+                    vaddr: 0x7000_0000,
+                    memsz: 0x1000,
+                    flags: PF_R | PF_W,
+                    data: vec![0x11; 0x1000],
+                },
+                Load {
+                    vaddr: 0x7000_1000,
+                    memsz: 0x1000,
+                    flags: PF_R | PF_X,
+                    data: vec![0x22; 0x1000],
+                },
+            ],
+        )
+    }
+
+    fn backing_file() -> TempFile {
+        let bytes: Vec<u8> = (0..0x3000u32).map(|i| (i / 16) as u8).collect();
+        TempFile::new("lib", &bytes)
+    }
+
+    #[test]
+    fn reads_threads_memory_and_mapped_files() {
+        let lib = backing_file();
+        let core = TempFile::new("core", &sample_core(&lib.0));
+        let c = CoreFile::open(&core.0, CoreOptions::default()).unwrap();
+        assert_eq!((c.pid, c.command.as_str()), (77, "victim"));
+        assert_eq!(
+            c.threads,
+            [
+                CoreThread {
+                    tid: 77,
+                    signal: 11,
+                    rip: 0x400010,
+                    rsp: 0x7000_0100,
+                    rbp: 0x7000_0200
+                },
+                CoreThread {
+                    tid: 78,
+                    signal: 0,
+                    rip: 0x400020,
+                    rsp: 0x7000_0300,
+                    rbp: 0
+                }
+            ]
+        );
+        let lib_path = lib.0.to_str().unwrap();
+        assert_eq!(c.exe_path(), Some(lib_path));
+        let maps = c.maps();
+        assert_eq!(maps.len(), 3);
+        assert!(maps[0].is_file() && maps[0].perms.exec && maps[0].offset == 0x1000);
+        assert_eq!(maps[0].path, lib_path);
+        assert!(maps[2].perms.exec && maps[2].inode == 0 && maps[2].path.is_empty());
+
+        // Dumped bytes come from the core; the rest of the file mapping from the file.
+        assert_eq!(c.read_vec(0x400000, 16).unwrap(), vec![0xcc; 16]);
+        let mixed = c.read_vec(0x40000c, 8).unwrap();
+        assert_eq!(
+            mixed,
+            [0xcc, 0xcc, 0xcc, 0xcc, 0x101, 0x101, 0x101, 0x101].map(|b: u32| b as u8)
+        );
+        assert_eq!(c.read_vec(0x401ff0, 16).unwrap(), vec![0xff; 16]);
+        // Across two segments.
+        let across = c.read_vec(0x7000_0ffc, 8).unwrap();
+        assert_eq!(across, [0x11, 0x11, 0x11, 0x11, 0x22, 0x22, 0x22, 0x22]);
+        assert!(c.read_vec(0x7000_1ffc, 8).is_err(), "past the last segment");
+        assert!(c.read_vec(0x1000, 1).is_err(), "unmapped");
+        assert!(matches!(
+            c.write(0x7000_0000, &[1]),
+            Err(MemoryError::ReadOnly { .. })
+        ));
+
+        // The file missing under a sysroot: dumped bytes still read, the rest fails by name.
+        let empty = std::env::temp_dir();
+        let c = CoreFile::open(
+            &core.0,
+            CoreOptions {
+                exe: None,
+                sysroot: Some(empty.join("argstash-no-such-root")),
+            },
+        )
+        .unwrap();
+        assert_eq!(c.read_vec(0x400000, 16).unwrap(), vec![0xcc; 16]);
+        let err = c.read_vec(0x400010, 4).unwrap_err().to_string();
+        assert!(err.contains("argstash-no-such-root"), "{err}");
+        // --exe replaces the file mapped at the entry point.
+        let other = TempFile::new("exe", &[7u8; 0x3000]);
+        let c = CoreFile::open(
+            &core.0,
+            CoreOptions {
+                exe: Some(other.0.clone()),
+                sysroot: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(c.read_vec(0x400010, 2).unwrap(), [7, 7]);
+        // A thread that is not in the core.
+        let err = backtrace_core(
+            &c,
+            &BacktraceOptions {
+                tid: Some(5),
+                show_trampolines: false,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("no thread 5") && err.contains("77, 78"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn truncated_and_corrupted_cores_are_errors_not_panics() {
+        let lib = backing_file();
+        let whole = sample_core(&lib.0);
+        let notes_end = whole.len() - 16 - 0x2000;
+        let mut lengths: Vec<usize> = (0..notes_end + 8).collect();
+        lengths.extend((notes_end + 8..whole.len()).step_by(509));
+        lengths.push(whole.len() - 1);
+        for len in lengths {
+            let f = TempFile::new("trunc", &whole[..len]);
+            match CoreFile::open(&f.0, CoreOptions::default()) {
+                Ok(_) => panic!("a core cut to {len} of {} bytes was accepted", whole.len()),
+                Err(CoreError::Truncated { needed, .. }) => assert!(needed > len as u64),
+                Err(CoreError::NotElf { .. }) => assert!(len < 4, "{len}"),
+                Err(e) => panic!("cut to {len}: unexpected error {e}"),
+            }
+        }
+        // Flipped bytes in the headers and notes: any result but a panic.
+        for at in (0..notes_end).step_by(3) {
+            let mut bad = whole.clone();
+            bad[at] ^= 0xa5;
+            let f = TempFile::new("flip", &bad);
+            if let Ok(c) = CoreFile::open(&f.0, CoreOptions::default()) {
+                let _ = c.read_vec(0x400000, 64);
+                let _ = backtrace_core(&c, &BacktraceOptions::default());
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_what_is_not_an_x86_64_core() {
+        let open = |bytes: &[u8]| {
+            let f = TempFile::new("bad", bytes);
+            CoreFile::open(&f.0, CoreOptions::default()).unwrap_err()
+        };
+        assert!(matches!(
+            open(b"hello, not a core\n"),
+            CoreError::NotElf { .. }
+        ));
+        assert!(matches!(open(b""), CoreError::NotElf { .. }));
+        let mut ident32 = b"\x7fELF\x01\x01\x01".to_vec();
+        ident32.resize(52, 0);
+        assert!(matches!(open(&ident32), CoreError::Not64Bit { .. }));
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let err = open(&exe);
+        assert!(matches!(err, CoreError::NotCore { .. }), "{err}");
+        assert!(err.to_string().contains("--exe"), "{err}");
+        let mut arm = build_core(&[], &[]);
+        arm[18] = 183; // EM_AARCH64
+        assert!(matches!(
+            open(&arm),
+            CoreError::WrongMachine { machine: 183, .. }
+        ));
+        let no_threads = build_core(&[], &[]);
+        assert!(matches!(open(&no_threads), CoreError::NoThreads { .. }));
+        let missing = CoreFile::open(Path::new("/nonexistent/core"), CoreOptions::default());
+        assert!(matches!(missing, Err(CoreError::Open { .. })));
+    }
 }
