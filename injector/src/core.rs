@@ -346,10 +346,44 @@ impl CoreFile {
                 continue;
             }
             let disk = self.disk_path(&f.path);
-            let map = map_regular_file(&disk);
+            let map = map_regular_file(&disk).and_then(|map| {
+                self.check_same_build(&f.path, &map)?;
+                Ok(map)
+            });
             backing.insert(f.path.clone(), BackingFile { disk, map });
         }
         self.backing = backing;
+    }
+
+    /// Fails when the file found on disk has another GNU build id than the one the
+    /// core's dump of its first page shows (the file was rebuilt or replaced).
+    fn check_same_build(&self, path: &str, disk: &[u8]) -> Result<(), String> {
+        let Some(first) = self.files.iter().find(|f| f.path == path && f.offset == 0) else {
+            return Ok(());
+        };
+        let dumped = self.dumped(first.start);
+        match (build_id(dumped), build_id(disk)) {
+            (Some(core), Some(file)) if core != file => Err(format!(
+                "its build id is {} but the process had {} mapped: not the file of the crashed process",
+                hex(file),
+                hex(core)
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The bytes the core itself holds from `addr` to the end of that segment's dump.
+    fn dumped(&self, addr: u64) -> &[u8] {
+        let Some(seg) = self.segment_at(addr) else {
+            return &[];
+        };
+        let into = addr - seg.vaddr;
+        if into >= seg.filesz {
+            return &[];
+        }
+        let from = (seg.offset + into) as usize;
+        let to = (seg.offset + seg.filesz) as usize;
+        self.map.get(from..to).unwrap_or(&[])
     }
 
     /// The process's mappings rebuilt from the segments and `NT_FILE`.
@@ -471,6 +505,64 @@ impl CoreFile {
         buf[..n].copy_from_slice(bytes);
         Ok(n)
     }
+}
+
+/// Lower-case hex of bytes.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `NT_GNU_BUILD_ID` of a 64-bit ELF image, found through its `PT_NOTE` headers;
+/// works on a whole file and on the first page a core dumps of each ELF mapping.
+fn build_id(image: &[u8]) -> Option<&[u8]> {
+    if image.get(..4)? != b"\x7fELF" || *image.get(4)? != ELFCLASS64 {
+        return None;
+    }
+    let u32_at = |b: &[u8], at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(
+            b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+        ))
+    };
+    let u16_at = |b: &[u8], at: usize| -> Option<u16> {
+        Some(u16::from_le_bytes(
+            b.get(at..at.checked_add(2)?)?.try_into().ok()?,
+        ))
+    };
+    let phoff = usize::try_from(le_u64(image, 32)?).ok()?;
+    let phentsize = usize::from(u16_at(image, 54)?);
+    let phnum = usize::from(u16_at(image, 56)?);
+    for i in 0..phnum {
+        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        if u32_at(image, ph)? != PT_NOTE {
+            continue;
+        }
+        let (Some(off), Some(len)) = (le_u64(image, ph + 8), le_u64(image, ph + 32)) else {
+            continue;
+        };
+        let Some(notes) = usize::try_from(off)
+            .ok()
+            .zip(usize::try_from(len).ok())
+            .and_then(|(o, l)| image.get(o..o.checked_add(l)?))
+        else {
+            continue;
+        };
+        let mut at = 0usize;
+        while let (Some(namesz), Some(descsz), Some(ty)) = (
+            u32_at(notes, at),
+            u32_at(notes, at + 4),
+            u32_at(notes, at + 8),
+        ) {
+            let name_at = at + 12;
+            let desc_at = name_at.checked_add((namesz as usize).checked_add(3)? & !3)?;
+            let next = desc_at.checked_add((descsz as usize).checked_add(3)? & !3)?;
+            let name = notes.get(name_at..name_at + namesz as usize)?;
+            if ty == goblin::elf::note::NT_GNU_BUILD_ID && name == b"GNU\0" {
+                return notes.get(desc_at..desc_at.checked_add(descsz as usize)?);
+            }
+            at = next;
+        }
+    }
+    None
 }
 
 /// Maps a regular file read-only, or says why not.
@@ -1083,6 +1175,26 @@ mod tests {
                 let _ = backtrace_core(&c, &BacktraceOptions::default());
             }
         }
+    }
+
+    #[test]
+    fn build_ids_of_files_and_first_pages() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let Some(id) = build_id(&exe) else {
+            println!(
+                "this test binary has no build id (linker without --build-id); nothing to compare"
+            );
+            return;
+        };
+        assert!(id.len() >= 8, "{}", hex(id));
+        // The note lies in the first page, as a core dumps it.
+        let page = &exe[..4096.min(exe.len())];
+        assert_eq!(build_id(page), Some(id));
+        // Cut inside the notes, or garbage: no id, no panic.
+        for len in [0, 4, 63, 64, 200, 0x360, 0x370] {
+            let _ = build_id(&exe[..len.min(exe.len())]);
+        }
+        assert_eq!(build_id(b"\x7fELF\x02\x01\x01garbage"), None);
     }
 
     #[test]

@@ -288,6 +288,25 @@ fn missing_mapped_files_degrade_to_addresses() {
     assert_eq!(same_pc["function"], Value::Null, "{same_pc:#}");
     assert_eq!(same_pc["module"], Value::Null, "{same_pc:#}");
 
+    // Another program given as --exe: its build id differs, so it is not used.
+    let other = build("seed", Variant::O2G);
+    let args = [
+        "bt",
+        "--core",
+        c.core(),
+        "--json",
+        "--exe",
+        other.to_str().unwrap(),
+    ];
+    let out = run(&args);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("build id"), "{stderr}");
+    let bt: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let frames = thread_frames(main_thread(&bt, c.pid));
+    assert_eq!(frames[0]["pc"], full_frames[0]["pc"], "crash pc");
+    assert_eq!(frames[0]["function"], Value::Null, "{:#}", frames[0]);
+
     // Nothing found at all: every frame is an address, and it is still not an error.
     let args = ["bt", "--core", c.core(), "--json", "--sysroot", empty.str()];
     let bt = run_json(&args);
