@@ -85,6 +85,9 @@ struct Crashed {
     core: PathBuf,
     live: Value,
     printed: [u64; 6],
+    /// The worker thread, parked inside hooked `worker_parked(worker_arg)`.
+    worker_tid: i32,
+    worker_arg: u64,
 }
 
 impl Crashed {
@@ -114,9 +117,26 @@ fn crash_with_hook(variant: Variant) -> Crashed {
     );
 
     let pid_s = pid.to_string();
-    let out = run_ok(&["inject", "--pid", &pid_s, "--func", "stash_me"]);
+    let out = run_ok(&[
+        "inject",
+        "--pid",
+        &pid_s,
+        "--func",
+        "stash_me",
+        "--func",
+        "worker_parked",
+    ]);
     assert!(out.contains("hooked stash_me"), "{out}");
     t.write_stdin("call\n");
+    let worker_line = t.expect_line(Duration::from_secs(10));
+    let worker: Vec<&str> = worker_line.split_whitespace().collect();
+    let (worker_tid, worker_arg) = match worker.as_slice() {
+        ["worker", tid, arg] => (
+            tid.parse::<i32>().expect("worker tid"),
+            u64::from_str_radix(arg, 16).expect("hex worker arg"),
+        ),
+        _ => t.fail(&format!("expected the worker line, got {worker_line:?}")),
+    };
     let args_line = t.expect_line(Duration::from_secs(10));
     let printed: Vec<u64> = args_line
         .strip_prefix("args ")
@@ -153,6 +173,8 @@ fn crash_with_hook(variant: Variant) -> Crashed {
         core,
         live,
         printed,
+        worker_tid,
+        worker_arg,
     }
 }
 
@@ -228,6 +250,19 @@ fn core_bt_shows_the_hooked_arguments_the_live_bt_showed() {
                 assert_eq!(f["hooked"], json!(false), "{variant}: frame {i}: {f:#}");
             }
         }
+
+        // The second thread, parked in its own hooked function.
+        assert_eq!(bt_threads(&core_bt).len(), 2, "{core_bt:#}");
+        for bt in [&c.live, &core_bt] {
+            let worker = bt_thread(bt, c.worker_tid).expect("worker thread");
+            let (_, parked) = frame_named(worker, "worker_parked").expect("worker_parked");
+            assert_eq!(frame_arg(parked, "rdi"), Some(c.worker_arg), "{parked:#}");
+        }
+        assert_eq!(
+            c.worker_arg,
+            c.pid as u64 + 0x3000,
+            "the fixture's WORKER_TAG"
+        );
 
         let text = run_ok(&["bt", "--core", c.core()]);
         assert!(text.contains("killed by signal 11 (SIGSEGV)"), "{text}");
