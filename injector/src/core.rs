@@ -317,13 +317,15 @@ impl CoreFile {
         self.auxv.iter().find(|(t, _)| *t == tag).map(|(_, v)| *v)
     }
 
-    /// The recorded path of the main executable: the file mapped at the entry point.
+    /// The recorded path of the main executable: the file mapped at the entry point
+    /// (without an auxiliary vector, the lowest file mapping).
     pub fn exe_path(&self) -> Option<&str> {
-        let entry = self.auxv(AT_ENTRY)?;
-        self.files
-            .iter()
-            .find(|f| entry >= f.start && entry < f.end)
-            .map(|f| f.path.as_str())
+        let at_entry = self.auxv(AT_ENTRY).and_then(|entry| {
+            self.files
+                .iter()
+                .find(|f| entry >= f.start && entry < f.end)
+        });
+        at_entry.or(self.files.first()).map(|f| f.path.as_str())
     }
 
     /// Where a recorded path is looked for on this machine (`--exe`, `--sysroot`).
