@@ -51,6 +51,10 @@ const PRPSINFO_PID: usize = 24;
 const PRPSINFO_FNAME: (usize, usize) = (40, 16);
 /// Largest `[vdso]` image read from the core.
 const MAX_VDSO_LEN: u64 = 1 << 20;
+/// `e_phnum` value saying the real count is in section header 0 (`sh_info`).
+const PN_XNUM: u16 = 0xffff;
+/// Offset of `sh_info` in an `Elf64_Shdr`.
+const SHDR_INFO: usize = 44;
 /// `MapEntry::inode` of a file mapping rebuilt from a core (cores record no inodes).
 const CORE_FILE_INODE: u64 = 1;
 
@@ -320,11 +324,7 @@ impl CoreFile {
     /// The recorded path of the main executable: the file mapped at the entry point
     /// (without an auxiliary vector, the lowest file mapping).
     pub fn exe_path(&self) -> Option<&str> {
-        let at_entry = self.auxv(AT_ENTRY).and_then(|entry| {
-            self.files
-                .iter()
-                .find(|f| entry >= f.start && entry < f.end)
-        });
+        let at_entry = self.auxv(AT_ENTRY).and_then(|entry| self.file_at(entry));
         at_entry.or(self.files.first()).map(|f| f.path.as_str())
     }
 
@@ -425,7 +425,9 @@ impl CoreFile {
     }
 
     fn file_at(&self, addr: u64) -> Option<&CoreMappedFile> {
-        self.files.iter().find(|f| addr >= f.start && addr < f.end)
+        let i = self.files.partition_point(|f| f.start <= addr);
+        let f = self.files.get(i.checked_sub(1)?)?;
+        (addr < f.end).then_some(f)
     }
 
     fn segment_at(&self, addr: u64) -> Option<&Segment> {
@@ -626,7 +628,17 @@ fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
             machine: header.e_machine,
         });
     }
-    let phnum = u64::from(header.e_phnum);
+    // With 0xffff or more segments (PN_XNUM), the count is in section header 0's sh_info.
+    let phnum = if header.e_phnum == PN_XNUM {
+        let sh_info = usize::try_from(header.e_shoff)
+            .ok()
+            .and_then(|at| at.checked_add(SHDR_INFO))
+            .and_then(|at| bytes.get(at..at.checked_add(4)?))
+            .ok_or_else(|| truncated(header.e_shoff.saturating_add(64), "section header 0"))?;
+        u64::from(u32::from_le_bytes(sh_info.try_into().unwrap_or_default()))
+    } else {
+        u64::from(header.e_phnum)
+    };
     let ph_end = phnum
         .checked_mul(u64::from(header.e_phentsize))
         .and_then(|n| n.checked_add(header.e_phoff))
@@ -1148,6 +1160,27 @@ mod tests {
             err.contains("no thread 5") && err.contains("77, 78"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn segment_count_from_section_zero_when_pn_xnum() {
+        let lib = backing_file();
+        let mut bytes = sample_core(&lib.0);
+        let phnum = u16::from_le_bytes([bytes[56], bytes[57]]);
+        let shoff = bytes.len() as u64;
+        let mut shdr = [0u8; 64];
+        shdr[SHDR_INFO..SHDR_INFO + 4].copy_from_slice(&u32::from(phnum).to_le_bytes());
+        bytes.extend(shdr);
+        bytes[40..48].copy_from_slice(&shoff.to_le_bytes());
+        bytes[56..58].copy_from_slice(&PN_XNUM.to_le_bytes());
+        let f = TempFile::new("xnum", &bytes);
+        let c = CoreFile::open(&f.0, CoreOptions::default()).unwrap();
+        assert_eq!(c.maps().len(), 3);
+        assert_eq!(c.threads.len(), 2);
+        // Section header 0 cut off: a truncation error, not a panic.
+        let f = TempFile::new("xnum-cut", &bytes[..bytes.len() - 30]);
+        let err = CoreFile::open(&f.0, CoreOptions::default()).unwrap_err();
+        assert!(matches!(err, CoreError::Truncated { .. }), "{err}");
     }
 
     #[test]
