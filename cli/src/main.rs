@@ -198,12 +198,11 @@ fn bt_core(
         );
     }
     if !json {
-        println!(
-            "Core of process {} ({}), killed by signal {}:",
-            core.pid,
-            core.command,
-            signal_name(bt.signal)
-        );
+        let how = match bt.signal {
+            0 => "taken without a fatal signal (e.g. by gcore)".to_string(),
+            sig => format!("killed by signal {}", signal_name(sig)),
+        };
+        println!("Core of process {} ({}), {how}:", core.pid, core.command);
     }
     output::print_backtrace(&bt.backtrace, json);
     Ok(())

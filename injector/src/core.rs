@@ -391,8 +391,55 @@ impl CoreFile {
     /// The process's mappings rebuilt from the segments and `NT_FILE`.
     ///
     /// Cores do not record sharing or inodes: every mapping reads as private, file
-    /// mappings get a placeholder inode, and the vDSO is named `[vdso]`.
+    /// mappings get a placeholder inode, and the vDSO is named `[vdso]`. A file
+    /// mapping with no segment at all (gdb's `gcore` leaves out unmodified file
+    /// pages) takes its permissions from the file's own `PT_LOAD` at that offset.
     pub fn maps(&self) -> Vec<MapEntry> {
+        let mut maps = self.segment_maps();
+        for f in &self.files {
+            if self.segment_at(f.start).is_some() {
+                continue;
+            }
+            maps.push(MapEntry {
+                start: f.start,
+                end: f.end,
+                perms: self.file_perms(f).unwrap_or(Perms {
+                    read: true,
+                    private: true,
+                    ..Perms::default()
+                }),
+                offset: f.offset,
+                inode: CORE_FILE_INODE,
+                path: f.path.clone(),
+            });
+        }
+        maps.sort_by_key(|m| m.start);
+        maps
+    }
+
+    /// The permissions the ELF file mapped by `f` gives the segment at its offset.
+    fn file_perms(&self, f: &CoreMappedFile) -> Option<Perms> {
+        let bytes: &[u8] = self.backing.get(&f.path)?.map.as_ref().ok()?;
+        let header = goblin::elf::Elf::parse_header(bytes).ok()?;
+        if header.e_ident[4] != ELFCLASS64 {
+            return None;
+        }
+        let ctx = Ctx::new(Container::Big, Endian::Little);
+        let phoff = usize::try_from(header.e_phoff).ok()?;
+        let phdrs = ProgramHeader::parse(bytes, phoff, usize::from(header.e_phnum), ctx).ok()?;
+        let load = phdrs
+            .iter()
+            .find(|p| p.p_type == PT_LOAD && p.p_offset & !0xfff == f.offset)?;
+        Some(Perms {
+            read: load.p_flags & PF_R != 0,
+            write: load.p_flags & PF_W != 0,
+            exec: load.p_flags & PF_X != 0,
+            private: true,
+        })
+    }
+
+    /// One mapping per `PT_LOAD` segment.
+    fn segment_maps(&self) -> Vec<MapEntry> {
         let vdso = self.auxv(AT_SYSINFO_EHDR);
         self.segments
             .iter()
@@ -489,7 +536,11 @@ impl CoreFile {
     fn read_from_file(&self, addr: u64, buf: &mut [u8]) -> Result<usize, String> {
         let f = self
             .file_at(addr)
-            .ok_or("not dumped in the core and not a file mapping")?;
+            .ok_or(if self.segment_at(addr).is_some() {
+                "not dumped in the core and not a file mapping"
+            } else {
+                "not mapped in the core"
+            })?;
         let backing = self.backing.get(&f.path).ok_or("not dumped in the core")?;
         let map = backing.map.as_ref().map_err(|why| {
             format!(
@@ -815,9 +866,14 @@ impl Memory for CoreFile {
             let at = addr
                 .checked_add(done as u64)
                 .ok_or_else(|| fail("address overflow".to_string()))?;
-            let seg = self
-                .segment_at(at)
-                .ok_or_else(|| fail(format!("0x{at:x} is not mapped in the core")))?;
+            let Some(seg) = self.segment_at(at) else {
+                // Not in any segment: a file mapping the core left out, or unmapped.
+                let n = self
+                    .read_from_file(at, &mut buf[done..])
+                    .map_err(|why| fail(format!("0x{at:x}: {why}")))?;
+                done += n;
+                continue;
+            };
             let into = at - seg.vaddr;
             let left_in_seg = (seg.memsz - into).min((len - done) as u64) as usize;
             let dest = &mut buf[done..done + left_in_seg];
@@ -1160,6 +1216,41 @@ mod tests {
             err.contains("no thread 5") && err.contains("77, 78"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn file_mappings_without_segments_read_from_the_file() {
+        // A gcore-style core: the file mapping has no PT_LOAD at all.
+        let exe = std::env::current_exe().unwrap();
+        let mut notes = Vec::new();
+        note(
+            &mut notes,
+            NT_PRSTATUS,
+            &prstatus(9, 0, 0x500010, 0x7000_0000, 0),
+        );
+        let mut nt_file = u64s(&[1, 0x1000, 0x500000, 0x501000, 0]);
+        nt_file.extend(exe.as_os_str().as_encoded_bytes());
+        nt_file.push(0);
+        note(&mut notes, NT_FILE, &nt_file);
+        let stack = Load {
+            vaddr: 0x7000_0000,
+            memsz: 0x1000,
+            flags: PF_R | PF_W,
+            data: vec![0x33; 0x1000],
+        };
+        let core = TempFile::new("gcore", &build_core(&notes, &[stack]));
+        let c = CoreFile::open(&core.0, CoreOptions::default()).unwrap();
+        let maps = c.maps();
+        assert_eq!(maps.len(), 2, "{maps:?}");
+        let file = &maps[0];
+        assert_eq!((file.start, file.end, file.offset), (0x500000, 0x501000, 0));
+        assert!(
+            file.perms.read && !file.perms.write && file.is_file(),
+            "{file:?}"
+        );
+        assert_eq!(c.read_vec(0x500000, 4).unwrap(), b"\x7fELF");
+        let err = c.read_vec(0x600000, 4).unwrap_err().to_string();
+        assert!(err.contains("not mapped in the core"), "{err}");
     }
 
     #[test]
