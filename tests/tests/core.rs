@@ -396,3 +396,63 @@ fn bad_core_input_is_named_with_its_fix() {
     let bt = run_json(&["bt", "--core", c.core(), "--json"]);
     assert!(frame_named(main_thread(&bt, c.pid), "stash_me").is_some());
 }
+
+/// True when `tool` runs (`tool --version`).
+fn have_tool(tool: &str) -> bool {
+    std::process::Command::new(tool)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn gcore_of_a_live_hooked_process_reads_like_the_live_bt() {
+    if !have_tool("gcore") {
+        println!("SKIPPED gcore_of_a_live_hooked_process_reads_like_the_live_bt: gcore (gdb) is not installed; scripts/setup.sh installs gdb");
+        return;
+    }
+    let dir = TempDir::new("gcore");
+    let mut t = Target::start("crash", Variant::O2G);
+    let pid = t.pid();
+    let pid_s = pid.to_string();
+    run_ok(&[
+        "inject",
+        "--pid",
+        &pid_s,
+        "--func",
+        "stash_me",
+        "--func",
+        "worker_parked",
+    ]);
+    t.write_stdin("call\n");
+    t.wait_for_line(Duration::from_secs(10), |l| l == "waiting");
+    let live = bt_json(pid, None);
+
+    // gdb's gcore leaves unmodified file pages out: they are read from the files.
+    let prefix = dir.path().join("g");
+    let mut gcore = std::process::Command::new("gcore");
+    gcore.arg("-o").arg(&prefix).arg(&pid_s);
+    let out = run_command(&mut gcore, Duration::from_secs(60));
+    let core = dir.path().join(format!("g.{pid}"));
+    assert!(core.is_file(), "gcore wrote no {}: {out:?}", core.display());
+    t.assert_healthy();
+
+    let from_core = run_json(&["bt", "--core", core.to_str().unwrap(), "--json"]);
+    let frames = |bt: &Value, tid: i32| -> Vec<(Value, Value, Value)> {
+        thread_frames(bt_thread(bt, tid).expect("thread"))
+            .iter()
+            .map(|f| (f["pc"].clone(), f["function"].clone(), f["args"].clone()))
+            .collect()
+    };
+    // Nothing ran in between (both threads are blocked in read): the same stacks.
+    for th in bt_threads(&live) {
+        let tid = th["tid"].as_i64().unwrap() as i32;
+        assert_eq!(frames(&from_core, tid), frames(&live, tid), "thread {tid}");
+    }
+    let (_, hooked) = frame_named(main_thread(&from_core, pid), "stash_me").unwrap();
+    assert_eq!(stashed(hooked).len(), 6);
+    let text = run_ok(&["bt", "--core", core.to_str().unwrap()]);
+    assert!(text.contains("without a fatal signal"), "{text}");
+}
