@@ -2,7 +2,8 @@
 //! that stores through NULL; the kernel writes the core (RLIMIT_CORE raised for the
 //! child, core_pattern checked at test time) and `bt --core` must show the hooked
 //! frame's arguments exactly as the live `bt` taken just before the crash did, and
-//! as the fixture printed them.
+//! as the fixture printed them. A `gcore` of a live hooked process must read like
+//! the live `bt`.
 
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
@@ -263,6 +264,10 @@ fn core_bt_shows_the_hooked_arguments_the_live_bt_showed() {
             c.pid as u64 + 0x3000,
             "the fixture's WORKER_TAG"
         );
+        let tid = c.worker_tid.to_string();
+        let one = run_json(&["bt", "--core", c.core(), "--tid", &tid, "--json"]);
+        assert_eq!(bt_threads(&one).len(), 1, "{one:#}");
+        assert!(bt_thread(&one, c.worker_tid).is_some(), "{one:#}");
 
         let text = run_ok(&["bt", "--core", c.core()]);
         assert!(text.contains("killed by signal 11 (SIGSEGV)"), "{text}");
