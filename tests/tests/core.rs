@@ -402,14 +402,14 @@ fn bad_core_input_is_named_with_its_fix() {
     assert!(frame_named(main_thread(&bt, c.pid), "stash_me").is_some());
 }
 
-/// True when `tool` runs (`tool --version`).
+/// True when `tool` can be started (gcore has no `--version`; `-h` prints its usage).
 fn have_tool(tool: &str) -> bool {
     std::process::Command::new(tool)
-        .arg("--version")
+        .arg("-h")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok()
 }
 
 #[test]
