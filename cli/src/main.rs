@@ -89,7 +89,7 @@ struct ListArgs {
 #[derive(Args)]
 struct BtArgs {
     /// Target process id.
-    #[arg(long, required_unless_present = "core", conflicts_with = "core")]
+    #[arg(long, required_unless_present = "core", conflicts_with_all = ["core", "exe", "sysroot"])]
     pid: Option<i32>,
     /// Read a core file instead of a live process.
     #[arg(long, value_name = "FILE")]
