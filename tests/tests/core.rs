@@ -392,6 +392,8 @@ fn bad_core_input_is_named_with_its_fix() {
         2,
         "cannot be used",
     );
+    expect_fail(&["bt", "--pid", "1", "--exe", exe], 2, "cannot be used");
+    expect_fail(&["bt", "--pid", "1", "--sysroot", "/"], 2, "cannot be used");
     expect_fail(
         &["bt", "--core", c.core(), "--tid", "1"],
         1,
