@@ -138,15 +138,18 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             output::print_list(a.pid, &hooks, a.json);
         }
         Command::Bt(a) => {
+            let Some(pid) = a.pid else {
+                bail!("`bt --core` reads the core file here, not through the daemon: drop --bus");
+            };
             let tid = match a.tid {
                 Some(t) => u32::try_from(t).with_context(|| format!("{t} is not a valid tid"))?,
                 None => 0,
             };
             let mut opts = HashMap::new();
             opts.insert(OPT_SHOW_TRAMPOLINES, Value::from(a.show_trampolines));
-            let threads = proxy.backtrace(pid_arg(a.pid)?, tid, opts)?;
+            let threads = proxy.backtrace(pid_arg(pid)?, tid, opts)?;
             let bt = Backtrace {
-                pid: a.pid,
+                pid,
                 threads: threads
                     .iter()
                     .map(|t| ThreadBacktrace {

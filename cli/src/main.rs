@@ -7,11 +7,13 @@ mod bus;
 mod demo;
 mod output;
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use injector::backtrace::{backtrace, BacktraceOptions};
+use injector::core::{backtrace_core, CoreFile, CoreOptions};
 use injector::hooks::{eject, install, list, EjectWhat, InstallOptions};
 use injector::symbols::FuncSpec;
 
@@ -87,8 +89,17 @@ struct ListArgs {
 #[derive(Args)]
 struct BtArgs {
     /// Target process id.
-    #[arg(long)]
-    pid: i32,
+    #[arg(long, required_unless_present = "core", conflicts_with_all = ["core", "exe", "sysroot"])]
+    pid: Option<i32>,
+    /// Read a core file instead of a live process.
+    #[arg(long, value_name = "FILE")]
+    core: Option<PathBuf>,
+    /// With --core: the crashed program's executable, if not at the path the core records.
+    #[arg(long, value_name = "PATH", requires = "core")]
+    exe: Option<PathBuf>,
+    /// With --core: resolve the core's mapped file paths under this directory.
+    #[arg(long, value_name = "DIR", requires = "core")]
+    sysroot: Option<PathBuf>,
     /// Only this thread.
     #[arg(long)]
     tid: Option<i32>,
@@ -139,18 +150,70 @@ fn run(cli: Cli) -> Result<()> {
             output::print_list(a.pid, &hooks, a.json);
         }
         Command::Bt(a) => {
-            let bt = backtrace(
-                a.pid,
-                &BacktraceOptions {
-                    tid: a.tid,
-                    show_trampolines: a.show_trampolines,
-                },
-            )?;
-            output::print_backtrace(&bt, a.json);
+            let opts = BacktraceOptions {
+                tid: a.tid,
+                show_trampolines: a.show_trampolines,
+            };
+            match (a.pid, &a.core) {
+                (_, Some(core)) => bt_core(core, a.exe, a.sysroot, &opts, a.json)?,
+                (Some(pid), None) => output::print_backtrace(&backtrace(pid, &opts)?, a.json),
+                (None, None) => anyhow::bail!("give --pid PID or --core FILE"),
+            }
         }
         Command::Demo => demo::run()?,
     }
     Ok(())
+}
+
+/// `bt --core`: unwinds a core file; files it maps that are missing here are named on stderr.
+fn bt_core(
+    path: &Path,
+    exe: Option<PathBuf>,
+    sysroot: Option<PathBuf>,
+    opts: &BacktraceOptions,
+    json: bool,
+) -> Result<()> {
+    if let Some(exe) = &exe {
+        anyhow::ensure!(
+            exe.is_file(),
+            "--exe {}: no such file; give the path of the program that crashed",
+            exe.display()
+        );
+    }
+    if let Some(root) = &sysroot {
+        anyhow::ensure!(
+            root.is_dir(),
+            "--sysroot {}: not a directory; give the directory holding a copy of the crashed machine's files",
+            root.display()
+        );
+    }
+    let core = CoreFile::open(path, CoreOptions { exe, sysroot })?;
+    let bt = backtrace_core(&core, opts)?;
+    for m in &bt.missing {
+        eprintln!(
+            "argstash: note: no symbols for {} (looked at {}: {}); its frames show addresses only (use --sysroot DIR or --exe PATH)",
+            m.path,
+            m.looked_at.display(),
+            m.reason
+        );
+    }
+    if !json {
+        let how = match bt.signal {
+            0 => "taken without a fatal signal (e.g. by gcore)".to_string(),
+            sig => format!("killed by signal {}", signal_name(sig)),
+        };
+        println!("Core of process {} ({}), {how}:", core.pid, core.command);
+    }
+    output::print_backtrace(&bt.backtrace, json);
+    Ok(())
+}
+
+/// `11 (SIGSEGV)`: a signal number with its name when it has one.
+fn signal_name(sig: i32) -> String {
+    match nix::sys::signal::Signal::try_from(sig) {
+        Ok(s) => format!("{sig} ({})", s.as_str()),
+        Err(_) => sig.to_string(),
+    }
 }
 
 /// The error and its causes, each cause once: library errors already put their

@@ -3,6 +3,7 @@
 use thiserror::Error;
 use trampolines::{CodegenError, FormatError, PlanError};
 
+use crate::core::CoreError;
 use crate::memory::MemoryError;
 use crate::session::SessionError;
 use crate::symbols::SymbolError;
@@ -125,6 +126,9 @@ pub enum Error {
         /// Its command name.
         name: String,
     },
+    /// A core file could not be read.
+    #[error(transparent)]
+    Core(#[from] CoreError),
     /// Reading /proc failed.
     #[error("cannot read {path}: {source}")]
     Proc {

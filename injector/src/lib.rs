@@ -6,7 +6,7 @@
 //! the daemon are thin drivers of the same API:
 //!
 //! - [`hooks::install`], [`hooks::eject`], [`hooks::list`]
-//! - [`backtrace::backtrace`]
+//! - [`backtrace::backtrace`], and [`core::backtrace_core`] for core files
 //!
 //! Every operation checks its target first ([`target::check_target`]), does slow work
 //! (symbols, code generation) before stopping the process, and leaves the process
@@ -14,6 +14,7 @@
 
 pub mod arena;
 pub mod backtrace;
+pub mod core;
 pub mod error;
 pub mod hooks;
 pub mod maps;

@@ -23,6 +23,7 @@ use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
 
 use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::section_header::{SHN_UNDEF, SHT_NOBITS};
@@ -340,7 +341,40 @@ impl Module {
                 msg: "not a file mapping".to_string(),
             });
         };
-        let parsed = parse_module(data.bytes(), &entries).map_err(|msg| SymbolError::Elf {
+        Module::from_data(path, data, &entries)
+    }
+
+    /// Loads a module from an ELF file on disk at `file`, placed where `entries`
+    /// (the mappings of `path`, e.g. rebuilt from a core's `NT_FILE` note) say.
+    pub fn from_file(
+        path: &str,
+        file: &Path,
+        entries: &[&MapEntry],
+    ) -> Result<Module, SymbolError> {
+        let shown = file.display().to_string();
+        let opened = File::open(file).map_err(|source| SymbolError::Io {
+            path: shown.clone(),
+            source,
+        })?;
+        let data = map_elf_file(opened, &shown, path)?;
+        Module::from_data(path.to_string(), data, entries)
+    }
+
+    /// Builds a module from an ELF image copied out of memory (a core's `[vdso]`).
+    pub fn from_image(
+        path: &str,
+        image: Vec<u8>,
+        entries: &[&MapEntry],
+    ) -> Result<Module, SymbolError> {
+        Module::from_data(path.to_string(), FileData::Owned(image), entries)
+    }
+
+    fn from_data(
+        path: String,
+        data: FileData,
+        entries: &[&MapEntry],
+    ) -> Result<Module, SymbolError> {
+        let parsed = parse_module(data.bytes(), entries).map_err(|msg| SymbolError::Elf {
             path: path.clone(),
             msg,
         })?;
@@ -512,8 +546,13 @@ fn open_mapped_file(pid: i32, path: &str, entries: &[&MapEntry]) -> Result<FileD
             }
         }
     };
+    map_elf_file(file, &shown, path)
+}
+
+/// Maps an opened file read-only after checking it starts with an ELF header.
+fn map_elf_file(file: File, shown: &str, path: &str) -> Result<FileData, SymbolError> {
     let io_err = |source| SymbolError::Io {
-        path: shown.clone(),
+        path: shown.to_string(),
         source,
     };
     let len = file.metadata().map_err(io_err)?.len();
@@ -831,6 +870,15 @@ impl ProcessSymbols {
             modules,
             exe_32bit,
         })
+    }
+
+    /// Symbols of a process that is not running (a core file): modules built by the caller.
+    pub fn from_modules(pid: i32, modules: Vec<Module>) -> ProcessSymbols {
+        ProcessSymbols {
+            pid,
+            modules,
+            exe_32bit: None,
+        }
     }
 
     /// The module whose mappings contain `addr` (executable mappings first).

@@ -9,7 +9,10 @@
 //!   from the injector's side and from a thread inside the target
 //!   (`tests/fixtures/bench_gap.c`);
 //! - `cli`: wall time of `argstash inject` and `argstash bt` on the seed fixture,
-//!   against `gdb -batch -p PID -ex bt`.
+//!   against `gdb -batch -p PID -ex bt`;
+//! - `core`: wall time of `argstash bt --core` on the core of a hooked crash.c
+//!   (and of `CoreFile::open` + `backtrace_core` in-process), against
+//!   `gdb -batch -c CORE EXE -ex bt`.
 //!
 //! This is a measurement, not a test: nothing fails on a slow figure. Machines
 //! are noisy, so compared variants are interleaved within one run and every
@@ -48,11 +51,12 @@ fn main() {
 
     print_machine();
     let started = Instant::now();
-    let groups: [(&str, fn()); 4] = [
+    let groups: [(&str, fn()); 5] = [
         ("call", bench_call),
         ("parts", bench_parts),
         ("gap", bench_gap),
         ("cli", bench_cli),
+        ("core", bench_core),
     ];
     for (name, run) in groups {
         if want(name) {
@@ -882,4 +886,113 @@ fn wait_next_iter(t: &mut Target) {
 
 fn indent(s: &str) -> String {
     s.lines().map(|l| format!("    {l}\n")).collect()
+}
+
+/// Timed `bt --core` runs.
+const CORE_RUNS: usize = 30;
+
+/// Crashes crash.c (hooked `stash_me`, RLIMIT_CORE raised, cwd `dir`) and returns
+/// its executable and core path; `None` (with a message) when core_pattern is not a
+/// plain file name.
+fn crash_for_core(dir: &Path) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+    let pattern = pattern.trim();
+    if pattern.is_empty() || pattern.contains(['|', '/', '%']) {
+        println!("skipped: core_pattern {pattern:?} is not a plain file name in the cwd");
+        return None;
+    }
+    let exe = build("crash", Variant::O2G);
+    let mut t = Target::spawn_with_args(&exe, &[dir.to_str().expect("UTF-8 path")]);
+    let limit = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: prlimit reads `limit` and writes nothing (old limit pointer null).
+    let rc = unsafe { libc::prlimit(t.pid(), libc::RLIMIT_CORE, &limit, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let p = t.pid().to_string();
+    time_cmd(&mut argstash_at(
+        &argstash(),
+        &["inject", "--pid", &p, "--func", "stash_me"],
+    ));
+    t.write_stdin("call\n");
+    t.wait_for_line(REPLY, |l| l == "waiting");
+    t.write_stdin("crash\n");
+    t.wait_exit(REPLY).expect("crash.c exits");
+    let core = [
+        dir.join(pattern),
+        dir.join(format!("{pattern}.{}", t.pid())),
+    ]
+    .into_iter()
+    .find(|c| c.is_file())
+    .expect("core file written");
+    Some((exe, core))
+}
+
+fn bench_core() {
+    println!("\n## 4. bt --core (crash.c, -O2 -g, stash_me hooked, SIGSEGV in a callee)\n");
+    let bin = argstash();
+    let dir = std::env::temp_dir().join(format!("argstash-bench-core-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("bench temp dir");
+    let Some((exe, core)) = crash_for_core(&dir) else {
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    };
+    let core_s = core.to_str().expect("UTF-8 path");
+    let size = std::fs::metadata(&core).map_or(0, |m| m.len());
+    println!("core: {} bytes", size);
+    // Warm the page cache.
+    let (_, sample) = time_cmd(&mut argstash_at(&bin, &["bt", "--core", core_s]));
+    let (mut cli, mut lib, mut gdb) = (vec![], vec![], vec![]);
+    for _ in 0..CORE_RUNS {
+        cli.push(ms(time_cmd(&mut argstash_at(
+            &bin,
+            &["bt", "--core", core_s],
+        ))
+        .0));
+        let t0 = Instant::now();
+        let c = injector::core::CoreFile::open(&core, Default::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let bt = injector::core::backtrace_core(&c, &BacktraceOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        lib.push(ms(t0.elapsed()));
+        assert!(bt.backtrace.threads[0]
+            .frames
+            .iter()
+            .any(|f| f.stash.is_some()));
+    }
+    let mut sample_gdb = String::new();
+    for i in 0..GDB_RUNS {
+        let mut c = Command::new("gdb");
+        c.args(["-batch", "-c", core_s])
+            .arg(&exe)
+            .args(["-ex", "bt"])
+            .env_remove("DEBUGINFOD_URLS");
+        let (w, out) = time_cmd(&mut c);
+        gdb.push(ms(w));
+        if i == 0 {
+            sample_gdb = out;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut table = Table::new(&["command", "n", "median ms", "p90 ms", "max ms"]);
+    for (what, v) in [
+        ("argstash bt --core CORE", &cli),
+        ("CoreFile::open + backtrace_core (library)", &lib),
+        ("gdb -batch -c CORE EXE -ex bt", &gdb),
+    ] {
+        table.row(vec![
+            what.to_string(),
+            v.len().to_string(),
+            format!("{:.2}", median(v)),
+            format!("{:.2}", quantile(v, 0.9)),
+            format!("{:.2}", max(v)),
+        ]);
+    }
+    table.print();
+    println!(
+        "\nsample `argstash bt --core CORE` output:\n{}",
+        indent(&sample)
+    );
+    println!("sample gdb output:\n{}", indent(&sample_gdb));
 }

@@ -1,0 +1,1355 @@
+//! Core files: backtraces with stashed arguments after the process is gone.
+//!
+//! A [`CoreFile`] is an x86-64 ELF `ET_CORE` image mapped read-only. Its notes give
+//! the threads (`NT_PRSTATUS`: tid, signal, registers), the command name
+//! (`NT_PRPSINFO`), the auxiliary vector (`NT_AUXV`: where the executable and the
+//! vDSO are) and the mapped files (`NT_FILE`). Its `PT_LOAD` segments are the memory,
+//! served through the same [`Memory`] trait the live reader uses; bytes of a file
+//! mapping the kernel did not dump (`p_filesz` 0 or short, the default
+//! `coredump_filter`) are read from the mapped file on disk when it is there.
+//!
+//! Hooks need nothing outside the core: arenas are anonymous private `r-x`
+//! mappings, which the kernel dumps, and [`discover`] finds them by their magic in
+//! the mappings rebuilt from the segments. A mapped file missing on disk only costs
+//! its frames their names (they show addresses); it never fails the backtrace.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use goblin::container::{Container, Ctx, Endian};
+use goblin::elf::header::{ELFCLASS64, EM_X86_64, ET_CORE, ET_DYN, ET_EXEC};
+use goblin::elf::note::{NoteDataIterator, NT_FILE, NT_PRPSINFO, NT_PRSTATUS};
+use goblin::elf::program_header::{ProgramHeader, PF_R, PF_W, PF_X, PT_LOAD, PT_NOTE};
+
+use crate::arena::discover;
+use crate::backtrace::{Backtrace, BacktraceOptions, ThreadBacktrace, Unwind};
+use crate::error::Error;
+use crate::maps::{MapEntry, Perms};
+use crate::memory::{Memory, MemoryError};
+use crate::symbols::{Module, ProcessSymbols, VDSO};
+
+/// `NT_AUXV`: the auxiliary vector the process started with.
+const NT_AUXV: u32 = 6;
+/// Auxiliary vector tag: address of the executable's entry point.
+const AT_ENTRY: u64 = 9;
+/// Auxiliary vector tag: address of the vDSO's ELF header.
+const AT_SYSINFO_EHDR: u64 = 33;
+/// Size of an x86-64 `struct elf_prstatus`.
+const PRSTATUS_LEN: usize = 336;
+/// Offset of `pr_pid` in `struct elf_prstatus`.
+const PRSTATUS_PID: usize = 32;
+/// Offset of `pr_cursig` in `struct elf_prstatus`.
+const PRSTATUS_CURSIG: usize = 12;
+/// Offset of `pr_reg` (a `user_regs_struct`) in `struct elf_prstatus`.
+const PRSTATUS_REGS: usize = 112;
+/// Offset of `pr_pid` in an x86-64 `struct elf_prpsinfo`.
+const PRPSINFO_PID: usize = 24;
+/// Offset and length of `pr_fname` (the command name) in `struct elf_prpsinfo`.
+const PRPSINFO_FNAME: (usize, usize) = (40, 16);
+/// Largest `[vdso]` image read from the core.
+const MAX_VDSO_LEN: u64 = 1 << 20;
+/// `e_phnum` value saying the real count is in section header 0 (`sh_info`).
+const PN_XNUM: u16 = 0xffff;
+/// Offset of `sh_info` in an `Elf64_Shdr`.
+const SHDR_INFO: usize = 44;
+/// `MapEntry::inode` of a file mapping rebuilt from a core (cores record no inodes).
+const CORE_FILE_INODE: u64 = 1;
+
+/// Errors opening or parsing a core file.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// The file could not be opened or mapped.
+    #[error("cannot read core file {path}: {source} (check the path: the kernel writes cores where /proc/sys/kernel/core_pattern says, relative to the crashed process's working directory)")]
+    Open {
+        /// The core file.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The file is not ELF at all.
+    #[error("{path} is not a core file (no ELF header); pass the core the kernel wrote (see /proc/sys/kernel/core_pattern) with --core")]
+    NotElf {
+        /// The file.
+        path: String,
+    },
+    /// The file is ELF, but an executable or library rather than a core.
+    #[error("{path} is an ELF {kind}, not a core file; pass the core with --core (and this file with --exe if it is the program that crashed)")]
+    NotCore {
+        /// The file.
+        path: String,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// A 32-bit core.
+    #[error("{path} is a 32-bit core file: only x86-64 cores are supported")]
+    Not64Bit {
+        /// The file.
+        path: String,
+    },
+    /// A core of another architecture.
+    #[error(
+        "{path} is a core of machine type {machine}, not x86-64: only x86-64 cores are supported"
+    )]
+    WrongMachine {
+        /// The file.
+        path: String,
+        /// `e_machine`.
+        machine: u16,
+    },
+    /// The file ends before its headers or segments do.
+    #[error("{path} is truncated: it has {len} bytes but its {what} need {needed}; the dump was cut short (RLIMIT_CORE too small, disk full, or an interrupted copy): raise `ulimit -c` and reproduce, or copy the core again")]
+    Truncated {
+        /// The file.
+        path: String,
+        /// Its length.
+        len: u64,
+        /// Bytes the headers or segments need.
+        needed: u64,
+        /// Which part is cut off.
+        what: &'static str,
+    },
+    /// Headers or notes are malformed.
+    #[error("{path} is a malformed core file: {msg}")]
+    Malformed {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// `--tid` named a thread the core does not have.
+    #[error("the core {path} has no thread {tid}; its threads are {}", .threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "))]
+    NoSuchThread {
+        /// The file.
+        path: String,
+        /// The thread asked for.
+        tid: i32,
+        /// The threads it has.
+        threads: Vec<i32>,
+    },
+    /// No `NT_PRSTATUS` note: no thread registers to unwind from.
+    #[error("{path} has no thread registers (no NT_PRSTATUS note); it was not written by the Linux kernel's ELF core dumper")]
+    NoThreads {
+        /// The file.
+        path: String,
+    },
+}
+
+/// Where to find the files a core's process had mapped.
+#[derive(Debug, Clone, Default)]
+pub struct CoreOptions {
+    /// The crashed program's executable, instead of the path recorded in the core.
+    pub exe: Option<PathBuf>,
+    /// Directory the recorded paths are resolved under (a copy of the crashed machine's root).
+    pub sysroot: Option<PathBuf>,
+}
+
+/// The registers of one thread in a core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoreThread {
+    /// Thread id.
+    pub tid: i32,
+    /// Signal the thread was stopped by (the crashing thread's fatal signal).
+    pub signal: i32,
+    /// Instruction pointer.
+    pub rip: u64,
+    /// Stack pointer.
+    pub rsp: u64,
+    /// Frame pointer.
+    pub rbp: u64,
+}
+
+/// One file mapping from `NT_FILE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoreMappedFile {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Offset into the file, in bytes.
+    pub offset: u64,
+    /// Path as the process saw it (a trailing ` (deleted)` removed).
+    pub path: String,
+}
+
+/// A `PT_LOAD` segment: process memory, some or all of it in the core.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    vaddr: u64,
+    memsz: u64,
+    offset: u64,
+    filesz: u64,
+    flags: u32,
+}
+
+/// A file the process had mapped, as found (or not) on this machine.
+struct BackingFile {
+    /// Where it was looked for.
+    disk: PathBuf,
+    /// Its bytes, or why they are not available.
+    map: Result<memmap2::Mmap, String>,
+}
+
+/// A mapped file of the core whose symbols could not be loaded: its frames show addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingModule {
+    /// Path as the process saw it.
+    pub path: String,
+    /// Where it was looked for on this machine.
+    pub looked_at: PathBuf,
+    /// Why it could not be used.
+    pub reason: String,
+}
+
+/// A parsed x86-64 Linux core file, readable as process memory.
+pub struct CoreFile {
+    path: PathBuf,
+    map: memmap2::Mmap,
+    segments: Vec<Segment>,
+    /// Process id of the dumped process.
+    pub pid: i32,
+    /// Command name (`pr_fname`), empty if the core has no `NT_PRPSINFO`.
+    pub command: String,
+    /// Threads, the one that received the fatal signal first.
+    pub threads: Vec<CoreThread>,
+    /// File mappings from `NT_FILE`, in address order.
+    pub files: Vec<CoreMappedFile>,
+    auxv: Vec<(u64, u64)>,
+    options: CoreOptions,
+    backing: HashMap<String, BackingFile>,
+}
+
+impl std::fmt::Debug for CoreFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoreFile")
+            .field("path", &self.path)
+            .field("pid", &self.pid)
+            .field("threads", &self.threads.len())
+            .field("segments", &self.segments.len())
+            .field("files", &self.files.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Little-endian reads from a byte slice that fail (as `None`) instead of panicking.
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+fn le_i32(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_le_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn le_i16(b: &[u8], at: usize) -> Option<i16> {
+    Some(i16::from_le_bytes(
+        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
+}
+
+/// The notes this reader uses, copied out of the core.
+#[derive(Default)]
+struct Notes {
+    pid: Option<i32>,
+    command: String,
+    threads: Vec<CoreThread>,
+    files: Vec<CoreMappedFile>,
+    auxv: Vec<(u64, u64)>,
+}
+
+impl CoreFile {
+    /// Opens and parses a core file; `options` say where its mapped files are.
+    pub fn open(path: &Path, options: CoreOptions) -> Result<CoreFile, CoreError> {
+        let shown = path.display().to_string();
+        let open_err = |source| CoreError::Open {
+            path: shown.clone(),
+            source,
+        };
+        let file = File::open(path).map_err(open_err)?;
+        let meta = file.metadata().map_err(open_err)?;
+        if !meta.is_file() {
+            return Err(open_err(io::Error::other("not a regular file")));
+        }
+        if meta.len() == 0 {
+            return Err(CoreError::NotElf { path: shown });
+        }
+        // SAFETY: mapped read-only and private, never written through. A core is not
+        // changed in place once the kernel has written it; if another process truncated
+        // it while we read, an access past the new end would raise SIGBUS, the risk every
+        // core reader that maps its input accepts.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(open_err)?;
+        // goblin reports malformed input as errors; a panic on some input it does not
+        // expect still must not take the caller down.
+        let (segments, notes) =
+            std::panic::catch_unwind(|| parse(&map, &shown)).unwrap_or_else(|_| {
+                Err(CoreError::Malformed {
+                    path: shown.clone(),
+                    msg: "the ELF parser failed on malformed input".to_string(),
+                })
+            })?;
+        let mut core = CoreFile {
+            path: path.to_path_buf(),
+            map,
+            segments,
+            pid: notes
+                .pid
+                .or(notes.threads.first().map(|t| t.tid))
+                .unwrap_or(0),
+            command: notes.command,
+            threads: notes.threads,
+            files: notes.files,
+            auxv: notes.auxv,
+            options,
+            backing: HashMap::new(),
+        };
+        core.open_backing_files();
+        Ok(core)
+    }
+
+    /// The core file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A value from the auxiliary vector.
+    pub fn auxv(&self, tag: u64) -> Option<u64> {
+        self.auxv.iter().find(|(t, _)| *t == tag).map(|(_, v)| *v)
+    }
+
+    /// The recorded path of the main executable: the file mapped at the entry point
+    /// (without an auxiliary vector, the lowest file mapping).
+    pub fn exe_path(&self) -> Option<&str> {
+        let at_entry = self.auxv(AT_ENTRY).and_then(|entry| self.file_at(entry));
+        at_entry.or(self.files.first()).map(|f| f.path.as_str())
+    }
+
+    /// Where a recorded path is looked for on this machine (`--exe`, `--sysroot`).
+    pub fn disk_path(&self, recorded: &str) -> PathBuf {
+        if let Some(exe) = &self.options.exe {
+            if self.exe_path() == Some(recorded) {
+                return exe.clone();
+            }
+        }
+        match &self.options.sysroot {
+            Some(root) => root.join(recorded.trim_start_matches('/')),
+            None => PathBuf::from(recorded),
+        }
+    }
+
+    fn open_backing_files(&mut self) {
+        let mut backing = HashMap::new();
+        for f in &self.files {
+            if backing.contains_key(&f.path) {
+                continue;
+            }
+            let disk = self.disk_path(&f.path);
+            let map = map_regular_file(&disk).and_then(|map| {
+                self.check_same_build(&f.path, &map)?;
+                Ok(map)
+            });
+            backing.insert(f.path.clone(), BackingFile { disk, map });
+        }
+        self.backing = backing;
+    }
+
+    /// Fails when the file found on disk has another GNU build id than the one the
+    /// core's dump of its first page shows (the file was rebuilt or replaced).
+    fn check_same_build(&self, path: &str, disk: &[u8]) -> Result<(), String> {
+        let Some(first) = self.files.iter().find(|f| f.path == path && f.offset == 0) else {
+            return Ok(());
+        };
+        let dumped = self.dumped(first.start);
+        match (build_id(dumped), build_id(disk)) {
+            (Some(core), Some(file)) if core != file => Err(format!(
+                "its build id is {} but the process had {} mapped: not the file of the crashed process",
+                hex(file),
+                hex(core)
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The bytes the core itself holds from `addr` to the end of that segment's dump.
+    fn dumped(&self, addr: u64) -> &[u8] {
+        let Some(seg) = self.segment_at(addr) else {
+            return &[];
+        };
+        let into = addr - seg.vaddr;
+        if into >= seg.filesz {
+            return &[];
+        }
+        let from = (seg.offset + into) as usize;
+        let to = (seg.offset + seg.filesz) as usize;
+        self.map.get(from..to).unwrap_or(&[])
+    }
+
+    /// The process's mappings rebuilt from the segments and `NT_FILE`.
+    ///
+    /// Cores do not record sharing or inodes: every mapping reads as private, file
+    /// mappings get a placeholder inode, and the vDSO is named `[vdso]`. A file
+    /// mapping with no segment at all (gdb's `gcore` leaves out unmodified file
+    /// pages) takes its permissions from the file's own `PT_LOAD` at that offset.
+    pub fn maps(&self) -> Vec<MapEntry> {
+        let mut maps = self.segment_maps();
+        for f in &self.files {
+            if self.segment_at(f.start).is_some() {
+                continue;
+            }
+            maps.push(MapEntry {
+                start: f.start,
+                end: f.end,
+                perms: self.file_perms(f).unwrap_or(Perms {
+                    read: true,
+                    private: true,
+                    ..Perms::default()
+                }),
+                offset: f.offset,
+                inode: CORE_FILE_INODE,
+                path: f.path.clone(),
+            });
+        }
+        maps.sort_by_key(|m| m.start);
+        maps
+    }
+
+    /// The permissions the ELF file mapped by `f` gives the segment at its offset.
+    fn file_perms(&self, f: &CoreMappedFile) -> Option<Perms> {
+        let bytes: &[u8] = self.backing.get(&f.path)?.map.as_ref().ok()?;
+        let header = goblin::elf::Elf::parse_header(bytes).ok()?;
+        if header.e_ident[4] != ELFCLASS64 {
+            return None;
+        }
+        let ctx = Ctx::new(Container::Big, Endian::Little);
+        let phoff = usize::try_from(header.e_phoff).ok()?;
+        let phdrs = ProgramHeader::parse(bytes, phoff, usize::from(header.e_phnum), ctx).ok()?;
+        let load = phdrs
+            .iter()
+            .find(|p| p.p_type == PT_LOAD && p.p_offset & !0xfff == f.offset)?;
+        Some(Perms {
+            read: load.p_flags & PF_R != 0,
+            write: load.p_flags & PF_W != 0,
+            exec: load.p_flags & PF_X != 0,
+            private: true,
+        })
+    }
+
+    /// One mapping per `PT_LOAD` segment.
+    fn segment_maps(&self) -> Vec<MapEntry> {
+        let vdso = self.auxv(AT_SYSINFO_EHDR);
+        self.segments
+            .iter()
+            .map(|s| {
+                let file = self.file_at(s.vaddr);
+                let (offset, inode, path) = match file {
+                    Some(f) => (
+                        f.offset.saturating_add(s.vaddr - f.start),
+                        CORE_FILE_INODE,
+                        f.path.clone(),
+                    ),
+                    None if Some(s.vaddr) == vdso => (0, 0, VDSO.to_string()),
+                    None => (0, 0, String::new()),
+                };
+                MapEntry {
+                    start: s.vaddr,
+                    end: s.vaddr.saturating_add(s.memsz),
+                    perms: Perms {
+                        read: s.flags & PF_R != 0,
+                        write: s.flags & PF_W != 0,
+                        exec: s.flags & PF_X != 0,
+                        private: true,
+                    },
+                    offset,
+                    inode,
+                    path,
+                }
+            })
+            .collect()
+    }
+
+    fn file_at(&self, addr: u64) -> Option<&CoreMappedFile> {
+        let i = self.files.partition_point(|f| f.start <= addr);
+        let f = self.files.get(i.checked_sub(1)?)?;
+        (addr < f.end).then_some(f)
+    }
+
+    fn segment_at(&self, addr: u64) -> Option<&Segment> {
+        let i = self.segments.partition_point(|s| s.vaddr <= addr);
+        let s = self.segments.get(i.checked_sub(1)?)?;
+        (addr - s.vaddr < s.memsz).then_some(s)
+    }
+
+    /// Symbols of every executable file mapping (and the vDSO); files missing on this
+    /// machine are listed instead, and their frames will show addresses only.
+    pub fn symbols(&self, maps: &[MapEntry]) -> (ProcessSymbols, Vec<MissingModule>) {
+        let mut paths: Vec<&str> = Vec::new();
+        for e in maps {
+            if e.perms.exec && (e.is_file() || e.path == VDSO) && !paths.contains(&e.path.as_str())
+            {
+                paths.push(&e.path);
+            }
+        }
+        let mut modules = Vec::new();
+        let mut missing = Vec::new();
+        for path in paths {
+            let entries: Vec<&MapEntry> = maps.iter().filter(|e| e.path == path).collect();
+            let (loaded, looked_at) = if path == VDSO {
+                let image = entries.first().map(|e| {
+                    let len = (e.end - e.start).min(MAX_VDSO_LEN) as usize;
+                    self.read_vec(e.start, len)
+                });
+                match image {
+                    Some(Ok(bytes)) => (
+                        Module::from_image(VDSO, bytes, &entries).map_err(|e| e.to_string()),
+                        PathBuf::from(VDSO),
+                    ),
+                    Some(Err(e)) => (Err(e.to_string()), PathBuf::from(VDSO)),
+                    None => continue,
+                }
+            } else {
+                let disk = self.disk_path(path);
+                match self.backing.get(path).map(|b| &b.map) {
+                    Some(Err(why)) => (Err(why.clone()), disk),
+                    _ => (
+                        Module::from_file(path, &disk, &entries).map_err(|e| e.to_string()),
+                        disk,
+                    ),
+                }
+            };
+            match loaded {
+                Ok(m) => modules.push(m),
+                Err(reason) => missing.push(MissingModule {
+                    path: path.to_string(),
+                    looked_at,
+                    reason,
+                }),
+            }
+        }
+        (ProcessSymbols::from_modules(self.pid, modules), missing)
+    }
+
+    /// Reads bytes of a file mapping the kernel did not dump from the file on disk.
+    fn read_from_file(&self, addr: u64, buf: &mut [u8]) -> Result<usize, String> {
+        let f = self
+            .file_at(addr)
+            .ok_or(if self.segment_at(addr).is_some() {
+                "not dumped in the core and not a file mapping"
+            } else {
+                "not mapped in the core"
+            })?;
+        let backing = self.backing.get(&f.path).ok_or("not dumped in the core")?;
+        let map = backing.map.as_ref().map_err(|why| {
+            format!(
+                "not dumped in the core, and its file {} is unavailable: {why}",
+                backing.disk.display()
+            )
+        })?;
+        let n = buf.len().min((f.end - addr) as usize);
+        let at = f
+            .offset
+            .checked_add(addr - f.start)
+            .ok_or("offset overflow")?;
+        let bytes = usize::try_from(at)
+            .ok()
+            .and_then(|at| map.get(at..at.checked_add(n)?))
+            .ok_or_else(|| format!("past the end of {}", backing.disk.display()))?;
+        buf[..n].copy_from_slice(bytes);
+        Ok(n)
+    }
+}
+
+/// Lower-case hex of bytes.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `NT_GNU_BUILD_ID` of a 64-bit ELF image, found through its `PT_NOTE` headers;
+/// works on a whole file and on the first page a core dumps of each ELF mapping.
+fn build_id(image: &[u8]) -> Option<&[u8]> {
+    if image.get(..4)? != b"\x7fELF" || *image.get(4)? != ELFCLASS64 {
+        return None;
+    }
+    let u32_at = |b: &[u8], at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(
+            b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+        ))
+    };
+    let u16_at = |b: &[u8], at: usize| -> Option<u16> {
+        Some(u16::from_le_bytes(
+            b.get(at..at.checked_add(2)?)?.try_into().ok()?,
+        ))
+    };
+    let phoff = usize::try_from(le_u64(image, 32)?).ok()?;
+    let phentsize = usize::from(u16_at(image, 54)?);
+    let phnum = usize::from(u16_at(image, 56)?);
+    for i in 0..phnum {
+        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        if u32_at(image, ph)? != PT_NOTE {
+            continue;
+        }
+        let (Some(off), Some(len)) = (le_u64(image, ph + 8), le_u64(image, ph + 32)) else {
+            continue;
+        };
+        let Some(notes) = usize::try_from(off)
+            .ok()
+            .zip(usize::try_from(len).ok())
+            .and_then(|(o, l)| image.get(o..o.checked_add(l)?))
+        else {
+            continue;
+        };
+        let mut at = 0usize;
+        while let (Some(namesz), Some(descsz), Some(ty)) = (
+            u32_at(notes, at),
+            u32_at(notes, at + 4),
+            u32_at(notes, at + 8),
+        ) {
+            let name_at = at + 12;
+            let desc_at = name_at.checked_add((namesz as usize).checked_add(3)? & !3)?;
+            let next = desc_at.checked_add((descsz as usize).checked_add(3)? & !3)?;
+            let name = notes.get(name_at..name_at + namesz as usize)?;
+            if ty == goblin::elf::note::NT_GNU_BUILD_ID && name == b"GNU\0" {
+                return notes.get(desc_at..desc_at.checked_add(descsz as usize)?);
+            }
+            at = next;
+        }
+    }
+    None
+}
+
+/// Maps a regular file read-only, or says why not.
+fn map_regular_file(path: &Path) -> Result<memmap2::Mmap, String> {
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_string());
+    }
+    if meta.len() == 0 {
+        return Err("empty file".to_string());
+    }
+    // SAFETY: read-only private mapping never written through; a file truncated under
+    // us while mapped could raise SIGBUS, the risk every reader of mapped binaries takes.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| e.to_string())
+}
+
+/// Validates the ELF header and program headers, then reads the notes.
+fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
+    let len = bytes.len() as u64;
+    let truncated = |needed: u64, what| CoreError::Truncated {
+        path: path.to_string(),
+        len,
+        needed,
+        what,
+    };
+    if bytes.get(..4) != Some(b"\x7fELF".as_slice()) {
+        return Err(CoreError::NotElf {
+            path: path.to_string(),
+        });
+    }
+    if bytes.get(4).is_some_and(|c| *c != ELFCLASS64) {
+        return Err(CoreError::Not64Bit {
+            path: path.to_string(),
+        });
+    }
+    let header_len = goblin::elf::header::header64::SIZEOF_EHDR as u64;
+    if len < header_len {
+        return Err(truncated(header_len, "ELF header"));
+    }
+    let header = goblin::elf::Elf::parse_header(bytes).map_err(|e| CoreError::Malformed {
+        path: path.to_string(),
+        msg: e.to_string(),
+    })?;
+    if header.e_type != ET_CORE {
+        let kind = match header.e_type {
+            ET_EXEC => "executable",
+            ET_DYN => "shared object or PIE executable",
+            _ => "file of another type",
+        };
+        return Err(CoreError::NotCore {
+            path: path.to_string(),
+            kind,
+        });
+    }
+    if header.e_machine != EM_X86_64 {
+        return Err(CoreError::WrongMachine {
+            path: path.to_string(),
+            machine: header.e_machine,
+        });
+    }
+    // With 0xffff or more segments (PN_XNUM), the count is in section header 0's sh_info.
+    let phnum = if header.e_phnum == PN_XNUM {
+        let sh_info = usize::try_from(header.e_shoff)
+            .ok()
+            .and_then(|at| at.checked_add(SHDR_INFO))
+            .and_then(|at| bytes.get(at..at.checked_add(4)?))
+            .ok_or_else(|| truncated(header.e_shoff.saturating_add(64), "section header 0"))?;
+        u64::from(u32::from_le_bytes(sh_info.try_into().unwrap_or_default()))
+    } else {
+        u64::from(header.e_phnum)
+    };
+    let ph_end = phnum
+        .checked_mul(u64::from(header.e_phentsize))
+        .and_then(|n| n.checked_add(header.e_phoff))
+        .ok_or_else(|| CoreError::Malformed {
+            path: path.to_string(),
+            msg: "program header table overflows".to_string(),
+        })?;
+    if ph_end > len {
+        return Err(truncated(ph_end, "program headers"));
+    }
+    let ctx = Ctx::new(Container::Big, Endian::Little);
+    let phdrs =
+        ProgramHeader::parse(bytes, header.e_phoff as usize, phnum as usize, ctx).map_err(|e| {
+            CoreError::Malformed {
+                path: path.to_string(),
+                msg: format!("program headers: {e}"),
+            }
+        })?;
+    let mut segments = Vec::new();
+    let mut needed = ph_end;
+    for ph in &phdrs {
+        let end = ph
+            .p_offset
+            .checked_add(ph.p_filesz)
+            .ok_or_else(|| CoreError::Malformed {
+                path: path.to_string(),
+                msg: format!("segment at file offset {:#x} overflows", ph.p_offset),
+            })?;
+        if ph.p_type == PT_LOAD || ph.p_type == PT_NOTE {
+            needed = needed.max(end);
+        }
+        if ph.p_type == PT_LOAD && ph.p_memsz > 0 {
+            segments.push(Segment {
+                vaddr: ph.p_vaddr,
+                memsz: ph.p_memsz,
+                offset: ph.p_offset,
+                filesz: ph.p_filesz.min(ph.p_memsz),
+                flags: ph.p_flags,
+            });
+        }
+    }
+    if needed > len {
+        let what = if phdrs
+            .iter()
+            .any(|p| p.p_type == PT_NOTE && p.p_offset.saturating_add(p.p_filesz) > len)
+        {
+            "notes"
+        } else {
+            "memory segments"
+        };
+        return Err(truncated(needed, what));
+    }
+    segments.sort_by_key(|s| s.vaddr);
+    let notes = read_notes(bytes, &phdrs, ctx).map_err(|msg| CoreError::Malformed {
+        path: path.to_string(),
+        msg,
+    })?;
+    if notes.threads.is_empty() {
+        return Err(CoreError::NoThreads {
+            path: path.to_string(),
+        });
+    }
+    Ok((segments, notes))
+}
+
+/// Reads `NT_PRSTATUS`, `NT_PRPSINFO`, `NT_AUXV` and `NT_FILE` from the note segments.
+fn read_notes(bytes: &[u8], phdrs: &[ProgramHeader], ctx: Ctx) -> Result<Notes, String> {
+    let mut notes = Notes::default();
+    for ph in phdrs.iter().filter(|p| p.p_type == PT_NOTE) {
+        let offset = usize::try_from(ph.p_offset).map_err(|_| "note offset too large")?;
+        let size = usize::try_from(ph.p_filesz).map_err(|_| "note size too large")?;
+        let iter = NoteDataIterator {
+            data: bytes,
+            offset,
+            size: offset.saturating_add(size),
+            ctx: (ph.p_align as usize, ctx),
+        };
+        for note in iter {
+            let note = note.map_err(|e| format!("note segment: {e}"))?;
+            if note.name != "CORE" {
+                continue;
+            }
+            match note.n_type {
+                NT_PRSTATUS => notes.threads.push(parse_prstatus(note.desc)?),
+                NT_PRPSINFO => {
+                    notes.pid = le_i32(note.desc, PRPSINFO_PID);
+                    let (at, n) = PRPSINFO_FNAME;
+                    if let Some(name) = note.desc.get(at..at + n) {
+                        let end = name.iter().position(|b| *b == 0).unwrap_or(n);
+                        notes.command = String::from_utf8_lossy(&name[..end]).into_owned();
+                    }
+                }
+                NT_AUXV => {
+                    notes.auxv = note
+                        .desc
+                        .chunks_exact(16)
+                        .filter_map(|c| Some((le_u64(c, 0)?, le_u64(c, 8)?)))
+                        .collect();
+                }
+                NT_FILE => notes.files = parse_nt_file(note.desc)?,
+                _ => {}
+            }
+        }
+    }
+    Ok(notes)
+}
+
+fn parse_prstatus(desc: &[u8]) -> Result<CoreThread, String> {
+    if desc.len() < PRSTATUS_LEN {
+        return Err(format!(
+            "NT_PRSTATUS has {} bytes, an x86-64 one has {PRSTATUS_LEN}",
+            desc.len()
+        ));
+    }
+    let reg = |i: usize| le_u64(desc, PRSTATUS_REGS + 8 * i).unwrap_or(0);
+    // user_regs_struct: r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ...
+    Ok(CoreThread {
+        tid: le_i32(desc, PRSTATUS_PID).unwrap_or(0),
+        signal: i32::from(le_i16(desc, PRSTATUS_CURSIG).unwrap_or(0)),
+        rbp: reg(4),
+        rip: reg(16),
+        rsp: reg(19),
+    })
+}
+
+/// `NT_FILE`: count, page size, `count` (start, end, page offset) triples, then `count` paths.
+fn parse_nt_file(desc: &[u8]) -> Result<Vec<CoreMappedFile>, String> {
+    let bad = |what: &str| format!("NT_FILE note: {what}");
+    let count = le_u64(desc, 0).ok_or_else(|| bad("too short"))?;
+    let page = le_u64(desc, 8).ok_or_else(|| bad("too short"))?;
+    let table_len = count
+        .checked_mul(24)
+        .and_then(|n| n.checked_add(16))
+        .filter(|n| *n <= desc.len() as u64)
+        .ok_or_else(|| bad("more entries than bytes"))? as usize;
+    let mut names = desc[table_len..].split(|b| *b == 0);
+    let mut files = Vec::with_capacity(count as usize);
+    for i in 0..count as usize {
+        let at = 16 + 24 * i;
+        let (start, end, pages) = (
+            le_u64(desc, at).unwrap_or(0),
+            le_u64(desc, at + 8).unwrap_or(0),
+            le_u64(desc, at + 16).unwrap_or(0),
+        );
+        let name = names
+            .next()
+            .ok_or_else(|| bad("fewer paths than entries"))?;
+        let name = String::from_utf8_lossy(name);
+        let path = name.strip_suffix(" (deleted)").unwrap_or(&name).to_string();
+        if end <= start {
+            return Err(bad("an entry ends before it starts"));
+        }
+        files.push(CoreMappedFile {
+            start,
+            end,
+            offset: pages.saturating_mul(page),
+            path,
+        });
+    }
+    files.sort_by_key(|f| f.start);
+    Ok(files)
+}
+
+impl Memory for CoreFile {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let len = buf.len();
+        let fail = |msg: String| MemoryError::Read {
+            addr,
+            len,
+            source: io::Error::other(msg),
+        };
+        let mut done = 0usize;
+        while done < len {
+            let at = addr
+                .checked_add(done as u64)
+                .ok_or_else(|| fail("address overflow".to_string()))?;
+            let Some(seg) = self.segment_at(at) else {
+                // Not in any segment: a file mapping the core left out, or unmapped.
+                let n = self
+                    .read_from_file(at, &mut buf[done..])
+                    .map_err(|why| fail(format!("0x{at:x}: {why}")))?;
+                done += n;
+                continue;
+            };
+            let into = at - seg.vaddr;
+            let left_in_seg = (seg.memsz - into).min((len - done) as u64) as usize;
+            let dest = &mut buf[done..done + left_in_seg];
+            let n = if into < seg.filesz {
+                let n = dest.len().min((seg.filesz - into) as usize);
+                let from = (seg.offset + into) as usize;
+                let src = self
+                    .map
+                    .get(from..from + n)
+                    .ok_or_else(|| fail("segment past the end of the core".to_string()))?;
+                dest[..n].copy_from_slice(src);
+                n
+            } else {
+                self.read_from_file(at, dest)
+                    .map_err(|why| fail(format!("0x{at:x}: {why}")))?
+            };
+            if n == 0 {
+                return Err(fail(format!("0x{at:x}: no bytes")));
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
+        Err(MemoryError::ReadOnly {
+            addr,
+            len: data.len(),
+        })
+    }
+}
+
+/// A backtrace read from a core file, with the mapped files that were missing.
+#[derive(Debug, Clone)]
+pub struct CoreBacktrace {
+    /// The threads, as a live backtrace has them (stopped for zero time).
+    pub backtrace: Backtrace,
+    /// Signal that killed the process (the first thread's), 0 if unknown.
+    pub signal: i32,
+    /// Mapped files whose symbols could not be loaded; their frames show addresses.
+    pub missing: Vec<MissingModule>,
+}
+
+/// Unwinds every thread (or `opts.tid`) of a core, with stashed arguments from its arenas.
+pub fn backtrace_core(core: &CoreFile, opts: &BacktraceOptions) -> Result<CoreBacktrace, Error> {
+    let maps = core.maps();
+    let (symbols, missing) = core.symbols(&maps);
+    let arenas = discover(&maps, core)?;
+    let unwind = Unwind::new(symbols, arenas);
+    let selected: Vec<&CoreThread> = match opts.tid {
+        Some(tid) => {
+            let t: Vec<&CoreThread> = core.threads.iter().filter(|t| t.tid == tid).collect();
+            if t.is_empty() {
+                return Err(CoreError::NoSuchThread {
+                    path: core.path.display().to_string(),
+                    tid,
+                    threads: core.threads.iter().map(|t| t.tid).collect(),
+                }
+                .into());
+            }
+            t
+        }
+        None => core.threads.iter().collect(),
+    };
+    let threads = selected
+        .into_iter()
+        .map(|t| {
+            let (frames, truncated) =
+                unwind.unwind(t.rip, t.rsp, t.rbp, core, opts.show_trampolines);
+            ThreadBacktrace {
+                tid: t.tid,
+                name: if t.tid == core.pid {
+                    core.command.clone()
+                } else {
+                    String::new()
+                },
+                frames,
+                truncated,
+                stopped: Duration::ZERO,
+            }
+        })
+        .collect();
+    Ok(CoreBacktrace {
+        backtrace: Backtrace {
+            pid: core.pid,
+            threads,
+        },
+        signal: core.threads.first().map_or(0, |t| t.signal),
+        missing,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A file in the temp directory, removed on drop.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(tag: &str, bytes: &[u8]) -> TempFile {
+            static SEQ: AtomicU32 = AtomicU32::new(0);
+            let p = std::env::temp_dir().join(format!(
+                "argstash-core-{}-{}-{tag}",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::write(&p, bytes).unwrap();
+            TempFile(p)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn note(out: &mut Vec<u8>, ty: u32, desc: &[u8]) {
+        out.extend(5u32.to_le_bytes());
+        out.extend((desc.len() as u32).to_le_bytes());
+        out.extend(ty.to_le_bytes());
+        out.extend(b"CORE\0\0\0\0");
+        out.extend(desc);
+        out.resize(out.len().div_ceil(4) * 4, 0);
+    }
+
+    struct Load {
+        vaddr: u64,
+        memsz: u64,
+        flags: u32,
+        data: Vec<u8>,
+    }
+
+    /// Writes an x86-64 ET_CORE: ELF header, program headers, one note segment, the loads.
+    fn build_core(notes: &[u8], loads: &[Load]) -> Vec<u8> {
+        let phnum = 1 + loads.len();
+        let mut out = Vec::new();
+        out.extend(b"\x7fELF");
+        out.extend([2, 1, 1, 0]);
+        out.resize(16, 0);
+        out.extend(4u16.to_le_bytes()); // ET_CORE
+        out.extend(62u16.to_le_bytes()); // EM_X86_64
+        out.extend(1u32.to_le_bytes());
+        out.extend(0u64.to_le_bytes()); // e_entry
+        out.extend(64u64.to_le_bytes()); // e_phoff
+        out.extend(0u64.to_le_bytes()); // e_shoff
+        out.extend(0u32.to_le_bytes());
+        out.extend(64u16.to_le_bytes());
+        out.extend(56u16.to_le_bytes());
+        out.extend((phnum as u16).to_le_bytes());
+        out.extend([0u8; 6]);
+        let mut offset = 64 + 56 * phnum as u64;
+        let mut phdr =
+            |out: &mut Vec<u8>, ty: u32, flags: u32, vaddr: u64, filesz: u64, memsz: u64| {
+                out.extend(ty.to_le_bytes());
+                out.extend(flags.to_le_bytes());
+                out.extend(offset.to_le_bytes());
+                out.extend(vaddr.to_le_bytes());
+                out.extend(0u64.to_le_bytes());
+                out.extend(filesz.to_le_bytes());
+                out.extend(memsz.to_le_bytes());
+                out.extend(4u64.to_le_bytes());
+                offset += filesz;
+            };
+        phdr(&mut out, PT_NOTE, 0, 0, notes.len() as u64, 0);
+        for l in loads {
+            phdr(
+                &mut out,
+                PT_LOAD,
+                l.flags,
+                l.vaddr,
+                l.data.len() as u64,
+                l.memsz,
+            );
+        }
+        out.extend(notes);
+        for l in loads {
+            out.extend(&l.data);
+        }
+        out
+    }
+
+    fn prstatus(tid: i32, sig: i16, rip: u64, rsp: u64, rbp: u64) -> Vec<u8> {
+        let mut d = vec![0u8; PRSTATUS_LEN];
+        d[PRSTATUS_CURSIG..PRSTATUS_CURSIG + 2].copy_from_slice(&sig.to_le_bytes());
+        d[PRSTATUS_PID..PRSTATUS_PID + 4].copy_from_slice(&tid.to_le_bytes());
+        for (i, v) in [(4, rbp), (16, rip), (19, rsp)] {
+            let at = PRSTATUS_REGS + 8 * i;
+            d[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        d
+    }
+
+    fn u64s(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// A core of pid 77 ("victim") with a file mapping at 0x400000 (only its first 16
+    /// bytes dumped, the rest in `file` from offset 0x1000) and two adjacent anonymous
+    /// segments at 0x7000_0000.
+    fn sample_core(file: &Path) -> Vec<u8> {
+        let mut notes = Vec::new();
+        note(
+            &mut notes,
+            NT_PRSTATUS,
+            &prstatus(77, 11, 0x400010, 0x7000_0100, 0x7000_0200),
+        );
+        note(
+            &mut notes,
+            NT_PRSTATUS,
+            &prstatus(78, 0, 0x400020, 0x7000_0300, 0),
+        );
+        let mut psinfo = vec![0u8; 136];
+        psinfo[PRPSINFO_PID..PRPSINFO_PID + 4].copy_from_slice(&77i32.to_le_bytes());
+        psinfo[PRPSINFO_FNAME.0..PRPSINFO_FNAME.0 + 6].copy_from_slice(b"victim");
+        note(&mut notes, NT_PRPSINFO, &psinfo);
+        note(&mut notes, NT_AUXV, &u64s(&[AT_ENTRY, 0x400100, 0, 0]));
+        let mut nt_file = u64s(&[1, 0x1000, 0x400000, 0x402000, 1]);
+        nt_file.extend(file.as_os_str().as_encoded_bytes());
+        nt_file.push(0);
+        note(&mut notes, NT_FILE, &nt_file);
+        build_core(
+            &notes,
+            &[
+                Load {
+                    vaddr: 0x400000,
+                    memsz: 0x2000,
+                    flags: PF_R | PF_X,
+                    data: vec![0xcc; 16],
+                },
+                Load {
+                    vaddr: 0x7000_0000,
+                    memsz: 0x1000,
+                    flags: PF_R | PF_W,
+                    data: vec![0x11; 0x1000],
+                },
+                Load {
+                    vaddr: 0x7000_1000,
+                    memsz: 0x1000,
+                    flags: PF_R | PF_X,
+                    data: vec![0x22; 0x1000],
+                },
+            ],
+        )
+    }
+
+    fn backing_file() -> TempFile {
+        let bytes: Vec<u8> = (0..0x3000u32).map(|i| (i / 16) as u8).collect();
+        TempFile::new("lib", &bytes)
+    }
+
+    #[test]
+    fn reads_threads_memory_and_mapped_files() {
+        let lib = backing_file();
+        let core = TempFile::new("core", &sample_core(&lib.0));
+        let c = CoreFile::open(&core.0, CoreOptions::default()).unwrap();
+        assert_eq!((c.pid, c.command.as_str()), (77, "victim"));
+        assert_eq!(
+            c.threads,
+            [
+                CoreThread {
+                    tid: 77,
+                    signal: 11,
+                    rip: 0x400010,
+                    rsp: 0x7000_0100,
+                    rbp: 0x7000_0200
+                },
+                CoreThread {
+                    tid: 78,
+                    signal: 0,
+                    rip: 0x400020,
+                    rsp: 0x7000_0300,
+                    rbp: 0
+                }
+            ]
+        );
+        let lib_path = lib.0.to_str().unwrap();
+        assert_eq!(c.exe_path(), Some(lib_path));
+        let maps = c.maps();
+        assert_eq!(maps.len(), 3);
+        assert!(maps[0].is_file() && maps[0].perms.exec && maps[0].offset == 0x1000);
+        assert_eq!(maps[0].path, lib_path);
+        assert!(maps[2].perms.exec && maps[2].inode == 0 && maps[2].path.is_empty());
+
+        // Dumped bytes come from the core; the rest of the file mapping from the file.
+        assert_eq!(c.read_vec(0x400000, 16).unwrap(), vec![0xcc; 16]);
+        let mixed = c.read_vec(0x40000c, 8).unwrap();
+        assert_eq!(
+            mixed,
+            [0xcc, 0xcc, 0xcc, 0xcc, 0x101, 0x101, 0x101, 0x101].map(|b: u32| b as u8)
+        );
+        assert_eq!(c.read_vec(0x401ff0, 16).unwrap(), vec![0xff; 16]);
+        // Across two segments.
+        let across = c.read_vec(0x7000_0ffc, 8).unwrap();
+        assert_eq!(across, [0x11, 0x11, 0x11, 0x11, 0x22, 0x22, 0x22, 0x22]);
+        assert!(c.read_vec(0x7000_1ffc, 8).is_err(), "past the last segment");
+        assert!(c.read_vec(0x1000, 1).is_err(), "unmapped");
+        assert!(matches!(
+            c.write(0x7000_0000, &[1]),
+            Err(MemoryError::ReadOnly { .. })
+        ));
+
+        // The file missing under a sysroot: dumped bytes still read, the rest fails by name.
+        let empty = std::env::temp_dir();
+        let c = CoreFile::open(
+            &core.0,
+            CoreOptions {
+                exe: None,
+                sysroot: Some(empty.join("argstash-no-such-root")),
+            },
+        )
+        .unwrap();
+        assert_eq!(c.read_vec(0x400000, 16).unwrap(), vec![0xcc; 16]);
+        let err = c.read_vec(0x400010, 4).unwrap_err().to_string();
+        assert!(err.contains("argstash-no-such-root"), "{err}");
+        // --exe replaces the file mapped at the entry point.
+        let other = TempFile::new("exe", &[7u8; 0x3000]);
+        let c = CoreFile::open(
+            &core.0,
+            CoreOptions {
+                exe: Some(other.0.clone()),
+                sysroot: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(c.read_vec(0x400010, 2).unwrap(), [7, 7]);
+        // A thread that is not in the core.
+        let err = backtrace_core(
+            &c,
+            &BacktraceOptions {
+                tid: Some(5),
+                show_trampolines: false,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("no thread 5") && err.contains("77, 78"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn file_mappings_without_segments_read_from_the_file() {
+        // A gcore-style core: the file mapping has no PT_LOAD at all.
+        let exe = std::env::current_exe().unwrap();
+        let mut notes = Vec::new();
+        note(
+            &mut notes,
+            NT_PRSTATUS,
+            &prstatus(9, 0, 0x500010, 0x7000_0000, 0),
+        );
+        let mut nt_file = u64s(&[1, 0x1000, 0x500000, 0x501000, 0]);
+        nt_file.extend(exe.as_os_str().as_encoded_bytes());
+        nt_file.push(0);
+        note(&mut notes, NT_FILE, &nt_file);
+        let stack = Load {
+            vaddr: 0x7000_0000,
+            memsz: 0x1000,
+            flags: PF_R | PF_W,
+            data: vec![0x33; 0x1000],
+        };
+        let core = TempFile::new("gcore", &build_core(&notes, &[stack]));
+        let c = CoreFile::open(&core.0, CoreOptions::default()).unwrap();
+        let maps = c.maps();
+        assert_eq!(maps.len(), 2, "{maps:?}");
+        let file = &maps[0];
+        assert_eq!((file.start, file.end, file.offset), (0x500000, 0x501000, 0));
+        assert!(
+            file.perms.read && !file.perms.write && file.is_file(),
+            "{file:?}"
+        );
+        assert_eq!(c.read_vec(0x500000, 4).unwrap(), b"\x7fELF");
+        let err = c.read_vec(0x600000, 4).unwrap_err().to_string();
+        assert!(err.contains("not mapped in the core"), "{err}");
+    }
+
+    #[test]
+    fn segment_count_from_section_zero_when_pn_xnum() {
+        let lib = backing_file();
+        let mut bytes = sample_core(&lib.0);
+        let phnum = u16::from_le_bytes([bytes[56], bytes[57]]);
+        let shoff = bytes.len() as u64;
+        let mut shdr = [0u8; 64];
+        shdr[SHDR_INFO..SHDR_INFO + 4].copy_from_slice(&u32::from(phnum).to_le_bytes());
+        bytes.extend(shdr);
+        bytes[40..48].copy_from_slice(&shoff.to_le_bytes());
+        bytes[56..58].copy_from_slice(&PN_XNUM.to_le_bytes());
+        let f = TempFile::new("xnum", &bytes);
+        let c = CoreFile::open(&f.0, CoreOptions::default()).unwrap();
+        assert_eq!(c.maps().len(), 3);
+        assert_eq!(c.threads.len(), 2);
+        // Section header 0 cut off: a truncation error, not a panic.
+        let f = TempFile::new("xnum-cut", &bytes[..bytes.len() - 30]);
+        let err = CoreFile::open(&f.0, CoreOptions::default()).unwrap_err();
+        assert!(matches!(err, CoreError::Truncated { .. }), "{err}");
+    }
+
+    #[test]
+    fn truncated_and_corrupted_cores_are_errors_not_panics() {
+        let lib = backing_file();
+        let whole = sample_core(&lib.0);
+        let notes_end = whole.len() - 16 - 0x2000;
+        let mut lengths: Vec<usize> = (0..notes_end + 8).collect();
+        lengths.extend((notes_end + 8..whole.len()).step_by(509));
+        lengths.push(whole.len() - 1);
+        for len in lengths {
+            let f = TempFile::new("trunc", &whole[..len]);
+            match CoreFile::open(&f.0, CoreOptions::default()) {
+                Ok(_) => panic!("a core cut to {len} of {} bytes was accepted", whole.len()),
+                Err(CoreError::Truncated { needed, .. }) => assert!(needed > len as u64),
+                Err(CoreError::NotElf { .. }) => assert!(len < 4, "{len}"),
+                Err(e) => panic!("cut to {len}: unexpected error {e}"),
+            }
+        }
+        // Flipped bytes in the headers and notes: any result but a panic.
+        for at in (0..notes_end).step_by(3) {
+            let mut bad = whole.clone();
+            bad[at] ^= 0xa5;
+            let f = TempFile::new("flip", &bad);
+            if let Ok(c) = CoreFile::open(&f.0, CoreOptions::default()) {
+                let _ = c.read_vec(0x400000, 64);
+                let _ = backtrace_core(&c, &BacktraceOptions::default());
+            }
+        }
+    }
+
+    #[test]
+    fn build_ids_of_files_and_first_pages() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let Some(id) = build_id(&exe) else {
+            println!(
+                "this test binary has no build id (linker without --build-id); nothing to compare"
+            );
+            return;
+        };
+        assert!(id.len() >= 8, "{}", hex(id));
+        // The note lies in the first page, as a core dumps it.
+        let page = &exe[..4096.min(exe.len())];
+        assert_eq!(build_id(page), Some(id));
+        // Cut inside the notes, or garbage: no id, no panic.
+        for len in [0, 4, 63, 64, 200, 0x360, 0x370] {
+            let _ = build_id(&exe[..len.min(exe.len())]);
+        }
+        assert_eq!(build_id(b"\x7fELF\x02\x01\x01garbage"), None);
+    }
+
+    #[test]
+    fn rejects_what_is_not_an_x86_64_core() {
+        let open = |bytes: &[u8]| {
+            let f = TempFile::new("bad", bytes);
+            CoreFile::open(&f.0, CoreOptions::default()).unwrap_err()
+        };
+        assert!(matches!(
+            open(b"hello, not a core\n"),
+            CoreError::NotElf { .. }
+        ));
+        assert!(matches!(open(b""), CoreError::NotElf { .. }));
+        let mut ident32 = b"\x7fELF\x01\x01\x01".to_vec();
+        ident32.resize(52, 0);
+        assert!(matches!(open(&ident32), CoreError::Not64Bit { .. }));
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let err = open(&exe);
+        assert!(matches!(err, CoreError::NotCore { .. }), "{err}");
+        assert!(err.to_string().contains("--exe"), "{err}");
+        let mut arm = build_core(&[], &[]);
+        arm[18] = 183; // EM_AARCH64
+        assert!(matches!(
+            open(&arm),
+            CoreError::WrongMachine { machine: 183, .. }
+        ));
+        let no_threads = build_core(&[], &[]);
+        assert!(matches!(open(&no_threads), CoreError::NoThreads { .. }));
+        let missing = CoreFile::open(Path::new("/nonexistent/core"), CoreOptions::default());
+        assert!(matches!(missing, Err(CoreError::Open { .. })));
+    }
+}
