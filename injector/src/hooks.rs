@@ -87,6 +87,24 @@ pub struct InstallReport {
     pub new_arenas: Vec<u64>,
     /// Threads moved out of patched bytes into relocated code.
     pub moved_threads: Vec<i32>,
+    /// Where the stopped threads' RIPs were, relative to the hooks installed.
+    pub rip_census: RipCensus,
+}
+
+/// How many stopped threads had their RIP in each part of the hooks being
+/// installed or ejected, counted inside the stop window.
+///
+/// At install, `in_patch` threads are moved into the relocated prologue. At
+/// eject, `in_relocated` threads are moved back to the original bytes; threads
+/// in a trampoline or at the (unchanged) patch entry are left where they are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RipCensus {
+    /// RIP inside the patched bytes (install: strictly inside the instructions to overwrite).
+    pub in_patch: usize,
+    /// RIP inside a relocated prologue.
+    pub in_relocated: usize,
+    /// RIP inside a trampoline.
+    pub in_trampoline: usize,
 }
 
 /// What [`eject`] did.
@@ -98,6 +116,8 @@ pub struct EjectReport {
     pub stopped: Duration,
     /// Threads moved from relocated code back to the original function.
     pub moved_threads: Vec<i32>,
+    /// Where the stopped threads' RIPs were, relative to the hooks ejected.
+    pub rip_census: RipCensus,
 }
 
 /// Which hooks [`eject`] removes.
@@ -323,6 +343,7 @@ pub fn install(
         session.set_syscall_gadget(addr)?;
     }
     let mut undo = Undo::default();
+    let mut census = RipCensus::default();
     let result = (|| -> Result<(Vec<HookInfo>, Vec<i32>), Error> {
         // Create the new arenas, regenerating code if the first spot is gone.
         for (i, n) in new_arenas.iter_mut().enumerate() {
@@ -441,7 +462,14 @@ pub fn install(
             let regs = session.regs(tid)?;
             for p in &planned {
                 let code = p.code.as_ref().expect("generated above");
+                if code.record.in_trampoline(regs.rip) {
+                    census.in_trampoline += 1;
+                }
+                if code.record.in_relocated(regs.rip) {
+                    census.in_relocated += 1;
+                }
                 if code.record.inside_patch(regs.rip) {
+                    census.in_patch += 1;
                     let Some(to) = code.record.original_to_relocated(regs.rip) else {
                         return Err(Error::ThreadInPatch {
                             tid,
@@ -507,6 +535,7 @@ pub fn install(
                 threads,
                 new_arenas,
                 moved_threads,
+                rip_census: census,
             })
         }
         Err(e) => {
@@ -624,11 +653,13 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
             hooks: Vec::new(),
             stopped: Duration::ZERO,
             moved_threads: Vec::new(),
+            rip_census: RipCensus::default(),
         });
     }
 
     let mut session = Session::attach_all(pid)?;
     let mut restored: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut census = RipCensus::default();
     let result = (|| -> Result<(Vec<HookInfo>, Vec<i32>), Error> {
         let mut infos = Vec::new();
         // Check everything before writing anything.
@@ -670,7 +701,14 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
             let regs = session.regs(tid)?;
             for h in &chosen {
                 let r = record(*h);
+                if r.in_trampoline(regs.rip) {
+                    census.in_trampoline += 1;
+                }
+                if regs.rip >= r.patch_addr && regs.rip < r.patch_addr + r.patch_len() as u64 {
+                    census.in_patch += 1;
+                }
                 if r.in_relocated(regs.rip) {
+                    census.in_relocated += 1;
                     let Some(to) = r.relocated_to_original(regs.rip) else {
                         return Err(Error::ThreadInPatch {
                             tid,
@@ -722,6 +760,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
                 hooks,
                 stopped,
                 moved_threads,
+                rip_census: census,
             })
         }
         Err(e) => {
