@@ -124,3 +124,129 @@ fn eight_threads_two_hundred_inject_eject_cycles() {
     assert!(hooks_named(&hooks, "work", "active").is_empty());
     t.assert_healthy();
 }
+
+/// Single-steps thread `tid` (seized by this test) until `at(rip)`, then
+/// lets it go with a SIGSTOP pending, so the whole process group-stops with that
+/// thread's RIP exactly there. Returns the RIP.
+fn park_thread_where(pid: i32, tid: i32, at: impl Fn(u64) -> bool) -> u64 {
+    use nix::sys::ptrace;
+    use nix::sys::signal::Signal;
+    use nix::sys::wait::{waitpid, WaitPidFlag};
+    use nix::unistd::Pid;
+    let t = Pid::from_raw(tid);
+    ptrace::seize(t, ptrace::Options::empty()).expect("PTRACE_SEIZE");
+    ptrace::interrupt(t).expect("PTRACE_INTERRUPT");
+    waitpid(t, Some(WaitPidFlag::__WALL)).expect("waitpid");
+    let mut rip = 0;
+    for _ in 0..1_000_000 {
+        rip = ptrace::getregs(t).expect("PTRACE_GETREGS").rip;
+        if at(rip) {
+            break;
+        }
+        ptrace::step(t, None).expect("PTRACE_SINGLESTEP");
+        waitpid(t, Some(WaitPidFlag::__WALL)).expect("waitpid");
+    }
+    assert!(at(rip), "thread {tid} never reached the wanted place");
+    // A process-wide SIGSTOP while the thread is still held: it joins the
+    // group-stop when let go, before running another instruction (a signal
+    // passed to PTRACE_DETACH would be dropped when the thread is in an
+    // interrupt stop rather than a single-step trap).
+    nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGSTOP).expect("SIGSTOP");
+    ptrace::detach(t, None).expect("PTRACE_DETACH");
+    assert!(
+        wait_until(Duration::from_secs(10), || thread_ids(pid)
+            .iter()
+            .all(|t| thread_state(pid, *t) == Some('T'))),
+        "the process did not group-stop"
+    );
+    rip
+}
+
+fn resume(pid: i32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .expect("SIGCONT");
+}
+
+/// RIP of stopped thread `tid` (looked at through a one-thread session).
+fn rip_of(pid: i32, tid: i32) -> u64 {
+    let s = injector::session::Session::attach_thread(pid, tid).expect("attach");
+    let rip = s.regs(tid).expect("regs").rip;
+    s.detach().expect("detach");
+    rip
+}
+
+/// The active record of the hook on `function`.
+fn record_of(pid: i32, function: u64) -> trampolines::arena::HookRecord {
+    let maps = injector::maps::read_maps(pid).unwrap();
+    let mem = injector::memory::ProcessMemory::open(pid).unwrap();
+    let arenas = injector::arena::discover(&maps, &mem).unwrap();
+    arenas
+        .iter()
+        .find_map(|a| a.active_for(function).map(|(_, r)| r.clone()))
+        .expect("an active hook")
+}
+
+/// Each place a thread can be stopped at, made to happen on purpose: a worker
+/// is single-stepped to it and the process group-stopped there, then the
+/// hook is installed or ejected, and the worker, resumed, must compute right.
+#[test]
+fn threads_parked_in_each_place_are_handled() {
+    let mut t = Target::start("threads", Variant::O2G);
+    let pid = t.pid();
+    let work_addr = t.addr_of("work");
+    let calls_addr = t.addr_of("calls");
+    let pristine = function_bytes(t.exe(), "work");
+    let (skip, len) = expected_patch(t.exe(), "work");
+    let patch = work_addr + skip;
+    let worker = thread_names(pid)
+        .into_iter()
+        .find(|(_, n)| n == "work2")
+        .unwrap()
+        .0;
+    let work = || vec![FuncSpec::Name("work".into())];
+    let progress = |t: &mut Target, what: &str| {
+        let before = worker_calls(t, calls_addr)[2];
+        if !wait_until(Duration::from_secs(10), || {
+            worker_calls(t, calls_addr)[2] > before
+        }) {
+            t.fail(&format!("worker 2 stalled after {what}"));
+        }
+        t.assert_healthy();
+    };
+
+    // Install with the worker strictly inside the bytes the patch overwrites.
+    let rip = park_thread_where(pid, worker, |rip| rip > patch && rip < patch + len as u64);
+    let report = install(pid, &work(), &InstallOptions::default()).unwrap();
+    // Other workers, stopped wherever the SIGSTOP found them, may be there too.
+    assert!(report.rip_census.in_patch >= 1, "{report:?}");
+    assert!(report.moved_threads.contains(&worker), "{report:?}");
+    let r = record_of(pid, work_addr);
+    assert_eq!(r.original_to_relocated(rip), Some(rip_of(pid, worker)));
+    resume(pid);
+    progress(&mut t, "being moved into the relocated prologue");
+
+    // Eject with the worker inside the relocated prologue: moved back.
+    let rip = park_thread_where(pid, worker, |rip| r.in_relocated(rip));
+    let report = eject(pid, &EjectWhat::Functions(work())).unwrap();
+    assert!(report.rip_census.in_relocated >= 1, "{report:?}");
+    assert!(report.moved_threads.contains(&worker), "{report:?}");
+    assert_eq!(read_mem(pid, work_addr, pristine.len()), pristine);
+    assert_eq!(r.relocated_to_original(rip), Some(rip_of(pid, worker)));
+    resume(pid);
+    progress(&mut t, "being moved back to the original bytes");
+
+    // Eject with the worker inside the trampoline: it stays and finishes the call.
+    install(pid, &work(), &InstallOptions::default()).unwrap();
+    let r = record_of(pid, work_addr);
+    park_thread_where(pid, worker, |rip| r.in_trampoline(rip));
+    let report = eject(pid, &EjectWhat::Functions(work())).unwrap();
+    assert!(report.rip_census.in_trampoline >= 1, "{report:?}");
+    assert!(!report.moved_threads.contains(&worker), "{report:?}");
+    resume(pid);
+    progress(&mut t, "an eject while it was in the trampoline");
+    assert_eq!(read_mem(pid, work_addr, pristine.len()), pristine);
+    assert_eq!(tracer_pid(pid), None);
+}
