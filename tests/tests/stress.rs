@@ -250,3 +250,139 @@ fn threads_parked_in_each_place_are_handled() {
     assert_eq!(read_mem(pid, work_addr, pristine.len()), pristine);
     assert_eq!(tracer_pid(pid), None);
 }
+
+/// Hooks in one `inject` call.
+const MANY: usize = 50;
+
+/// C source of a program with [`MANY`] hookable functions `f00`..`f49`
+/// calling each other in a chain: `f<i>(1000 + i, 0x5000 + 0x100 * i)`; the
+/// last one sleeps 20 ms, so the whole chain is on the main thread's stack
+/// most of the time. main checks every result against one computed before
+/// it says ready, and prints `iter N` after each call.
+fn chain_source() -> String {
+    let mut c = String::from("#include \"fixture.h\"\n\n");
+    for i in 0..MANY {
+        c += &format!("long f{i:02}(long a, long b);\n");
+    }
+    for i in 0..MANY {
+        let body = if i + 1 == MANY {
+            "    sleep_ms(20);\n    return a ^ b;\n".to_string()
+        } else {
+            format!(
+                "    long r = f{:02}(a + 1, b + 0x100);\n    return (r ^ a) + {i};\n",
+                i + 1
+            )
+        };
+        c += &format!("\nHOOKABLE long f{i:02}(long a, long b)\n{{\n{body}}}\n");
+    }
+    c += r#"
+int main(void)
+{
+    long expected = f00(1000, 0x5000);
+    announce_ready();
+    for (long iter = 0;; iter++) {
+        long r = f00(1000, 0x5000);
+        if (r != expected)
+            wrong("iter %ld: f00 = %ld, expected %ld", iter, r, expected);
+        say("iter %ld", iter);
+    }
+}
+"#;
+    c
+}
+
+/// Compiles [`chain_source`] once (-O2 -g, PIE) into the fixture cache.
+fn build_chain() -> std::path::PathBuf {
+    let dir = fixture_cache_dir();
+    let src = dir.join(format!("chain{MANY}-{}.c", std::process::id()));
+    std::fs::write(&src, chain_source()).unwrap();
+    let exe = src.with_extension("");
+    let out = std::process::Command::new("cc")
+        .args(["-O2", "-g", "-fPIE", "-pie", "-I"])
+        .arg(fixtures_dir())
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run cc (scripts/setup.sh installs it)");
+    assert!(out.status.success(), "cc: {out:?}");
+    exe
+}
+
+#[test]
+fn fifty_functions_in_one_inject() {
+    let exe = build_chain();
+    let mut t = Target::spawn(&exe);
+    let pid = t.pid().to_string();
+    let names: Vec<String> = (0..MANY).map(|i| format!("f{i:02}")).collect();
+    let mut args = vec!["inject", "--pid", &pid];
+    for n in &names {
+        args.extend(["--func", n.as_str()]);
+    }
+    let out = run_ok(&args);
+    eprintln!("{}", out.lines().last().unwrap_or_default());
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("hooked ")).count(),
+        MANY,
+        "{out}"
+    );
+    // One stop window and one arena for all of them.
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with("target stopped for"))
+            .count(),
+        1,
+        "{out}"
+    );
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with("created arena at"))
+            .count(),
+        1,
+        "{out}"
+    );
+    let hooks = list_hooks(t.pid());
+    let mut arenas: Vec<u64> = hooks.iter().map(|h| json_hex(&h["arena"])).collect();
+    arenas.sort_unstable();
+    arenas.dedup();
+    assert_eq!(arenas.len(), 1, "{hooks:#?}");
+    for n in &names {
+        assert_eq!(hooks_named(&hooks, n, "active").len(), 1, "{n}: {hooks:#?}");
+    }
+
+    // Every hooked frame of the chain shows its own arguments.
+    let main_tid = t.pid();
+    let last = names.last().unwrap().clone();
+    let bt = wait_bt(t.pid(), Some(main_tid), Duration::from_secs(10), |bt| {
+        bt_thread(bt, main_tid)
+            .and_then(|th| frame_named(th, &last))
+            .is_some_and(|(_, f)| f["hooked"] == serde_json::json!(true))
+    });
+    let th = bt_thread(&bt, main_tid).unwrap();
+    for (i, n) in names.iter().enumerate() {
+        let (_, f) = frame_named(th, n).unwrap_or_else(|| panic!("no {n}: {th:#}"));
+        assert_eq!(f["hooked"], serde_json::json!(true), "{n}: {th:#}");
+        assert_eq!(frame_arg(f, "rdi"), Some(1000 + i as u64), "{n}: {th:#}");
+        assert_eq!(frame_arg(f, "rsi"), Some(0x5000 + 0x100 * i as u64), "{n}: {th:#}");
+    }
+
+    // The hooked chain keeps computing the right result.
+    t.drain_lines();
+    for _ in 0..3 {
+        t.wait_for_line(Duration::from_secs(10), |l| l.starts_with("iter "));
+    }
+    t.assert_healthy();
+    let out = run_ok(&["eject", "--pid", &pid, "--all"]);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ejected ")).count(),
+        MANY,
+        "{out}"
+    );
+    for n in &names {
+        t.assert_function_pristine(n);
+    }
+    t.wait_for_line(Duration::from_secs(10), |l| l.starts_with("iter "));
+    t.assert_healthy();
+    let _ = std::fs::remove_file(exe.with_extension("c"));
+    let _ = std::fs::remove_file(&exe);
+}
