@@ -363,7 +363,11 @@ fn fifty_functions_in_one_inject() {
         let (_, f) = frame_named(th, n).unwrap_or_else(|| panic!("no {n}: {th:#}"));
         assert_eq!(f["hooked"], serde_json::json!(true), "{n}: {th:#}");
         assert_eq!(frame_arg(f, "rdi"), Some(1000 + i as u64), "{n}: {th:#}");
-        assert_eq!(frame_arg(f, "rsi"), Some(0x5000 + 0x100 * i as u64), "{n}: {th:#}");
+        assert_eq!(
+            frame_arg(f, "rsi"),
+            Some(0x5000 + 0x100 * i as u64),
+            "{n}: {th:#}"
+        );
     }
 
     // The hooked chain keeps computing the right result.
