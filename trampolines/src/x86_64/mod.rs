@@ -1,5 +1,6 @@
 //! x86-64 (SysV ABI): stash frame, trampoline emitter, prologue relocation.
 
+pub mod analysis;
 pub mod emit;
 pub mod frame;
 pub mod relocate;
@@ -11,6 +12,9 @@ pub use frame::{
     StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, MAX_STACK_WORDS,
     STASHED_REGS, STASH_MARKER,
 };
-pub use relocate::{plan_patch, PatchPlan, RelocatedPrologue, JMP_REL32_LEN, MAX_PATCH_LEN};
+pub use relocate::{
+    plan_patch, plan_patch_in, FunctionContext, PatchPlan, RelocatedPrologue, JMP_ABS_LEN,
+    JMP_REL32_LEN, MAX_PATCH_LEN,
+};
 pub mod hook;
 pub use hook::{build_hook, HookCode, HookMeta, RELOCATED_OFFSET};

@@ -11,6 +11,7 @@ use iced_x86::{
     Instruction, InstructionBlock, Mnemonic, NasmFormatter, OpKind,
 };
 
+use super::analysis::{indirect_jumps, padding_problem, ReadFile};
 use super::emit::ENDBR64;
 use crate::error::{CodegenError, PlanError};
 
@@ -98,33 +99,96 @@ fn refusal(instruction: &Instruction) -> Option<&'static str> {
     }
 }
 
+/// What a caller knows about a function beyond its own bytes.
+#[derive(Clone, Copy)]
+pub struct FunctionContext<'a> {
+    /// The bytes after the function up to the next symbol (or fewer): room a
+    /// function shorter than the patch may use when they are dead fill.
+    pub padding: &'a [u8],
+    /// The function returns twice (known by name or from debug info).
+    pub returns_twice: bool,
+    /// Reads the module's file at a runtime address (jump-table entries);
+    /// `None` means tables cannot be read and table jumps are unbounded.
+    pub read_file: Option<ReadFile<'a>>,
+    /// Least number of bytes to patch ([`JMP_REL32_LEN`], or [`JMP_ABS_LEN`]).
+    pub min_len: usize,
+}
+
+impl Default for FunctionContext<'_> {
+    fn default() -> Self {
+        FunctionContext {
+            padding: &[],
+            returns_twice: false,
+            read_file: None,
+            min_len: JMP_REL32_LEN,
+        }
+    }
+}
+
+/// Bytes of the absolute jump `jmp [rip+0]; dq target`.
+pub const JMP_ABS_LEN: usize = 14;
+
 /// Decides how to patch the function at `function` whose complete code is `code`.
 ///
 /// `code` must hold the whole function (its symbol size): every instruction in it
 /// is scanned for branches into the patched bytes.
 pub fn plan_patch(function: u64, code: &[u8]) -> Result<PatchPlan, PlanError> {
+    plan_patch_in(function, code, &FunctionContext::default())
+}
+
+/// True for the instructions that may end a function moved whole into the relocated copy.
+fn ends_function(instruction: &Instruction) -> bool {
+    matches!(
+        instruction.flow_control(),
+        FlowControl::Return | FlowControl::UnconditionalBranch
+    ) && !matches!(instruction.mnemonic(), Mnemonic::Int3)
+}
+
+/// [`plan_patch`] with what the caller knows about the function: padding after
+/// it, whether it returns twice, its module's file bytes (for jump tables) and
+/// the least patch length.
+///
+/// A function whose last instruction (`ret` or `jmp`) ends inside the patch is
+/// moved whole; the patch then also covers `ctx.padding`, which must be dead fill.
+pub fn plan_patch_in(
+    function: u64,
+    code: &[u8],
+    ctx: &FunctionContext,
+) -> Result<PatchPlan, PlanError> {
+    if ctx.returns_twice {
+        return Err(PlanError::ReturnsTwice);
+    }
     if code.is_empty() {
         return Err(PlanError::UnknownSize);
     }
+    let min_len = ctx.min_len.max(JMP_REL32_LEN);
     let endbr64 = code.starts_with(&ENDBR64);
     let skip = if endbr64 { ENDBR64.len() } else { 0 };
-    let needed = (skip + JMP_REL32_LEN) as u64;
-    if (code.len() as u64) < needed {
-        return Err(PlanError::TooShort {
-            size: code.len() as u64,
-            needed,
-        });
-    }
+    let needed = (skip + min_len) as u64;
     let patch_addr = function + skip as u64;
     let mut decoder = Decoder::with_ip(64, &code[skip..], patch_addr, DecoderOptions::NONE);
     let mut instructions = Vec::new();
     let mut patch_len = 0usize;
-    while patch_len < JMP_REL32_LEN {
+    let mut moved_whole = false;
+    while patch_len < min_len {
         let offset = skip + patch_len;
-        if !decoder.can_decode() {
-            return Err(PlanError::TooShort {
+        if offset >= code.len() {
+            // The function ends inside the patch: only if it was moved whole.
+            let why = if instructions.last().is_some_and(ends_function) {
+                match padding_problem(ctx.padding, min_len - patch_len) {
+                    None => {
+                        moved_whole = true;
+                        break;
+                    }
+                    Some(why) => why,
+                }
+            } else {
+                "it does not end in `ret` or `jmp`".to_string()
+            };
+            return Err(PlanError::TooShortNoPadding {
                 size: code.len() as u64,
-                needed: offset as u64 + 1,
+                needed,
+                why,
             });
         }
         let instruction = decoder.decode();
@@ -140,27 +204,75 @@ pub fn plan_patch(function: u64, code: &[u8]) -> Result<PatchPlan, PlanError> {
                 offset: offset as u64,
             });
         }
+        let last_of_function = offset + instruction.len() == code.len();
         if let Some(why) = refusal(&instruction) {
-            return Err(PlanError::ForbiddenInstruction {
-                offset: offset as u64,
-                instruction: format(&instruction),
-                patch_len: JMP_REL32_LEN.max(patch_len + instruction.len()),
-                why,
-            });
+            if !(last_of_function && ends_function(&instruction)) {
+                return Err(PlanError::ForbiddenInstruction {
+                    offset: offset as u64,
+                    instruction: format(&instruction),
+                    patch_len: min_len.max(patch_len + instruction.len()),
+                    why,
+                });
+            }
         }
         patch_len += instruction.len();
         instructions.push(instruction);
     }
+    let moved_len = patch_len;
+    if moved_whole {
+        patch_len = min_len;
+    }
     let patch_end = patch_addr + patch_len as u64;
     check_branches_into(function, code, patch_addr, patch_end)?;
+    if let Some(read) = ctx.read_file {
+        check_tables_into(function, code, read, patch_addr, patch_end, instructions.len())?;
+    }
+    let mut original = code[skip..skip + moved_len].to_vec();
+    original.extend_from_slice(&ctx.padding[..patch_len - moved_len]);
     Ok(PatchPlan {
         function,
         patch_addr,
         patch_len,
         endbr64,
-        original: code[skip..skip + patch_len].to_vec(),
+        original,
         instructions,
     })
+}
+
+/// Refuses when a jump table sends an indirect jump into the patch's bytes 1..n,
+/// or when an indirect jump cannot be bounded and the patch covers more than
+/// one instruction (a jump could then land on the second).
+fn check_tables_into(
+    function: u64,
+    code: &[u8],
+    read: ReadFile,
+    patch_addr: u64,
+    patch_end: u64,
+    moved: usize,
+) -> Result<(), PlanError> {
+    for jump in indirect_jumps(function, code, read) {
+        match jump.targets {
+            Some(targets) => {
+                if let Some(to) = targets.iter().find(|&&t| t > patch_addr && t < patch_end) {
+                    return Err(PlanError::TableIntoPatch {
+                        from: jump.from - function,
+                        to: to - function,
+                        patch_start: patch_addr - function,
+                        patch_end: patch_end - function,
+                    });
+                }
+            }
+            None if moved > 1 => {
+                return Err(PlanError::UnboundedIndirectJump {
+                    from: jump.from - function,
+                    patch_start: patch_addr - function,
+                    patch_end: patch_end - function,
+                })
+            }
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 /// Refuses when any instruction outside the patch branches into its bytes 1..n.
@@ -294,8 +406,107 @@ mod tests {
         let tiny = [0x31, 0xc0, 0xc3];
         assert!(matches!(
             plan_patch(F, &tiny),
-            Err(PlanError::TooShort { .. })
+            Err(PlanError::TooShortNoPadding { size: 3, needed: 5, .. })
         ));
+    }
+
+    #[test]
+    fn short_function_borrows_dead_fill_after_it() {
+        // lea eax,[rdi+1]; ret  (4 bytes), then nop fill up to the next symbol.
+        let tiny = [0x8d, 0x47, 0x01, 0xc3];
+        let fill = [0x66, 0x90, 0xcc, 0xcc];
+        let ctx = FunctionContext {
+            padding: &fill,
+            ..FunctionContext::default()
+        };
+        let plan = plan_patch_in(F, &tiny, &ctx).unwrap();
+        assert_eq!(plan.patch_len, 5);
+        assert_eq!(plan.original, vec![0x8d, 0x47, 0x01, 0xc3, 0x66]);
+        assert_eq!(plan.disassembly(), vec!["lea eax,[rdi+1]", "ret"]);
+        // The relocated copy is the whole function; its ret returns to the trampoline.
+        let r = plan.relocate(F + 0x1000).unwrap();
+        assert_eq!(&r.code[..4], &tiny);
+        // The same with 14 bytes needed: not enough fill.
+        let ctx14 = FunctionContext {
+            min_len: JMP_ABS_LEN,
+            ..ctx
+        };
+        let err = plan_patch_in(F, &tiny, &ctx14).unwrap_err();
+        assert!(err.to_string().contains("only 4 byte(s)"), "{err}");
+        // Code after the function is not fill.
+        let ctx = FunctionContext {
+            padding: &[0x55, 0x90],
+            ..FunctionContext::default()
+        };
+        let err = plan_patch_in(F, &tiny, &ctx).unwrap_err();
+        assert!(err.to_string().contains("not int3 or nop fill (55)"), "{err}");
+        // A short function that does not end in ret/jmp (falls into the next one).
+        let ctx = FunctionContext {
+            padding: &fill,
+            ..FunctionContext::default()
+        };
+        let err = plan_patch_in(F, &tiny[..3], &ctx).unwrap_err();
+        assert!(err.to_string().contains("does not end in `ret` or `jmp`"), "{err}");
+        // A ret followed by more of the function is still refused.
+        let err = plan_patch_in(F, &[0x31, 0xc0, 0xc3, 0xcc, 0xcc, 0xcc], &ctx).unwrap_err();
+        assert!(matches!(err, PlanError::ForbiddenInstruction { .. }), "{err}");
+        // A 2-byte tail call `jmp short` moves whole too (re-encoded as jmp rel32).
+        let tail = [0xeb, 0x10];
+        let plan = plan_patch_in(F, &tail, &ctx).unwrap();
+        let r = plan.relocate(F + 0x1000).unwrap();
+        let first = Decoder::with_ip(64, &r.code, F + 0x1000, DecoderOptions::NONE).decode();
+        assert_eq!(first.near_branch_target(), F + 0x12);
+    }
+
+    #[test]
+    fn refuses_returns_twice() {
+        let code = [0x55, 0x48, 0x89, 0xe5, 0x90, 0xc3];
+        let ctx = FunctionContext {
+            returns_twice: true,
+            ..FunctionContext::default()
+        };
+        assert_eq!(plan_patch_in(F, &code, &ctx).unwrap_err(), PlanError::ReturnsTwice);
+    }
+
+    /// cmp edi,3; ja; lea rdx,[rip+T]; movsxd rax,[rdx+rdi*4]; add rax,rdx; jmp rax,
+    /// with the table at F+0x100 holding `entries` (offsets from the table).
+    fn switch_ctx_check(entries: &[i32]) -> Result<PatchPlan, PlanError> {
+        let mut code = vec![
+            0x83, 0xff, 0x03, 0x77, 0x10, 0x48, 0x8d, 0x15, 0xf4, 0x00, 0x00, 0x00, 0x48, 0x63,
+            0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0,
+        ];
+        code.resize(0x30, 0xc3);
+        let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_le_bytes()).collect();
+        let read = move |addr: u64, len: usize| -> Option<Vec<u8>> {
+            (addr == F + 0x100).then(|| bytes.get(..len).map(<[u8]>::to_vec))?
+        };
+        let ctx = FunctionContext {
+            read_file: Some(&read),
+            ..FunctionContext::default()
+        };
+        plan_patch_in(F, &code, &ctx)
+    }
+
+    #[test]
+    fn jump_table_targets_in_the_patch_are_refused() {
+        // Patch covers cmp (3) + ja (2) = +0..+5. Targets at +0x18.. are fine.
+        assert!(switch_ctx_check(&[-0xe8, -0xe4, -0xe0, -0xdc]).is_ok());
+        // An entry to +3 (the ja) is inside the patch.
+        let err = switch_ctx_check(&[-0xe8, -0xfd, -0xe0, -0xdc]).unwrap_err();
+        assert_eq!(
+            err,
+            PlanError::TableIntoPatch {
+                from: 0x13,
+                to: 3,
+                patch_start: 0,
+                patch_end: 5
+            }
+        );
+        // An entry to +0 (the entry itself) lands on the jump: fine.
+        assert!(switch_ctx_check(&[-0x100, -0xe4, -0xe0, -0xdc]).is_ok());
+        // A table that cannot be read: unbounded, and the patch covers two instructions.
+        let err = switch_ctx_check(&[]).unwrap_err();
+        assert!(matches!(err, PlanError::UnboundedIndirectJump { from: 0x13, .. }), "{err}");
     }
 
     #[test]
