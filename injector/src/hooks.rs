@@ -11,8 +11,10 @@ use std::ops::Range;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use trampolines::arena::{Arena, ArenaHeader, HookRecord, HookState, RECORD_LEN};
+use trampolines::x86_64::analysis::returns_twice_by_name;
 use trampolines::x86_64::{
-    build_hook, jump_patch, plan_patch, HookCode, HookMeta, PatchPlan, StashLayout,
+    build_hook, jump_patch, plan_patch_in, FunctionContext, HookCode, HookMeta, PatchPlan,
+    StashLayout, MAX_PATCH_LEN,
 };
 
 use crate::arena::{discover, placement_candidates, read_arena, within_reach, ARENA_CAPACITY};
@@ -157,6 +159,27 @@ pub fn list(pid: i32) -> Result<Vec<HookInfo>, Error> {
         .collect())
 }
 
+/// The live bytes from `end` (just past a function) up to the next function
+/// symbol of `module`, at most [`MAX_PATCH_LEN`], inside the same executable
+/// mapping: room a short function may borrow when it is dead fill.
+fn padding_after(mem: &dyn Memory, module: Option<&crate::symbols::Module>, end: u64) -> Vec<u8> {
+    let Some(module) = module else {
+        return Vec::new();
+    };
+    let Some(exec) = module.exec_ranges.iter().find(|r| r.contains(&end)) else {
+        return Vec::new();
+    };
+    let next = module
+        .symbols()
+        .iter()
+        .map(|s| s.addr)
+        .find(|&a| a >= end)
+        .unwrap_or(exec.end)
+        .min(exec.end);
+    let len = usize::try_from(next - end).unwrap_or(0).min(MAX_PATCH_LEN);
+    mem.read_vec(end, len).unwrap_or_default()
+}
+
 /// One planned hook, before the stop.
 struct Planned {
     resolved: Resolved,
@@ -236,7 +259,24 @@ pub fn install(
             .unwrap_or(usize::MAX)
             .min(1 << 20);
         let code = mem.read_vec(resolved.addr, size)?;
-        let plan = plan_patch(resolved.addr, &code).map_err(|source| Error::Plan {
+        let module = symbols.module_for(resolved.addr);
+        let padding = padding_after(&mem, module, resolved.addr + code.len() as u64);
+        let returns_twice = module.is_some_and(|m| {
+            m.symbols()
+                .iter()
+                .filter(|s| s.addr == resolved.addr)
+                .any(|s| returns_twice_by_name(&s.name))
+        }) || returns_twice_by_name(&resolved.name);
+        let read_file = |addr: u64, len: usize| -> Option<Vec<u8>> {
+            module?.file_bytes(addr, len as u64).map(<[u8]>::to_vec)
+        };
+        let ctx = FunctionContext {
+            padding: &padding,
+            returns_twice,
+            read_file: Some(&read_file),
+            ..FunctionContext::default()
+        };
+        let plan = plan_patch_in(resolved.addr, &code, &ctx).map_err(|source| Error::Plan {
             function: label.clone(),
             source,
         })?;
