@@ -455,7 +455,6 @@ fn badfuncs_refusals(v: Variant) {
         }
     };
 
-
     // looper: its loop jumps back into the bytes a patch would overwrite.
     let (from, jg) = find_insn(&exe_path, "looper", "j");
     let to = jg.branch_target().unwrap() - symbol(&exe_path, "looper").unwrap().addr;
@@ -939,11 +938,13 @@ fn edge_functions(v: Variant) {
         "inject", "--pid", &p, "--func", hooked[0], "--func", hooked[1], "--func", hooked[2],
     ]);
     assert_eq!(out.matches("hooked ").count(), 3, "{out}");
-    let switch_patch = hooks_named(&list_hooks(t.pid()), "dense_switch", "active")[0]
-        ["patch_len"]
+    let switch_patch = hooks_named(&list_hooks(t.pid()), "dense_switch", "active")[0]["patch_len"]
         .as_u64()
         .unwrap();
-    assert!(switch_patch > 5, "the switch's patch covers cmp + ja: {out}");
+    assert!(
+        switch_patch > 5,
+        "the switch's patch covers cmp + ja: {out}"
+    );
     t.drain_lines();
     t.expect_line(E2E_TIMEOUT);
     t.expect_line(E2E_TIMEOUT);

@@ -113,8 +113,11 @@ fn bound_before(insns: &[Instruction], at: usize, index: Register) -> Option<u64
             && full(i.op0_register()) == index
             && matches!(
                 i.op1_kind(),
-                OpKind::Immediate8to32 | OpKind::Immediate8to64 | OpKind::Immediate32to64
-                    | OpKind::Immediate32 | OpKind::Immediate8
+                OpKind::Immediate8to32
+                    | OpKind::Immediate8to64
+                    | OpKind::Immediate32to64
+                    | OpKind::Immediate32
+                    | OpKind::Immediate8
             )
         {
             let n = i.immediate(1);
@@ -180,7 +183,10 @@ fn table_targets(insns: &[Instruction], at: usize, read: ReadFile) -> Result<Opt
     let target = full(jmp.op0_register());
     let start = at.saturating_sub(LOOKBACK);
     // The last write of the jump register.
-    let Some(k_add) = (start..at).rev().find(|&k| written_reg(&insns[k]) == Some(target)) else {
+    let Some(k_add) = (start..at)
+        .rev()
+        .find(|&k| written_reg(&insns[k]) == Some(target))
+    else {
         return Ok(None); // Not computed here: a pointer passed in.
     };
     let add = &insns[k_add];
@@ -196,7 +202,9 @@ fn table_targets(insns: &[Instruction], at: usize, read: ReadFile) -> Result<Opt
     // add rE, rT (or add rT, rE with the jump through rT): one holds the entry, the other the table.
     let (a, b) = (full(add.op0_register()), full(add.op1_register()));
     for (entry, base) in [(a, b), (b, a)] {
-        let Some(k_load) = (start..k_add).rev().find(|&k| written_reg(&insns[k]) == Some(entry))
+        let Some(k_load) = (start..k_add)
+            .rev()
+            .find(|&k| written_reg(&insns[k]) == Some(entry))
         else {
             continue;
         };
@@ -209,7 +217,9 @@ fn table_targets(insns: &[Instruction], at: usize, read: ReadFile) -> Result<Opt
         {
             continue;
         }
-        let Some(k_lea) = (start..k_load).rev().find(|&k| written_reg(&insns[k]) == Some(base))
+        let Some(k_lea) = (start..k_load)
+            .rev()
+            .find(|&k| written_reg(&insns[k]) == Some(base))
         else {
             continue;
         };
@@ -284,7 +294,10 @@ mod tests {
     fn padding_must_be_fill() {
         assert_eq!(padding_problem(&[0xcc, 0xcc, 0x90], 3), None);
         // A multi-byte nop (0f 1f 40 00) straddling the end is still fill.
-        assert_eq!(padding_problem(&[0x66, 0x90, 0x0f, 0x1f, 0x40, 0x00], 3), None);
+        assert_eq!(
+            padding_problem(&[0x66, 0x90, 0x0f, 0x1f, 0x40, 0x00], 3),
+            None
+        );
         assert!(padding_problem(&[0xcc, 0x55], 2).unwrap().contains("+1"));
         assert!(padding_problem(&[], 1).unwrap().contains("next symbol"));
         assert!(padding_problem(&[0xcc], 2).unwrap().contains("only 1"));

@@ -3,6 +3,7 @@
 pub mod analysis;
 pub mod emit;
 pub mod frame;
+pub mod patch;
 pub mod relocate;
 
 pub use emit::{
@@ -12,6 +13,7 @@ pub use frame::{
     StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, MAX_STACK_WORDS,
     STASHED_REGS, STASH_MARKER,
 };
+pub use patch::{entry_patch, rel32_reaches};
 pub use relocate::{
     plan_patch, plan_patch_in, FunctionContext, PatchPlan, RelocatedPrologue, JMP_ABS_LEN,
     JMP_REL32_LEN, MAX_PATCH_LEN,

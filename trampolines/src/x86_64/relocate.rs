@@ -7,7 +7,7 @@
 //! first untouched byte.
 
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Formatter,
+    BlockEncoder, BlockEncoderOptions, Decoder, DecoderOptions, FlowControl, Formatter,
     Instruction, InstructionBlock, Mnemonic, NasmFormatter, OpKind,
 };
 
@@ -225,7 +225,14 @@ pub fn plan_patch_in(
     let patch_end = patch_addr + patch_len as u64;
     check_branches_into(function, code, patch_addr, patch_end)?;
     if let Some(read) = ctx.read_file {
-        check_tables_into(function, code, read, patch_addr, patch_end, instructions.len())?;
+        check_tables_into(
+            function,
+            code,
+            read,
+            patch_addr,
+            patch_end,
+            instructions.len(),
+        )?;
     }
     let mut original = code[skip..skip + moved_len].to_vec();
     original.extend_from_slice(&ctx.padding[..patch_len - moved_len]);
@@ -317,45 +324,60 @@ impl PatchPlan {
         self.instructions.iter().map(format).collect()
     }
 
-    /// Re-encodes the overwritten instructions at `address`, followed by a jump back.
+    /// Re-encodes the overwritten instructions at `address`, followed by a jump back:
+    /// `jmp rel32` when the rest of the function is within reach, else the
+    /// absolute `jmp [rip+0]; dq back` (14 bytes, no register written).
     pub fn relocate(&self, address: u64) -> Result<RelocatedPrologue, CodegenError> {
         let back = self.patch_addr + self.patch_len as u64;
-        let jump = Instruction::with_branch(Code::Jmp_rel32_64, back).map_err(|e| {
-            CodegenError::Relocation {
-                at: address,
-                reason: e.to_string(),
-            }
-        })?;
-        let mut block: Vec<Instruction> = self.instructions.clone();
-        let mut jump = jump;
-        // The jump's own IP must not equal any branch target in the block (its
-        // target is `back`), or the encoder would treat it as an in-block branch.
-        jump.set_ip(!0xfff);
-        block.push(jump);
         let encoded = BlockEncoder::encode(
             64,
-            InstructionBlock::new(&block, address),
+            InstructionBlock::new(&self.instructions, address),
             BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
         )
         .map_err(|e| CodegenError::Relocation {
             at: address,
             reason: e.to_string(),
         })?;
-        let mut map = Vec::with_capacity(block.len());
+        let mut map = Vec::with_capacity(self.instructions.len() + 1);
         let mut orig = 0u64;
         for (i, new_off) in encoded.new_instruction_offsets.iter().enumerate() {
             if *new_off == u32::MAX {
                 return Err(CodegenError::Relocation {
                     at: address,
-                    reason: "instruction offset unavailable".into(),
+                    reason: format!(
+                        "`{}` had to be rewritten to reach its target from there",
+                        format(&self.instructions[i])
+                    ),
                 });
             }
             map.push((orig as u8, *new_off as u16));
-            orig += block[i].len() as u64;
+            orig += self.instructions[i].len() as u64;
         }
-        let code = encoded.code_buffer;
+        let mut code = encoded.code_buffer;
+        map.push((orig as u8, code.len() as u16));
+        let jump_at = address + code.len() as u64;
+        code.extend_from_slice(&jump_bytes(jump_at, back));
         Ok(RelocatedPrologue { address, code, map })
     }
+}
+
+/// A jump from `at` to `to`: `jmp rel32` when in reach, else `jmp [rip+0]; dq to`.
+pub fn jump_bytes(at: u64, to: u64) -> Vec<u8> {
+    match i32::try_from(to.wrapping_sub(at + JMP_REL32_LEN as u64) as i64) {
+        Ok(rel) => {
+            let mut v = vec![0xe9];
+            v.extend_from_slice(&rel.to_le_bytes());
+            v
+        }
+        Err(_) => abs_jump(to),
+    }
+}
+
+/// `jmp qword [rip+0]` followed by the 8-byte target: [`JMP_ABS_LEN`] bytes, no register written.
+pub fn abs_jump(to: u64) -> Vec<u8> {
+    let mut v = vec![0xff, 0x25, 0, 0, 0, 0];
+    v.extend_from_slice(&to.to_le_bytes());
+    v
 }
 
 #[cfg(test)]
@@ -406,7 +428,11 @@ mod tests {
         let tiny = [0x31, 0xc0, 0xc3];
         assert!(matches!(
             plan_patch(F, &tiny),
-            Err(PlanError::TooShortNoPadding { size: 3, needed: 5, .. })
+            Err(PlanError::TooShortNoPadding {
+                size: 3,
+                needed: 5,
+                ..
+            })
         ));
     }
 
@@ -439,17 +465,26 @@ mod tests {
             ..FunctionContext::default()
         };
         let err = plan_patch_in(F, &tiny, &ctx).unwrap_err();
-        assert!(err.to_string().contains("not int3 or nop fill (55)"), "{err}");
+        assert!(
+            err.to_string().contains("not int3 or nop fill (55)"),
+            "{err}"
+        );
         // A short function that does not end in ret/jmp (falls into the next one).
         let ctx = FunctionContext {
             padding: &fill,
             ..FunctionContext::default()
         };
         let err = plan_patch_in(F, &tiny[..3], &ctx).unwrap_err();
-        assert!(err.to_string().contains("does not end in `ret` or `jmp`"), "{err}");
+        assert!(
+            err.to_string().contains("does not end in `ret` or `jmp`"),
+            "{err}"
+        );
         // A ret followed by more of the function is still refused.
         let err = plan_patch_in(F, &[0x31, 0xc0, 0xc3, 0xcc, 0xcc, 0xcc], &ctx).unwrap_err();
-        assert!(matches!(err, PlanError::ForbiddenInstruction { .. }), "{err}");
+        assert!(
+            matches!(err, PlanError::ForbiddenInstruction { .. }),
+            "{err}"
+        );
         // A 2-byte tail call `jmp short` moves whole too (re-encoded as jmp rel32).
         let tail = [0xeb, 0x10];
         let plan = plan_patch_in(F, &tail, &ctx).unwrap();
@@ -465,7 +500,10 @@ mod tests {
             returns_twice: true,
             ..FunctionContext::default()
         };
-        assert_eq!(plan_patch_in(F, &code, &ctx).unwrap_err(), PlanError::ReturnsTwice);
+        assert_eq!(
+            plan_patch_in(F, &code, &ctx).unwrap_err(),
+            PlanError::ReturnsTwice
+        );
     }
 
     /// cmp edi,3; ja; lea rdx,[rip+T]; movsxd rax,[rdx+rdi*4]; add rax,rdx; jmp rax,
@@ -506,7 +544,10 @@ mod tests {
         assert!(switch_ctx_check(&[-0x100, -0xe4, -0xe0, -0xdc]).is_ok());
         // A table that cannot be read: unbounded, and the patch covers two instructions.
         let err = switch_ctx_check(&[]).unwrap_err();
-        assert!(matches!(err, PlanError::UnboundedIndirectJump { from: 0x13, .. }), "{err}");
+        assert!(
+            matches!(err, PlanError::UnboundedIndirectJump { from: 0x13, .. }),
+            "{err}"
+        );
     }
 
     #[test]
@@ -544,5 +585,56 @@ mod tests {
         assert_eq!(r.map, vec![(0, 0), (6, first.len() as u16)]);
         assert_eq!(r.relocated_for(0), Some(at));
         assert_eq!(r.relocated_for(3), None);
+    }
+
+    #[test]
+    fn far_relocation_jumps_back_absolutely() {
+        // push rbp; mov rbp,rsp; sub rsp,0x10; jz +2; 6 x nop; ret
+        let code = [
+            0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10, 0x74, 0x02, 0x90, 0x90, 0x90, 0x90,
+            0x90, 0x90, 0xc3,
+        ];
+        let ctx = FunctionContext {
+            min_len: JMP_ABS_LEN,
+            ..FunctionContext::default()
+        };
+        let plan = plan_patch_in(F, &code, &ctx).unwrap();
+        assert_eq!(plan.patch_len, 14);
+        let far = 0x7f00_0000_0000;
+        let r = plan.relocate(far).unwrap();
+        let ins: Vec<Instruction> = Decoder::with_ip(64, &r.code, far, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        // The in-patch jz still lands on the relocated nop it targeted.
+        let jz = ins.iter().find(|i| i.mnemonic() == Mnemonic::Je).unwrap();
+        assert_eq!(Some(jz.near_branch_target()), r.relocated_for(0xc));
+        let last = ins
+            .iter()
+            .rev()
+            .find(|i| i.mnemonic() == Mnemonic::Jmp)
+            .unwrap();
+        assert!(last.is_ip_rel_memory_operand());
+        assert_eq!(last.ip_rel_memory_address(), last.ip() + 6);
+        assert_eq!(&r.code[r.code.len() - 8..], &(F + 14).to_le_bytes());
+        assert_eq!(r.map.last(), Some(&(14, (r.code.len() - 14) as u16)));
+        // Near, the same plan gets a 5-byte jmp rel32 back.
+        let near = plan.relocate(F + 0x1000).unwrap();
+        assert_eq!(near.code[near.code.len() - 5], 0xe9);
+    }
+
+    #[test]
+    fn far_relocation_refuses_rip_relative_data() {
+        // mov ecx,[rip+0x100]; then 8 nops and ret: the load cannot reach from far away.
+        let mut code = vec![0x8b, 0x0d, 0x00, 0x01, 0x00, 0x00];
+        code.extend_from_slice(&[0x90; 8]);
+        code.push(0xc3);
+        let ctx = FunctionContext {
+            min_len: JMP_ABS_LEN,
+            ..FunctionContext::default()
+        };
+        // (Below 4 GiB iced would use EIP-relative addressing: a PIE-like address.)
+        let plan = plan_patch_in(0x5555_5555_4000, &code, &ctx).unwrap();
+        let r = plan.relocate(0x7f00_0000_0000);
+        assert!(matches!(r, Err(CodegenError::Relocation { .. })), "{r:?}");
     }
 }
