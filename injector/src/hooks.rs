@@ -13,11 +13,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use trampolines::arena::{Arena, ArenaHeader, HookRecord, HookState, RECORD_LEN};
 use trampolines::x86_64::analysis::returns_twice_by_name;
 use trampolines::x86_64::{
-    build_hook, jump_patch, plan_patch_in, FunctionContext, HookCode, HookMeta, PatchPlan,
-    StashLayout, MAX_PATCH_LEN,
+    build_hook, entry_patch, plan_patch_in, FunctionContext, HookCode, HookMeta, PatchPlan,
+    StashLayout, JMP_ABS_LEN, JMP_REL32_LEN, MAX_PATCH_LEN,
 };
 
-use crate::arena::{discover, placement_candidates, read_arena, within_reach, ARENA_CAPACITY};
+use crate::arena::{
+    anywhere_candidates, discover, placement_candidates, read_arena, within_reach, ARENA_CAPACITY,
+};
 use crate::error::{hex, Error};
 use crate::maps::{read_maps, MapEntry};
 use crate::memory::{Memory, ProcessMemory};
@@ -180,6 +182,39 @@ fn padding_after(mem: &dyn Memory, module: Option<&crate::symbols::Module>, end:
     mem.read_vec(end, len).unwrap_or_default()
 }
 
+/// Plans the patch of the function at `addr` (bytes `code`, followed by
+/// `padding`) patching at least `min_len` bytes; jump tables are read from
+/// the module's file.
+fn plan_with(
+    symbols: &ProcessSymbols,
+    addr: u64,
+    code: &[u8],
+    padding: &[u8],
+    returns_twice: bool,
+    min_len: usize,
+) -> Result<PatchPlan, trampolines::error::PlanError> {
+    let module = symbols.module_for(addr);
+    let read_file = |at: u64, len: usize| -> Option<Vec<u8>> {
+        module?.file_bytes(at, len as u64).map(<[u8]>::to_vec)
+    };
+    let ctx = FunctionContext {
+        padding,
+        returns_twice,
+        read_file: Some(&read_file),
+        min_len,
+    };
+    plan_patch_in(addr, code, &ctx)
+}
+
+/// A free slot of arena `a` not yet `taken` by this install.
+fn free_slot(a: &Arena, taken: &HashSet<u32>) -> Option<u32> {
+    a.records
+        .iter()
+        .enumerate()
+        .find(|(s, r)| r.state == HookState::Free && !taken.contains(&(*s as u32)))
+        .map(|(s, _)| s as u32)
+}
+
 /// One planned hook, before the stop.
 struct Planned {
     resolved: Resolved,
@@ -187,6 +222,12 @@ struct Planned {
     module_range: Range<u64>,
     target: ArenaChoice,
     code: Option<HookCode>,
+    /// The function's bytes and the bytes after it, kept to plan again for a far arena.
+    bytes: Vec<u8>,
+    padding: Vec<u8>,
+    returns_twice: bool,
+    /// No arena fits within ±2 GiB: patched with the 14-byte absolute jump.
+    far: bool,
 }
 
 impl Planned {
@@ -267,16 +308,15 @@ pub fn install(
                 .filter(|s| s.addr == resolved.addr)
                 .any(|s| returns_twice_by_name(&s.name))
         }) || returns_twice_by_name(&resolved.name);
-        let read_file = |addr: u64, len: usize| -> Option<Vec<u8>> {
-            module?.file_bytes(addr, len as u64).map(<[u8]>::to_vec)
-        };
-        let ctx = FunctionContext {
-            padding: &padding,
+        let plan = plan_with(
+            &symbols,
+            resolved.addr,
+            &code,
+            &padding,
             returns_twice,
-            read_file: Some(&read_file),
-            ..FunctionContext::default()
-        };
-        let plan = plan_patch_in(resolved.addr, &code, &ctx).map_err(|source| Error::Plan {
+            JMP_REL32_LEN,
+        )
+        .map_err(|source| Error::Plan {
             function: label.clone(),
             source,
         })?;
@@ -290,6 +330,10 @@ pub fn install(
             module_range,
             target: ArenaChoice::Existing(0, 0),
             code: None,
+            bytes: code,
+            padding,
+            returns_twice,
+            far: false,
         });
     }
 
@@ -303,11 +347,7 @@ pub fn install(
             if !within_reach(&range, &p.module_range) {
                 return None;
             }
-            a.records
-                .iter()
-                .enumerate()
-                .find(|(s, r)| r.state == HookState::Free && !taken[i].contains(&(*s as u32)))
-                .map(|(s, _)| (i, s as u32))
+            free_slot(a, &taken[i]).map(|s| (i, s))
         });
         if let Some((i, slot)) = existing {
             taken[i].insert(slot);
@@ -330,18 +370,58 @@ pub fn install(
                         ..maps[0].clone()
                     });
                 }
-                let candidates = placement_candidates(&occupied, &p.module_range, arena_len);
-                if candidates.is_empty() {
-                    return Err(Error::NoArenaSpace {
+                let near = placement_candidates(&occupied, &p.module_range, arena_len);
+                if near.is_empty() {
+                    // Nothing free within ±2 GiB: any arena will do, reached by
+                    // the 14-byte absolute jump, if the prologue allows it.
+                    p.plan = plan_with(
+                        &symbols,
+                        p.resolved.addr,
+                        &p.bytes,
+                        &p.padding,
+                        p.returns_twice,
+                        JMP_ABS_LEN,
+                    )
+                    .map_err(|e| Error::NoArenaSpaceFar {
                         module: p.resolved.module_path.clone(),
+                        function: p.resolved.name.clone(),
+                        reason: e.to_string(),
+                    })?;
+                    p.far = true;
+                    let existing = arenas
+                        .iter()
+                        .enumerate()
+                        .find_map(|(i, a)| free_slot(a, &taken[i]).map(|s| (i, s)));
+                    if let Some((i, slot)) = existing {
+                        taken[i].insert(slot);
+                        p.target = ArenaChoice::Existing(i, slot);
+                        continue;
+                    }
+                    match new_arenas.iter().position(|n| n.used < ARENA_CAPACITY) {
+                        Some(i) => i,
+                        None => {
+                            let anywhere = anywhere_candidates(&occupied, arena_len);
+                            if anywhere.is_empty() {
+                                return Err(Error::NoArenaSpace {
+                                    module: p.resolved.module_path.clone(),
+                                });
+                            }
+                            new_arenas.push(NewArena {
+                                candidates: anywhere,
+                                chosen: 0,
+                                used: 0,
+                            });
+                            new_arenas.len() - 1
+                        }
+                    }
+                } else {
+                    new_arenas.push(NewArena {
+                        candidates: near,
+                        chosen: 0,
+                        used: 0,
                     });
+                    new_arenas.len() - 1
                 }
-                new_arenas.push(NewArena {
-                    candidates,
-                    chosen: 0,
-                    used: 0,
-                });
-                new_arenas.len() - 1
             }
         };
         p.target = ArenaChoice::New(index, new_arenas[index].used);
@@ -357,9 +437,19 @@ pub fn install(
             function_size: p.resolved.size,
             installed_ns,
         };
-        build_hook(&p.plan, header, slot, layout, &meta).map_err(|source| Error::Codegen {
-            function: p.label(),
-            source,
+        build_hook(&p.plan, header, slot, layout, &meta).map_err(|source| {
+            if p.far {
+                Error::NoArenaSpaceFar {
+                    module: p.resolved.module_path.clone(),
+                    function: p.resolved.name.clone(),
+                    reason: source.to_string(),
+                }
+            } else {
+                Error::Codegen {
+                    function: p.label(),
+                    source,
+                }
+            }
         })
     };
     for p in planned.iter_mut() {
@@ -720,7 +810,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
                 });
             }
             let expected =
-                jump_patch(r.patch_addr, r.trampoline, r.patch_len()).map_err(|source| {
+                entry_patch(r.patch_addr, r.trampoline, r.patch_len()).map_err(|source| {
                     Error::Codegen {
                         function: r.name.clone(),
                         source,
@@ -764,7 +854,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
             let r = record(*h);
             restored.push((
                 r.patch_addr,
-                jump_patch(r.patch_addr, r.trampoline, r.patch_len()).unwrap_or_default(),
+                entry_patch(r.patch_addr, r.trampoline, r.patch_len()).unwrap_or_default(),
             ));
             mem.write(r.patch_addr, &r.original)?;
             if mem.read_vec(r.patch_addr, r.patch_len())? != r.original {

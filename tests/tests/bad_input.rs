@@ -576,15 +576,58 @@ fn refusal_reason_is_stated_once() {
     );
 }
 
+/// crowded.c leaves no free page within ±2.5 GiB of its code: hooks there
+/// get an arena anywhere and the 14-byte absolute jump, when the prologue
+/// allows it; otherwise a clear refusal.
 #[test]
 fn no_free_address_near_the_module() {
     for v in [Variant::O2G, Variant::new(Opt::O2g, false)] {
         let mut t = Target::start("crowded", v);
         let exe = module_path(t.exe());
-        let needle = format!("no free address within ±2 GiB of {exe} for the trampoline arena");
-        refuse_inject(&mut t, &["spin"], &needle);
-        t.assert_function_pristine("spin");
+        let needle = format!(
+            "no free address within ±2 GiB of {exe} for the trampoline arena, and callsat6 \
+             cannot take the 14-byte absolute jump used instead: `call "
+        );
+        let stderr = refuse_inject(&mut t, &["callsat6"], &needle);
+        assert!(stderr.contains("at +0x6 lies in the 14 bytes"), "{stderr}");
+        t.assert_function_pristine("callsat6");
         assert_eq!(list_hooks(t.pid()), Vec::<serde_json::Value>::new());
+
+        // spin and slow take the absolute jump into an arena out of rel32 reach.
+        let p = t.pid().to_string();
+        run_ok(&["inject", "--pid", &p, "--func", "spin", "--func", "slow"]);
+        let hooks = list_hooks(t.pid());
+        for f in ["spin", "slow"] {
+            let h = hooks_named(&hooks, f, "active")[0];
+            assert!(h["patch_len"].as_u64().unwrap() >= 14, "{h:#}");
+            let live = t.live_function_bytes(f);
+            assert_eq!(&live[..6], &[0xff, 0x25, 0, 0, 0, 0], "{f}: jmp [rip+0]");
+            let to = u64::from_le_bytes(live[6..14].try_into().unwrap());
+            assert_eq!(to, json_hex(&h["trampoline"]), "{f}");
+            assert!(
+                to.abs_diff(t.addr_of(f)) > 1 << 31,
+                "{f}: the arena is near: {h:#}"
+            );
+        }
+        let bt = wait_bt(t.pid(), None, E2E_TIMEOUT, |bt| {
+            bt_threads(bt)
+                .iter()
+                .any(|th| frame_named(th, "slow").is_some_and(|(_, f)| f["hooked"] == json!(true)))
+        });
+        let th = &bt_threads(&bt)[0];
+        let (_, f) = frame_named(th, "slow").unwrap();
+        let ns = frame_arg(f, "rdi").unwrap();
+        assert!(ns == 1_000_000 || ns == 1_000_001, "{th:#}");
+        t.drain_lines();
+        t.expect_line(E2E_TIMEOUT);
+        t.expect_line(E2E_TIMEOUT);
+        t.assert_healthy();
+        run_ok(&["eject", "--pid", &p, "--all"]);
+        for f in ["spin", "slow"] {
+            t.assert_function_pristine(f);
+        }
+        t.expect_line(E2E_TIMEOUT);
+        t.assert_healthy();
     }
 }
 
