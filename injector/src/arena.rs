@@ -121,13 +121,14 @@ pub fn anywhere_candidates(maps: &[MapEntry], len: u64) -> Vec<u64> {
     let top = 0x7fff_ffff_f000u64;
     let mut gaps = Vec::new();
     let mut prev_end = MIN_ADDR;
-    for r in sorted.iter().map(|r| r.start..r.end).chain([top..top]) {
-        let start = r.start.min(top);
+    let ends = sorted.iter().map(|r| (r.start, r.end));
+    for (start, end) in ends.chain(std::iter::once((top, top))) {
+        let start = start.min(top);
         // One guard page on each side.
         if start > prev_end + 2 * page && start - prev_end - 2 * page >= len {
             gaps.push(prev_end + page..start - page);
         }
-        prev_end = prev_end.max(r.end);
+        prev_end = prev_end.max(end);
     }
     gaps.sort_by_key(|g| std::cmp::Reverse(g.end - g.start));
     gaps.truncate(16);
