@@ -1009,6 +1009,11 @@ fn edge_functions_pie() {
 }
 
 #[test]
+fn edge_functions_o0_pie() {
+    edge_functions(Variant::new(Opt::O0g, true));
+}
+
+#[test]
 fn edge_functions_nopie_cet() {
     edge_functions(Variant::new(Opt::O2g, false).cet());
 }

@@ -13,6 +13,12 @@
 //!   jmp   rE
 //!
 //!   jmp   qword [idx'*8 + table]         ; fixed-address code: entries are addresses
+//!
+//!   cmp   dword [rbp-4], N ; ja default   ; gcc -O0: the index lives in a stack slot
+//!   mov   eax, [rbp-4]
+//!   lea   rdx, [rax*4] ; lea rax, [rip + table] ; mov eax, [rdx + rax] ; cdqe
+//!   lea   rdx, [rip + table] ; add rax, rdx ; jmp rax
+//!   (fixed-address: mov eax, [rbp-4] ; mov rax, [rax*8 + table] ; jmp rax)
 //! ```
 //!
 //! The table's entries are read through a caller-supplied reader (the module's
@@ -89,11 +95,16 @@ fn full(reg: Register) -> Register {
     reg.full_register()
 }
 
-/// The register an instruction writes as its first operand, if any.
+/// The register an instruction writes as its first operand (`cdqe`: rax), if any.
 fn written_reg(i: &Instruction) -> Option<Register> {
+    if matches!(i.mnemonic(), Mnemonic::Cdqe | Mnemonic::Cqo | Mnemonic::Cdq) {
+        return Some(Register::RAX);
+    }
     if i.op_count() > 0 && i.op0_kind() == OpKind::Register {
-        let m = i.mnemonic();
-        if matches!(m, Mnemonic::Cmp | Mnemonic::Test | Mnemonic::Push) {
+        if matches!(
+            i.mnemonic(),
+            Mnemonic::Cmp | Mnemonic::Test | Mnemonic::Push | Mnemonic::Bt
+        ) {
             return None;
         }
         return Some(full(i.op0_register()));
@@ -101,46 +112,99 @@ fn written_reg(i: &Instruction) -> Option<Register> {
     None
 }
 
+/// The last instruction in `start..before` that writes `reg`.
+fn def_of(insns: &[Instruction], start: usize, before: usize, reg: Register) -> Option<usize> {
+    let reg = full(reg);
+    (start..before)
+        .rev()
+        .find(|&k| written_reg(&insns[k]) == Some(reg))
+}
+
+/// The address `reg` holds when it was set by `lea reg, [rip + X]` before `before`.
+fn rip_address(insns: &[Instruction], start: usize, before: usize, reg: Register) -> Option<u64> {
+    let lea = &insns[def_of(insns, start, before, reg)?];
+    (lea.mnemonic() == Mnemonic::Lea && lea.is_ip_rel_memory_operand())
+        .then(|| lea.ip_rel_memory_address())
+}
+
+/// A memory operand's base, displacement and size: identifies a stack slot.
+fn slot_of(i: &Instruction, operand: u32) -> Option<(Register, u64, usize)> {
+    (i.op_kind(operand) == OpKind::Memory && i.memory_index() == Register::None).then(|| {
+        (
+            i.memory_base(),
+            i.memory_displacement64(),
+            i.memory_size().size(),
+        )
+    })
+}
+
 /// The highest index a `cmp idx, N` + `ja`/`jae` pair before `at` allows for
-/// register `index` (following register copies backwards), if found.
+/// register `index`, following register copies and a reload from a stack
+/// slot (gcc -O0 compares the slot: `cmp dword [rbp-4], N`).
 fn bound_before(insns: &[Instruction], at: usize, index: Register) -> Option<u64> {
     let mut index = full(index);
+    let mut slot: Option<(Register, u64)> = None;
     let start = at.saturating_sub(LOOKBACK);
     for k in (start..at).rev() {
         let i = &insns[k];
-        if i.mnemonic() == Mnemonic::Cmp
-            && i.op0_kind() == OpKind::Register
-            && full(i.op0_register()) == index
-            && matches!(
+        let compared = if i.mnemonic() != Mnemonic::Cmp {
+            false
+        } else {
+            match (i.op0_kind(), slot) {
+                (OpKind::Register, None) => full(i.op0_register()) == index,
+                (OpKind::Memory, Some((base, disp))) => {
+                    slot_of(i, 0).is_some_and(|(b, d, _)| (b, d) == (base, disp))
+                }
+                _ => false,
+            }
+        };
+        if compared {
+            if !matches!(
                 i.op1_kind(),
                 OpKind::Immediate8to32
                     | OpKind::Immediate8to64
                     | OpKind::Immediate32to64
                     | OpKind::Immediate32
                     | OpKind::Immediate8
-            )
-        {
+            ) {
+                return None;
+            }
             let n = i.immediate(1);
-            let next = insns.get(k + 1)?;
-            return match next.condition_code() {
+            return match insns.get(k + 1)?.condition_code() {
                 ConditionCode::a => Some(n),
                 ConditionCode::ae => n.checked_sub(1),
                 _ => None,
             };
         }
-        if written_reg(i) == Some(index) {
-            // `mov idx', idx` (a copy or zero-extension) moves the search to the source.
+        if slot.is_none() && written_reg(i) == Some(index) {
+            // `mov idx', idx` (a copy or zero-extension) moves the search to the source;
+            // `mov idx', [slot]` to the slot.
             if i.mnemonic() == Mnemonic::Mov && i.op1_kind() == OpKind::Register {
                 index = full(i.op1_register());
                 continue;
             }
+            if matches!(
+                i.mnemonic(),
+                Mnemonic::Mov | Mnemonic::Movsxd | Mnemonic::Movzx
+            ) {
+                if let Some((base, disp, _)) = slot_of(i, 1) {
+                    slot = Some((base, disp));
+                    continue;
+                }
+            }
             return None;
         }
-        if i.flow_control() != FlowControl::Next {
-            // Only straight-line code between the bound check and the table load.
-            if i.flow_control() != FlowControl::ConditionalBranch {
+        if let Some((base, disp)) = slot {
+            // A store into the slot between the compare and the reload.
+            if i.op_count() > 0 && slot_of(i, 0).is_some_and(|(b, d, _)| (b, d) == (base, disp)) {
                 return None;
             }
+        }
+        if !matches!(
+            i.flow_control(),
+            FlowControl::Next | FlowControl::ConditionalBranch
+        ) {
+            return None;
         }
     }
     None
@@ -162,73 +226,110 @@ fn read_entries(read: ReadFile, table: u64, count: u64, width: usize) -> Option<
     )
 }
 
+/// For an entry load `[base + index*scale]` of `width`-byte entries: the
+/// table address, the index register, and the instruction that reads the
+/// index (where its bound is searched from). Either `[table + idx*width]`, or
+/// (gcc -O0) `[table + off]` / `[off + table]` with `off = lea [idx*width]`.
+fn table_and_index(
+    insns: &[Instruction],
+    start: usize,
+    load: usize,
+    width: u32,
+) -> Option<(u64, Register, usize)> {
+    let i = &insns[load];
+    if i.memory_displacement64() != 0 {
+        return None;
+    }
+    let (base, index, scale) = (i.memory_base(), i.memory_index(), i.memory_index_scale());
+    if scale == width {
+        return Some((rip_address(insns, start, load, base)?, index, load));
+    }
+    if scale != 1 {
+        return None;
+    }
+    for (table_reg, offset_reg) in [(base, index), (index, base)] {
+        let Some(table) = rip_address(insns, start, load, table_reg) else {
+            continue;
+        };
+        let k_off = def_of(insns, start, load, offset_reg)?;
+        let off = &insns[k_off];
+        if off.mnemonic() == Mnemonic::Lea
+            && off.memory_base() == Register::None
+            && off.memory_index_scale() == width
+            && off.memory_displacement64() == 0
+        {
+            return Some((table, off.memory_index(), k_off));
+        }
+    }
+    None
+}
+
 /// Resolves the table of the indirect jump `insns[at]`.
 /// `Ok(None)`: not a table jump; `Err(())`: a table jump that cannot be bounded.
 fn table_targets(insns: &[Instruction], at: usize, read: ReadFile) -> Result<Option<Vec<u64>>, ()> {
     let jmp = &insns[at];
+    let start = at.saturating_sub(LOOKBACK);
+    // Absolute entries: `jmp [idx*8 + table]`, or `mov r, [idx*8 + table]; jmp r`.
+    let absolute = |i: &Instruction, k: usize| -> Result<Option<Vec<u64>>, ()> {
+        if i.memory_base() != Register::None || i.memory_index_scale() != 8 {
+            return Err(());
+        }
+        let max = bound_before(insns, k, i.memory_index()).ok_or(())?;
+        read_entries(read, i.memory_displacement64(), max + 1, 8)
+            .map(Some)
+            .ok_or(())
+    };
     if jmp.op0_kind() == OpKind::Memory {
         if jmp.memory_index() == Register::None {
             return Ok(None); // `jmp [rip + slot]` / `jmp [reg + off]`: a call through a pointer.
         }
-        if jmp.memory_base() != Register::None || jmp.memory_index_scale() != 8 {
-            return Err(());
-        }
-        let table = jmp.memory_displacement64();
-        let max = bound_before(insns, at, jmp.memory_index()).ok_or(())?;
-        return read_entries(read, table, max + 1, 8).map(Some).ok_or(());
+        return absolute(jmp, at);
     }
     if jmp.op0_kind() != OpKind::Register {
         return Ok(None);
     }
-    let target = full(jmp.op0_register());
-    let start = at.saturating_sub(LOOKBACK);
-    // The last write of the jump register.
-    let Some(k_add) = (start..at)
-        .rev()
-        .find(|&k| written_reg(&insns[k]) == Some(target))
-    else {
+    let Some(k_def) = def_of(insns, start, at, jmp.op0_register()) else {
         return Ok(None); // Not computed here: a pointer passed in.
     };
-    let add = &insns[k_add];
-    if add.mnemonic() != Mnemonic::Add {
-        let indexed_load = add.op_count() == 2
-            && add.op1_kind() == OpKind::Memory
-            && add.memory_index() != Register::None;
+    let def = &insns[k_def];
+    if def.mnemonic() != Mnemonic::Add {
+        let indexed_load = def.op_count() == 2
+            && def.op1_kind() == OpKind::Memory
+            && def.memory_index() != Register::None;
+        if indexed_load && def.mnemonic() == Mnemonic::Mov {
+            return absolute(def, k_def);
+        }
         return if indexed_load { Err(()) } else { Ok(None) };
     }
-    if add.op1_kind() != OpKind::Register {
+    if def.op1_kind() != OpKind::Register {
         return Err(());
     }
-    // add rE, rT (or add rT, rE with the jump through rT): one holds the entry, the other the table.
-    let (a, b) = (full(add.op0_register()), full(add.op1_register()));
+    // add rE, rT (either order): rT = lea [rip + table], rE = the sign-extended entry.
+    let (a, b) = (def.op0_register(), def.op1_register());
     for (entry, base) in [(a, b), (b, a)] {
-        let Some(k_load) = (start..k_add)
-            .rev()
-            .find(|&k| written_reg(&insns[k]) == Some(entry))
-        else {
+        let Some(table) = rip_address(insns, start, k_def, base) else {
             continue;
         };
-        let load = &insns[k_load];
-        if load.code() != Code::Movsxd_r64_rm32
-            || load.op1_kind() != OpKind::Memory
-            || full(load.memory_base()) != base
-            || load.memory_index_scale() != 4
-            || load.memory_displacement64() != 0
-        {
-            continue;
-        }
-        let Some(k_lea) = (start..k_load)
-            .rev()
-            .find(|&k| written_reg(&insns[k]) == Some(base))
-        else {
+        let Some(mut k_load) = def_of(insns, start, k_def, entry) else {
             continue;
         };
-        let lea = &insns[k_lea];
-        if lea.mnemonic() != Mnemonic::Lea || !lea.is_ip_rel_memory_operand() {
+        if insns[k_load].mnemonic() == Mnemonic::Cdqe {
+            // gcc -O0: `mov eax, [..]; cdqe`.
+            match def_of(insns, start, k_load, Register::RAX) {
+                Some(k) if insns[k].code() == Code::Mov_r32_rm32 => k_load = k,
+                _ => continue,
+            }
+        } else if insns[k_load].code() != Code::Movsxd_r64_rm32 {
             continue;
         }
-        let table = lea.ip_rel_memory_address();
-        let max = bound_before(insns, k_load, load.memory_index()).ok_or(())?;
+        if insns[k_load].op1_kind() != OpKind::Memory {
+            continue;
+        }
+        let (load_table, index, reads_index) = table_and_index(insns, start, k_load, 4).ok_or(())?;
+        if load_table != table {
+            return Err(());
+        }
+        let max = bound_before(insns, reads_index, index).ok_or(())?;
         let entries = read_entries(read, table, max + 1, 4).ok_or(())?;
         return Ok(Some(
             entries.into_iter().map(|e| table.wrapping_add(e)).collect(),
