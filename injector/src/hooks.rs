@@ -98,12 +98,15 @@ pub struct InstallReport {
 /// How many stopped threads had their RIP in each part of the hooks being
 /// installed or ejected, counted inside the stop window.
 ///
-/// At install, `in_patch` threads are moved into the relocated prologue. At
-/// eject, `in_relocated` threads are moved back to the original bytes; threads
-/// in a trampoline or at the (unchanged) patch entry are left where they are.
+/// At install, `in_patch` threads are moved into the relocated prologue (the
+/// new hooks' trampolines and relocated prologues have not run yet, so those
+/// counts are 0). At eject, `in_relocated` threads are moved back to the
+/// original bytes; threads in a trampoline or on the patch's first byte are
+/// left where they are (the trampoline stays mapped; the entry is restored).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RipCensus {
-    /// RIP inside the patched bytes (install: strictly inside the instructions to overwrite).
+    /// RIP in the patched bytes: at install strictly after their first byte
+    /// (inside instructions about to be overwritten); at eject anywhere in them.
     pub in_patch: usize,
     /// RIP inside a relocated prologue.
     pub in_relocated: usize,
