@@ -110,6 +110,34 @@ pub fn placement_candidates(maps: &[MapEntry], near: &Range<u64>, len: u64) -> V
     candidates
 }
 
+/// Candidate base addresses for a new arena of `len` bytes anywhere in the free
+/// address space (for hooks patched with an absolute jump): the middle of each
+/// free gap, largest gap first, so the arena stays clear of the heap, stack and
+/// mmap areas growing towards it.
+pub fn anywhere_candidates(maps: &[MapEntry], len: u64) -> Vec<u64> {
+    let mut sorted: Vec<Range<u64>> = maps.iter().map(|m| m.range()).collect();
+    sorted.sort_by_key(|r| r.start);
+    let page = PAGE as u64;
+    let top = 0x7fff_ffff_f000u64;
+    let mut gaps = Vec::new();
+    let mut prev_end = MIN_ADDR;
+    let ends = sorted.iter().map(|r| (r.start, r.end));
+    for (start, end) in ends.chain(std::iter::once((top, top))) {
+        let start = start.min(top);
+        // One guard page on each side.
+        if start > prev_end + 2 * page && start - prev_end - 2 * page >= len {
+            gaps.push(prev_end + page..start - page);
+        }
+        prev_end = prev_end.max(end);
+    }
+    gaps.sort_by_key(|g| std::cmp::Reverse(g.end - g.start));
+    gaps.truncate(16);
+    gaps.iter()
+        .map(|g| (g.start + (g.end - g.start - len) / 2) & !(page - 1))
+        .filter(|&base| base >= MIN_ADDR)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +174,16 @@ mod tests {
         // Nothing in reach when the module's neighbourhood is full.
         let full = parse_maps("100000-7ffffffff000 r-xp 00000000 fe:01 1 /huge\n");
         assert!(placement_candidates(&full, &(0x200000..0x300000), len).is_empty());
+        assert!(anywhere_candidates(&full, len).is_empty());
+        // Anywhere: free, in the middle of the largest gap first (below the program).
+        let far = anywhere_candidates(&maps, len);
+        assert!(!far.is_empty());
+        let mid = MIN_ADDR + 0x1000 + (0x555555554000 - MIN_ADDR - 0x2000 - len) / 2;
+        assert_eq!(far[0], mid & !0xfff);
+        for base in &far {
+            assert!(maps
+                .iter()
+                .all(|m| m.end <= *base || m.start >= *base + len));
+        }
     }
 }

@@ -78,6 +78,16 @@ pub enum Error {
         /// The module.
         module: String,
     },
+    /// No room for an arena near the module, and the prologue cannot take the absolute jump.
+    #[error("no free address within ±2 GiB of {module} for the trampoline arena, and {function} cannot take the 14-byte absolute jump used instead: {reason}; free some address space near the module or hook another function")]
+    NoArenaSpaceFar {
+        /// The module.
+        module: String,
+        /// The function.
+        function: String,
+        /// Why the 14-byte patch cannot be used.
+        reason: String,
+    },
     /// Every attempt to map an arena near the module failed in the target.
     #[error("cannot map the trampoline arena near {module}: mmap in the target failed ({cause}); check the target's address-space limit (RLIMIT_AS) and vm.max_map_count")]
     ArenaMapFailed {

@@ -11,11 +11,15 @@ use std::ops::Range;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use trampolines::arena::{Arena, ArenaHeader, HookRecord, HookState, RECORD_LEN};
+use trampolines::x86_64::analysis::returns_twice_by_name;
 use trampolines::x86_64::{
-    build_hook, jump_patch, plan_patch, HookCode, HookMeta, PatchPlan, StashLayout,
+    build_hook, entry_patch, plan_patch_in, FunctionContext, HookCode, HookMeta, PatchPlan,
+    StashLayout, JMP_ABS_LEN, JMP_REL32_LEN, MAX_PATCH_LEN,
 };
 
-use crate::arena::{discover, placement_candidates, read_arena, within_reach, ARENA_CAPACITY};
+use crate::arena::{
+    anywhere_candidates, discover, placement_candidates, read_arena, within_reach, ARENA_CAPACITY,
+};
 use crate::error::{hex, Error};
 use crate::maps::{read_maps, MapEntry};
 use crate::memory::{Memory, ProcessMemory};
@@ -87,6 +91,27 @@ pub struct InstallReport {
     pub new_arenas: Vec<u64>,
     /// Threads moved out of patched bytes into relocated code.
     pub moved_threads: Vec<i32>,
+    /// Where the stopped threads' RIPs were, relative to the hooks installed.
+    pub rip_census: RipCensus,
+}
+
+/// How many stopped threads had their RIP in each part of the hooks being
+/// installed or ejected, counted inside the stop window.
+///
+/// At install, `in_patch` threads are moved into the relocated prologue (the
+/// new hooks' trampolines and relocated prologues have not run yet, so those
+/// counts are 0). At eject, `in_relocated` threads are moved back to the
+/// original bytes; threads in a trampoline or on the patch's first byte are
+/// left where they are (the trampoline stays mapped; the entry is restored).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RipCensus {
+    /// RIP in the patched bytes: at install strictly after their first byte
+    /// (inside instructions about to be overwritten); at eject anywhere in them.
+    pub in_patch: usize,
+    /// RIP inside a relocated prologue.
+    pub in_relocated: usize,
+    /// RIP inside a trampoline.
+    pub in_trampoline: usize,
 }
 
 /// What [`eject`] did.
@@ -98,6 +123,8 @@ pub struct EjectReport {
     pub stopped: Duration,
     /// Threads moved from relocated code back to the original function.
     pub moved_threads: Vec<i32>,
+    /// Where the stopped threads' RIPs were, relative to the hooks ejected.
+    pub rip_census: RipCensus,
 }
 
 /// Which hooks [`eject`] removes.
@@ -137,6 +164,60 @@ pub fn list(pid: i32) -> Result<Vec<HookInfo>, Error> {
         .collect())
 }
 
+/// The live bytes from `end` (just past a function) up to the next function
+/// symbol of `module`, at most [`MAX_PATCH_LEN`], inside the same executable
+/// mapping: room a short function may borrow when it is dead fill.
+fn padding_after(mem: &dyn Memory, module: Option<&crate::symbols::Module>, end: u64) -> Vec<u8> {
+    let Some(module) = module else {
+        return Vec::new();
+    };
+    let Some(exec) = module.exec_ranges.iter().find(|r| r.contains(&end)) else {
+        return Vec::new();
+    };
+    let next = module
+        .symbols()
+        .iter()
+        .map(|s| s.addr)
+        .find(|&a| a >= end)
+        .unwrap_or(exec.end)
+        .min(exec.end);
+    let len = usize::try_from(next - end).unwrap_or(0).min(MAX_PATCH_LEN);
+    mem.read_vec(end, len).unwrap_or_default()
+}
+
+/// Plans the patch of the function at `addr` (bytes `code`, followed by
+/// `padding`) patching at least `min_len` bytes; jump tables are read from
+/// the module's file.
+fn plan_with(
+    symbols: &ProcessSymbols,
+    addr: u64,
+    code: &[u8],
+    padding: &[u8],
+    returns_twice: bool,
+    min_len: usize,
+) -> Result<PatchPlan, trampolines::error::PlanError> {
+    let module = symbols.module_for(addr);
+    let read_file = |at: u64, len: usize| -> Option<Vec<u8>> {
+        module?.file_bytes(at, len as u64).map(<[u8]>::to_vec)
+    };
+    let ctx = FunctionContext {
+        padding,
+        returns_twice,
+        read_file: Some(&read_file),
+        min_len,
+    };
+    plan_patch_in(addr, code, &ctx)
+}
+
+/// A free slot of arena `a` not yet `taken` by this install.
+fn free_slot(a: &Arena, taken: &HashSet<u32>) -> Option<u32> {
+    a.records
+        .iter()
+        .enumerate()
+        .find(|(s, r)| r.state == HookState::Free && !taken.contains(&(*s as u32)))
+        .map(|(s, _)| s as u32)
+}
+
 /// One planned hook, before the stop.
 struct Planned {
     resolved: Resolved,
@@ -144,6 +225,12 @@ struct Planned {
     module_range: Range<u64>,
     target: ArenaChoice,
     code: Option<HookCode>,
+    /// The function's bytes and the bytes after it, kept to plan again for a far arena.
+    bytes: Vec<u8>,
+    padding: Vec<u8>,
+    returns_twice: bool,
+    /// No arena fits within ±2 GiB: patched with the 14-byte absolute jump.
+    far: bool,
 }
 
 impl Planned {
@@ -216,7 +303,23 @@ pub fn install(
             .unwrap_or(usize::MAX)
             .min(1 << 20);
         let code = mem.read_vec(resolved.addr, size)?;
-        let plan = plan_patch(resolved.addr, &code).map_err(|source| Error::Plan {
+        let module = symbols.module_for(resolved.addr);
+        let padding = padding_after(&mem, module, resolved.addr + code.len() as u64);
+        let returns_twice = module.is_some_and(|m| {
+            m.symbols()
+                .iter()
+                .filter(|s| s.addr == resolved.addr)
+                .any(|s| returns_twice_by_name(&s.name))
+        }) || returns_twice_by_name(&resolved.name);
+        let plan = plan_with(
+            &symbols,
+            resolved.addr,
+            &code,
+            &padding,
+            returns_twice,
+            JMP_REL32_LEN,
+        )
+        .map_err(|source| Error::Plan {
             function: label.clone(),
             source,
         })?;
@@ -230,6 +333,10 @@ pub fn install(
             module_range,
             target: ArenaChoice::Existing(0, 0),
             code: None,
+            bytes: code,
+            padding,
+            returns_twice,
+            far: false,
         });
     }
 
@@ -243,11 +350,7 @@ pub fn install(
             if !within_reach(&range, &p.module_range) {
                 return None;
             }
-            a.records
-                .iter()
-                .enumerate()
-                .find(|(s, r)| r.state == HookState::Free && !taken[i].contains(&(*s as u32)))
-                .map(|(s, _)| (i, s as u32))
+            free_slot(a, &taken[i]).map(|s| (i, s))
         });
         if let Some((i, slot)) = existing {
             taken[i].insert(slot);
@@ -270,18 +373,58 @@ pub fn install(
                         ..maps[0].clone()
                     });
                 }
-                let candidates = placement_candidates(&occupied, &p.module_range, arena_len);
-                if candidates.is_empty() {
-                    return Err(Error::NoArenaSpace {
+                let near = placement_candidates(&occupied, &p.module_range, arena_len);
+                if near.is_empty() {
+                    // Nothing free within ±2 GiB: any arena will do, reached by
+                    // the 14-byte absolute jump, if the prologue allows it.
+                    p.plan = plan_with(
+                        &symbols,
+                        p.resolved.addr,
+                        &p.bytes,
+                        &p.padding,
+                        p.returns_twice,
+                        JMP_ABS_LEN,
+                    )
+                    .map_err(|e| Error::NoArenaSpaceFar {
                         module: p.resolved.module_path.clone(),
+                        function: p.resolved.name.clone(),
+                        reason: e.to_string(),
+                    })?;
+                    p.far = true;
+                    let existing = arenas
+                        .iter()
+                        .enumerate()
+                        .find_map(|(i, a)| free_slot(a, &taken[i]).map(|s| (i, s)));
+                    if let Some((i, slot)) = existing {
+                        taken[i].insert(slot);
+                        p.target = ArenaChoice::Existing(i, slot);
+                        continue;
+                    }
+                    match new_arenas.iter().position(|n| n.used < ARENA_CAPACITY) {
+                        Some(i) => i,
+                        None => {
+                            let anywhere = anywhere_candidates(&occupied, arena_len);
+                            if anywhere.is_empty() {
+                                return Err(Error::NoArenaSpace {
+                                    module: p.resolved.module_path.clone(),
+                                });
+                            }
+                            new_arenas.push(NewArena {
+                                candidates: anywhere,
+                                chosen: 0,
+                                used: 0,
+                            });
+                            new_arenas.len() - 1
+                        }
+                    }
+                } else {
+                    new_arenas.push(NewArena {
+                        candidates: near,
+                        chosen: 0,
+                        used: 0,
                     });
+                    new_arenas.len() - 1
                 }
-                new_arenas.push(NewArena {
-                    candidates,
-                    chosen: 0,
-                    used: 0,
-                });
-                new_arenas.len() - 1
             }
         };
         p.target = ArenaChoice::New(index, new_arenas[index].used);
@@ -297,9 +440,19 @@ pub fn install(
             function_size: p.resolved.size,
             installed_ns,
         };
-        build_hook(&p.plan, header, slot, layout, &meta).map_err(|source| Error::Codegen {
-            function: p.label(),
-            source,
+        build_hook(&p.plan, header, slot, layout, &meta).map_err(|source| {
+            if p.far {
+                Error::NoArenaSpaceFar {
+                    module: p.resolved.module_path.clone(),
+                    function: p.resolved.name.clone(),
+                    reason: source.to_string(),
+                }
+            } else {
+                Error::Codegen {
+                    function: p.label(),
+                    source,
+                }
+            }
         })
     };
     for p in planned.iter_mut() {
@@ -323,6 +476,7 @@ pub fn install(
         session.set_syscall_gadget(addr)?;
     }
     let mut undo = Undo::default();
+    let mut census = RipCensus::default();
     let result = (|| -> Result<(Vec<HookInfo>, Vec<i32>), Error> {
         // Create the new arenas, regenerating code if the first spot is gone.
         for (i, n) in new_arenas.iter_mut().enumerate() {
@@ -441,7 +595,14 @@ pub fn install(
             let regs = session.regs(tid)?;
             for p in &planned {
                 let code = p.code.as_ref().expect("generated above");
+                if code.record.in_trampoline(regs.rip) {
+                    census.in_trampoline += 1;
+                }
+                if code.record.in_relocated(regs.rip) {
+                    census.in_relocated += 1;
+                }
                 if code.record.inside_patch(regs.rip) {
+                    census.in_patch += 1;
                     let Some(to) = code.record.original_to_relocated(regs.rip) else {
                         return Err(Error::ThreadInPatch {
                             tid,
@@ -507,6 +668,7 @@ pub fn install(
                 threads,
                 new_arenas,
                 moved_threads,
+                rip_census: census,
             })
         }
         Err(e) => {
@@ -624,11 +786,13 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
             hooks: Vec::new(),
             stopped: Duration::ZERO,
             moved_threads: Vec::new(),
+            rip_census: RipCensus::default(),
         });
     }
 
     let mut session = Session::attach_all(pid)?;
     let mut restored: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut census = RipCensus::default();
     let result = (|| -> Result<(Vec<HookInfo>, Vec<i32>), Error> {
         let mut infos = Vec::new();
         // Check everything before writing anything.
@@ -649,7 +813,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
                 });
             }
             let expected =
-                jump_patch(r.patch_addr, r.trampoline, r.patch_len()).map_err(|source| {
+                entry_patch(r.patch_addr, r.trampoline, r.patch_len()).map_err(|source| {
                     Error::Codegen {
                         function: r.name.clone(),
                         source,
@@ -670,7 +834,14 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
             let regs = session.regs(tid)?;
             for h in &chosen {
                 let r = record(*h);
+                if r.in_trampoline(regs.rip) {
+                    census.in_trampoline += 1;
+                }
+                if regs.rip >= r.patch_addr && regs.rip < r.patch_addr + r.patch_len() as u64 {
+                    census.in_patch += 1;
+                }
                 if r.in_relocated(regs.rip) {
+                    census.in_relocated += 1;
                     let Some(to) = r.relocated_to_original(regs.rip) else {
                         return Err(Error::ThreadInPatch {
                             tid,
@@ -686,7 +857,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
             let r = record(*h);
             restored.push((
                 r.patch_addr,
-                jump_patch(r.patch_addr, r.trampoline, r.patch_len()).unwrap_or_default(),
+                entry_patch(r.patch_addr, r.trampoline, r.patch_len()).unwrap_or_default(),
             ));
             mem.write(r.patch_addr, &r.original)?;
             if mem.read_vec(r.patch_addr, r.patch_len())? != r.original {
@@ -722,6 +893,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
                 hooks,
                 stopped,
                 moved_threads,
+                rip_census: census,
             })
         }
         Err(e) => {

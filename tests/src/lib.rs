@@ -51,6 +51,8 @@ pub const FIXTURES: &[&str] = &[
     "prologues",
     "manyargs",
     "crash",
+    "lifecycle",
+    "edgefuncs",
 ];
 
 /// How long [`Target::spawn`] waits for the `ready` line.
@@ -82,6 +84,12 @@ pub mod consts {
     pub const MANYARGS_ARGS: [i64; 8] = [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88];
     /// manyargs.c: what `eight` returns for them (a + 2b + ... + 8h).
     pub const MANYARGS_RESULT: i64 = 0x11 * 204;
+    /// lifecycle.c: the tag the main loop passes to `nap`.
+    pub const LIFECYCLE_NAP_TAG: u64 = 0x4e41_500a;
+    /// lifecycle.c: the tag a forked child passes to `nap`.
+    pub const LIFECYCLE_CHILD_TAG: u64 = 0xc4_1d0a;
+    /// lifecycle.c: how deep `recurse` goes each round.
+    pub const LIFECYCLE_RECURSE_DEPTH: u64 = 10_000;
 }
 
 // ---------------------------------------------------------------------------

@@ -455,13 +455,6 @@ fn badfuncs_refusals(v: Variant) {
         }
     };
 
-    // tiny: shorter than the patch (nocf_check: no endbr64 even with CET).
-    let needle = format!(
-        "cannot hook tiny in {exe}: the function is {} bytes long but the patch needs 5 bytes",
-        size("tiny")
-    );
-    refuse_inject(&mut t, &["tiny"], &needle);
-
     // looper: its loop jumps back into the bytes a patch would overwrite.
     let (from, jg) = find_insn(&exe_path, "looper", "j");
     let to = jg.branch_target().unwrap() - symbol(&exe_path, "looper").unwrap().addr;
@@ -473,22 +466,6 @@ fn badfuncs_refusals(v: Variant) {
         stderr.contains(&format!("cannot hook looper in {exe}: `jg")),
         "{stderr}"
     );
-
-    // tail: `jmp other`. gcc emits the 2-byte short jmp (other is right
-    // before it), so it is refused for its size; a 5-byte one for the jump.
-    let (jmp_at, _) = find_insn(&exe_path, "tail", "jmp");
-    let needle = if size("tail") < skip("tail") + 5 {
-        format!(
-            "cannot hook tail in {exe}: the function is {} bytes long but the patch needs {} bytes",
-            size("tail"),
-            skip("tail") + 5
-        )
-    } else {
-        format!(
-            "at +{jmp_at:#x} lies in the 5 bytes the patch overwrites (control leaves the function"
-        )
-    };
-    refuse_inject(&mut t, &["tail"], &needle);
 
     // callfirst: a call in the patched bytes (to callfirst_helper).
     let stderr = refuse_inject(
@@ -508,20 +485,41 @@ fn badfuncs_refusals(v: Variant) {
     );
 
     // All or nothing: a good function named with a bad one is not hooked either.
-    let stderr = refuse_inject(&mut t, &["normal", "tiny"], "cannot hook tiny in");
+    let stderr = refuse_inject(&mut t, &["normal", "looper"], "cannot hook looper in");
     assert!(!stderr.contains("hooked normal"), "{stderr}");
     assert_eq!(list_hooks(t.pid()), Vec::<serde_json::Value>::new());
     for f in ["tiny", "looper", "tail", "callfirst", "normal", "other"] {
         t.assert_function_pristine(f);
     }
-    // The control function is hookable in the same process.
+    // The control function is hookable in the same process, and so are the
+    // functions shorter than the patch: tiny (`lea; ret`) and tail (`jmp
+    // other`) move whole, and the patch borrows the nop fill gcc puts after
+    // them (checked to be fill up to the next symbol).
     let p = t.pid().to_string();
-    run_ok(&["inject", "--pid", &p, "--func", "normal"]);
+    for f in ["tiny", "tail"] {
+        assert!(size(f) < skip(f) + 5, "{f} is {} bytes", size(f));
+    }
+    let out = run_ok(&[
+        "inject", "--pid", &p, "--func", "normal", "--func", "tiny", "--func", "tail",
+    ]);
+    for f in ["tiny", "tail"] {
+        assert!(
+            out.contains(&format!(
+                "hooked {f} in {exe} at 0x{:x} (5 bytes patched at 0x{:x}",
+                t.addr_of(f),
+                t.addr_of(f) + skip(f)
+            )),
+            "{out}"
+        );
+    }
     t.drain_lines();
+    t.expect_line(E2E_TIMEOUT);
     t.expect_line(E2E_TIMEOUT);
     t.assert_healthy();
     run_ok(&["eject", "--pid", &p, "--all"]);
-    t.assert_function_pristine("normal");
+    for f in ["normal", "tiny", "tail"] {
+        t.assert_function_pristine(f);
+    }
 }
 
 #[test]
@@ -569,8 +567,8 @@ fn forbidden_first_instructions() {
 /// that is also in the message).
 #[test]
 fn refusal_reason_is_stated_once() {
-    let mut t = Target::start("badfuncs", Variant::O2G);
-    let stderr = refuse_inject(&mut t, &["tiny"], "too short to hook");
+    let mut t = Target::start("edgefuncs", Variant::O2G);
+    let stderr = refuse_inject(&mut t, &["short_nofill"], "too short to hook");
     assert_eq!(
         stderr.matches("too short to hook").count(),
         1,
@@ -578,15 +576,58 @@ fn refusal_reason_is_stated_once() {
     );
 }
 
+/// crowded.c leaves no free page within ±2.5 GiB of its code: hooks there
+/// get an arena anywhere and the 14-byte absolute jump, when the prologue
+/// allows it; otherwise a clear refusal.
 #[test]
 fn no_free_address_near_the_module() {
     for v in [Variant::O2G, Variant::new(Opt::O2g, false)] {
         let mut t = Target::start("crowded", v);
         let exe = module_path(t.exe());
-        let needle = format!("no free address within ±2 GiB of {exe} for the trampoline arena");
-        refuse_inject(&mut t, &["spin"], &needle);
-        t.assert_function_pristine("spin");
+        let needle = format!(
+            "no free address within ±2 GiB of {exe} for the trampoline arena, and callsat6 \
+             cannot take the 14-byte absolute jump used instead: `call "
+        );
+        let stderr = refuse_inject(&mut t, &["callsat6"], &needle);
+        assert!(stderr.contains("at +0x6 lies in the 14 bytes"), "{stderr}");
+        t.assert_function_pristine("callsat6");
         assert_eq!(list_hooks(t.pid()), Vec::<serde_json::Value>::new());
+
+        // spin and slow take the absolute jump into an arena out of rel32 reach.
+        let p = t.pid().to_string();
+        run_ok(&["inject", "--pid", &p, "--func", "spin", "--func", "slow"]);
+        let hooks = list_hooks(t.pid());
+        for f in ["spin", "slow"] {
+            let h = hooks_named(&hooks, f, "active")[0];
+            assert!(h["patch_len"].as_u64().unwrap() >= 14, "{h:#}");
+            let live = t.live_function_bytes(f);
+            assert_eq!(&live[..6], &[0xff, 0x25, 0, 0, 0, 0], "{f}: jmp [rip+0]");
+            let to = u64::from_le_bytes(live[6..14].try_into().unwrap());
+            assert_eq!(to, json_hex(&h["trampoline"]), "{f}");
+            assert!(
+                to.abs_diff(t.addr_of(f)) > 1 << 31,
+                "{f}: the arena is near: {h:#}"
+            );
+        }
+        let bt = wait_bt(t.pid(), None, E2E_TIMEOUT, |bt| {
+            bt_threads(bt)
+                .iter()
+                .any(|th| frame_named(th, "slow").is_some_and(|(_, f)| f["hooked"] == json!(true)))
+        });
+        let th = &bt_threads(&bt)[0];
+        let (_, f) = frame_named(th, "slow").unwrap();
+        let ns = frame_arg(f, "rdi").unwrap();
+        assert!(ns == 1_000_000 || ns == 1_000_001, "{th:#}");
+        t.drain_lines();
+        t.expect_line(E2E_TIMEOUT);
+        t.expect_line(E2E_TIMEOUT);
+        t.assert_healthy();
+        run_ok(&["eject", "--pid", &p, "--all"]);
+        for f in ["spin", "slow"] {
+            t.assert_function_pristine(f);
+        }
+        t.expect_line(E2E_TIMEOUT);
+        t.assert_healthy();
     }
 }
 
@@ -899,4 +940,89 @@ fn a_thread_traced_by_another_tracer_is_named() {
         .is_ok_and(|s| s.contains("\nTracerPid:\t0\n"))));
     before.check(&mut t);
     t.assert_function_pristine("work");
+}
+
+// ---------------------------------------------------------------------------
+// Prologues that don't fit in five bytes (edgefuncs.c)
+// ---------------------------------------------------------------------------
+
+fn edge_functions(v: Variant) {
+    let mut t = Target::start("edgefuncs", v);
+    let exe = module_path(t.exe());
+    let p = t.pid().to_string();
+    refuse_inject(
+        &mut t,
+        &["short_nofill"],
+        &format!(
+            "cannot hook short_nofill in {exe}: the function is 4 bytes long but the patch \
+             needs 5 bytes from its entry, and the bytes after it cannot be used: the next \
+             symbol starts right after it"
+        ),
+    );
+    refuse_inject(
+        &mut t,
+        &["table_into"],
+        &format!(
+            "cannot hook table_into in {exe}: the indirect jump at +0x1a has a jump-table entry \
+             to +0x2, inside the bytes the patch overwrites (+0x0..+0x5)"
+        ),
+    );
+    refuse_inject(
+        &mut t,
+        &["goto_two"],
+        "the indirect jump at +0x11 has targets that cannot be bounded and the patch \
+         (+0x0..+0x5) covers more than one instruction",
+    );
+    // The hookable ones: a short function with fill after it, a gcc switch
+    // whose table targets all lie after the (two-instruction) patch, and an
+    // unbounded indirect jump with a one-instruction patch.
+    let hooked = ["short_fill", "dense_switch", "goto_one"];
+    let out = run_ok(&[
+        "inject", "--pid", &p, "--func", hooked[0], "--func", hooked[1], "--func", hooked[2],
+    ]);
+    assert_eq!(out.matches("hooked ").count(), 3, "{out}");
+    let switch_patch = hooks_named(&list_hooks(t.pid()), "dense_switch", "active")[0]["patch_len"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        switch_patch > 5,
+        "the switch's patch covers cmp + ja: {out}"
+    );
+    t.drain_lines();
+    t.expect_line(E2E_TIMEOUT);
+    t.expect_line(E2E_TIMEOUT);
+    t.assert_healthy();
+    run_ok(&["eject", "--pid", &p, "--all"]);
+    for f in hooked
+        .iter()
+        .chain(&["short_nofill", "short_next", "table_into", "goto_two"])
+    {
+        t.assert_function_pristine(f);
+    }
+    t.expect_line(E2E_TIMEOUT);
+    t.assert_healthy();
+}
+
+#[test]
+fn edge_functions_pie() {
+    edge_functions(Variant::O2G);
+}
+
+#[test]
+fn edge_functions_o0_pie() {
+    edge_functions(Variant::new(Opt::O0g, true));
+}
+
+#[test]
+fn edge_functions_nopie_cet() {
+    edge_functions(Variant::new(Opt::O2g, false).cet());
+}
+
+#[test]
+fn returns_twice_functions_are_refused() {
+    let mut t = Target::start("edgefuncs", Variant::O2G);
+    for f in ["setjmp", "_setjmp", "__sigsetjmp", "vfork"] {
+        let stderr = refuse_inject(&mut t, &[f], "it returns twice (like setjmp or vfork)");
+        assert!(stderr.contains(&format!("cannot hook {f} in ")), "{stderr}");
+    }
 }

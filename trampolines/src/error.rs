@@ -34,6 +34,41 @@ pub enum PlanError {
         /// Bytes needed from the start (including a kept `endbr64`).
         needed: u64,
     },
+    /// The function is shorter than the patch and the bytes after it cannot be borrowed.
+    #[error("the function is {size} bytes long but the patch needs {needed} bytes from its entry, and the bytes after it cannot be used: {why}: too short to hook")]
+    TooShortNoPadding {
+        /// Function size from its symbol.
+        size: u64,
+        /// Bytes needed from the start (including a kept `endbr64`).
+        needed: u64,
+        /// Why the bytes after the function are not usable.
+        why: String,
+    },
+    /// The function returns twice (`setjmp`, `vfork`, ...).
+    #[error("it returns twice (like setjmp or vfork): its second return would use the trampoline's frame after it is gone")]
+    ReturnsTwice,
+    /// A jump table sends an indirect jump into the middle of the patch.
+    #[error("the indirect jump at +0x{from:x} has a jump-table entry to +0x{to:x}, inside the bytes the patch overwrites (+0x{patch_start:x}..+0x{patch_end:x})")]
+    TableIntoPatch {
+        /// Offset of the indirect jump.
+        from: u64,
+        /// Offset of the table entry's target.
+        to: u64,
+        /// First patched offset.
+        patch_start: u64,
+        /// One past the last patched offset.
+        patch_end: u64,
+    },
+    /// An indirect jump's targets are unknown and the patch covers more than one instruction.
+    #[error("the indirect jump at +0x{from:x} has targets that cannot be bounded and the patch (+0x{patch_start:x}..+0x{patch_end:x}) covers more than one instruction, one of which it might land on")]
+    UnboundedIndirectJump {
+        /// Offset of the indirect jump.
+        from: u64,
+        /// First patched offset.
+        patch_start: u64,
+        /// One past the last patched offset.
+        patch_end: u64,
+    },
     /// The symbol gives no size, so branches into the patch cannot be ruled out.
     #[error(
         "the function's size is unknown, so branches into the patched bytes cannot be ruled out"

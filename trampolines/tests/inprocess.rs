@@ -8,7 +8,10 @@
 use dynasmrt::x64::X64Relocation;
 use dynasmrt::{dynasm, DynasmApi, DynasmLabelApi, VecAssembler};
 use trampolines::arena::{ArenaHeader, RECORD_LEN};
-use trampolines::x86_64::{build_hook, plan_patch, HookMeta, StashFrame, StashLayout, StashedReg};
+use trampolines::x86_64::{
+    build_hook, plan_patch, plan_patch_in, FunctionContext, HookMeta, StashFrame, StashLayout,
+    StashedReg,
+};
 
 /// Registers in the order the harness loads and stores them.
 const REGS: [&str; 15] = [
@@ -36,9 +39,15 @@ struct Image {
     riprel: u64,
     harness_sum7: u64,
     harness_riprel: u64,
+    tiny: u64,
+    harness_tiny: u64,
     rsp_slot: u64,
     arena: ArenaHeader,
 }
+
+/// Bytes of `tiny` (`lea eax, [rdi + 1]; ret`) and of the `int3` fill after it.
+const TINY_LEN: usize = 4;
+const TINY_FILL: usize = 12;
 
 /// Assembles (after a writable data page): `sum7` (a+b+c+d+e+f+[rsp+8], records its entry rsp), `riprel`
 /// (reads a constant RIP-relative first), and a harness per target that loads every
@@ -51,6 +60,7 @@ fn build_image() -> Image {
     let data = ops.new_dynamic_label();
     let sum7 = ops.new_dynamic_label();
     let riprel = ops.new_dynamic_label();
+    let tiny = ops.new_dynamic_label();
     dynasm!(ops
         ; .arch x64
         ; =>rsp_slot
@@ -75,6 +85,11 @@ fn build_image() -> Image {
         ; xor rax, rdi
         ; mov [=>rsp_slot], rsp
         ; ret
+        ; .align 16
+        ; =>tiny
+        ; lea eax, [rdi + 1]
+        ; ret
+        ; .bytes [0xcc; TINY_FILL]
     );
     let mut harness = |target: dynasmrt::DynamicLabel| {
         let entry = ops.offset();
@@ -138,8 +153,10 @@ fn build_image() -> Image {
     };
     let harness_sum7 = harness(sum7);
     let harness_riprel = harness(riprel);
+    let harness_tiny = harness(tiny);
     let labels = |l| base + ops.labels().resolve_dynamic(l).unwrap().0 as u64;
-    let (sum7, riprel, rsp_slot) = (labels(sum7), labels(riprel), labels(rsp_slot));
+    let (sum7, riprel, tiny, rsp_slot) =
+        (labels(sum7), labels(riprel), labels(tiny), labels(rsp_slot));
     let code = ops.finalize().unwrap();
     assert!(code.len() < 0x4000);
     bytes_mut(&mut mem)[..code.len()].copy_from_slice(&code);
@@ -153,6 +170,8 @@ fn build_image() -> Image {
         riprel,
         harness_sum7,
         harness_riprel,
+        tiny,
+        harness_tiny,
         rsp_slot,
         arena,
     }
@@ -202,6 +221,16 @@ impl Image {
     ) -> trampolines::x86_64::HookCode {
         let code = self.read(function, size);
         let plan = plan_patch(function, &code).unwrap();
+        self.install(&plan, size, slot, stack_words)
+    }
+
+    fn install(
+        &mut self,
+        plan: &trampolines::x86_64::PatchPlan,
+        size: usize,
+        slot: u32,
+        stack_words: u16,
+    ) -> trampolines::x86_64::HookCode {
         let meta = HookMeta {
             name: format!("f{slot}"),
             module: "inprocess".into(),
@@ -209,7 +238,7 @@ impl Image {
             installed_ns: 1,
         };
         let hook = build_hook(
-            &plan,
+            plan,
             &self.arena,
             slot,
             StashLayout::new(stack_words),
@@ -370,4 +399,30 @@ fn restoring_original_bytes_unhooks() {
             .iter()
             .fold(0u64, |a, i| a.wrapping_add(before[*i]))
     );
+}
+
+#[test]
+fn short_function_moved_whole_runs_from_the_relocated_copy() {
+    let mut img = build_image();
+    img.set_writable(false);
+    let code = img.read(img.tiny, TINY_LEN);
+    let fill = img.read(img.tiny + TINY_LEN as u64, TINY_FILL);
+    assert_eq!(code, [0x8d, 0x47, 0x01, 0xc3], "lea eax,[rdi+1]; ret");
+    // Four bytes: shorter than the patch; refused without the fill after it.
+    assert!(plan_patch(img.tiny, &code).is_err());
+    let ctx = FunctionContext {
+        padding: &fill,
+        ..FunctionContext::default()
+    };
+    let plan = plan_patch_in(img.tiny, &code, &ctx).unwrap();
+    assert_eq!(plan.patch_len, 5);
+    let hook = img.install(&plan, TINY_LEN, 3, 0);
+    assert_eq!(img.read(img.tiny, 5), hook.patch);
+    for seed in 0..20 {
+        let mut s = state(seed);
+        let before = s;
+        img.call(img.harness_tiny, &mut s);
+        // The relocated `ret` returns into the trampoline, which returns to the caller.
+        check_registers(&before, &s, before[5].wrapping_add(1) & 0xffff_ffff);
+    }
 }

@@ -1,7 +1,8 @@
 //! Everything one hook writes into the target, built in one place.
 
-use super::emit::{emit_trampoline, jump_patch, Trampoline, TrampolineSpec};
+use super::emit::{emit_trampoline, Trampoline, TrampolineSpec};
 use super::frame::{StashLayout, LAYOUT_VERSION};
+use super::patch::entry_patch;
 use super::relocate::{PatchPlan, RelocatedPrologue};
 use crate::arena::{ArenaHeader, HookRecord, HookState, SLOT_LEN};
 use crate::error::CodegenError;
@@ -77,7 +78,7 @@ pub fn build_hook(
             max: super::frame::MAX_STACK_WORDS,
         });
     }
-    let patch = jump_patch(plan.patch_addr, slot_addr, plan.patch_len)?;
+    let patch = entry_patch(plan.patch_addr, slot_addr, plan.patch_len)?;
     let record = HookRecord {
         state: HookState::Active,
         endbr64: plan.endbr64,
