@@ -1,0 +1,208 @@
+//! i386 (32-bit) targets: prologue relocation on code from real `cc -m32` builds.
+//!
+//! The fixture `cdecl32.c` runs as a 32-bit process; its hookable functions are
+//! read from its memory and planned/relocated with `trampolines::i386` exactly as
+//! an install would, then the relocated code is checked instruction by
+//! instruction against the original. Skips (with a message) when `cc -m32`
+//! cannot link on this machine (scripts/setup.sh installs gcc-multilib).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use argstash_tests::{build, maps, symbol, Opt, Target, Variant};
+use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, Register};
+use trampolines::i386::{pc_thunk_register, plan_patch};
+
+const M32: &[&str] = &["-m32"];
+
+/// The four builds: {-O0 -g, -O2 -g} x {PIE, non-PIE}, all `-m32`.
+fn variants() -> Vec<Variant> {
+    let mut v = Vec::new();
+    for opt in [Opt::O0g, Opt::O2g] {
+        for pie in [true, false] {
+            v.push(Variant::new(opt, pie).with_flags(M32));
+        }
+    }
+    v
+}
+
+/// True when `cc -m32` links a program here; prints why the tests skip otherwise.
+fn m32_available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("argstash-m32-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let src = dir.join("probe.c");
+        std::fs::write(
+            &src,
+            "#include <stdio.h>\nint main(void) { puts(\"\"); return 0; }\n",
+        )
+        .expect("write probe");
+        let ok = Command::new("cc")
+            .arg("-m32")
+            .arg("-o")
+            .arg(dir.join("probe"))
+            .arg(&src)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let _ = std::fs::remove_dir_all(&dir);
+        if !ok {
+            eprintln!("SKIP: `cc -m32` cannot link here (install gcc-multilib: scripts/setup.sh)");
+        }
+        ok
+    })
+}
+
+/// Load bias of a 32-bit executable in `pid`: 0 for ET_EXEC, the lowest mapping for ET_DYN.
+fn load_bias32(pid: i32, exe: &Path) -> u64 {
+    let header = std::fs::read(exe).expect("read executable");
+    assert_eq!(&header[..4], b"\x7fELF");
+    assert_eq!(header[4], 1, "{} is not ELF32", exe.display());
+    if u16::from_le_bytes([header[16], header[17]]) != 3 {
+        return 0;
+    }
+    let canon = std::fs::canonicalize(exe).expect("canonicalize");
+    let canon = canon.to_string_lossy();
+    maps(pid)
+        .into_iter()
+        .filter(|m| m.path == canon)
+        .map(|m| m.start)
+        .min()
+        .expect("executable is mapped")
+}
+
+fn read_mem(pid: i32, addr: u64, len: usize) -> Vec<u8> {
+    let mem = File::open(format!("/proc/{pid}/mem")).expect("open /proc/PID/mem");
+    let mut buf = vec![0u8; len];
+    mem.read_exact_at(&mut buf, addr)
+        .unwrap_or_else(|e| panic!("read {len} bytes at {addr:#x}: {e}"));
+    buf
+}
+
+fn decode(code: &[u8], at: u64) -> Vec<Instruction> {
+    Decoder::with_ip(32, code, at, DecoderOptions::NONE)
+        .into_iter()
+        .collect()
+}
+
+#[test]
+fn prologues_of_m32_builds_relocate_with_their_pic_address_computations() {
+    if !m32_available() {
+        return;
+    }
+    for variant in variants() {
+        let exe = build("cdecl32", variant);
+        let mut target = Target::spawn(&exe);
+        let pid = target.pid();
+        let bias = load_bias32(pid, &exe);
+        let thunk_at = |addr: u64| pc_thunk_register(&read_mem(pid, addr, 8));
+        let mut constant_loads = 0;
+        for name in [
+            "cdecl_sum",
+            "regparm_sum",
+            "fast_sum",
+            "make_triple",
+            "pic_counter",
+            "pic_pop",
+        ] {
+            let sym = symbol(&exe, name).unwrap_or_else(|| panic!("{name} in {variant}"));
+            let function = bias + sym.addr;
+            let code = read_mem(pid, function, sym.size as usize);
+            let plan = plan_patch(function, &code, &thunk_at)
+                .unwrap_or_else(|e| panic!("{name} ({variant}): {e}"));
+            // Place the copy 1 GiB away, as an arena below 4 GiB would be.
+            let at = (function + 0x4000_0000) & 0xffff_fff0;
+            let moved = plan
+                .relocate(at)
+                .unwrap_or_else(|e| panic!("{name} ({variant}): {e}"));
+            let original = decode(&plan.original, plan.patch_addr);
+            let relocated = decode(&moved.code, at);
+            let (back, body) = relocated.split_last().expect("a jump back");
+            assert_eq!(back.mnemonic(), Mnemonic::Jmp);
+            assert_eq!(
+                back.near_branch_target(),
+                plan.patch_addr + plan.patch_len as u64,
+                "{name} ({variant}): jumps back after the patch"
+            );
+            let mut orig = original.iter().peekable();
+            for new in body {
+                let old = orig.next().expect("as many moved instructions");
+                if old.code() == Code::Call_rel32_32 {
+                    // The address the original code computed, as a constant.
+                    assert_eq!(new.code(), Code::Mov_r32_imm32, "{name} ({variant})");
+                    assert_eq!(u64::from(new.immediate32()), old.next_ip());
+                    let target = old.near_branch_target();
+                    if target == old.next_ip() {
+                        let pop = orig.next().expect("pop after call next");
+                        assert_eq!(pop.code(), Code::Pop_r32);
+                        assert_eq!(new.op0_register(), pop.op0_register());
+                    } else {
+                        let thunk = decode(&read_mem(pid, target, 4), target);
+                        assert_eq!(thunk[0].memory_base(), Register::ESP);
+                        assert_eq!(new.op0_register(), thunk[0].op0_register());
+                    }
+                    constant_loads += 1;
+                } else {
+                    let old_bytes =
+                        &plan.original[(old.ip() - plan.patch_addr) as usize..][..old.len()];
+                    let new_bytes = &moved.code[(new.ip() - at) as usize..][..new.len()];
+                    assert_eq!(old_bytes, new_bytes, "{name} ({variant}): moved as is");
+                }
+            }
+            assert!(orig.next().is_none(), "{name} ({variant}): all moved");
+        }
+        // pic_pop everywhere, plus get_pc_thunk calls in -O0 PIE prologues.
+        let expected_min = if variant.pie && !variant.optimized() {
+            2
+        } else {
+            1
+        };
+        assert!(
+            constant_loads >= expected_min,
+            "{variant}: {constant_loads} PIC address computations rewritten"
+        );
+        target.assert_healthy();
+    }
+}
+
+#[test]
+fn callee_popping_functions_end_with_ret_4() {
+    // Why the i386 trampoline passes on what its callee popped: these two really do.
+    if !m32_available() {
+        return;
+    }
+    for variant in variants() {
+        let exe = build("cdecl32", variant);
+        let target = Target::spawn(&exe);
+        let bias = load_bias32(target.pid(), &exe);
+        let function = |name: &str| {
+            let sym = symbol(&exe, name).expect("symbol");
+            read_mem(target.pid(), bias + sym.addr, sym.size as usize)
+        };
+        let data = function("fast_sum");
+        let rets: Vec<u16> = decode(&data, 0)
+            .iter()
+            .filter(|i| i.mnemonic() == Mnemonic::Ret)
+            .map(|i| {
+                if i.op_count() == 1 {
+                    i.immediate16()
+                } else {
+                    0
+                }
+            })
+            .collect();
+        assert!(
+            !rets.is_empty() && rets.iter().all(|r| *r == 4),
+            "{variant}: fast_sum {rets:?}"
+        );
+        let data = function("make_triple");
+        assert!(decode(&data, 0)
+            .iter()
+            .any(|i| i.mnemonic() == Mnemonic::Ret && i.op_count() == 1 && i.immediate16() == 4));
+    }
+}
