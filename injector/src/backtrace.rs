@@ -395,6 +395,7 @@ impl ProcessReader {
     pub fn backtrace(&mut self, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
         let pid = self.pid;
         crate::target::check_target(pid, crate::target::Access::Stop)?;
+        crate::arch::check_backtrace_supported(pid)?;
         let maps = read_maps(pid).map_err(|source| Error::Proc {
             path: format!("/proc/{pid}/maps"),
             source,

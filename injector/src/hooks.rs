@@ -11,11 +11,12 @@ use std::ops::Range;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use trampolines::arena::{Arena, ArenaHeader, HookRecord, HookState, RECORD_LEN};
-use trampolines::x86_64::{
-    build_hook, jump_patch, plan_patch, HookCode, HookMeta, PatchPlan, StashLayout,
-};
+use trampolines::x86_64::{HookCode, HookMeta};
 
-use crate::arena::{discover, placement_candidates, read_arena, within_reach, ARENA_CAPACITY};
+use crate::arch::{jump_patch, Arch, ArchPlan};
+use crate::arena::{
+    discover, placement_candidates_below, read_arena, within_reach, ARENA_CAPACITY,
+};
 use crate::error::{hex, Error};
 use crate::maps::{read_maps, MapEntry};
 use crate::memory::{Memory, ProcessMemory};
@@ -140,7 +141,7 @@ pub fn list(pid: i32) -> Result<Vec<HookInfo>, Error> {
 /// One planned hook, before the stop.
 struct Planned {
     resolved: Resolved,
-    plan: PatchPlan,
+    plan: ArchPlan,
     module_range: Range<u64>,
     target: ArenaChoice,
     code: Option<HookCode>,
@@ -189,7 +190,8 @@ pub fn install(
     let mem = ProcessMemory::open(pid)?;
     let symbols = ProcessSymbols::load(pid, &maps)?;
     let mut arenas = discover(&maps, &mem)?;
-    let layout = StashLayout::new(opts.stack_words);
+    let arch = Arch::of_process(pid);
+    let stack_words = arch.stack_words(opts.stack_words);
 
     // Resolve and analyse every function.
     let mut planned: Vec<Planned> = Vec::new();
@@ -216,10 +218,11 @@ pub fn install(
             .unwrap_or(usize::MAX)
             .min(1 << 20);
         let code = mem.read_vec(resolved.addr, size)?;
-        let plan = plan_patch(resolved.addr, &code).map_err(|source| Error::Plan {
-            function: label.clone(),
-            source,
-        })?;
+        let plan =
+            ArchPlan::new(arch, resolved.addr, &code, &mem).map_err(|source| Error::Plan {
+                function: label.clone(),
+                source,
+            })?;
         let module_range = symbols
             .module_for(resolved.addr)
             .map(|m| m.range.clone())
@@ -270,7 +273,12 @@ pub fn install(
                         ..maps[0].clone()
                     });
                 }
-                let candidates = placement_candidates(&occupied, &p.module_range, arena_len);
+                let candidates = placement_candidates_below(
+                    &occupied,
+                    &p.module_range,
+                    arena_len,
+                    arch.address_limit(),
+                );
                 if candidates.is_empty() {
                     return Err(Error::NoArenaSpace {
                         module: p.resolved.module_path.clone(),
@@ -297,10 +305,12 @@ pub fn install(
             function_size: p.resolved.size,
             installed_ns,
         };
-        build_hook(&p.plan, header, slot, layout, &meta).map_err(|source| Error::Codegen {
-            function: p.label(),
-            source,
-        })
+        p.plan
+            .build(header, slot, stack_words, &meta)
+            .map_err(|source| Error::Codegen {
+                function: p.label(),
+                source,
+            })
     };
     for p in planned.iter_mut() {
         let (header, slot) = match p.target {
@@ -413,12 +423,12 @@ pub fn install(
         }
         // The entries must still hold what was analysed.
         for p in &planned {
-            let now = mem.read_vec(p.plan.patch_addr, p.plan.patch_len)?;
-            if now != p.plan.original {
+            let now = mem.read_vec(p.plan.patch_addr(), p.plan.patch_len())?;
+            if now != p.plan.original() {
                 return Err(Error::Changed {
                     function: p.label(),
                     when: "read",
-                    expected: hex(&p.plan.original),
+                    expected: hex(p.plan.original()),
                     found: hex(&now),
                 });
             }
@@ -456,16 +466,16 @@ pub fn install(
         for p in &planned {
             let code = p.code.as_ref().expect("generated above");
             undo.patches
-                .push((p.plan.patch_addr, p.plan.original.clone()));
-            mem.write(p.plan.patch_addr, &code.patch)?;
+                .push((p.plan.patch_addr(), p.plan.original().to_vec()));
+            mem.write(p.plan.patch_addr(), &code.patch)?;
         }
         // Verify by reading back.
         for p in &planned {
             let code = p.code.as_ref().expect("generated above");
             let arena = arena_header(&arenas, &new_arenas, p.target);
-            if mem.read_vec(p.plan.patch_addr, code.patch.len())? != code.patch {
+            if mem.read_vec(p.plan.patch_addr(), code.patch.len())? != code.patch {
                 return Err(Error::Verify {
-                    addr: p.plan.patch_addr,
+                    addr: p.plan.patch_addr(),
                     what: "patch",
                 });
             }
@@ -566,6 +576,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
     let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
     let arenas = discover(&maps, &mem)?;
+    let arch = Arch::of_process(pid);
     let active: Vec<(usize, u32)> = arenas
         .iter()
         .enumerate()
@@ -649,7 +660,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
                 });
             }
             let expected =
-                jump_patch(r.patch_addr, r.trampoline, r.patch_len()).map_err(|source| {
+                jump_patch(arch, r.patch_addr, r.trampoline, r.patch_len()).map_err(|source| {
                     Error::Codegen {
                         function: r.name.clone(),
                         source,
@@ -686,7 +697,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
             let r = record(*h);
             restored.push((
                 r.patch_addr,
-                jump_patch(r.patch_addr, r.trampoline, r.patch_len()).unwrap_or_default(),
+                jump_patch(arch, r.patch_addr, r.trampoline, r.patch_len()).unwrap_or_default(),
             ));
             mem.write(r.patch_addr, &r.original)?;
             if mem.read_vec(r.patch_addr, r.patch_len())? != r.original {

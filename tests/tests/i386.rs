@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use argstash_tests::{build, maps, symbol, Opt, Target, Variant};
+use argstash_tests::{build, maps, run_json, run_ok, symbol, Opt, Target, Variant, E2E_TIMEOUT};
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, Register};
 use trampolines::i386::{pc_thunk_register, plan_patch};
 
@@ -204,5 +204,86 @@ fn callee_popping_functions_end_with_ret_4() {
         assert!(decode(&data, 0)
             .iter()
             .any(|i| i.mnemonic() == Mnemonic::Ret && i.op_count() == 1 && i.immediate16() == 4));
+    }
+}
+
+/// The hookable functions of `cdecl32.c`.
+const FUNCTIONS: [&str; 6] = [
+    "cdecl_sum",
+    "regparm_sum",
+    "fast_sum",
+    "make_triple",
+    "pic_counter",
+    "pic_pop",
+];
+
+/// The round number of a fixture line `call <round> <function> <args...>`.
+fn round_of(line: &str) -> Option<u64> {
+    line.strip_prefix("call ")?.split(' ').next()?.parse().ok()
+}
+
+/// Waits until the fixture has completed `rounds` more full rounds of calls.
+fn wait_rounds(t: &mut Target, rounds: u64) {
+    let first = round_of(&t.wait_for_line(E2E_TIMEOUT, |l| round_of(l).is_some())).unwrap();
+    t.wait_for_line(E2E_TIMEOUT, |l| {
+        round_of(l).is_some_and(|r| r >= first + rounds)
+    });
+}
+
+#[test]
+fn hooked_functions_of_every_convention_keep_their_results_and_eject_restores_bytes() {
+    if !m32_available() {
+        return;
+    }
+    for variant in variants() {
+        let exe = build("cdecl32", variant);
+        let mut t = Target::spawn(&exe);
+        let pid = t.pid();
+        let bias = load_bias32(pid, &exe);
+        let entries: Vec<(u64, Vec<u8>)> = FUNCTIONS
+            .iter()
+            .map(|name| {
+                let sym = symbol(&exe, name).expect("symbol");
+                (bias + sym.addr, read_mem(pid, bias + sym.addr, 16))
+            })
+            .collect();
+        let p = pid.to_string();
+        let mut args = vec!["inject", "--pid", &p];
+        for f in FUNCTIONS {
+            args.extend(["--func", f]);
+        }
+        let out = run_ok(&args);
+        for f in FUNCTIONS {
+            assert!(out.contains(&format!("hooked {f} ")), "{variant}: {out}");
+        }
+        let hooks = run_json(&["list", "--pid", &p, "--json"]);
+        let listed = hooks.to_string();
+        for (f, (addr, original)) in FUNCTIONS.iter().zip(&entries) {
+            assert!(listed.contains(f), "{variant}: {f} not listed: {listed}");
+            let now = read_mem(pid, *addr, 16);
+            assert_eq!(now[0], 0xe9, "{variant}: {f} starts with a jmp");
+            assert_ne!(&now, original);
+            // The arena lives in the 32-bit space, where the rel32 lands.
+            let rel = i32::from_le_bytes([now[1], now[2], now[3], now[4]]);
+            let trampoline = (*addr as u32).wrapping_add(5).wrapping_add(rel as u32);
+            assert!(
+                listed.contains(&trampoline.to_string())
+                    || listed.contains(&format!("{trampoline:#x}")),
+                "{variant}: {f} jumps to {trampoline:#x}: {listed}"
+            );
+        }
+        // Every function runs through its trampoline for a while; the fixture checks results.
+        wait_rounds(&mut t, 10);
+        t.assert_healthy();
+        run_ok(&["eject", "--pid", &p, "--all"]);
+        for (f, (addr, original)) in FUNCTIONS.iter().zip(&entries) {
+            assert_eq!(
+                &read_mem(pid, *addr, 16),
+                original,
+                "{variant}: {f} restored"
+            );
+        }
+        wait_rounds(&mut t, 3);
+        t.assert_healthy();
     }
 }
