@@ -167,18 +167,6 @@ impl Arch {
     }
 }
 
-/// Refuses a backtrace of a 32-bit process (not supported yet).
-pub fn check_backtrace_supported(pid: i32) -> Result<(), crate::error::Error> {
-    if Arch::of_process(pid) == Arch::I386 {
-        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        return Err(crate::error::Error::Unsupported32Bit {
-            pid,
-            name: name.trim().to_string(),
-        });
-    }
-    Ok(())
-}
-
 /// A patch plan of either architecture.
 #[derive(Debug, Clone)]
 pub enum ArchPlan {

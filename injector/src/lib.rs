@@ -15,6 +15,7 @@
 pub mod arch;
 pub mod arena;
 pub mod backtrace;
+pub mod backtrace_i386;
 pub mod error;
 pub mod hooks;
 pub mod maps;

@@ -12,7 +12,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use argstash_tests::{build, maps, run_json, run_ok, symbol, Opt, Target, Variant, E2E_TIMEOUT};
+use argstash_tests::{
+    bt_thread, build, frame_named, maps, run_json, run_ok, symbol, wait_bt, Opt, Target, Variant,
+    E2E_TIMEOUT,
+};
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, Register};
 use trampolines::i386::{pc_thunk_register, plan_patch};
 
@@ -108,6 +111,7 @@ fn prologues_of_m32_builds_relocate_with_their_pic_address_computations() {
             "fast_sum",
             "make_triple",
             "pic_counter",
+            "pic_peek",
             "pic_pop",
         ] {
             let sym = symbol(&exe, name).unwrap_or_else(|| panic!("{name} in {variant}"));
@@ -156,12 +160,8 @@ fn prologues_of_m32_builds_relocate_with_their_pic_address_computations() {
             }
             assert!(orig.next().is_none(), "{name} ({variant}): all moved");
         }
-        // pic_pop everywhere, plus get_pc_thunk calls in -O0 PIE prologues.
-        let expected_min = if variant.pie && !variant.optimized() {
-            2
-        } else {
-            1
-        };
+        // pic_pop everywhere, plus pic_peek's get_pc_thunk call in PIE builds.
+        let expected_min = if variant.pie { 2 } else { 1 };
         assert!(
             constant_loads >= expected_min,
             "{variant}: {constant_loads} PIC address computations rewritten"
@@ -208,12 +208,13 @@ fn callee_popping_functions_end_with_ret_4() {
 }
 
 /// The hookable functions of `cdecl32.c`.
-const FUNCTIONS: [&str; 6] = [
+const FUNCTIONS: [&str; 7] = [
     "cdecl_sum",
     "regparm_sum",
     "fast_sum",
     "make_triple",
     "pic_counter",
+    "pic_peek",
     "pic_pop",
 ];
 
@@ -284,6 +285,100 @@ fn hooked_functions_of_every_convention_keep_their_results_and_eject_restores_by
             );
         }
         wait_rounds(&mut t, 3);
+        t.assert_healthy();
+    }
+}
+
+/// Where each argument of `function` lives on i386, in the order the fixture prints them.
+fn argument_places(function: &str) -> &'static [&'static str] {
+    match function {
+        "cdecl_sum" => &["stack+4", "stack+8", "stack+12"],
+        "regparm_sum" => &["eax", "edx", "ecx", "stack+4"],
+        "fast_sum" => &["ecx", "edx", "stack+4"],
+        // stack+4 holds the hidden pointer to the returned struct.
+        "make_triple" => &["stack+8", "stack+12"],
+        "pic_counter" => &["stack+4"],
+        other => panic!("no argument places for {other}"),
+    }
+}
+
+/// The argument values a printed line `call <round> <function> <args...>` names.
+fn printed_args(line: &str, function: &str) -> Option<Vec<u64>> {
+    let mut words = line.strip_prefix("call ")?.split(' ');
+    words.next()?;
+    if words.next()? != function {
+        return None;
+    }
+    words.map(|w| w.parse().ok()).collect()
+}
+
+#[test]
+fn bt_shows_the_exact_stashed_arguments_of_every_convention() {
+    if !m32_available() {
+        return;
+    }
+    let hooked = [
+        "cdecl_sum",
+        "regparm_sum",
+        "fast_sum",
+        "make_triple",
+        "pic_counter",
+    ];
+    for variant in variants() {
+        let exe = build("cdecl32", variant);
+        let mut t = Target::spawn(&exe);
+        let p = t.pid().to_string();
+        let mut args = vec!["inject", "--pid", &p];
+        for f in hooked {
+            args.extend(["--func", f]);
+        }
+        run_ok(&args);
+        let mut seen: Vec<String> = Vec::new();
+        for function in hooked {
+            let bt = wait_bt(t.pid(), None, E2E_TIMEOUT, |bt| {
+                bt_thread(bt, t.pid())
+                    .and_then(|th| frame_named(th, function))
+                    .is_some_and(|(_, f)| f["hooked"] == serde_json::json!(true))
+            });
+            let th = bt_thread(&bt, t.pid()).unwrap();
+            let (index, frame) = frame_named(th, function).unwrap();
+            assert!(
+                frame_named(th, "main").is_some_and(|(i, _)| i > index),
+                "{variant}: main is an outer frame: {th:#}"
+            );
+            let value_of = |place: &str| {
+                frame["args"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|a| a["register"] == place)
+                    .and_then(|a| a["value"].as_u64())
+                    .unwrap_or_else(|| panic!("{variant}: no {place} in {frame:#}"))
+            };
+            let stashed: Vec<u64> = argument_places(function)
+                .iter()
+                .map(|p| value_of(p))
+                .collect();
+            // The call was printed just before it was made: find that line.
+            let matches = |seen: &[String]| {
+                seen.iter()
+                    .any(|l| printed_args(l, function).as_ref() == Some(&stashed))
+            };
+            seen.extend(t.drain_lines());
+            while !matches(&seen) {
+                match t.next_line(E2E_TIMEOUT) {
+                    Some(l) if round_of(&l).is_some() => seen.push(l),
+                    Some(_) => {}
+                    None => panic!(
+                        "{variant}: {function} stashed {stashed:?}, printed calls: {:?}",
+                        seen.iter().rev().take(12).collect::<Vec<_>>()
+                    ),
+                }
+            }
+        }
+        t.assert_healthy();
+        run_ok(&["eject", "--pid", &p, "--all"]);
+        wait_rounds(&mut t, 2);
         t.assert_healthy();
     }
 }
