@@ -274,6 +274,112 @@ mod tests {
         assert_eq!(Arch::X86_64.syscall_name(libc::SYS_mmap), "mmap");
     }
 
+    /// Two threads block in read(), main in fgets(); echoes stdin lines.
+    const READERS32: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static int fds[2];
+static void *reader(void *a) { char c; read(fds[0], &c, 1); return a; }
+int main(void) {
+    pipe(fds);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, reader, 0);
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        printf("echo %s", line);
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
+    #[test]
+    fn remote_syscalls_in_a_32bit_process_leave_every_register_as_it_was() {
+        use std::io::{BufRead, BufReader, Write};
+        use std::process::{Command, Stdio};
+
+        use crate::session::test_support::{regs_words, wait_all_blocked};
+        use crate::session::Session;
+
+        let dir = std::env::temp_dir().join(format!("argstash-arch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("readers32.c");
+        let bin = dir.join("readers32");
+        std::fs::write(&src, READERS32).unwrap();
+        let built = Command::new("cc")
+            .args(["-m32", "-O1", "-pthread", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !built {
+            eprintln!("SKIP: `cc -m32` cannot link here (install gcc-multilib: scripts/setup.sh)");
+            return;
+        }
+        let mut child = Command::new(&bin)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        assert_eq!(Arch::of_process(pid), Arch::I386);
+        wait_all_blocked(pid);
+
+        let mut s = Session::attach_all(pid).unwrap();
+        let tids = s.tids();
+        assert_eq!(tids.len(), 3);
+        let before: Vec<_> = tids
+            .iter()
+            .map(|t| regs_words(&s.regs(*t).unwrap()))
+            .collect();
+        for t in &tids {
+            assert_eq!(s.regs(*t).unwrap().cs, USER32_CS);
+        }
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        let a = s.remote_mmap(0, 8192, prot, flags).unwrap();
+        assert!(
+            a + 8192 <= 0x1_0000_0000 && a % 4096 == 0,
+            "mmap2 gave {a:#x}"
+        );
+        s.remote_mprotect(a, 8192, libc::PROT_READ).unwrap();
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        assert!(
+            maps.contains(&format!("{a:08x}-{:08x} r--p", a + 8192)),
+            "{maps}"
+        );
+        s.remote_munmap(a, 8192).unwrap();
+        // An error comes back as an error: munmap of an unaligned address is EINVAL.
+        let err = s.remote_munmap(a + 1, 4096).unwrap_err().to_string();
+        assert!(err.contains("munmap") && err.contains("EINVAL"), "{err}");
+        let after: Vec<_> = tids
+            .iter()
+            .map(|t| regs_words(&s.regs(*t).unwrap()))
+            .collect();
+        assert_eq!(before, after);
+        s.detach().unwrap();
+
+        // The interrupted reads restart and the process carries on.
+        wait_all_blocked(pid);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"hello\n").unwrap();
+        stdin.flush().unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "echo hello\n");
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn processes_are_told_apart_by_their_executable() {
         assert_eq!(Arch::of_process(std::process::id() as i32), Arch::X86_64);
