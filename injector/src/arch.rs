@@ -347,7 +347,7 @@ int main(void) {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
         let a = s.remote_mmap(0, 8192, prot, flags).unwrap();
         assert!(
-            a + 8192 <= 0x1_0000_0000 && a % 4096 == 0,
+            a + 8192 <= 0x1_0000_0000 && a.is_multiple_of(4096),
             "mmap2 gave {a:#x}"
         );
         s.remote_mprotect(a, 8192, libc::PROT_READ).unwrap();
