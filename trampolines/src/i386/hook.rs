@@ -43,6 +43,7 @@ pub fn build_hook(
     let patch = jump_patch(plan.patch_addr, slot_addr, plan.patch_len)?;
     let record = HookRecord {
         state: HookState::Active,
+        // The record's flag means "kept an end-branch instruction": endbr32 here.
         endbr64: plan.endbr32,
         function: plan.function,
         function_size: meta.function_size,

@@ -24,8 +24,8 @@ use crate::x86_64::RelocatedPrologue;
 /// Bytes of a `jmp rel32`: the least a patch overwrites.
 pub const JMP_REL32_LEN: usize = 5;
 
-/// Largest patch: a `call next; pop` pair or a 15-byte instruction after 4 bytes, after a kept `endbr32`.
-pub const MAX_PATCH_LEN: usize = 4 + 15 + 1;
+/// Largest patch: a 15-byte instruction starting at byte 4 of the patch window.
+pub const MAX_PATCH_LEN: usize = 4 + 15;
 
 /// How a moved instruction is re-encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
