@@ -113,6 +113,8 @@ fn prologues_of_m32_builds_relocate_with_their_pic_address_computations() {
             "pic_counter",
             "pic_peek",
             "pic_pop",
+            "leaf_nop",
+            "leaf_pop",
         ] {
             let sym = symbol(&exe, name).unwrap_or_else(|| panic!("{name} in {variant}"));
             let function = bias + sym.addr;
@@ -208,7 +210,7 @@ fn callee_popping_functions_end_with_ret_4() {
 }
 
 /// The hookable functions of `cdecl32.c`.
-const FUNCTIONS: [&str; 7] = [
+const FUNCTIONS: [&str; 9] = [
     "cdecl_sum",
     "regparm_sum",
     "fast_sum",
@@ -216,6 +218,8 @@ const FUNCTIONS: [&str; 7] = [
     "pic_counter",
     "pic_peek",
     "pic_pop",
+    "leaf_nop",
+    "leaf_pop",
 ];
 
 /// The round number of a fixture line `call <round> <function> <args...>`.
@@ -273,7 +277,8 @@ fn hooked_functions_of_every_convention_keep_their_results_and_eject_restores_by
                 "{variant}: {f} jumps to {trampoline:#x}: {listed}"
             );
         }
-        // Every function runs through its trampoline for a while; the fixture checks results.
+        // Every function runs through its trampoline for a while; the fixture checks
+        // results, and regs_check every register, CF and esp around leaf_nop/leaf_pop.
         wait_rounds(&mut t, 10);
         t.assert_healthy();
         run_ok(&["eject", "--pid", &p, "--all"]);
