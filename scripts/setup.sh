@@ -20,7 +20,7 @@ NEEDS=(
     "dbus-bin dbus-send"   # a D-Bus client no one here wrote
     "systemd busctl"       # another one
     "util-linux setpriv"   # runs a bus client as another uid
-    # "gcc-multilib -"     # 32-bit fixtures (later)
+    "gcc-multilib -"       # 32-bit (-m32) fixtures for the i386 tests
 )
 
 have() {

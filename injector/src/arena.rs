@@ -67,6 +67,16 @@ pub fn within_reach(a: &Range<u64>, b: &Range<u64>) -> bool {
 /// Candidate base addresses for a new arena of `len` bytes within reach of `near`,
 /// nearest first, each inside a currently free gap of the address space.
 pub fn placement_candidates(maps: &[MapEntry], near: &Range<u64>, len: u64) -> Vec<u64> {
+    placement_candidates_below(maps, near, len, 0x7fff_ffff_f000)
+}
+
+/// [`placement_candidates`] in an address space ending at `top` (`0xffff_e000` for a 32-bit process).
+pub fn placement_candidates_below(
+    maps: &[MapEntry],
+    near: &Range<u64>,
+    len: u64,
+    top: u64,
+) -> Vec<u64> {
     let mut sorted: Vec<Range<u64>> = maps.iter().map(|m| m.range()).collect();
     sorted.sort_by_key(|r| r.start);
     let page = PAGE as u64;
@@ -74,12 +84,12 @@ pub fn placement_candidates(maps: &[MapEntry], near: &Range<u64>, len: u64) -> V
     let mut gaps = Vec::new();
     let mut prev_end = MIN_ADDR;
     for r in &sorted {
-        if r.start > prev_end + 2 * page {
-            gaps.push(prev_end + page..r.start - page);
+        let end = r.start.min(top);
+        if end > prev_end + 2 * page {
+            gaps.push(prev_end + page..end - page);
         }
         prev_end = prev_end.max(r.end);
     }
-    let top = 0x7fff_ffff_f000u64;
     if top > prev_end + 2 * page {
         gaps.push(prev_end + page..top);
     }
@@ -170,6 +180,18 @@ mod tests {
                     .all(|m| m.end <= *base || m.start >= *base + len),
                 "overlaps a mapping"
             );
+        }
+        // A 32-bit process: only below 4 GiB, even with room above.
+        let maps32 = parse_maps(
+            "08048000-0804a000 r-xp 00000000 fe:01 1 /prog32
+f7c00000-f7e00000 r-xp 00000000 fe:01 2 /lib32/libc.so.6
+",
+        );
+        let near32 = 0x0804_8000..0x0804_a000;
+        let c = placement_candidates_below(&maps32, &near32, len, 0xffff_e000);
+        assert!(!c.is_empty());
+        for base in &c {
+            assert!(base + len <= 0xffff_e000, "{base:#x} above 4 GiB");
         }
         // Nothing in reach when the module's neighbourhood is full.
         let full = parse_maps("100000-7ffffffff000 r-xp 00000000 fe:01 1 /huge\n");

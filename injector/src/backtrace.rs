@@ -395,6 +395,9 @@ impl ProcessReader {
     pub fn backtrace(&mut self, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
         let pid = self.pid;
         crate::target::check_target(pid, crate::target::Access::Stop)?;
+        if crate::arch::Arch::of_process(pid) == crate::arch::Arch::I386 {
+            return crate::backtrace_i386::backtrace(pid, opts);
+        }
         let maps = read_maps(pid).map_err(|source| Error::Proc {
             path: format!("/proc/{pid}/maps"),
             source,

@@ -126,9 +126,9 @@ pub enum Error {
         /// Its instruction pointer.
         rip: u64,
     },
-    /// The target is a 32-bit process.
+    /// The target is a 32-bit process and the operation does not support those yet.
     #[error(
-        "process {pid} ({name}) is a 32-bit (i386) process: 32-bit targets are not yet supported"
+        "process {pid} ({name}) is a 32-bit (i386) process: backtraces of 32-bit targets are not yet supported (inject, list and eject are)"
     )]
     Unsupported32Bit {
         /// The pid.

@@ -13,12 +13,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use trampolines::arena::{Arena, ArenaHeader, HookRecord, HookState, RECORD_LEN};
 use trampolines::x86_64::analysis::returns_twice_by_name;
 use trampolines::x86_64::{
-    build_hook, entry_patch, plan_patch_in, FunctionContext, HookCode, HookMeta, PatchPlan,
-    StashLayout, JMP_ABS_LEN, JMP_REL32_LEN, MAX_PATCH_LEN,
+    plan_patch_in, FunctionContext, HookCode, HookMeta, PatchPlan, JMP_ABS_LEN, JMP_REL32_LEN,
+    MAX_PATCH_LEN,
 };
 
+use crate::arch::{jump_patch, Arch, ArchPlan};
 use crate::arena::{
-    anywhere_candidates, discover, placement_candidates, read_arena, within_reach, ARENA_CAPACITY,
+    anywhere_candidates, discover, placement_candidates_below, read_arena, within_reach, ARENA_CAPACITY,
 };
 use crate::error::{hex, Error};
 use crate::maps::{read_maps, MapEntry};
@@ -221,7 +222,7 @@ fn free_slot(a: &Arena, taken: &HashSet<u32>) -> Option<u32> {
 /// One planned hook, before the stop.
 struct Planned {
     resolved: Resolved,
-    plan: PatchPlan,
+    plan: ArchPlan,
     module_range: Range<u64>,
     target: ArenaChoice,
     code: Option<HookCode>,
@@ -276,7 +277,8 @@ pub fn install(
     let mem = ProcessMemory::open(pid)?;
     let symbols = ProcessSymbols::load(pid, &maps)?;
     let mut arenas = discover(&maps, &mem)?;
-    let layout = StashLayout::new(opts.stack_words);
+    let arch = Arch::of_process(pid);
+    let stack_words = arch.stack_words(opts.stack_words);
 
     // Resolve and analyse every function.
     let mut planned: Vec<Planned> = Vec::new();
@@ -311,14 +313,18 @@ pub fn install(
                 .filter(|s| s.addr == resolved.addr)
                 .any(|s| returns_twice_by_name(&s.name))
         }) || returns_twice_by_name(&resolved.name);
-        let plan = plan_with(
-            &symbols,
-            resolved.addr,
-            &code,
-            &padding,
-            returns_twice,
-            JMP_REL32_LEN,
-        )
+        let plan = match arch {
+            Arch::X86_64 => plan_with(
+                &symbols,
+                resolved.addr,
+                &code,
+                &padding,
+                returns_twice,
+                JMP_REL32_LEN,
+            )
+            .map(ArchPlan::X86_64),
+            Arch::I386 => ArchPlan::new(arch, resolved.addr, &code, &mem),
+        }
         .map_err(|source| Error::Plan {
             function: label.clone(),
             source,
@@ -373,7 +379,17 @@ pub fn install(
                         ..maps[0].clone()
                     });
                 }
-                let near = placement_candidates(&occupied, &p.module_range, arena_len);
+                let near = placement_candidates_below(
+                    &occupied,
+                    &p.module_range,
+                    arena_len,
+                    arch.address_limit(),
+                );
+                if near.is_empty() && arch != Arch::X86_64 {
+                    return Err(Error::NoArenaSpace {
+                        module: p.resolved.module_path.clone(),
+                    });
+                }
                 if near.is_empty() {
                     // Nothing free within ±2 GiB: any arena will do, reached by
                     // the 14-byte absolute jump, if the prologue allows it.
@@ -385,6 +401,7 @@ pub fn install(
                         p.returns_twice,
                         JMP_ABS_LEN,
                     )
+                    .map(ArchPlan::X86_64)
                     .map_err(|e| Error::NoArenaSpaceFar {
                         module: p.resolved.module_path.clone(),
                         function: p.resolved.name.clone(),
@@ -440,7 +457,7 @@ pub fn install(
             function_size: p.resolved.size,
             installed_ns,
         };
-        build_hook(&p.plan, header, slot, layout, &meta).map_err(|source| {
+        p.plan.build(header, slot, stack_words, &meta).map_err(|source| {
             if p.far {
                 Error::NoArenaSpaceFar {
                     module: p.resolved.module_path.clone(),
@@ -567,12 +584,12 @@ pub fn install(
         }
         // The entries must still hold what was analysed.
         for p in &planned {
-            let now = mem.read_vec(p.plan.patch_addr, p.plan.patch_len)?;
-            if now != p.plan.original {
+            let now = mem.read_vec(p.plan.patch_addr(), p.plan.patch_len())?;
+            if now != p.plan.original() {
                 return Err(Error::Changed {
                     function: p.label(),
                     when: "read",
-                    expected: hex(&p.plan.original),
+                    expected: hex(p.plan.original()),
                     found: hex(&now),
                 });
             }
@@ -617,16 +634,16 @@ pub fn install(
         for p in &planned {
             let code = p.code.as_ref().expect("generated above");
             undo.patches
-                .push((p.plan.patch_addr, p.plan.original.clone()));
-            mem.write(p.plan.patch_addr, &code.patch)?;
+                .push((p.plan.patch_addr(), p.plan.original().to_vec()));
+            mem.write(p.plan.patch_addr(), &code.patch)?;
         }
         // Verify by reading back.
         for p in &planned {
             let code = p.code.as_ref().expect("generated above");
             let arena = arena_header(&arenas, &new_arenas, p.target);
-            if mem.read_vec(p.plan.patch_addr, code.patch.len())? != code.patch {
+            if mem.read_vec(p.plan.patch_addr(), code.patch.len())? != code.patch {
                 return Err(Error::Verify {
-                    addr: p.plan.patch_addr,
+                    addr: p.plan.patch_addr(),
                     what: "patch",
                 });
             }
@@ -728,6 +745,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
     let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
     let arenas = discover(&maps, &mem)?;
+    let arch = Arch::of_process(pid);
     let active: Vec<(usize, u32)> = arenas
         .iter()
         .enumerate()
@@ -813,7 +831,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
                 });
             }
             let expected =
-                entry_patch(r.patch_addr, r.trampoline, r.patch_len()).map_err(|source| {
+                jump_patch(arch, r.patch_addr, r.trampoline, r.patch_len()).map_err(|source| {
                     Error::Codegen {
                         function: r.name.clone(),
                         source,
@@ -857,7 +875,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
             let r = record(*h);
             restored.push((
                 r.patch_addr,
-                entry_patch(r.patch_addr, r.trampoline, r.patch_len()).unwrap_or_default(),
+                jump_patch(arch, r.patch_addr, r.trampoline, r.patch_len()).unwrap_or_default(),
             ));
             mem.write(r.patch_addr, &r.original)?;
             if mem.read_vec(r.patch_addr, r.patch_len())? != r.original {

@@ -12,8 +12,10 @@
 //! (symbols, code generation) before stopping the process, and leaves the process
 //! exactly as it was when it fails.
 
+pub mod arch;
 pub mod arena;
 pub mod backtrace;
+pub mod backtrace_i386;
 pub mod core;
 pub mod error;
 pub mod hooks;

@@ -23,6 +23,7 @@ use nix::errno::Errno;
 use nix::sys::ptrace::{self, Options};
 use nix::unistd::Pid;
 
+use crate::arch::{Arch, Syscall};
 use crate::maps::{parse_maps, MapEntry};
 use crate::memory::{Memory, ProcessMemory};
 use crate::session::{
@@ -30,16 +31,10 @@ use crate::session::{
     Waited, EVENT_STOP,
 };
 
-/// The `syscall` instruction.
-const SYSCALL: [u8; 2] = [0x0f, 0x05];
-
 /// Single-steps before giving up (each stop on the way is a held signal or a trap).
 const MAX_STEPS: usize = 16;
 
-/// The user code segment selector of 64-bit code on Linux x86-64.
-const USER_CS_64: u64 = 0x33;
-
-/// Finds a `syscall` instruction in an executable mapping of `pid` (libc first; call it before stopping the process).
+/// Finds a `syscall` instruction (`int 0x80` in a 32-bit process) in an executable mapping of `pid` (libc first; call it before stopping the process).
 ///
 /// A gadget found in libc is also remembered for the process (libc is never unmapped), so
 /// later sessions on it skip the search inside their stop window.
@@ -48,7 +43,8 @@ pub fn find_syscall_gadget(pid: i32) -> Result<Option<u64>, SessionError> {
     let text =
         std::fs::read_to_string(&path).map_err(|source| SessionError::Proc { path, source })?;
     let mem = ProcessMemory::open(pid)?;
-    let found = search_gadget(&parse_maps(&text), &mem);
+    let insn = Arch::of_process(pid).syscall_instruction();
+    let found = search_gadget(&parse_maps(&text), &mem, insn);
     if let (Some((addr, 0)), Some((_, start))) = (found, stat_flags_and_start(pid)) {
         remember_gadget(pid, start, addr);
     }
@@ -93,7 +89,7 @@ fn rank(m: &MapEntry) -> u8 {
 }
 
 /// The first gadget in search order, with the rank of its mapping (0: libc).
-fn search_gadget(maps: &[MapEntry], mem: &dyn Memory) -> Option<(u64, u8)> {
+fn search_gadget(maps: &[MapEntry], mem: &dyn Memory, insn: [u8; 2]) -> Option<(u64, u8)> {
     let mut candidates: Vec<&MapEntry> = maps
         .iter()
         .filter(|m| m.perms.exec && m.end <= 0x8000_0000_0000 && m.path != "[vsyscall]")
@@ -101,21 +97,21 @@ fn search_gadget(maps: &[MapEntry], mem: &dyn Memory) -> Option<(u64, u8)> {
     candidates.sort_by_key(|m| rank(m));
     candidates
         .into_iter()
-        .find_map(|m| scan(m, mem).map(|a| (a, rank(m))))
+        .find_map(|m| scan(m, mem, insn).map(|a| (a, rank(m))))
 }
 
-/// The first `0f 05` in a mapping, reading 64 KiB at a time.
-fn scan(m: &MapEntry, mem: &dyn Memory) -> Option<u64> {
+/// The first `insn` (`0f 05` or `cd 80`) in a mapping, reading 64 KiB at a time.
+fn scan(m: &MapEntry, mem: &dyn Memory, insn: [u8; 2]) -> Option<u64> {
     const CHUNK: u64 = 64 * 1024;
     let mut addr = m.start;
     let mut last = None;
     while addr < m.end {
         let len = CHUNK.min(m.end - addr) as usize;
         let buf = mem.read_vec(addr, len).ok()?;
-        if last == Some(SYSCALL[0]) && buf.first() == Some(&SYSCALL[1]) {
+        if last == Some(insn[0]) && buf.first() == Some(&insn[1]) {
             return Some(addr - 1);
         }
-        if let Some(i) = buf.windows(2).position(|w| w == SYSCALL) {
+        if let Some(i) = buf.windows(2).position(|w| w == insn) {
             return Some(addr + i as u64);
         }
         last = buf.last().copied();
@@ -160,23 +156,13 @@ fn set_sigmask(tid: i32, mask: u64) -> Result<(), Errno> {
     Errno::result(r).map(drop)
 }
 
-/// The name of the few system calls the wrappers run, for messages.
-fn syscall_name(nr: i64) -> String {
-    match nr {
-        libc::SYS_mmap => "mmap".into(),
-        libc::SYS_munmap => "munmap".into(),
-        libc::SYS_mprotect => "mprotect".into(),
-        _ => format!("syscall {nr}"),
-    }
-}
-
 impl Session {
     /// Uses `addr` (which must hold `0f 05`) for remote system calls, e.g. one found by [`find_syscall_gadget`] before stopping.
     pub fn set_syscall_gadget(&mut self, addr: u64) -> Result<(), SessionError> {
         let pid = self.pid;
         let mut got = [0u8; 2];
         self.memory()?.read(addr, &mut got)?;
-        if got != SYSCALL {
+        if got != Arch::of_process(pid).syscall_instruction() {
             return Err(SessionError::BadGadget { pid, addr });
         }
         self.gadget = Some(Some(addr));
@@ -190,7 +176,9 @@ impl Session {
         }
         if let Some(addr) = remembered_gadget(self.pid, self.start_time) {
             let mut got = [0u8; 2];
-            if self.memory()?.read(addr, &mut got).is_ok() && got == SYSCALL {
+            if self.memory()?.read(addr, &mut got).is_ok()
+                && got == Arch::of_process(self.pid).syscall_instruction()
+            {
                 self.gadget = Some(Some(addr));
                 return Ok(Some(addr));
             }
@@ -204,7 +192,8 @@ impl Session {
         let path = format!("/proc/{}/task/{tid}/maps", self.pid);
         let text =
             std::fs::read_to_string(&path).map_err(|source| SessionError::Proc { path, source })?;
-        let found = search_gadget(&parse_maps(&text), self.memory()?);
+        let insn = Arch::of_process(self.pid).syscall_instruction();
+        let found = search_gadget(&parse_maps(&text), self.memory()?, insn);
         if let Some((addr, 0)) = found {
             remember_gadget(self.pid, self.start_time, addr);
         }
@@ -245,7 +234,8 @@ impl Session {
     ) -> Result<i64, SessionError> {
         self.index(tid)?;
         let saved = self.regs(tid)?;
-        if saved.cs != USER_CS_64 {
+        let arch = Arch::of_process(self.pid);
+        if !arch.expects_cs(saved.cs) {
             return Err(SessionError::Not64Bit { tid, cs: saved.cs });
         }
         // The mask the thread will have once its current system call is over (the
@@ -262,22 +252,14 @@ impl Session {
                 let mem = self.memory()?;
                 let mut original = [0u8; 2];
                 mem.read(saved.rip, &mut original)?;
-                mem.write(saved.rip, &SYSCALL)?;
+                mem.write(saved.rip, &arch.syscall_instruction())?;
                 patched = Some(original);
                 saved.rip
             }
         };
         let mut regs = saved;
         regs.rip = entry;
-        regs.rax = nr as u64;
-        // Not "in a system call" any more: no restart of the interrupted one into ours.
-        regs.orig_rax = u64::MAX;
-        regs.rdi = args[0];
-        regs.rsi = args[1];
-        regs.rdx = args[2];
-        regs.r10 = args[3];
-        regs.r8 = args[4];
-        regs.r9 = args[5];
+        arch.load_syscall(&mut regs, nr, args);
         // Block signals while the thread runs our instruction, or every pending one
         // would be dequeued on the way (a flood of queued signals means a stop each).
         // Stepping needs SIGTRAP deliverable: a blocked or ignored SIGTRAP is reset to
@@ -316,7 +298,7 @@ impl Session {
                 .and_then(|m| m.write(saved.rip, &original).map_err(SessionError::from)),
             None => Ok(()),
         };
-        let result = outcome?;
+        let result = arch.syscall_result(outcome? as u64);
         restored?;
         unpatched?;
         self.syscall_tid = Some(tid);
@@ -472,7 +454,7 @@ impl Session {
         if (-4095..0).contains(&r) {
             Err(SessionError::RemoteSyscall {
                 pid: self.pid,
-                name: syscall_name(nr),
+                name: Arch::of_process(self.pid).syscall_name(nr),
                 nr,
                 errno: (-r) as i32,
             })
@@ -489,23 +471,23 @@ impl Session {
         prot: i32,
         flags: i32,
     ) -> Result<u64, SessionError> {
-        let r = self.remote_syscall(
-            libc::SYS_mmap,
-            [addr, len, prot as u64, flags as u64, u64::MAX, 0],
-        )?;
-        self.syscall_ok(libc::SYS_mmap, r).map(|a| a as u64)
+        let nr = Arch::of_process(self.pid).syscall_number(Syscall::Mmap);
+        let r = self.remote_syscall(nr, [addr, len, prot as u64, flags as u64, u64::MAX, 0])?;
+        self.syscall_ok(nr, r).map(|a| a as u64)
     }
 
     /// Unmaps `len` bytes at `addr` in the target.
     pub fn remote_munmap(&mut self, addr: u64, len: u64) -> Result<(), SessionError> {
-        let r = self.remote_syscall(libc::SYS_munmap, [addr, len, 0, 0, 0, 0])?;
-        self.syscall_ok(libc::SYS_munmap, r).map(drop)
+        let nr = Arch::of_process(self.pid).syscall_number(Syscall::Munmap);
+        let r = self.remote_syscall(nr, [addr, len, 0, 0, 0, 0])?;
+        self.syscall_ok(nr, r).map(drop)
     }
 
     /// Changes the protection of `len` bytes at `addr` in the target.
     pub fn remote_mprotect(&mut self, addr: u64, len: u64, prot: i32) -> Result<(), SessionError> {
-        let r = self.remote_syscall(libc::SYS_mprotect, [addr, len, prot as u64, 0, 0, 0])?;
-        self.syscall_ok(libc::SYS_mprotect, r).map(drop)
+        let nr = Arch::of_process(self.pid).syscall_number(Syscall::Mprotect);
+        let r = self.remote_syscall(nr, [addr, len, prot as u64, 0, 0, 0])?;
+        self.syscall_ok(nr, r).map(drop)
     }
 }
 

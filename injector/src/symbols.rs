@@ -881,6 +881,11 @@ impl ProcessSymbols {
         }
     }
 
+    /// True when the process runs a 32-bit (i386) executable.
+    pub fn is_32bit(&self) -> bool {
+        self.exe_32bit.is_some()
+    }
+
     /// The module whose mappings contain `addr` (executable mappings first).
     pub fn module_for(&self, addr: u64) -> Option<&Module> {
         self.modules
@@ -898,9 +903,6 @@ impl ProcessSymbols {
 
     /// Resolves a spec to one function entry.
     pub fn resolve(&self, spec: &FuncSpec) -> Result<Resolved, SymbolError> {
-        if let Some(path) = &self.exe_32bit {
-            return Err(SymbolError::Not64Bit { path: path.clone() });
-        }
         match spec {
             FuncSpec::Name(name) => {
                 // The vdso duplicates libc names (`clock_gettime`, `time`); it is searched
@@ -1463,7 +1465,7 @@ void _start(void) {
     }
 
     #[test]
-    fn i386_program_is_refused() {
+    fn i386_program_symbols_resolve() {
         let flags = ["-m32", "-O2", "-static", "-nostdlib", "-fno-pie", "-no-pie"];
         let Some(target) = build_and_spawn("i386", &[("main32.c", I386_C)], &flags) else {
             eprintln!("skipping: cc cannot build i386 programs here");
@@ -1474,14 +1476,11 @@ void _start(void) {
         let m = module(&ps, &target.exe_path());
         assert!(!m.is_64);
         assert!(m.symbols().iter().any(|s| s.name == "bar32"));
-        match ps.resolve(&FuncSpec::parse("bar32")) {
-            Err(e @ SymbolError::Not64Bit { .. }) => {
-                assert!(e
-                    .to_string()
-                    .contains("32-bit (i386) targets are not yet supported"))
-            }
-            other => panic!("bar32: {other:?}"),
-        }
+        assert!(ps.is_32bit());
+        let bar = m.symbols().iter().find(|s| s.name == "bar32").unwrap();
+        let resolved = ps.resolve(&FuncSpec::parse("bar32")).unwrap();
+        assert_eq!(resolved.size, bar.size);
+        assert!(m.exec_ranges.iter().any(|r| r.contains(&resolved.addr)));
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub enum Access {
 /// Refuses pids that must not or cannot be hooked, before any ptrace call.
 ///
 /// Rejects a missing pid, pid 1 (for [`Access::Stop`]), kernel threads, a
-/// process the caller may not inspect, and 32-bit processes (not yet supported).
+/// process the caller may not inspect. 32-bit (i386) processes pass: see [`crate::arch`].
 pub fn check_target(pid: i32, access: Access) -> Result<(), Error> {
     if pid <= 0 || std::fs::metadata(format!("/proc/{pid}")).is_err() {
         return Err(SessionError::NoSuchProcess { pid }.into());
@@ -35,13 +35,7 @@ pub fn check_target(pid: i32, access: Access) -> Result<(), Error> {
     }
     let exe = format!("/proc/{pid}/exe");
     match std::fs::File::open(&exe) {
-        Ok(mut f) => {
-            use std::io::Read;
-            let mut ident = [0u8; 5];
-            if f.read_exact(&mut ident).is_ok() && ident[..4] == *b"\x7fELF" && ident[4] == 1 {
-                return Err(Error::Unsupported32Bit { pid, name });
-            }
-        }
+        Ok(_) => {}
         // The kernel hides another user's (or a non-dumpable) process's
         // executable and memory alike: ptrace would be refused the same way.
         Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {

@@ -1,8 +1,9 @@
 //! argstash benchmarks: `cargo bench -p argstash-tests --bench bench [-- FILTER...]`.
 //!
-//! Three groups (a FILTER runs only the groups whose name contains it):
+//! Five groups (a FILTER runs only the groups whose name contains it):
 //!
 //! - `call`: per-call cost of a hooked function (`tests/fixtures/bench_call.c`);
+//! - `call32`: the same in a 32-bit (`-m32`, i386) build of it;
 //! - `parts`: the same cost split into the pieces a hook executes, with
 //!   hand-written copies of the trampoline (`tests/fixtures/bench_parts.c`);
 //! - `gap`: how long install and eject freeze a process with 2 and 64 threads,
@@ -47,12 +48,13 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .map(String::as_str)
         .collect();
-    let want = |group: &str| filters.is_empty() || filters.iter().any(|f| group.contains(f));
+    let want = |group: &str| filters.is_empty() || filters.iter().any(|f| group == f);
 
     print_machine();
     let started = Instant::now();
-    let groups: [(&str, fn()); 5] = [
+    let groups: [(&str, fn()); 6] = [
         ("call", bench_call),
+        ("call32", bench_call32),
         ("parts", bench_parts),
         ("gap", bench_gap),
         ("cli", bench_cli),
@@ -319,23 +321,41 @@ fn measure_calls(t: &mut Target, rounds: usize) -> Vec<(f64, f64)> {
     out
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum CallCond {
-    Unhooked,
-    Hooked,
-    Hooked8,
+fn bench_call() {
+    run_call_bench(
+        "## 1. Per-call overhead (bench_call.c: work hooked, work_plain never)",
+        Variant::O2G,
+        [
+            ("unhooked (calibration)", None),
+            ("hooked, registers only", Some(0)),
+            ("hooked, --stack-args 8", Some(8)),
+        ],
+    );
 }
 
-fn bench_call() {
-    println!("\n## 1. Per-call overhead (bench_call.c: work hooked, work_plain never)\n");
-    let mut t = Target::start("bench_call", Variant::O2G);
+/// The same on a 32-bit (`-m32`, i386 cdecl: all six arguments on the stack) build.
+fn bench_call32() {
+    run_call_bench(
+        "## 1c. Per-call overhead, i386 (bench_call.c built -m32: cdecl, six stack arguments)",
+        Variant::new(Opt::O2g, true).with_flags(&["-m32"]),
+        [
+            ("unhooked (calibration)", None),
+            ("hooked, default window (8 words)", Some(0)),
+            ("hooked, --stack-args 16", Some(16)),
+        ],
+    );
+}
+
+/// Times `work` unhooked and hooked with each stack window of `conds` (`None`: unhooked first).
+fn run_call_bench(title: &str, variant: Variant, conds: [(&str, Option<u16>); 3]) {
+    println!("\n{title}\n");
+    let mut t = Target::start("bench_call", variant);
     let pid = t.pid();
     let work = [FuncSpec::parse("work")];
     let eject_work = EjectWhat::Functions(work.to_vec());
 
     measure_calls(&mut t, 20); // warm-up: caches, branch predictors, CPU frequency
 
-    let conds = [CallCond::Unhooked, CallCond::Hooked, CallCond::Hooked8];
     // Per condition: every round's (work, plain), and per cycle the median of work - plain.
     let mut rounds: Vec<Vec<(f64, f64)>> = vec![Vec::new(); 3];
     let mut cycle_diff: Vec<Vec<f64>> = vec![Vec::new(); 3];
@@ -343,11 +363,7 @@ fn bench_call() {
     for cycle in 0..CYCLES {
         for k in 0..3 {
             let ci = (cycle + k) % 3;
-            let words = match conds[ci] {
-                CallCond::Unhooked => None,
-                CallCond::Hooked => Some(0),
-                CallCond::Hooked8 => Some(8),
-            };
+            let words = conds[ci].1;
             if let Some(stack_words) = words {
                 let r = install(pid, &work, &InstallOptions { stack_words })
                     .unwrap_or_else(|e| panic!("install work: {e}"));
@@ -365,11 +381,7 @@ fn bench_call() {
     t.assert_healthy();
     drop(t);
 
-    let names = [
-        "unhooked (calibration)",
-        "hooked, registers only",
-        "hooked, --stack-args 8",
-    ];
+    let names = conds.map(|c| c.0);
     // Overheads are taken per cycle (hooked and unhooked measured minutes apart at
     // most), then the median over cycles. The ratio column divides by work_plain
     // of the same round, so a machine-wide slowdown (host load, clock) cancels.
@@ -419,7 +431,7 @@ fn bench_call() {
     table.print();
     println!(
         "\n{CALLS} calls per timed loop, {ROUNDS} rounds per measurement, {CYCLES} cycles \
-         (unhooked / hooked / hooked+8 in rotating order; work and work_plain alternate \
+         (the three conditions in rotating order; work and work_plain alternate \
          inside every round). overhead ns/call = median over cycles of [median(work - plain) \
          hooked - median(work - plain) unhooked]. overhead in plain calls = median(work / \
          plain) hooked - median(work / plain) unhooked, and that times the unhooked \

@@ -36,12 +36,39 @@
 //! it. See [`x86_64::frame`] for the single definition, and [`arena`] for the
 //! self-describing header that lists every hook.
 //!
+//! # The i386 stash frame
+//!
+//! Every cdecl argument is on the stack, so the frame stashes the three registers
+//! that `regparm(3)`/`fastcall` functions take arguments in and copies the incoming
+//! stack words; `base` is the trampoline's `ebp`.
+//!
+//! ```text
+//!            │ caller's frame …                         │
+//! base+8  ─► │ stack arguments 1, 2, … (hidden struct   │
+//!            │ return pointer first, if any)            │
+//! base+4     │ return address into the caller           │ ◄─ pushed by the caller's `call`
+//! base+0     │ caller's ebp                             │ ◄─ push ebp; mov ebp, esp
+//! base-8     │ STASH_MARKER "ARGSTASH" (two words)      │
+//! base-12    │ address of the hook record (32-bit)      │
+//! base-16    │ eax   (regparm argument 1)               │
+//! base-20    │ edx   (regparm 2, fastcall 2)            │
+//! base-24    │ ecx   (regparm 3, fastcall 1)            │
+//!            │ [0..12 bytes padding: entry alignment]   │
+//!            │ copy of stack words 0..n (window)        │ ◄─ esp at the call
+//!            │ return address = trampoline after_call   │ ◄─ the hooked function's frame starts here
+//! ```
+//!
+//! After the call the trampoline passes on whatever the callee popped (`ret 4` of a
+//! struct-returning function, `ret N` of stdcall), see [`i386::emit`].
+//!
 //! # Modules
 //! - [`arena`]: the arena header and hook records (architecture-neutral byte format).
 //! - [`x86_64`]: stash frame, trampoline emitter (dynasmrt), prologue relocation (iced-x86).
+//! - [`i386`]: the same for 32-bit x86 targets (frame below).
 
 pub mod arena;
 pub mod error;
+pub mod i386;
 pub mod x86_64;
 
 pub use error::{CodegenError, FormatError, FrameError, PlanError};

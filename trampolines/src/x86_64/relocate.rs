@@ -58,13 +58,15 @@ impl RelocatedPrologue {
     }
 }
 
-fn format(instruction: &Instruction) -> String {
+/// The instruction in NASM syntax.
+pub(crate) fn format(instruction: &Instruction) -> String {
     let mut out = String::new();
     NasmFormatter::new().format(instruction, &mut out);
     out
 }
 
-fn near_target(instruction: &Instruction) -> Option<u64> {
+/// The target of a near branch.
+pub(crate) fn near_target(instruction: &Instruction) -> Option<u64> {
     match instruction.op0_kind() {
         OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => {
             Some(instruction.near_branch_target())
@@ -73,7 +75,8 @@ fn near_target(instruction: &Instruction) -> Option<u64> {
     }
 }
 
-fn refusal(instruction: &Instruction) -> Option<&'static str> {
+/// Why `instruction` must not be moved, if it must not.
+pub(crate) fn refusal(instruction: &Instruction) -> Option<&'static str> {
     if matches!(
         instruction.mnemonic(),
         Mnemonic::Syscall

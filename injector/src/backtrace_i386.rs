@@ -1,0 +1,426 @@
+//! Backtraces of 32-bit (i386) processes.
+//!
+//! framehop has no i386 unwinder, so this one is small and local: each frame is
+//! stepped with the module's `.eh_frame` CFI (gimli, through `.eh_frame_hdr` when
+//! present), falling back to the `ebp` chain where no CFI covers the pc. A return
+//! address equal to a hook's `after_call` marks an i386 stash frame, read at its
+//! known place (the hooked function's CFA plus the layout's call offset): its
+//! `eax`/`edx`/`ecx` and copied stack words become the hooked frame's arguments,
+//! the stack words labelled by their offset from the entry `esp` (`stack+4` is the
+//! first cdecl argument). The output types are those of [`crate::backtrace`].
+
+use gimli::{
+    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, ParsedEhFrameHdr, Register,
+    RegisterRule, UnwindContext, UnwindSection,
+};
+use trampolines::arena::{Arena, HookRecord};
+use trampolines::i386::{StashFrame, StashLayout, STASHED_REGS};
+use trampolines::i386::{EPILOGUE_POP_EAX, MAX_STACK_WORDS};
+
+use crate::arena::discover;
+use crate::backtrace::{
+    thread_ids, Backtrace, BacktraceOptions, Frame, FrameKind, StackSnapshot, StashedArgs,
+    ThreadBacktrace, MAX_FRAMES, STACK_COPY,
+};
+use crate::error::Error;
+use crate::maps::{read_maps, MapEntry};
+use crate::memory::{Memory, ProcessMemory};
+use crate::session::{Session, SessionError};
+use crate::symbols::ProcessSymbols;
+
+/// DWARF register numbers of i386.
+const ESP: Register = Register(4);
+const EBP: Register = Register(5);
+const RETURN_ADDRESS: Register = Register(8);
+
+/// Labels of stashed stack words: the offset from the hooked function's entry `esp`.
+const STACK_LABELS: [&str; MAX_STACK_WORDS as usize] = [
+    "stack+4", "stack+8", "stack+12", "stack+16", "stack+20", "stack+24", "stack+28", "stack+32",
+    "stack+36", "stack+40", "stack+44", "stack+48", "stack+52", "stack+56", "stack+60", "stack+64",
+];
+
+/// The registers an i386 unwind step tracks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Regs32 {
+    /// Instruction pointer (or return address).
+    pub eip: u32,
+    /// Stack pointer.
+    pub esp: u32,
+    /// Frame pointer.
+    pub ebp: u32,
+}
+
+/// One module's call-frame information.
+struct ModuleCfi {
+    range: std::ops::Range<u64>,
+    bias: u64,
+    eh_frame: Vec<u8>,
+    eh_frame_hdr: Option<(u64, Vec<u8>)>,
+    bases: BaseAddresses,
+}
+
+impl ModuleCfi {
+    /// Steps one frame at runtime address `pc` with CFI; `None` when no CFI covers it.
+    fn step(&self, pc: u64, regs: &Regs32, mem: &dyn Memory) -> Option<Regs32> {
+        let svma = pc.wrapping_sub(self.bias);
+        let eh_frame = EhFrame::new(&self.eh_frame, LittleEndian);
+        let mut ctx = UnwindContext::new();
+        let hdr: Option<ParsedEhFrameHdr<_>> = self
+            .eh_frame_hdr
+            .as_ref()
+            .and_then(|(_, d)| EhFrameHdr::new(d, LittleEndian).parse(&self.bases, 4).ok());
+        let row = match hdr.as_ref().and_then(|h| h.table()) {
+            Some(table) => table
+                .unwind_info_for_address(
+                    &eh_frame,
+                    &self.bases,
+                    &mut ctx,
+                    svma,
+                    EhFrame::cie_from_offset,
+                )
+                .ok()?
+                .clone(),
+            None => eh_frame
+                .unwind_info_for_address(&self.bases, &mut ctx, svma, EhFrame::cie_from_offset)
+                .ok()?
+                .clone(),
+        };
+        let value = |r: Register| match r {
+            ESP => Some(regs.esp),
+            EBP => Some(regs.ebp),
+            _ => None,
+        };
+        let cfa = match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } => {
+                value(*register)?.wrapping_add(*offset as i32 as u32)
+            }
+            CfaRule::Expression(_) => return None,
+        };
+        let restore = |r: Register, current: u32| -> Option<Option<u32>> {
+            match row.register(r) {
+                None | Some(RegisterRule::SameValue) => Some(Some(current)),
+                Some(RegisterRule::Undefined) => Some(None),
+                Some(RegisterRule::Offset(off)) => {
+                    read_u32(mem, u64::from(cfa.wrapping_add(off as i32 as u32))).map(Some)
+                }
+                Some(RegisterRule::ValOffset(off)) => {
+                    Some(Some(cfa.wrapping_add(off as i32 as u32)))
+                }
+                Some(RegisterRule::Register(from)) => value(from).map(Some),
+                Some(_) => None,
+            }
+        };
+        // An undefined return address ends the stack (e.g. `_start`).
+        let eip = restore(RETURN_ADDRESS, 0)?.unwrap_or(0);
+        let ebp = restore(EBP, regs.ebp)?.unwrap_or(0);
+        Some(Regs32 { eip, esp: cfa, ebp })
+    }
+}
+
+fn read_u32(mem: &dyn Memory, addr: u64) -> Option<u32> {
+    let mut b = [0u8; 4];
+    mem.read(addr, &mut b).ok()?;
+    Some(u32::from_le_bytes(b))
+}
+
+/// The unwinding context of one 32-bit process: modules' CFI, symbols, arenas.
+pub struct Unwind32 {
+    modules: Vec<ModuleCfi>,
+    symbols: ProcessSymbols,
+    arenas: Vec<Arena>,
+}
+
+impl Unwind32 {
+    /// Builds the context from the process's symbols (with their sections) and arenas.
+    pub fn new(symbols: ProcessSymbols, arenas: Vec<Arena>) -> Unwind32 {
+        let modules = symbols
+            .modules
+            .iter()
+            .filter_map(|m| {
+                let (eh_svma, eh) = m.section(".eh_frame")?;
+                let hdr = m
+                    .section(".eh_frame_hdr")
+                    .map(|(r, d)| (r.start, d.to_vec()));
+                let mut bases = BaseAddresses::default().set_eh_frame(eh_svma.start);
+                if let Some((r, _)) = m.section(".text") {
+                    bases = bases.set_text(r.start);
+                }
+                if let Some((r, _)) = m.section(".got") {
+                    bases = bases.set_got(r.start);
+                }
+                if let Some((start, _)) = &hdr {
+                    bases = bases.set_eh_frame_hdr(*start);
+                }
+                Some(ModuleCfi {
+                    range: m.range.clone(),
+                    bias: m.bias,
+                    eh_frame: eh.to_vec(),
+                    eh_frame_hdr: hdr,
+                    bases,
+                })
+            })
+            .collect();
+        Unwind32 {
+            modules,
+            symbols,
+            arenas,
+        }
+    }
+
+    fn hooks(&self) -> impl Iterator<Item = &HookRecord> {
+        self.arenas.iter().flat_map(|a| a.hooks().map(|(_, r)| r))
+    }
+
+    fn hook_at(&self, pc: u64) -> Option<&HookRecord> {
+        self.hooks()
+            .find(|r| r.in_trampoline(pc) || r.in_relocated(pc))
+    }
+
+    fn symbolize(&self, pc: u64, lookup: u64, kind: FrameKind) -> Frame {
+        let (function, offset, module) = match self.symbols.lookup(lookup) {
+            Some((m, s, off)) => (
+                Some(s.name.clone()),
+                off + (pc - lookup),
+                Some(m.path.clone()),
+            ),
+            None => (
+                None,
+                0,
+                self.symbols.module_for(lookup).map(|m| m.path.clone()),
+            ),
+        };
+        Frame {
+            pc,
+            function,
+            offset,
+            module,
+            kind,
+            stash: None,
+        }
+    }
+
+    /// Steps an ordinary frame: CFI of the module holding `lookup`, else the `ebp` chain.
+    fn step_normal(&self, lookup: u64, regs: &Regs32, mem: &dyn Memory) -> Option<Regs32> {
+        let by_cfi = self
+            .modules
+            .iter()
+            .find(|m| m.range.contains(&lookup))
+            .and_then(|m| m.step(lookup, regs, mem));
+        by_cfi.or_else(|| {
+            if regs.ebp == 0 {
+                return None;
+            }
+            let bp = u64::from(regs.ebp);
+            Some(Regs32 {
+                eip: read_u32(mem, bp + 4)?,
+                esp: regs.ebp.wrapping_add(8),
+                ebp: read_u32(mem, bp)?,
+            })
+        })
+    }
+
+    /// Steps out of the trampoline of `hook` where a thread stopped inside it.
+    fn step_in_trampoline(hook: &HookRecord, regs: &Regs32, mem: &dyn Memory) -> Option<Regs32> {
+        let off = (u64::from(regs.eip) - hook.trampoline) as u32;
+        let o = hook.offsets;
+        let sp = u64::from(regs.esp);
+        let bp = u64::from(regs.ebp);
+        let word = |a: u64| read_u32(mem, a);
+        let pop_eax = o.after_call + EPILOGUE_POP_EAX;
+        let (eip, esp, ebp) = if off < o.after_push_rbp || off >= o.ret {
+            (word(sp)?, sp + 4, regs.ebp)
+        } else if off < o.after_mov_rbp {
+            (word(sp + 4)?, sp + 8, word(sp)?)
+        } else if off == pop_eax {
+            (word(sp + 8)?, sp + 12, word(sp + 4)?)
+        } else if off > pop_eax {
+            (word(sp + 4)?, sp + 8, word(sp)?)
+        } else {
+            (word(bp + 4)?, bp + 8, word(bp)?)
+        };
+        Some(Regs32 {
+            eip,
+            esp: esp as u32,
+            ebp,
+        })
+    }
+
+    /// Unwinds one thread from its registers, reading memory from `mem`.
+    pub fn unwind(
+        &self,
+        start: Regs32,
+        mem: &dyn Memory,
+        show_trampolines: bool,
+    ) -> (Vec<Frame>, Option<String>) {
+        let mut frames: Vec<Frame> = Vec::new();
+        let mut regs = start;
+        for depth in 0..MAX_FRAMES {
+            let pc = u64::from(regs.eip);
+            let first = depth == 0;
+            let lookup = if first { pc } else { pc.wrapping_sub(1) };
+            let next = if let Some(hook) = self.hook_at(pc).filter(|h| h.in_trampoline(pc)) {
+                let step = if !first && pc == hook.after_call() {
+                    // The hooked function returned here: its stash frame is at a known place.
+                    let layout = StashLayout::new(hook.stack_words);
+                    let base = layout.base_from_callee_cfa(u64::from(regs.esp));
+                    let mut bytes = vec![0u8; layout.read_len()];
+                    if let Err(e) = mem.read(base - layout.call_sp_offset(), &mut bytes) {
+                        let why = format!("cannot read the stash frame at 0x{base:x}: {e}");
+                        return (frames, Some(why));
+                    }
+                    let frame = match StashFrame::parse(base, &layout, &bytes) {
+                        Ok(f) => f,
+                        Err(e) => {
+                            return (
+                                frames,
+                                Some(format!("bad stash frame for {}: {e}", hook.name)),
+                            )
+                        }
+                    };
+                    if let Some(callee) = frames.last_mut() {
+                        callee.stash = Some(stashed_args(&frame));
+                    }
+                    Some(Regs32 {
+                        eip: frame.return_address,
+                        esp: frame.caller_sp() as u32,
+                        ebp: frame.saved_ebp,
+                    })
+                } else {
+                    Self::step_in_trampoline(hook, &regs, mem)
+                };
+                if show_trampolines || first {
+                    let mut f = Frame {
+                        pc,
+                        function: Some(format!("argstash_trampoline.{}", hook.name)),
+                        offset: pc - hook.trampoline,
+                        module: None,
+                        kind: FrameKind::Trampoline,
+                        stash: None,
+                    };
+                    if first && !show_trampolines {
+                        f.function = Some(hook.name.clone());
+                        f.offset = 0;
+                        f.module = Some(hook.module.clone());
+                    }
+                    frames.push(f);
+                }
+                step
+            } else if let Some(hook) = self.hook_at(pc).filter(|h| h.in_relocated(pc)) {
+                // A relocated prologue behaves like the original bytes it came from.
+                let orig = hook.relocated_to_original(pc).unwrap_or(hook.patch_addr);
+                let mut f = self.symbolize(orig, orig, FrameKind::Relocated);
+                f.pc = pc;
+                frames.push(f);
+                self.step_normal(orig, &regs, mem)
+            } else {
+                frames.push(self.symbolize(pc, lookup, FrameKind::Normal));
+                self.step_normal(lookup, &regs, mem)
+            };
+            let Some(next) = next else {
+                return (frames, None);
+            };
+            let ret = u64::from(next.eip);
+            let in_code = self.symbols.module_for(ret.wrapping_sub(1)).is_some()
+                || self.hook_at(ret).is_some();
+            if next.eip < 0x1000 || !in_code {
+                // The outermost frame's return slot holds no code address: the end.
+                return (frames, None);
+            }
+            if next.esp <= regs.esp && !first {
+                return (
+                    frames,
+                    Some(format!(
+                        "the stack pointer did not grow (0x{:x} after 0x{:x})",
+                        next.esp, regs.esp
+                    )),
+                );
+            }
+            regs = next;
+        }
+        (frames, Some(format!("stopped after {MAX_FRAMES} frames")))
+    }
+}
+
+/// The arguments of an i386 stash frame: `eax`, `edx`, `ecx`, then the stack words by offset.
+fn stashed_args(frame: &StashFrame) -> StashedArgs {
+    let mut registers: Vec<(&'static str, u64)> = STASHED_REGS
+        .iter()
+        .map(|r| (r.name(), u64::from(frame.reg(*r))))
+        .collect();
+    registers.extend(
+        STACK_LABELS
+            .iter()
+            .zip(&frame.stack_args)
+            .map(|(label, v)| (*label, u64::from(*v))),
+    );
+    StashedArgs {
+        registers,
+        stack: Vec::new(),
+        frame: frame.base,
+    }
+}
+
+fn stack_range(maps: &[MapEntry], esp: u64) -> (u64, u64) {
+    let end = maps
+        .iter()
+        .find(|m| m.contains(esp))
+        .map_or(esp + 4096, |m| m.end);
+    (esp, end.min(esp + STACK_COPY))
+}
+
+/// Takes a backtrace of every thread (or one) of a live 32-bit process.
+pub fn backtrace(pid: i32, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
+    let maps = read_maps(pid).map_err(|source| Error::Proc {
+        path: format!("/proc/{pid}/maps"),
+        source,
+    })?;
+    let mem = ProcessMemory::open(pid)?;
+    let unwind = Unwind32::new(ProcessSymbols::load(pid, &maps)?, discover(&maps, &mem)?);
+    let tids = match opts.tid {
+        Some(t) => {
+            if !thread_ids(pid)?.contains(&t) {
+                return Err(SessionError::NoSuchThread { pid, tid: t }.into());
+            }
+            vec![t]
+        }
+        None => thread_ids(pid)?,
+    };
+    let mut threads = Vec::new();
+    for tid in tids {
+        let session = match Session::attach_thread(pid, tid) {
+            Ok(s) => s,
+            Err(SessionError::NoSuchProcess { .. }) | Err(SessionError::Exited { .. })
+                if opts.tid.is_none() =>
+            {
+                continue
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let regs = session.regs(tid)?;
+        let (start, end) = stack_range(&maps, regs.rsp);
+        let mut bytes = vec![0u8; (end - start) as usize];
+        let copied = mem.read(start, &mut bytes);
+        let stopped = session.detach()?;
+        if copied.is_err() {
+            bytes.clear();
+        }
+        let snapshot = StackSnapshot::new(start, bytes, &mem);
+        let regs32 = Regs32 {
+            eip: regs.rip as u32,
+            esp: regs.rsp as u32,
+            ebp: regs.rbp as u32,
+        };
+        let (frames, truncated) = unwind.unwind(regs32, &snapshot, opts.show_trampolines);
+        threads.push(ThreadBacktrace {
+            tid,
+            name: std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            frames,
+            truncated,
+            stopped,
+        });
+    }
+    Ok(Backtrace { pid, threads })
+}
