@@ -14,3 +14,5 @@ pub use frame::{
 pub use relocate::{plan_patch, PatchPlan, RelocatedPrologue, JMP_REL32_LEN, MAX_PATCH_LEN};
 pub mod hook;
 pub use hook::{build_hook, HookCode, HookMeta, RELOCATED_OFFSET};
+pub mod unwind;
+pub use unwind::{hook_eh_frame, HookCodeRanges, HookUnwind};
