@@ -42,6 +42,22 @@ pub fn print_install(r: &InstallReport) {
         micros(r.stopped),
         r.threads
     );
+    print_unwind(&r.unwind, "registered");
+}
+
+/// Prints what happened to the hooks' unwind information (libgcc, perf map).
+fn print_unwind(u: &injector::foreign_unwind::UnwindReport, verb: &str) {
+    if let Some(m) = &u.unwinder {
+        println!("unwind info {verb} with {m} for {} hooks", u.registered);
+    } else if u.registered > 0 {
+        println!("unwind info {verb} for {} hooks", u.registered);
+    }
+    if let Some(p) = &u.perf_map {
+        println!("perf map: {}", p.display());
+    }
+    for note in &u.notes {
+        println!("note: {note}");
+    }
 }
 
 /// Prints what an eject did.
@@ -57,6 +73,7 @@ pub fn print_eject(r: &EjectReport) {
         );
     }
     println!("target stopped for {}", micros(r.stopped));
+    print_unwind(&r.unwind, "removed");
 }
 
 fn hook_json(h: &HookInfo) -> Value {

@@ -87,6 +87,8 @@ pub struct InstallReport {
     pub new_arenas: Vec<u64>,
     /// Threads moved out of patched bytes into relocated code.
     pub moved_threads: Vec<i32>,
+    /// Registration of the hooks' unwind information with other unwinders.
+    pub unwind: crate::foreign_unwind::UnwindReport,
 }
 
 /// What [`eject`] did.
@@ -98,6 +100,8 @@ pub struct EjectReport {
     pub stopped: Duration,
     /// Threads moved from relocated code back to the original function.
     pub moved_threads: Vec<i32>,
+    /// Removal of the hooks' unwind information from other unwinders.
+    pub unwind: crate::foreign_unwind::UnwindReport,
 }
 
 /// Which hooks [`eject`] removes.
@@ -188,6 +192,7 @@ pub fn install(
     let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
     let symbols = ProcessSymbols::load(pid, &maps)?;
+    let unwinder = crate::foreign_unwind::find_unwinder(&symbols);
     let mut arenas = discover(&maps, &mem)?;
     let layout = StashLayout::new(opts.stack_words);
 
@@ -323,6 +328,7 @@ pub fn install(
         session.set_syscall_gadget(addr)?;
     }
     let mut undo = Undo::default();
+    let mut unwind_hooks = Vec::new();
     let result = (|| -> Result<(Vec<HookInfo>, Vec<i32>), Error> {
         // Create the new arenas, regenerating code if the first spot is gone.
         for (i, n) in new_arenas.iter_mut().enumerate() {
@@ -381,6 +387,8 @@ pub fn install(
             let header = n.header();
             undo.arenas.push((header.base, len));
             mem.write(header.base, &header.encode())?;
+            let area = crate::foreign_unwind::create_area(&mut session, &mem, &header)?;
+            undo.arenas.push((area.base, area.len()));
             if n.chosen != 0 {
                 for p in planned
                     .iter_mut()
@@ -434,6 +442,13 @@ pub fn install(
             })?;
             undo.records.push(arena.record_addr(code.slot));
             mem.write(arena.record_addr(code.slot), &record)?;
+            if let Some(area) = crate::foreign_unwind::write_slot(&mem, &arena, code)? {
+                unwind_hooks.push(crate::foreign_unwind::hook_of(
+                    area,
+                    code.slot,
+                    &code.record,
+                ));
+            }
         }
         // Threads inside bytes about to be overwritten continue in the relocated copy.
         let mut moves = Vec::new();
@@ -501,12 +516,14 @@ pub fn install(
         Ok((hooks, moved_threads)) => {
             let stopped = session.detach()?;
             let new_arenas = new_arenas.iter().map(|n| n.header().base).collect();
+            let unwind = crate::foreign_unwind::register(pid, unwinder.as_ref(), &unwind_hooks);
             Ok(InstallReport {
                 hooks,
                 stopped,
                 threads,
                 new_arenas,
                 moved_threads,
+                unwind,
             })
         }
         Err(e) => {
@@ -624,8 +641,20 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
             hooks: Vec::new(),
             stopped: Duration::ZERO,
             moved_threads: Vec::new(),
+            unwind: Default::default(),
         });
     }
+    let unwind_hooks: Vec<crate::foreign_unwind::UnwindHook> = chosen
+        .iter()
+        .filter_map(|(i, s)| {
+            let area = crate::foreign_unwind::read_area(&mem, &arenas[*i].header)?;
+            Some(crate::foreign_unwind::hook_of(
+                area,
+                *s,
+                &arenas[*i].records[*s as usize],
+            ))
+        })
+        .collect();
 
     let mut session = Session::attach_all(pid)?;
     let mut restored: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -718,10 +747,12 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
     match result {
         Ok((hooks, moved_threads)) => {
             let stopped = session.detach()?;
+            let unwind = crate::foreign_unwind::unregister(pid, &unwind_hooks);
             Ok(EjectReport {
                 hooks,
                 stopped,
                 moved_threads,
+                unwind,
             })
         }
         Err(e) => {

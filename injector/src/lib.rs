@@ -15,10 +15,12 @@
 pub mod arena;
 pub mod backtrace;
 pub mod error;
+pub mod foreign_unwind;
 pub mod hooks;
 pub mod maps;
 pub mod memory;
 pub mod remote;
+pub mod remote_call;
 pub mod session;
 pub mod symbols;
 pub mod target;

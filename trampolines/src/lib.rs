@@ -42,6 +42,7 @@
 
 pub mod arena;
 pub mod error;
+pub mod unwind_area;
 pub mod x86_64;
 
 pub use error::{CodegenError, FormatError, FrameError, PlanError};

@@ -29,8 +29,8 @@ use gimli::write::{
 };
 use gimli::{Encoding, Format, LittleEndian, Register, X86_64};
 use iced_x86::{
-    Code, Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic, OpAccess,
-    OpKind, Register as IcedReg,
+    Code, Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind,
+    Register as IcedReg,
 };
 
 use super::emit::TrampolineOffsets;
@@ -89,16 +89,17 @@ pub fn hook_eh_frame(ranges: &HookCodeRanges<'_>) -> Result<HookUnwind, CodegenE
     let mut table = FrameTable::default();
     let cie_id = table.add_cie(cie);
 
-    let mut fde = FrameDescriptionEntry::new(
-        Address::Constant(ranges.trampoline),
-        ranges.trampoline_len,
-    );
+    let mut fde =
+        FrameDescriptionEntry::new(Address::Constant(ranges.trampoline), ranges.trampoline_len);
     fde.add_instruction(o.after_push_rbp, CallFrameInstruction::CfaOffset(16));
     fde.add_instruction(
         o.after_push_rbp,
         CallFrameInstruction::Offset(X86_64::RBP, -16),
     );
-    fde.add_instruction(o.after_mov_rbp, CallFrameInstruction::CfaRegister(X86_64::RBP));
+    fde.add_instruction(
+        o.after_mov_rbp,
+        CallFrameInstruction::CfaRegister(X86_64::RBP),
+    );
     fde.add_instruction(o.ret, CallFrameInstruction::Cfa(X86_64::RSP, 8));
     fde.add_instruction(o.ret, CallFrameInstruction::SameValue(X86_64::RBP));
     table.add_fde(cie_id, fde);
@@ -154,13 +155,17 @@ fn writes(info: &mut InstructionInfoFactory, i: &Instruction, reg: IcedReg) -> b
         u.register().full_register() == reg
             && matches!(
                 u.access(),
-                OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite | OpAccess::ReadCondWrite
+                OpAccess::Write
+                    | OpAccess::ReadWrite
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadCondWrite
             )
     })
 }
 
 fn effect(info: &mut InstructionInfoFactory, i: &Instruction, rbp_is_cfa: bool) -> Effect {
-    let rsp_op0 = i.op_count() >= 1 && i.op0_kind() == OpKind::Register && i.op0_register() == IcedReg::RSP;
+    let rsp_op0 =
+        i.op_count() >= 1 && i.op0_kind() == OpKind::Register && i.op0_register() == IcedReg::RSP;
     match i.mnemonic() {
         Mnemonic::Push if i.stack_pointer_increment() == -8 => {
             let saved = (i.op0_kind() == OpKind::Register)
@@ -168,7 +173,10 @@ fn effect(info: &mut InstructionInfoFactory, i: &Instruction, rbp_is_cfa: bool) 
                 .flatten();
             return Effect::Stack(8, saved);
         }
-        Mnemonic::Pop if i.stack_pointer_increment() == 8 && !(i.op0_kind() == OpKind::Register && i.op0_register() == IcedReg::RSP) => {
+        Mnemonic::Pop
+            if i.stack_pointer_increment() == 8
+                && !(i.op0_kind() == OpKind::Register && i.op0_register() == IcedReg::RSP) =>
+        {
             if rbp_is_cfa && i.op0_kind() == OpKind::Register && i.op0_register() == IcedReg::RBP {
                 return Effect::Unknown;
             }
@@ -177,10 +185,20 @@ fn effect(info: &mut InstructionInfoFactory, i: &Instruction, rbp_is_cfa: bool) 
         Mnemonic::Sub | Mnemonic::Add if rsp_op0 && i.op_count() == 2 => {
             if matches!(
                 i.op1_kind(),
-                OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8 | OpKind::Immediate32
+                OpKind::Immediate8to64
+                    | OpKind::Immediate32to64
+                    | OpKind::Immediate8
+                    | OpKind::Immediate32
             ) {
                 let imm = i.immediate(1) as i64;
-                return Effect::Stack(if i.mnemonic() == Mnemonic::Sub { imm } else { -imm }, None);
+                return Effect::Stack(
+                    if i.mnemonic() == Mnemonic::Sub {
+                        imm
+                    } else {
+                        -imm
+                    },
+                    None,
+                );
             }
             return Effect::Unknown;
         }
@@ -270,7 +288,12 @@ mod tests {
         let section = ReadEhFrame::new(bytes, LittleEndian);
         let mut ctx = UnwindContext::new();
         let row = section
-            .unwind_info_for_address(&BaseAddresses::default(), &mut ctx, addr, ReadEhFrame::cie_from_offset)
+            .unwind_info_for_address(
+                &BaseAddresses::default(),
+                &mut ctx,
+                addr,
+                ReadEhFrame::cie_from_offset,
+            )
             .ok()?;
         let (reg, off) = match row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } => (*register, *offset),
@@ -280,10 +303,19 @@ mod tests {
             Some(RegisterRule::Offset(o)) => o,
             _ => return None,
         };
-        Some((reg, off, ra, row.register(X86_64::RBP).unwrap_or(RegisterRule::Undefined)))
+        Some((
+            reg,
+            off,
+            ra,
+            row.register(X86_64::RBP).unwrap_or(RegisterRule::Undefined),
+        ))
     }
 
-    fn hook(code: &[u8], endbr64: bool, words: u16) -> (crate::x86_64::Trampoline, Vec<u8>, u64, HookUnwind) {
+    fn hook(
+        code: &[u8],
+        endbr64: bool,
+        words: u16,
+    ) -> (crate::x86_64::Trampoline, Vec<u8>, u64, HookUnwind) {
         let function = 0x5555_0000_1000;
         let plan = plan_patch(function, code).unwrap();
         let relocated_at = 0x5555_1000_0080;
@@ -310,7 +342,11 @@ mod tests {
     #[test]
     fn trampoline_rows_follow_the_emitted_offsets() {
         for (endbr64, words) in [(false, 0u16), (true, 3), (false, 16)] {
-            let mut code = if endbr64 { vec![0xf3, 0x0f, 0x1e, 0xfa] } else { vec![] };
+            let mut code = if endbr64 {
+                vec![0xf3, 0x0f, 0x1e, 0xfa]
+            } else {
+                vec![]
+            };
             code.extend_from_slice(&[0x53, 0x48, 0x83, 0xec, 0x20, 0x90, 0xc3]);
             let (t, _, _, unwind) = hook(&code, endbr64, words);
             let o = t.offsets;
@@ -322,9 +358,15 @@ mod tests {
                     assert_eq!((reg, cfa), (X86_64::RSP, 8), "+{off}");
                     assert!(!matches!(rbp, RegisterRule::Offset(_)), "+{off}: {rbp:?}");
                 } else if off < o.after_mov_rbp {
-                    assert_eq!((reg, cfa, rbp), (X86_64::RSP, 16, RegisterRule::Offset(-16)));
+                    assert_eq!(
+                        (reg, cfa, rbp),
+                        (X86_64::RSP, 16, RegisterRule::Offset(-16))
+                    );
                 } else if off < o.ret {
-                    assert_eq!((reg, cfa, rbp), (X86_64::RBP, 16, RegisterRule::Offset(-16)));
+                    assert_eq!(
+                        (reg, cfa, rbp),
+                        (X86_64::RBP, 16, RegisterRule::Offset(-16))
+                    );
                 } else {
                     assert_eq!((reg, cfa, rbp), (X86_64::RSP, 8, RegisterRule::SameValue));
                 }
@@ -347,7 +389,10 @@ mod tests {
         // Relocated layout: 55 | 48 89 e5 | 53 | 48 83 ec 18 | e9 rel32
         assert_eq!(rule(0).0, X86_64::RSP);
         assert_eq!(rule(0).1, 8);
-        assert_eq!((rule(1).0, rule(1).1, rule(1).3), (X86_64::RSP, 16, RegisterRule::Offset(-16)));
+        assert_eq!(
+            (rule(1).0, rule(1).1, rule(1).3),
+            (X86_64::RSP, 16, RegisterRule::Offset(-16))
+        );
         assert_eq!((rule(4).0, rule(4).1), (X86_64::RBP, 16));
         assert_eq!((rule(5).0, rule(5).1), (X86_64::RBP, 16));
         assert_eq!((rule(9).0, rule(9).1, rule(9).2), (X86_64::RBP, 16, -8));
@@ -355,7 +400,12 @@ mod tests {
         let section = ReadEhFrame::new(&unwind.eh_frame[..], LittleEndian);
         let mut ctx = UnwindContext::new();
         let row = section
-            .unwind_info_for_address(&BaseAddresses::default(), &mut ctx, at + 9, ReadEhFrame::cie_from_offset)
+            .unwind_info_for_address(
+                &BaseAddresses::default(),
+                &mut ctx,
+                at + 9,
+                ReadEhFrame::cie_from_offset,
+            )
             .unwrap();
         assert_eq!(row.register(X86_64::RBX), Some(RegisterRule::Offset(-24)));
     }

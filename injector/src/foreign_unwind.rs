@@ -1,0 +1,504 @@
+//! Making hooked frames unwindable by other tools: libgcc's in-process unwinder (C++
+//! exceptions, `backtrace()`), perf, and gdb.
+//!
+//! Each arena created by this build has a read-write *unwind area*
+//! ([`trampolines::unwind_area`]) holding, per hook, the `.eh_frame` bytes that describe
+//! its trampoline and relocated prologue ([`trampolines::x86_64::hook_eh_frame`]) and
+//! the storage libgcc links into its list of registered objects.
+//!
+//! - Install, inside the stop: [`create_area`] for every new arena, [`write_slot`] for
+//!   every hook.
+//! - Install, after the stop: [`register`] calls `__register_frame_info(eh_frame,
+//!   object)` in the target (libgcc's own function, found in `libgcc_s.so.1` or the
+//!   executable) on one thread while the others keep running, so a lock held by
+//!   another thread is released in time; a call that does not return within
+//!   [`CALL_TIMEOUT`] is abandoned (it waits for the lock before changing anything),
+//!   the thread restored, and another thread tried. It also adds
+//!   `START SIZE argstash_trampoline.NAME` lines to `/tmp/perf-PID.map`.
+//! - Eject, after the stop: [`unregister`] calls `__deregister_frame_info(eh_frame)`
+//!   and removes the perf map lines, keeping other tools' lines.
+//!
+//! A process without libgcc's unwinder (a plain C program without `libgcc_s`) has no
+//! in-process unwinder to feed: that is reported, not an error.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use trampolines::arena::{ArenaHeader, HookRecord, HEADER_LEN};
+use trampolines::unwind_area::{
+    unwind_area_of, UnwindArea, UnwindSlot, ARENA_HEADER_UNWIND_AT, FLAG_PERF_MAP, MAX_EH_FRAME,
+    UNWIND_HEADER_LEN, UNWIND_SLOT_LEN,
+};
+use trampolines::x86_64::{hook_eh_frame, HookCode, HookCodeRanges};
+
+use crate::error::Error;
+use crate::memory::{Memory, ProcessMemory};
+use crate::remote_call::RemoteCallError;
+use crate::session::Session;
+use crate::symbols::{FuncSpec, ProcessSymbols};
+
+/// How long one registration call may take before it is abandoned.
+pub const CALL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Threads tried before registration gives up.
+const MAX_THREADS_TRIED: usize = 3;
+
+/// libgcc's registration functions in the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unwinder {
+    /// Module holding them.
+    pub module: String,
+    /// `__register_frame_info`.
+    pub register: u64,
+    /// `__deregister_frame_info`.
+    pub deregister: u64,
+}
+
+/// One hook as registration needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnwindHook {
+    /// Function name.
+    pub name: String,
+    /// The arena's unwind area.
+    pub area: UnwindArea,
+    /// Slot index.
+    pub slot: u32,
+    /// Trampoline address and length.
+    pub trampoline: (u64, u32),
+    /// Relocated prologue address and length.
+    pub relocated: (u64, u32),
+}
+
+/// What [`register`] or [`unregister`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnwindReport {
+    /// Hooks whose `.eh_frame` is registered with (or was removed from) the in-process unwinder.
+    pub registered: usize,
+    /// The module providing the in-process unwinder, when there is one.
+    pub unwinder: Option<String>,
+    /// Why some hooks are not (un)registered, for logs and `list`.
+    pub notes: Vec<String>,
+    /// The perf map file written or cleaned.
+    pub perf_map: Option<PathBuf>,
+}
+
+/// Finds `__register_frame_info` / `__deregister_frame_info` (libgcc_s first, then any module).
+pub fn find_unwinder(symbols: &ProcessSymbols) -> Option<Unwinder> {
+    let find = |name: &str| {
+        symbols
+            .resolve(&FuncSpec::Qualified {
+                module: "libgcc_s".into(),
+                name: name.into(),
+            })
+            .or_else(|_| symbols.resolve(&FuncSpec::Name(name.into())))
+            .ok()
+    };
+    let register = find("__register_frame_info")?;
+    let deregister = find("__deregister_frame_info")?;
+    (register.module_path == deregister.module_path).then(|| Unwinder {
+        module: register.module_path,
+        register: register.addr,
+        deregister: deregister.addr,
+    })
+}
+
+/// Maps a new unwind area for `arena` (inside the stop) and points the arena header at it.
+pub fn create_area(
+    session: &mut Session,
+    mem: &dyn Memory,
+    arena: &ArenaHeader,
+) -> Result<UnwindArea, Error> {
+    let len = UnwindArea::new(0, arena.base, arena.capacity).len();
+    let base = session.remote_mmap(
+        0,
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    )?;
+    let area = UnwindArea::new(base, arena.base, arena.capacity);
+    mem.write(base, &area.encode_header())?;
+    mem.write(
+        arena.base + ARENA_HEADER_UNWIND_AT as u64,
+        &base.to_le_bytes(),
+    )?;
+    Ok(area)
+}
+
+/// The unwind area of `arena`, if it has a valid one.
+pub fn read_area(mem: &dyn Memory, arena: &ArenaHeader) -> Option<UnwindArea> {
+    let head = mem.read_vec(arena.base, HEADER_LEN).ok()?;
+    let at = unwind_area_of(&head);
+    if at == 0 {
+        return None;
+    }
+    let bytes = mem.read_vec(at, UNWIND_HEADER_LEN).ok()?;
+    UnwindArea::decode_header(at, arena.base, &bytes).ok()
+}
+
+/// The `.eh_frame` bytes for a generated hook, if they fit a slot.
+pub fn eh_frame_for(code: &HookCode) -> Result<Vec<u8>, String> {
+    let unwind = hook_eh_frame(&HookCodeRanges {
+        trampoline: code.trampoline.address,
+        trampoline_len: code.trampoline.code.len() as u32,
+        offsets: code.trampoline.offsets,
+        relocated: code.relocated.address,
+        relocated_code: &code.relocated.code,
+    })
+    .map_err(|e| e.to_string())?;
+    if unwind.eh_frame.len() > MAX_EH_FRAME {
+        return Err(format!(
+            ".eh_frame of {} bytes does not fit its {MAX_EH_FRAME}-byte slot",
+            unwind.eh_frame.len()
+        ));
+    }
+    Ok(unwind.eh_frame)
+}
+
+/// Writes a hook's unwind slot (inside the stop); `None` when its arena has no unwind area
+/// or the hook cannot be described.
+pub fn write_slot(
+    mem: &dyn Memory,
+    arena: &ArenaHeader,
+    code: &HookCode,
+) -> Result<Option<UnwindArea>, Error> {
+    let Some(area) = read_area(mem, arena) else {
+        return Ok(None);
+    };
+    let Ok(eh_frame) = eh_frame_for(code) else {
+        return Ok(None);
+    };
+    let slot = UnwindSlot {
+        registered: 0,
+        flags: 0,
+        eh_frame,
+    };
+    let bytes = slot.encode().map_err(|source| Error::Format {
+        addr: area.base,
+        source,
+    })?;
+    mem.write(area.slot_addr(code.slot), &bytes)?;
+    Ok(Some(area))
+}
+
+/// The hook described by `record` in slot `slot` of an arena whose unwind area is `area`.
+pub fn hook_of(area: UnwindArea, slot: u32, record: &HookRecord) -> UnwindHook {
+    UnwindHook {
+        name: record.name.clone(),
+        area,
+        slot,
+        trampoline: (record.trampoline, record.trampoline_len),
+        relocated: (record.relocated, record.relocated_len),
+    }
+}
+
+fn read_slot(mem: &dyn Memory, hook: &UnwindHook) -> Result<UnwindSlot, Error> {
+    let bytes = mem.read_vec(hook.area.slot_addr(hook.slot), UNWIND_SLOT_LEN)?;
+    UnwindSlot::decode(&bytes).map_err(|source| Error::Format {
+        addr: hook.area.base,
+        source,
+    })
+}
+
+fn set_registered(mem: &dyn Memory, hook: &UnwindHook, value: u64) -> Result<(), Error> {
+    mem.write(hook.area.slot_addr(hook.slot), &value.to_le_bytes())?;
+    Ok(())
+}
+
+fn set_flags(mem: &dyn Memory, hook: &UnwindHook, flags: u32) -> Result<(), Error> {
+    mem.write(hook.area.slot_addr(hook.slot) + 12, &flags.to_le_bytes())?;
+    Ok(())
+}
+
+/// Threads of `pid`, the best to borrow for a call first: those asleep in a system
+/// call other than `futex` (unlikely to hold a user-space lock), then the others.
+fn call_candidates(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![pid];
+    };
+    let mut tids: Vec<(u8, i32)> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .map(|tid| {
+            let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+                .unwrap_or_default();
+            let nr = syscall
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<i64>().ok());
+            let rank = match nr {
+                Some(n) if n == libc::SYS_futex => 2,
+                Some(n) if n >= 0 => 0,
+                _ => 1,
+            };
+            (rank, tid)
+        })
+        .collect();
+    tids.sort();
+    tids.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Runs `call` for each hook on one borrowed thread, trying other threads when a call times out.
+fn with_borrowed_thread(
+    pid: i32,
+    mut call: impl FnMut(&mut Session, i32) -> Result<(), RemoteCallError>,
+) -> Result<(), String> {
+    let mut last = String::from("no thread could be stopped");
+    for tid in call_candidates(pid).into_iter().take(MAX_THREADS_TRIED) {
+        let mut session = match Session::attach_thread(pid, tid) {
+            Ok(s) => s,
+            Err(e) => {
+                last = e.to_string();
+                continue;
+            }
+        };
+        let result = call(&mut session, tid);
+        let detached = session.detach();
+        match result {
+            Ok(()) => return detached.map(drop).map_err(|e| e.to_string()),
+            Err(e @ RemoteCallError::TimedOut { .. }) => last = e.to_string(),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err(last)
+}
+
+/// Registers every hook's `.eh_frame` with the target's unwinder and writes perf map lines.
+///
+/// Never fails the install: what could not be done is described in the report's notes.
+pub fn register(pid: i32, unwinder: Option<&Unwinder>, hooks: &[UnwindHook]) -> UnwindReport {
+    let mut report = UnwindReport {
+        unwinder: unwinder.map(|u| u.module.clone()),
+        ..Default::default()
+    };
+    if hooks.is_empty() {
+        return report;
+    }
+    let mem = match ProcessMemory::open(pid) {
+        Ok(m) => m,
+        Err(e) => {
+            report.notes.push(e.to_string());
+            return report;
+        }
+    };
+    perf_map_add(pid, &mem, hooks, &mut report);
+    let Some(unwinder) = unwinder else {
+        report.notes.push(
+            "no in-process unwinder to register with (the process has not loaded libgcc_s): \
+             C++ exceptions and backtrace() are not in use there"
+                .into(),
+        );
+        return report;
+    };
+    let todo: Vec<&UnwindHook> = hooks
+        .iter()
+        .filter(
+            |h| matches!(read_slot(&mem, h), Ok(s) if s.registered == 0 && !s.eh_frame.is_empty()),
+        )
+        .collect();
+    if todo.is_empty() {
+        return report;
+    }
+    let mut done = 0usize;
+    let outcome = with_borrowed_thread(pid, |session, tid| {
+        for hook in &todo[done..] {
+            session.remote_call(
+                tid,
+                unwinder.register,
+                "__register_frame_info",
+                &[
+                    hook.area.eh_frame_addr(hook.slot),
+                    hook.area.object_addr(hook.slot),
+                ],
+                CALL_TIMEOUT,
+            )?;
+            set_registered(&mem, hook, unwinder.deregister).map_err(|e| {
+                RemoteCallError::Session(crate::session::SessionError::Unexpected {
+                    tid,
+                    status: e.to_string(),
+                })
+            })?;
+            done += 1;
+        }
+        Ok(())
+    });
+    report.registered = done;
+    if let Err(e) = outcome {
+        report.notes.push(format!(
+            "{} of {} hooks not registered with {}: {e}",
+            todo.len() - done,
+            todo.len(),
+            unwinder.module
+        ));
+    }
+    report
+}
+
+/// Deregisters the hooks' `.eh_frame` from the target's unwinder and removes their perf map lines.
+pub fn unregister(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
+    let mut report = UnwindReport::default();
+    if hooks.is_empty() {
+        return report;
+    }
+    let mem = match ProcessMemory::open(pid) {
+        Ok(m) => m,
+        Err(e) => {
+            report.notes.push(e.to_string());
+            return report;
+        }
+    };
+    let todo: Vec<(&UnwindHook, u64)> = hooks
+        .iter()
+        .filter_map(|h| match read_slot(&mem, h) {
+            Ok(s) if s.registered != 0 => Some((h, s.registered)),
+            _ => None,
+        })
+        .collect();
+    let mut done = 0usize;
+    if !todo.is_empty() {
+        let outcome = with_borrowed_thread(pid, |session, tid| {
+            for (hook, deregister) in &todo[done..] {
+                let object = session.remote_call(
+                    tid,
+                    *deregister,
+                    "__deregister_frame_info",
+                    &[hook.area.eh_frame_addr(hook.slot)],
+                    CALL_TIMEOUT,
+                )?;
+                if object != hook.area.object_addr(hook.slot) {
+                    return Err(RemoteCallError::Session(
+                        crate::session::SessionError::Unexpected {
+                            tid,
+                            status: format!(
+                                "__deregister_frame_info returned 0x{object:x}, not our object 0x{:x}",
+                                hook.area.object_addr(hook.slot)
+                            ),
+                        },
+                    ));
+                }
+                let _ = set_registered(&mem, hook, 0);
+                done += 1;
+            }
+            Ok(())
+        });
+        if let Err(e) = outcome {
+            report
+                .notes
+                .push(format!("{} hooks still registered: {e}", todo.len() - done));
+        }
+    }
+    report.registered = done;
+    perf_map_remove(pid, &mem, hooks, &mut report);
+    report
+}
+
+/// Path of the perf map file of `pid`.
+pub fn perf_map_path(pid: i32) -> PathBuf {
+    PathBuf::from(format!("/tmp/perf-{pid}.map"))
+}
+
+/// The perf map lines of one hook.
+pub fn perf_map_lines(hook: &UnwindHook) -> Vec<String> {
+    vec![
+        format!(
+            "{:x} {:x} argstash_trampoline.{}",
+            hook.trampoline.0, hook.trampoline.1, hook.name
+        ),
+        format!(
+            "{:x} {:x} argstash_prologue.{}",
+            hook.relocated.0, hook.relocated.1, hook.name
+        ),
+    ]
+}
+
+fn perf_map_add(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut UnwindReport) {
+    let path = perf_map_path(pid);
+    let mut text = String::new();
+    for hook in hooks {
+        for line in perf_map_lines(hook) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()));
+    match written {
+        Ok(()) => {
+            for hook in hooks {
+                if let Ok(s) = read_slot(mem, hook) {
+                    let _ = set_flags(mem, hook, s.flags | FLAG_PERF_MAP);
+                }
+            }
+            report.perf_map = Some(path);
+        }
+        Err(e) => report
+            .notes
+            .push(format!("cannot write {}: {e}", path.display())),
+    }
+}
+
+fn perf_map_remove(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut UnwindReport) {
+    let ours: Vec<&UnwindHook> = hooks
+        .iter()
+        .filter(|h| matches!(read_slot(mem, h), Ok(s) if s.flags & FLAG_PERF_MAP != 0))
+        .collect();
+    if ours.is_empty() {
+        return;
+    }
+    let path = perf_map_path(pid);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    let remove: Vec<String> = ours.iter().flat_map(|h| perf_map_lines(h)).collect();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !remove.iter().any(|r| r == l))
+        .collect();
+    let result = if kept.is_empty() {
+        std::fs::remove_file(&path)
+    } else {
+        let tmp = path.with_extension(format!("map.argstash-{}", std::process::id()));
+        std::fs::write(&tmp, kept.join("\n") + "\n").and_then(|()| std::fs::rename(&tmp, &path))
+    };
+    match result {
+        Ok(()) => {
+            for hook in ours {
+                if let Ok(s) = read_slot(mem, hook) {
+                    let _ = set_flags(mem, hook, s.flags & !FLAG_PERF_MAP);
+                }
+            }
+            report.perf_map = Some(path);
+        }
+        Err(e) => report
+            .notes
+            .push(format!("cannot rewrite {}: {e}", path.display())),
+    }
+}
+
+/// Per-hook unwind status for `list`: `(function, registered with the in-process unwinder, perf map line)`.
+pub fn status(
+    mem: &dyn Memory,
+    arena: &ArenaHeader,
+    records: &[(u32, &HookRecord)],
+) -> Vec<(String, bool, bool)> {
+    let Some(area) = read_area(mem, arena) else {
+        return records
+            .iter()
+            .map(|(_, r)| (r.name.clone(), false, false))
+            .collect();
+    };
+    records
+        .iter()
+        .map(|(slot, r)| {
+            let s = read_slot(mem, &hook_of(area, *slot, r)).unwrap_or_default();
+            (
+                r.name.clone(),
+                s.registered != 0,
+                s.flags & FLAG_PERF_MAP != 0,
+            )
+        })
+        .collect()
+}
