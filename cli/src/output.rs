@@ -55,6 +55,13 @@ fn print_unwind(u: &injector::foreign_unwind::UnwindReport, verb: &str) {
     if let Some(p) = &u.perf_map {
         println!("perf map: {}", p.display());
     }
+    if let Some(p) = &u.symbol_file {
+        println!(
+            "gdb symbols: {} (in gdb: add-symbol-file {})",
+            p.display(),
+            p.display()
+        );
+    }
     for note in &u.notes {
         println!("note: {note}");
     }

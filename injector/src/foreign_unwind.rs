@@ -81,6 +81,8 @@ pub struct UnwindReport {
     pub notes: Vec<String>,
     /// The perf map file written or cleaned.
     pub perf_map: Option<PathBuf>,
+    /// The gdb symbol file describing the active hooks (`add-symbol-file PATH`), if any are left.
+    pub symbol_file: Option<PathBuf>,
 }
 
 /// Finds `__register_frame_info` / `__deregister_frame_info` (libgcc_s first, then any module).
@@ -282,6 +284,7 @@ pub fn register(pid: i32, unwinder: Option<&Unwinder>, hooks: &[UnwindHook]) -> 
         }
     };
     perf_map_add(pid, &mem, hooks, &mut report);
+    refresh_symbol_file(pid, &mem, &mut report);
     let Some(unwinder) = unwinder else {
         report.notes.push(
             "no in-process unwinder to register with (the process has not loaded libgcc_s): \
@@ -389,6 +392,7 @@ pub fn unregister(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
     }
     report.registered = done;
     perf_map_remove(pid, &mem, hooks, &mut report);
+    refresh_symbol_file(pid, &mem, &mut report);
     report
 }
 
@@ -501,4 +505,61 @@ pub fn status(
             )
         })
         .collect()
+}
+
+/// Path of the gdb symbol file of `pid` (load it with `add-symbol-file PATH`).
+pub fn symbol_file_path(pid: i32) -> PathBuf {
+    PathBuf::from(format!("/tmp/argstash-{pid}.elf"))
+}
+
+/// Rewrites the gdb symbol file from the active hooks in the target (removes it when none are left).
+pub fn refresh_symbol_file(pid: i32, mem: &dyn Memory, report: &mut UnwindReport) {
+    use trampolines::arena::{HookState, SLOT_LEN};
+    use trampolines::symbol_file::{symbol_file, SymbolFileHook};
+    let path = symbol_file_path(pid);
+    let arenas = crate::maps::read_maps(pid)
+        .ok()
+        .and_then(|maps| crate::arena::discover(&maps, mem).ok())
+        .unwrap_or_default();
+    let mut hooks = Vec::new();
+    let mut eh_frame_addr = 0;
+    for a in &arenas {
+        let Some(area) = read_area(mem, &a.header) else {
+            continue;
+        };
+        for (slot, r) in a.hooks().filter(|(_, r)| r.state == HookState::Active) {
+            let Ok(s) = read_slot(mem, &hook_of(area, slot, r)) else {
+                continue;
+            };
+            if s.eh_frame.is_empty() {
+                continue;
+            }
+            if eh_frame_addr == 0 {
+                eh_frame_addr = area.eh_frame_addr(slot);
+            }
+            hooks.push(SymbolFileHook {
+                name: r.name.clone(),
+                code: (a.header.slot_addr(slot), SLOT_LEN as u64),
+                trampoline: (r.trampoline, u64::from(r.trampoline_len)),
+                relocated: (r.relocated, u64::from(r.relocated_len)),
+                eh_frame: s.eh_frame,
+            });
+        }
+    }
+    let result = if hooks.is_empty() {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    } else {
+        let tmp = path.with_extension(format!("elf.tmp{}", std::process::id()));
+        std::fs::write(&tmp, symbol_file(&hooks, eh_frame_addr))
+            .and_then(|()| std::fs::rename(&tmp, &path))
+    };
+    match result {
+        Ok(()) => report.symbol_file = (!hooks.is_empty()).then_some(path),
+        Err(e) => report
+            .notes
+            .push(format!("cannot write {}: {e}", path.display())),
+    }
 }

@@ -42,6 +42,7 @@
 
 pub mod arena;
 pub mod error;
+pub mod symbol_file;
 pub mod unwind_area;
 pub mod x86_64;
 
