@@ -55,6 +55,9 @@ fn print_unwind(u: &injector::foreign_unwind::UnwindReport, verb: &str) {
     if let Some(p) = &u.perf_map {
         println!("perf map: {}", p.display());
     }
+    if u.gdb_jit > 0 {
+        println!("gdb JIT interface: {verb} {} hooks", u.gdb_jit);
+    }
     if let Some(p) = &u.symbol_file {
         println!(
             "gdb symbols: {} (in gdb: add-symbol-file {})",

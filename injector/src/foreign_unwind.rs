@@ -83,6 +83,25 @@ pub struct UnwindReport {
     pub perf_map: Option<PathBuf>,
     /// The gdb symbol file describing the active hooks (`add-symbol-file PATH`), if any are left.
     pub symbol_file: Option<PathBuf>,
+    /// Hooks linked into (or unlinked from) the target's GDB JIT descriptor.
+    pub gdb_jit: usize,
+}
+
+/// The target's functions that other unwinders are fed through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unwinders {
+    /// libgcc's frame registration, when the process has libgcc's unwinder.
+    pub libgcc: Option<Unwinder>,
+    /// `dlopen`/`dlclose`, to load the GDB JIT helper.
+    pub loader: Option<crate::gdb_jit::Loader>,
+}
+
+/// Finds libgcc's registration functions and the dynamic loader's entry points.
+pub fn find_unwinders(symbols: &ProcessSymbols) -> Unwinders {
+    Unwinders {
+        libgcc: find_unwinder(symbols),
+        loader: crate::gdb_jit::find_loader(symbols),
+    }
 }
 
 /// Finds `__register_frame_info` / `__deregister_frame_info` (libgcc_s first, then any module).
@@ -194,7 +213,7 @@ pub fn hook_of(area: UnwindArea, slot: u32, record: &HookRecord) -> UnwindHook {
     }
 }
 
-fn read_slot(mem: &dyn Memory, hook: &UnwindHook) -> Result<UnwindSlot, Error> {
+pub(crate) fn read_slot(mem: &dyn Memory, hook: &UnwindHook) -> Result<UnwindSlot, Error> {
     let bytes = mem.read_vec(hook.area.slot_addr(hook.slot), UNWIND_SLOT_LEN)?;
     UnwindSlot::decode(&bytes).map_err(|source| Error::Format {
         addr: hook.area.base,
@@ -207,7 +226,7 @@ fn set_registered(mem: &dyn Memory, hook: &UnwindHook, value: u64) -> Result<(),
     Ok(())
 }
 
-fn set_flags(mem: &dyn Memory, hook: &UnwindHook, flags: u32) -> Result<(), Error> {
+pub(crate) fn set_flags(mem: &dyn Memory, hook: &UnwindHook, flags: u32) -> Result<(), Error> {
     mem.write(hook.area.slot_addr(hook.slot) + 12, &flags.to_le_bytes())?;
     Ok(())
 }
@@ -241,7 +260,7 @@ fn call_candidates(pid: i32) -> Vec<i32> {
 }
 
 /// Runs `call` for each hook on one borrowed thread, trying other threads when a call times out.
-fn with_borrowed_thread(
+pub(crate) fn with_borrowed_thread(
     pid: i32,
     mut call: impl FnMut(&mut Session, i32) -> Result<(), RemoteCallError>,
 ) -> Result<(), String> {
@@ -268,7 +287,8 @@ fn with_borrowed_thread(
 /// Registers every hook's `.eh_frame` with the target's unwinder and writes perf map lines.
 ///
 /// Never fails the install: what could not be done is described in the report's notes.
-pub fn register(pid: i32, unwinder: Option<&Unwinder>, hooks: &[UnwindHook]) -> UnwindReport {
+pub fn register(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> UnwindReport {
+    let unwinder = unwinders.libgcc.as_ref();
     let mut report = UnwindReport {
         unwinder: unwinder.map(|u| u.module.clone()),
         ..Default::default()
@@ -285,6 +305,7 @@ pub fn register(pid: i32, unwinder: Option<&Unwinder>, hooks: &[UnwindHook]) -> 
     };
     perf_map_add(pid, &mem, hooks, &mut report);
     refresh_symbol_file(pid, &mem, &mut report);
+    crate::gdb_jit::register(pid, &mem, unwinders.loader.as_ref(), hooks, &mut report);
     let Some(unwinder) = unwinder else {
         report.notes.push(
             "no in-process unwinder to register with (the process has not loaded libgcc_s): \
@@ -391,6 +412,7 @@ pub fn unregister(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
         }
     }
     report.registered = done;
+    crate::gdb_jit::unregister(pid, &mem, hooks, &mut report);
     perf_map_remove(pid, &mem, hooks, &mut report);
     refresh_symbol_file(pid, &mem, &mut report);
     report

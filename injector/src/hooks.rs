@@ -192,7 +192,7 @@ pub fn install(
     let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
     let symbols = ProcessSymbols::load(pid, &maps)?;
-    let unwinder = crate::foreign_unwind::find_unwinder(&symbols);
+    let unwinders = crate::foreign_unwind::find_unwinders(&symbols);
     let mut arenas = discover(&maps, &mem)?;
     let layout = StashLayout::new(opts.stack_words);
 
@@ -516,7 +516,7 @@ pub fn install(
         Ok((hooks, moved_threads)) => {
             let stopped = session.detach()?;
             let new_arenas = new_arenas.iter().map(|n| n.header().base).collect();
-            let unwind = crate::foreign_unwind::register(pid, unwinder.as_ref(), &unwind_hooks);
+            let unwind = crate::foreign_unwind::register(pid, &unwinders, &unwind_hooks);
             Ok(InstallReport {
                 hooks,
                 stopped,

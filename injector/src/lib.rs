@@ -16,6 +16,7 @@ pub mod arena;
 pub mod backtrace;
 pub mod error;
 pub mod foreign_unwind;
+pub mod gdb_jit;
 pub mod hooks;
 pub mod maps;
 pub mod memory;

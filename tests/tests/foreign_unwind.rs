@@ -6,8 +6,10 @@
 //! - perf: `/tmp/perf-PID.map` gets `argstash_trampoline.NAME` lines at inject, and
 //!   loses exactly those at eject; `perf record --call-graph dwarf` names the
 //!   trampoline frame above a hooked function.
-//! - gdb: with `add-symbol-file /tmp/argstash-PID.elf`, `bt` runs from a hooked
-//!   function through its trampoline and the hooked caller down to `main`.
+//! - gdb: plain `gdb -batch -p PID -ex bt` (through the GDB JIT interface), and gdb
+//!   with `add-symbol-file /tmp/argstash-PID.elf`, unwind from a hooked function
+//!   through its trampoline and the hooked caller down to `main`; eject unloads
+//!   the JIT helper and removes the files.
 //! - A plain C program without libgcc_s: the install says there is no in-process
 //!   unwinder to feed, and succeeds.
 //! - Remote calls: a call that blocks is interrupted after its time limit and the
@@ -136,6 +138,12 @@ fn cpp_exceptions_cross_hooked_frames_and_eject_undoes_registration() {
         perf_map_lines(t.pid()),
         vec!["1000 10 other_tool_symbol".to_string()]
     );
+    assert!(
+        !maps(t.pid())
+            .iter()
+            .any(|m| m.path.contains("argstash-jit")),
+        "eject unloads the gdb JIT helper"
+    );
     throw_round(&mut t, 1000);
 
     // Hook again (the ejected slots keep their registration off) and eject one by one.
@@ -251,7 +259,7 @@ fn perf_names_trampoline_frames_from_the_perf_map() {
 }
 
 #[test]
-fn gdb_unwinds_through_trampolines_with_the_symbol_file() {
+fn gdb_attach_and_bt_unwinds_through_trampolines_to_main() {
     if Command::new("gdb").arg("--version").output().is_err() {
         println!("SKIP: gdb is not installed");
         return;
@@ -259,47 +267,84 @@ fn gdb_unwinds_through_trampolines_with_the_symbol_file() {
     let mut t = Target::start("seed", Variant::default());
     let pid = t.pid().to_string();
     let out = run_ok(&["inject", "--pid", &pid, "--func", "bar", "--func", "foo"]);
+    assert!(
+        out.contains("gdb JIT interface: registered 2 hooks"),
+        "{out}"
+    );
     let file = format!("/tmp/argstash-{pid}.elf");
     assert!(out.contains(&format!("add-symbol-file {file}")), "{out}");
+    let helper = format!("/tmp/argstash-jit-{pid}.so");
+    assert!(
+        maps(t.pid()).iter().any(|m| m.path == helper),
+        "helper loaded"
+    );
     t.wait_for_line(LINE, |l| l.starts_with("iter"));
-    let gdb = Command::new("timeout")
-        .args(["60", "gdb", "-nx", "-batch", "-p", &pid, "-ex"])
-        .arg(format!("add-symbol-file {file}"))
-        .args(["-ex", "bt"])
-        .output()
-        .expect("run gdb");
-    let text = String::from_utf8_lossy(&gdb.stdout).into_owned();
+    // Exactly what a user types: gdb finds the hooks through its JIT interface.
+    check_gdb_chain(&gdb_bt(&pid, &[]));
+    // The symbol file works for a gdb told about it.
+    check_gdb_chain(&gdb_bt(&pid, &[&format!("add-symbol-file {file}")]));
+
+    let out = run_ok(&["eject", "--pid", &pid, "--all"]);
+    assert!(out.contains("gdb JIT interface: removed 2 hooks"), "{out}");
+    assert!(
+        !std::path::Path::new(&file).exists(),
+        "eject removes {file}"
+    );
+    assert!(
+        !std::path::Path::new(&helper).exists(),
+        "eject removes {helper}"
+    );
+    assert!(
+        !maps(t.pid())
+            .iter()
+            .any(|m| m.path.contains("argstash-jit")),
+        "eject unloads the helper"
+    );
+    let text = gdb_bt(&pid, &[]);
+    assert!(!text.contains("argstash_trampoline"), "{text}");
+    t.wait_for_line(LINE, |l| l.starts_with("iter"));
+    t.assert_healthy();
+}
+
+/// `gdb -batch -p PID [-ex BEFORE...] -ex bt`: stdout and stderr.
+fn gdb_bt(pid: &str, before: &[&str]) -> String {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["60", "gdb", "-nx", "-batch", "-p", pid]);
+    for c in before {
+        cmd.args(["-ex", c]);
+    }
+    let gdb = cmd.args(["-ex", "bt"]).output().expect("run gdb");
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&gdb.stdout),
+        String::from_utf8_lossy(&gdb.stderr)
+    )
+}
+
+/// bar, its trampoline, foo, its trampoline, main: consecutive frames of gdb's bt.
+fn check_gdb_chain(text: &str) {
     let frames: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
     let at = |needle: &str| {
         frames
             .iter()
             .position(|f| f.contains(needle))
-            .unwrap_or_else(|| {
-                panic!(
-                    "no frame with {needle:?} in gdb's bt:\n{text}\n{}",
-                    String::from_utf8_lossy(&gdb.stderr)
-                )
-            })
+            .unwrap_or_else(|| panic!("no frame with {needle:?} in gdb's bt:\n{text}"))
     };
-    let order = [
-        at(" bar ("),
-        at("argstash_trampoline"),
-        at(" foo ("),
-        at(" main ("),
+    let bar = at(" bar (");
+    let expected = [
+        " bar (",
+        "argstash_trampoline",
+        " foo (",
+        "argstash_trampoline",
+        " main (",
     ];
-    assert!(order.windows(2).all(|w| w[0] < w[1]), "{text}");
-    assert_eq!(
-        order[3],
-        order[0] + 4,
-        "bar, its trampoline, foo, its trampoline, main: {text}"
-    );
-    run_ok(&["eject", "--pid", &pid, "--all"]);
-    assert!(
-        !std::path::Path::new(&file).exists(),
-        "eject removes {file}"
-    );
-    t.wait_for_line(LINE, |l| l.starts_with("iter"));
-    t.assert_healthy();
+    for (i, needle) in expected.iter().enumerate() {
+        assert!(
+            frames.get(bar + i).is_some_and(|f| f.contains(needle)),
+            "frame #{} should contain {needle:?}:\n{text}",
+            bar + i
+        );
+    }
 }
 
 #[test]

@@ -4,12 +4,14 @@
 //!
 //! ```text
 //! area ─► header (UNWIND_HEADER_LEN = 64): magic "ASUNWND1" │ version │ arena base │ capacity │ slot_len
-//!         slot[i] (UNWIND_SLOT_LEN = 512), one per arena slot:
+//!         slot[i] (UNWIND_SLOT_LEN = 2048), one per arena slot:
 //!           +0   registered: address of the `__deregister_frame_info` that undoes the
 //!                registration (0: not registered in the process)
 //!           +8   eh_frame length          +12 flags (bit 0: perf map line written)
 //!           +64  libgcc object storage (OBJECT_LEN bytes, zero until registered)
 //!           +192 .eh_frame bytes (at most MAX_EH_FRAME)
+//!           +512 GDB JIT entry (next, prev, symfile address, symfile size)
+//!           +576 in-memory symbol file for gdb (at most MAX_JIT_ELF)
 //! ```
 //!
 //! The arena header points to its unwind area (bytes 48..56, 0 when it has none: arenas
@@ -26,7 +28,7 @@ pub const UNWIND_VERSION: u32 = 1;
 /// Size of the unwind area's header.
 pub const UNWIND_HEADER_LEN: usize = 64;
 /// Size of one hook's unwind slot.
-pub const UNWIND_SLOT_LEN: usize = 512;
+pub const UNWIND_SLOT_LEN: usize = 2048;
 /// Offset of the libgcc object storage inside a slot.
 pub const OBJECT_OFFSET: usize = 64;
 /// Bytes reserved for libgcc's `struct object` (56 bytes in GCC 12; room to grow).
@@ -34,11 +36,19 @@ pub const OBJECT_LEN: usize = 128;
 /// Offset of the `.eh_frame` bytes inside a slot.
 pub const EH_FRAME_OFFSET: usize = OBJECT_OFFSET + OBJECT_LEN;
 /// Largest `.eh_frame` a slot holds.
-pub const MAX_EH_FRAME: usize = UNWIND_SLOT_LEN - EH_FRAME_OFFSET;
+pub const MAX_EH_FRAME: usize = JIT_ENTRY_OFFSET - EH_FRAME_OFFSET;
+/// Offset of the GDB JIT `jit_code_entry` (next, prev, symfile address, symfile size).
+pub const JIT_ENTRY_OFFSET: usize = 512;
+/// Offset of the in-memory symbol file gdb reads through the JIT interface.
+pub const JIT_ELF_OFFSET: usize = JIT_ENTRY_OFFSET + 64;
+/// Largest in-memory symbol file a slot holds.
+pub const MAX_JIT_ELF: usize = UNWIND_SLOT_LEN - JIT_ELF_OFFSET;
 /// Offset in the arena header of the unwind area's address.
 pub const ARENA_HEADER_UNWIND_AT: usize = 48;
 /// Slot flag: a `/tmp/perf-PID.map` line was written for this hook.
 pub const FLAG_PERF_MAP: u32 = 1;
+/// Slot flag: the hook's symbol file is linked into the target's GDB JIT descriptor.
+pub const FLAG_GDB_JIT: u32 = 2;
 
 /// Where an arena's unwind area lives and how it is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +115,22 @@ impl UnwindArea {
     /// Address of the `.eh_frame` bytes of slot `index`.
     pub fn eh_frame_addr(&self, index: u32) -> u64 {
         self.slot_addr(index) + EH_FRAME_OFFSET as u64
+    }
+
+    /// Address of the GDB JIT entry of slot `index`.
+    pub fn jit_entry_addr(&self, index: u32) -> u64 {
+        self.slot_addr(index) + JIT_ENTRY_OFFSET as u64
+    }
+
+    /// Address of the in-memory symbol file of slot `index`.
+    pub fn jit_elf_addr(&self, index: u32) -> u64 {
+        self.slot_addr(index) + JIT_ELF_OFFSET as u64
+    }
+
+    /// Spare bytes after the last slot (for short-lived call arguments such as a path).
+    pub fn scratch(&self) -> (u64, usize) {
+        let used = UNWIND_HEADER_LEN + self.capacity as usize * UNWIND_SLOT_LEN;
+        (self.base + used as u64, self.len() as usize - used)
     }
 
     /// The area's header.
