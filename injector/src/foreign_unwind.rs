@@ -85,6 +85,8 @@ pub struct UnwindReport {
     pub symbol_file: Option<PathBuf>,
     /// Hooks linked into (or unlinked from) the target's GDB JIT descriptor.
     pub gdb_jit: usize,
+    /// Time spent on all of it (after the stop; only a borrowed thread is held meanwhile).
+    pub elapsed: Duration,
 }
 
 /// The target's functions that other unwinders are fed through.
@@ -288,6 +290,13 @@ pub(crate) fn with_borrowed_thread(
 ///
 /// Never fails the install: what could not be done is described in the report's notes.
 pub fn register(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> UnwindReport {
+    let started = std::time::Instant::now();
+    let mut report = register_timed(pid, unwinders, hooks);
+    report.elapsed = started.elapsed();
+    report
+}
+
+fn register_timed(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> UnwindReport {
     let unwinder = unwinders.libgcc.as_ref();
     let mut report = UnwindReport {
         unwinder: unwinder.map(|u| u.module.clone()),
@@ -360,6 +369,13 @@ pub fn register(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> Unwind
 
 /// Deregisters the hooks' `.eh_frame` from the target's unwinder and removes their perf map lines.
 pub fn unregister(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
+    let started = std::time::Instant::now();
+    let mut report = unregister_timed(pid, hooks);
+    report.elapsed = started.elapsed();
+    report
+}
+
+fn unregister_timed(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
     let mut report = UnwindReport::default();
     if hooks.is_empty() {
         return report;
