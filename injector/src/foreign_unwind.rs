@@ -119,7 +119,10 @@ pub fn find_unwinder(symbols: &ProcessSymbols) -> Option<Unwinder> {
     };
     let register = find("__register_frame_info")?;
     let deregister = find("__deregister_frame_info")?;
-    (register.module_path == deregister.module_path).then(|| Unwinder {
+    if register.module_path != deregister.module_path {
+        return None;
+    }
+    Some(Unwinder {
         module: register.module_path,
         register: register.addr,
         deregister: deregister.addr,

@@ -51,7 +51,7 @@ fn add_str(table: &mut Vec<u8>, s: &str) -> u32 {
 }
 
 fn pad_to(buf: &mut Vec<u8>, align: usize) {
-    while buf.len() % align != 0 {
+    while !buf.len().is_multiple_of(align) {
         buf.push(0);
     }
 }
