@@ -237,7 +237,8 @@ pub(crate) fn set_flags(mem: &dyn Memory, hook: &UnwindHook, flags: u32) -> Resu
 }
 
 /// Threads of `pid`, the best to borrow for a call first: those asleep in a system
-/// call other than `futex` (unlikely to hold a user-space lock), then the others.
+/// call other than `futex` or a memory-management one (unlikely to hold a user-space
+/// lock), then those running user code, then the rest.
 fn call_candidates(pid: i32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return vec![pid];
@@ -252,8 +253,18 @@ fn call_candidates(pid: i32) -> Vec<i32> {
                 .split_whitespace()
                 .next()
                 .and_then(|n| n.parse::<i64>().ok());
+            // A thread waiting for a futex, or inside malloc's own mmap/brk, may hold a lock.
+            let risky = [
+                libc::SYS_futex,
+                libc::SYS_mmap,
+                libc::SYS_munmap,
+                libc::SYS_brk,
+                libc::SYS_mremap,
+                libc::SYS_madvise,
+                libc::SYS_mprotect,
+            ];
             let rank = match nr {
-                Some(n) if n == libc::SYS_futex => 2,
+                Some(n) if risky.contains(&n) => 2,
                 Some(n) if n >= 0 => 0,
                 _ => 1,
             };

@@ -1,6 +1,8 @@
 //! Function calls run inside the target on one stopped thread, with a time limit.
 //!
-//! The thread's general-purpose and FPU/SSE registers and its signal mask are saved;
+//! The thread's general-purpose registers, its extended state (XSAVE area, or
+//! x87/SSE where the kernel does not take the XSAVE area back) and its signal mask
+//! are saved;
 //! RIP is pointed at the function, the arguments are loaded, `orig_rax` is set to -1
 //! (no restart of an interrupted system call into our call), and a return address of 0
 //! is pushed on a 16-byte-aligned stack well below the red zone. The thread then runs
@@ -115,6 +117,50 @@ fn set_fpregs(tid: i32, fp: &libc::user_fpregs_struct) -> Result<(), nix::errno:
     nix::errno::Errno::result(r).map(drop)
 }
 
+/// `NT_X86_XSTATE`: the XSAVE area (AVX upper halves and beyond).
+const NT_X86_XSTATE: libc::c_int = 0x202;
+
+/// `PTRACE_GETREGSET(NT_X86_XSTATE)`: the thread's whole extended state, if the kernel gives it.
+fn get_xstate(tid: i32) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 1 << 14];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: the kernel writes at most `iov_len` bytes into `buf` (alive for the call)
+    // and updates `iov_len` to the size written.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETREGSET,
+            tid,
+            NT_X86_XSTATE as usize as *mut libc::c_void,
+            &mut iov as *mut libc::iovec as *mut libc::c_void,
+        )
+    };
+    (r == 0).then(|| {
+        buf.truncate(iov.iov_len);
+        buf
+    })
+}
+
+/// `PTRACE_SETREGSET(NT_X86_XSTATE)` with a buffer from [`get_xstate`].
+fn set_xstate(tid: i32, state: &[u8]) -> bool {
+    let mut iov = libc::iovec {
+        iov_base: state.as_ptr() as *mut libc::c_void,
+        iov_len: state.len(),
+    };
+    // SAFETY: the kernel reads `iov_len` bytes from `state`, alive for the call.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_SETREGSET,
+            tid,
+            NT_X86_XSTATE as usize as *mut libc::c_void,
+            &mut iov as *mut libc::iovec as *mut libc::c_void,
+        )
+    };
+    r == 0
+}
+
 /// Non-blocking wait for `tid`: `None` while it runs.
 fn poll_tid(tid: i32) -> Result<Option<Waited>, SessionError> {
     let mut status: libc::c_int = 0;
@@ -182,6 +228,7 @@ impl Session {
             return Err(SessionError::Not64Bit { tid, cs: saved.cs }.into());
         }
         let fp = get_fpregs(tid).map_err(|e| self.ptrace_error("PTRACE_GETFPREGS", tid, e))?;
+        let xstate = get_xstate(tid);
         let real_mask =
             get_sigmask(tid).map_err(|e| self.ptrace_error("PTRACE_GETSIGMASK", tid, e))?;
         let mut regs = saved;
@@ -216,6 +263,10 @@ impl Session {
             restored = self
                 .set_regs(tid, &saved)
                 .and_then(|()| {
+                    // The full XSAVE area when the kernel takes it back, else x87/SSE.
+                    if xstate.as_deref().is_some_and(|x| set_xstate(tid, x)) {
+                        return Ok(());
+                    }
                     set_fpregs(tid, &fp).map_err(|e| self.ptrace_error("PTRACE_SETFPREGS", tid, e))
                 })
                 .and_then(|()| {

@@ -356,6 +356,7 @@ fn blocked_remote_call_times_out_and_restores_the_thread() {
     let pause = runtime_addr_in(t.pid(), "libc.so.6", "pause");
     let mut s = Session::attach_thread(t.pid(), t.pid()).expect("attach");
     let before = s.regs(t.pid()).unwrap();
+    let xstate_before = xstate(t.pid());
     let err = s
         .remote_call(t.pid(), pause, "pause", &[], Duration::from_millis(200))
         .expect_err("pause never returns");
@@ -365,6 +366,10 @@ fn blocked_remote_call_times_out_and_restores_the_thread() {
     );
     assert!(err.to_string().contains("did not return within"), "{err}");
     let after = s.regs(t.pid()).unwrap();
+    assert!(
+        xstate_before == xstate(t.pid()),
+        "vector and x87 state restored exactly"
+    );
     assert_eq!(
         format!("{before:?}"),
         format!("{after:?}"),
@@ -386,4 +391,25 @@ fn runtime_addr_in(pid: i32, module: &str, name: &str) -> u64 {
         })
         .unwrap_or_else(|e| panic!("{module}!{name}: {e}"))
         .addr
+}
+
+/// The thread's XSAVE area (`PTRACE_GETREGSET NT_X86_XSTATE`; this thread is its tracer).
+fn xstate(tid: i32) -> Vec<u8> {
+    let mut buf = vec![0u8; 1 << 14];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: the kernel writes at most iov_len bytes into buf, alive for the call.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETREGSET,
+            tid,
+            0x202usize as *mut libc::c_void,
+            &mut iov as *mut libc::iovec as *mut libc::c_void,
+        )
+    };
+    assert_eq!(r, 0, "PTRACE_GETREGSET NT_X86_XSTATE");
+    buf.truncate(iov.iov_len);
+    buf
 }
