@@ -22,6 +22,7 @@
 //! in-process unwinder to feed: that is reported, not an error.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -448,6 +449,29 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
     report
 }
 
+/// Replaces `path` with `bytes` through a fresh temporary file `tmp` (never following a
+/// symbolic link planted in /tmp), so readers see the old or the new file, never a mix.
+pub(crate) fn replace_file(
+    path: &std::path::Path,
+    tmp: &std::path::Path,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let _ = std::fs::remove_file(tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(tmp)
+        .and_then(|mut f| f.write_all(bytes));
+    match written.and_then(|()| std::fs::rename(tmp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(tmp);
+            Err(e)
+        }
+    }
+}
+
 /// Path of the perf map file of `pid`.
 pub fn perf_map_path(pid: i32) -> PathBuf {
     PathBuf::from(format!("/tmp/perf-{pid}.map"))
@@ -479,6 +503,7 @@ fn perf_map_add(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut U
     let written = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .and_then(|mut f| f.write_all(text.as_bytes()));
     match written {
@@ -517,7 +542,7 @@ fn perf_map_remove(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mu
         std::fs::remove_file(&path)
     } else {
         let tmp = path.with_extension(format!("map.argstash-{}", std::process::id()));
-        std::fs::write(&tmp, kept.join("\n") + "\n").and_then(|()| std::fs::rename(&tmp, &path))
+        replace_file(&path, &tmp, (kept.join("\n") + "\n").as_bytes())
     };
     match result {
         Ok(()) => {
@@ -605,8 +630,7 @@ pub fn refresh_symbol_file(pid: i32, mem: &dyn Memory, report: &mut UnwindReport
         }
     } else {
         let tmp = path.with_extension(format!("elf.tmp{}", std::process::id()));
-        std::fs::write(&tmp, symbol_file(&hooks, eh_frame_addr))
-            .and_then(|()| std::fs::rename(&tmp, &path))
+        replace_file(&path, &tmp, &symbol_file(&hooks, eh_frame_addr))
     };
     match result {
         Ok(()) => report.symbol_file = (!hooks.is_empty()).then_some(path),

@@ -101,8 +101,7 @@ fn load_helper(
     let text = path.to_str().ok_or("helper path is not UTF-8")?;
     if std::fs::read(&path).ok().as_deref() != Some(HELPER_SO) {
         let tmp = path.with_extension(format!("so.tmp{}", std::process::id()));
-        std::fs::write(&tmp, HELPER_SO)
-            .and_then(|()| std::fs::rename(&tmp, &path))
+        crate::foreign_unwind::replace_file(&path, &tmp, HELPER_SO)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     let mut cstr = text.as_bytes().to_vec();
