@@ -45,6 +45,33 @@ pub fn print_install(r: &InstallReport) {
     print_unwind(&r.unwind, "registered");
 }
 
+/// Prints, per active hook, which other unwinders know about it.
+pub fn print_unwind_status(
+    status: &[injector::foreign_unwind::HookUnwindStatus],
+    has_libgcc: bool,
+) {
+    if status.is_empty() {
+        return;
+    }
+    if !has_libgcc {
+        println!("no in-process unwinder (libgcc_s is not loaded): nothing to register C++ unwinding with");
+    }
+    for s in status {
+        if !s.described {
+            println!("unwind   {:<24} none (arena of an older argstash)", s.name);
+            continue;
+        }
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        println!(
+            "unwind   {:<24} libgcc {:<3}  gdb JIT {:<3}  perf map {}",
+            s.name,
+            yes(s.libgcc),
+            yes(s.gdb_jit),
+            yes(s.perf_map)
+        );
+    }
+}
+
 /// Prints what happened to the hooks' unwind information (libgcc, perf map).
 fn print_unwind(u: &injector::foreign_unwind::UnwindReport, verb: &str) {
     if let Some(m) = &u.unwinder {

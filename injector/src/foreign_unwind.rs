@@ -559,29 +559,53 @@ fn perf_map_remove(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mu
     }
 }
 
-/// Per-hook unwind status for `list`: `(function, registered with the in-process unwinder, perf map line)`.
-pub fn status(
-    mem: &dyn Memory,
-    arena: &ArenaHeader,
-    records: &[(u32, &HookRecord)],
-) -> Vec<(String, bool, bool)> {
-    let Some(area) = read_area(mem, arena) else {
-        return records
-            .iter()
-            .map(|(_, r)| (r.name.clone(), false, false))
-            .collect();
-    };
-    records
-        .iter()
-        .map(|(slot, r)| {
-            let s = read_slot(mem, &hook_of(area, *slot, r)).unwrap_or_default();
-            (
-                r.name.clone(),
-                s.registered != 0,
-                s.flags & FLAG_PERF_MAP != 0,
-            )
-        })
-        .collect()
+/// Where one hook's unwind information is registered (for `list`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookUnwindStatus {
+    /// Function name.
+    pub name: String,
+    /// Arena address.
+    pub arena: u64,
+    /// Slot in the arena.
+    pub slot: u32,
+    /// The arena has an unwind area and the hook an `.eh_frame`.
+    pub described: bool,
+    /// Registered with the in-process unwinder (libgcc).
+    pub libgcc: bool,
+    /// Linked into the GDB JIT descriptor.
+    pub gdb_jit: bool,
+    /// Has lines in `/tmp/perf-PID.map`.
+    pub perf_map: bool,
+}
+
+/// Unwind status of every active hook of `pid`, and whether the process has libgcc's unwinder.
+pub fn list_status(pid: i32) -> Result<(Vec<HookUnwindStatus>, bool), Error> {
+    use trampolines::arena::HookState;
+    let maps = crate::maps::read_maps(pid).map_err(|source| Error::Proc {
+        path: format!("/proc/{pid}/maps"),
+        source,
+    })?;
+    let has_libgcc = maps.iter().any(|m| m.path.contains("libgcc_s"));
+    let mem = ProcessMemory::open(pid)?;
+    let mut out = Vec::new();
+    for a in crate::arena::discover(&maps, &mem)? {
+        let area = read_area(&mem, &a.header);
+        for (slot, r) in a.hooks().filter(|(_, r)| r.state == HookState::Active) {
+            let s = area
+                .and_then(|area| read_slot(&mem, &hook_of(area, slot, r)).ok())
+                .unwrap_or_default();
+            out.push(HookUnwindStatus {
+                name: r.name.clone(),
+                arena: a.header.base,
+                slot,
+                described: !s.eh_frame.is_empty(),
+                libgcc: s.registered != 0,
+                gdb_jit: s.flags & trampolines::unwind_area::FLAG_GDB_JIT != 0,
+                perf_map: s.flags & FLAG_PERF_MAP != 0,
+            });
+        }
+    }
+    Ok((out, has_libgcc))
 }
 
 /// Path of the gdb symbol file of `pid` (load it with `add-symbol-file PATH`).

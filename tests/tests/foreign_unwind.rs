@@ -128,6 +128,17 @@ fn cpp_exceptions_cross_hooked_frames_and_eject_undoes_registration() {
             .any(|l| l.ends_with(&format!(" argstash_prologue.{name}"))));
     }
 
+    let list = run_ok(&["list", "--pid", &pid]);
+    for name in ["relay", "leaf"] {
+        assert!(
+            list.lines().any(|l| l.starts_with("unwind")
+                && l.contains(name)
+                && l.contains("libgcc yes")
+                && l.contains("gdb JIT yes")
+                && l.contains("perf map yes")),
+            "{list}"
+        );
+    }
     // Each exception unwinds leaf, leaf's trampoline, relay, relay's trampoline.
     throw_round(&mut t, 1000);
 
@@ -173,6 +184,15 @@ fn plain_c_program_without_libgcc_is_hooked_and_told_so() {
     assert!(perf_map_lines(t.pid())
         .iter()
         .any(|l| l.ends_with(" argstash_trampoline.bar")));
+    let list = run_ok(&["list", "--pid", &pid]);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("unwind") && l.contains("bar") && l.contains("libgcc no")),
+        "{list}"
+    );
+    if !has_libgcc {
+        assert!(list.contains("no in-process unwinder"), "{list}");
+    }
     let out = run_ok(&["eject", "--pid", &pid, "--all"]);
     assert!(!out.contains("note:"), "{out}");
     assert!(!perf_map(t.pid()).exists(), "our perf map file is removed");
