@@ -327,6 +327,7 @@ fn register_timed(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> Unwi
             return report;
         }
     };
+    sweep_stale_files();
     perf_map_add(pid, &mem, hooks, &mut report);
     refresh_symbol_file(pid, &mem, &mut report);
     crate::gdb_jit::register(pid, &mem, unwinders.loader.as_ref(), hooks, &mut report);
@@ -606,6 +607,48 @@ pub fn list_status(pid: i32) -> Result<(Vec<HookUnwindStatus>, bool), Error> {
         }
     }
     Ok((out, has_libgcc))
+}
+
+/// Removes our /tmp files (symbol files, gdb helpers, perf maps with only our lines)
+/// left by processes that died hooked.
+///
+/// Only files whose process no longer exists are removed; a live process with that pid
+/// (even a reused one) keeps them.
+fn sweep_stale_files() {
+    let Ok(dir) = std::fs::read_dir("/tmp") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let pid = name
+            .strip_prefix("argstash-jit-")
+            .and_then(|r| r.strip_suffix(".so"))
+            .or_else(|| {
+                name.strip_prefix("argstash-")
+                    .and_then(|r| r.strip_suffix(".elf"))
+            })
+            .and_then(|p| p.parse::<u32>().ok());
+        // A perf map of a dead process holding nothing but our lines is ours too.
+        let perf_pid = name
+            .strip_prefix("perf-")
+            .and_then(|r| r.strip_suffix(".map"))
+            .and_then(|p| p.parse::<u32>().ok())
+            .filter(|_| {
+                std::fs::read_to_string(entry.path()).is_ok_and(|t| {
+                    t.lines().all(|l| {
+                        l.contains(" argstash_trampoline.") || l.contains(" argstash_prologue.")
+                    })
+                })
+            });
+        if let Some(pid) = pid.or(perf_pid) {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
 }
 
 /// Path of the gdb symbol file of `pid` (load it with `add-symbol-file PATH`).
