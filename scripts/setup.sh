@@ -10,6 +10,8 @@ set -euo pipefail
 # "<debian package> -" to ask dpkg whether the package itself is installed.
 NEEDS=(
     "gcc cc"               # compiles the C fixtures (tests/fixtures/*.c)
+    "g++ c++"              # compiles the C++ fixture (tests/fixtures/throws.cpp)
+    "linux-perf perf"      # perf map / call-graph test (skipped where perf cannot record)
     "libc6-dev -"          # headers and crt files for the fixtures
     "binutils objdump"     # the harness's independent disassembler
     "binutils strip"       # the stripped (-O2, no debug info) fixture variant

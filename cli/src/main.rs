@@ -148,6 +148,11 @@ fn run(cli: Cli) -> Result<()> {
         Command::List(a) => {
             let hooks = list(a.pid)?;
             output::print_list(a.pid, &hooks, a.json);
+            if !a.json {
+                if let Ok((status, has_libgcc)) = injector::foreign_unwind::list_status(a.pid) {
+                    output::print_unwind_status(&status, has_libgcc);
+                }
+            }
         }
         Command::Bt(a) => {
             let opts = BacktraceOptions {

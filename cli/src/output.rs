@@ -42,6 +42,59 @@ pub fn print_install(r: &InstallReport) {
         micros(r.stopped),
         r.threads
     );
+    print_unwind(&r.unwind, "registered");
+}
+
+/// Prints, per active hook, which other unwinders know about it.
+pub fn print_unwind_status(
+    status: &[injector::foreign_unwind::HookUnwindStatus],
+    has_libgcc: bool,
+) {
+    if status.is_empty() {
+        return;
+    }
+    if !has_libgcc {
+        println!("no in-process unwinder (libgcc_s is not loaded): nothing to register C++ unwinding with");
+    }
+    for s in status {
+        if !s.described {
+            println!("unwind   {:<24} none (arena of an older argstash)", s.name);
+            continue;
+        }
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        println!(
+            "unwind   {:<24} libgcc {:<3}  gdb JIT {:<3}  perf map {}",
+            s.name,
+            yes(s.libgcc),
+            yes(s.gdb_jit),
+            yes(s.perf_map)
+        );
+    }
+}
+
+/// Prints what happened to the hooks' unwind information (libgcc, perf map).
+fn print_unwind(u: &injector::foreign_unwind::UnwindReport, verb: &str) {
+    if let Some(m) = &u.unwinder {
+        println!("unwind info {verb} with {m} for {} hooks", u.registered);
+    } else if u.registered > 0 {
+        println!("unwind info {verb} for {} hooks", u.registered);
+    }
+    if let Some(p) = &u.perf_map {
+        println!("perf map: {}", p.display());
+    }
+    if u.gdb_jit > 0 {
+        println!("gdb JIT interface: {verb} {} hooks", u.gdb_jit);
+    }
+    if let Some(p) = &u.symbol_file {
+        println!(
+            "gdb symbols: {} (in gdb: add-symbol-file {})",
+            p.display(),
+            p.display()
+        );
+    }
+    for note in &u.notes {
+        println!("note: {note}");
+    }
 }
 
 /// Prints what an eject did.
@@ -57,6 +110,7 @@ pub fn print_eject(r: &EjectReport) {
         );
     }
     println!("target stopped for {}", micros(r.stopped));
+    print_unwind(&r.unwind, "removed");
 }
 
 fn hook_json(h: &HookInfo) -> Value {

@@ -92,6 +92,8 @@ pub struct InstallReport {
     pub new_arenas: Vec<u64>,
     /// Threads moved out of patched bytes into relocated code.
     pub moved_threads: Vec<i32>,
+    /// Registration of the hooks' unwind information with other unwinders.
+    pub unwind: crate::foreign_unwind::UnwindReport,
     /// Where the stopped threads' RIPs were, relative to the hooks installed.
     pub rip_census: RipCensus,
 }
@@ -126,6 +128,8 @@ pub struct EjectReport {
     pub moved_threads: Vec<i32>,
     /// Where the stopped threads' RIPs were, relative to the hooks ejected.
     pub rip_census: RipCensus,
+    /// Removal of the hooks' unwind information from other unwinders.
+    pub unwind: crate::foreign_unwind::UnwindReport,
 }
 
 /// Which hooks [`eject`] removes.
@@ -278,6 +282,10 @@ pub fn install(
     let symbols = ProcessSymbols::load(pid, &maps)?;
     let mut arenas = discover(&maps, &mem)?;
     let arch = Arch::of_process(pid);
+    let unwinders = match arch {
+        Arch::X86_64 => crate::foreign_unwind::find_unwinders(&symbols),
+        Arch::I386 => Default::default(),
+    };
     let stack_words = arch.stack_words(opts.stack_words);
 
     // Resolve and analyse every function.
@@ -494,6 +502,7 @@ pub fn install(
     }
     let mut undo = Undo::default();
     let mut census = RipCensus::default();
+    let mut unwind_hooks = Vec::new();
     let result = (|| -> Result<(Vec<HookInfo>, Vec<i32>), Error> {
         // Create the new arenas, regenerating code if the first spot is gone.
         for (i, n) in new_arenas.iter_mut().enumerate() {
@@ -552,6 +561,11 @@ pub fn install(
             let header = n.header();
             undo.arenas.push((header.base, len));
             mem.write(header.base, &header.encode())?;
+            // i386 hooks get no unwind area yet: their CFI is not generated.
+            if arch == Arch::X86_64 {
+                let area = crate::foreign_unwind::create_area(&mut session, &mem, &header)?;
+                undo.arenas.push((area.base, area.len()));
+            }
             if n.chosen != 0 {
                 for p in planned
                     .iter_mut()
@@ -605,6 +619,13 @@ pub fn install(
             })?;
             undo.records.push(arena.record_addr(code.slot));
             mem.write(arena.record_addr(code.slot), &record)?;
+            if let Some(area) = crate::foreign_unwind::write_slot(&mem, &arena, code)? {
+                unwind_hooks.push(crate::foreign_unwind::hook_of(
+                    area,
+                    code.slot,
+                    &code.record,
+                ));
+            }
         }
         // Threads inside bytes about to be overwritten continue in the relocated copy.
         let mut moves = Vec::new();
@@ -679,6 +700,14 @@ pub fn install(
         Ok((hooks, moved_threads)) => {
             let stopped = session.detach()?;
             let new_arenas = new_arenas.iter().map(|n| n.header().base).collect();
+            let mut unwind = crate::foreign_unwind::register(pid, &unwinders, &unwind_hooks);
+            if arch == Arch::I386 {
+                unwind.notes.push(
+                    "32-bit process: no unwind information is generated for i386 trampolines \
+                     yet, so gdb, perf and C++ exceptions do not unwind through them"
+                        .to_string(),
+                );
+            }
             Ok(InstallReport {
                 hooks,
                 stopped,
@@ -686,6 +715,7 @@ pub fn install(
                 new_arenas,
                 moved_threads,
                 rip_census: census,
+                unwind,
             })
         }
         Err(e) => {
@@ -805,8 +835,20 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
             stopped: Duration::ZERO,
             moved_threads: Vec::new(),
             rip_census: RipCensus::default(),
+            unwind: Default::default(),
         });
     }
+    let unwind_hooks: Vec<crate::foreign_unwind::UnwindHook> = chosen
+        .iter()
+        .filter_map(|(i, s)| {
+            let area = crate::foreign_unwind::read_area(&mem, &arenas[*i].header)?;
+            Some(crate::foreign_unwind::hook_of(
+                area,
+                *s,
+                &arenas[*i].records[*s as usize],
+            ))
+        })
+        .collect();
 
     let mut session = Session::attach_all(pid)?;
     let mut restored: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -907,11 +949,13 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
     match result {
         Ok((hooks, moved_threads)) => {
             let stopped = session.detach()?;
+            let unwind = crate::foreign_unwind::unregister(pid, &unwind_hooks);
             Ok(EjectReport {
                 hooks,
                 stopped,
                 moved_threads,
                 rip_census: census,
+                unwind,
             })
         }
         Err(e) => {

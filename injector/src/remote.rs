@@ -121,12 +121,12 @@ fn scan(m: &MapEntry, mem: &dyn Memory, insn: [u8; 2]) -> Option<u64> {
 }
 
 /// The bit of `sig` in a kernel signal set.
-fn sigbit(sig: i32) -> u64 {
+pub(crate) fn sigbit(sig: i32) -> u64 {
     1 << (sig - 1)
 }
 
 /// `PTRACE_GETSIGMASK`: the mask in force once the current system call is over.
-fn get_sigmask(tid: i32) -> Result<u64, Errno> {
+pub(crate) fn get_sigmask(tid: i32) -> Result<u64, Errno> {
     let mut mask: u64 = 0;
     // SAFETY: the kernel writes exactly `addr` = 8 bytes (sizeof the kernel's sigset_t
     // on x86-64) through `data`, which points to a live local u64.
@@ -142,7 +142,7 @@ fn get_sigmask(tid: i32) -> Result<u64, Errno> {
 }
 
 /// `PTRACE_SETSIGMASK` (the kernel never blocks SIGKILL or SIGSTOP).
-fn set_sigmask(tid: i32, mask: u64) -> Result<(), Errno> {
+pub(crate) fn set_sigmask(tid: i32, mask: u64) -> Result<(), Errno> {
     // SAFETY: the kernel reads exactly `addr` = 8 bytes through `data`, which points to
     // a live local u64.
     let r = unsafe {
@@ -306,7 +306,7 @@ impl Session {
     }
 
     /// Holds a real signal that a resumed thread stopped for (re-delivered at detach).
-    fn hold_signal(&mut self, i: usize) -> Result<(), SessionError> {
+    pub(crate) fn hold_signal(&mut self, i: usize) -> Result<(), SessionError> {
         let tid = self.threads[i].tid;
         let info = ptrace::getsiginfo(Pid::from_raw(tid))
             .map_err(|e| self.ptrace_error("PTRACE_GETSIGINFO", tid, e))?;

@@ -138,6 +138,9 @@ pub enum CodegenError {
         /// The encoder's reason.
         reason: String,
     },
+    /// Call-frame information for the hook's code could not be built.
+    #[error("cannot describe the hook's code for other unwinders: {0}")]
+    Unwind(String),
 }
 
 /// An arena header or hook record is malformed.

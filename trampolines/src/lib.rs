@@ -69,6 +69,8 @@
 pub mod arena;
 pub mod error;
 pub mod i386;
+pub mod symbol_file;
+pub mod unwind_area;
 pub mod x86_64;
 
 pub use error::{CodegenError, FormatError, FrameError, PlanError};

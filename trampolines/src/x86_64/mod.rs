@@ -20,3 +20,5 @@ pub use relocate::{
 };
 pub mod hook;
 pub use hook::{build_hook, HookCode, HookMeta, RELOCATED_OFFSET};
+pub mod unwind;
+pub use unwind::{hook_eh_frame, HookCodeRanges, HookUnwind};

@@ -1,0 +1,708 @@
+//! Making hooked frames unwindable by other tools: libgcc's in-process unwinder (C++
+//! exceptions, `backtrace()`), perf, and gdb.
+//!
+//! Each arena created by this build has a read-write *unwind area*
+//! ([`trampolines::unwind_area`]) holding, per hook, the `.eh_frame` bytes that describe
+//! its trampoline and relocated prologue ([`trampolines::x86_64::hook_eh_frame`]) and
+//! the storage libgcc links into its list of registered objects.
+//!
+//! - Install, inside the stop: [`create_area`] for every new arena, [`write_slot`] for
+//!   every hook.
+//! - Install, after the stop: [`register`] calls `__register_frame_info(eh_frame,
+//!   object)` in the target (libgcc's own function, found in `libgcc_s.so.1` or the
+//!   executable) on one thread while the others keep running, so a lock held by
+//!   another thread is released in time; a call that does not return within
+//!   [`CALL_TIMEOUT`] is abandoned (it waits for the lock before changing anything),
+//!   the thread restored, and another thread tried. It also adds
+//!   `START SIZE argstash_trampoline.NAME` lines to `/tmp/perf-PID.map`.
+//! - Eject, after the stop: [`unregister`] calls `__deregister_frame_info(eh_frame)`
+//!   and removes the perf map lines, keeping other tools' lines.
+//!
+//! A process without libgcc's unwinder (a plain C program without `libgcc_s`) has no
+//! in-process unwinder to feed: that is reported, not an error.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use trampolines::arena::{ArenaHeader, HookRecord, HEADER_LEN};
+use trampolines::unwind_area::{
+    unwind_area_of, UnwindArea, UnwindSlot, ARENA_HEADER_UNWIND_AT, FLAG_PERF_MAP, MAX_EH_FRAME,
+    UNWIND_HEADER_LEN, UNWIND_SLOT_LEN,
+};
+use trampolines::x86_64::{hook_eh_frame, HookCode, HookCodeRanges};
+
+use crate::error::Error;
+use crate::memory::{Memory, ProcessMemory};
+use crate::remote_call::RemoteCallError;
+use crate::session::Session;
+use crate::symbols::{FuncSpec, ProcessSymbols};
+
+/// How long one registration call may take before it is abandoned.
+pub const CALL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Threads tried before registration gives up.
+const MAX_THREADS_TRIED: usize = 3;
+
+/// libgcc's registration functions in the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unwinder {
+    /// Module holding them.
+    pub module: String,
+    /// `__register_frame_info`.
+    pub register: u64,
+    /// `__deregister_frame_info`.
+    pub deregister: u64,
+}
+
+/// One hook as registration needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnwindHook {
+    /// Function name.
+    pub name: String,
+    /// The arena's unwind area.
+    pub area: UnwindArea,
+    /// Slot index.
+    pub slot: u32,
+    /// Trampoline address and length.
+    pub trampoline: (u64, u32),
+    /// Relocated prologue address and length.
+    pub relocated: (u64, u32),
+}
+
+/// What [`register`] or [`unregister`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnwindReport {
+    /// Hooks whose `.eh_frame` is registered with (or was removed from) the in-process unwinder.
+    pub registered: usize,
+    /// The module providing the in-process unwinder, when there is one.
+    pub unwinder: Option<String>,
+    /// Why some hooks are not (un)registered, for logs and `list`.
+    pub notes: Vec<String>,
+    /// The perf map file written or cleaned.
+    pub perf_map: Option<PathBuf>,
+    /// The gdb symbol file describing the active hooks (`add-symbol-file PATH`), if any are left.
+    pub symbol_file: Option<PathBuf>,
+    /// Hooks linked into (or unlinked from) the target's GDB JIT descriptor.
+    pub gdb_jit: usize,
+    /// Time spent on all of it (after the stop; only a borrowed thread is held meanwhile).
+    pub elapsed: Duration,
+}
+
+/// The target's functions that other unwinders are fed through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unwinders {
+    /// libgcc's frame registration, when the process has libgcc's unwinder.
+    pub libgcc: Option<Unwinder>,
+    /// `dlopen`/`dlclose`, to load the GDB JIT helper.
+    pub loader: Option<crate::gdb_jit::Loader>,
+}
+
+/// Finds libgcc's registration functions and the dynamic loader's entry points.
+pub fn find_unwinders(symbols: &ProcessSymbols) -> Unwinders {
+    Unwinders {
+        libgcc: find_unwinder(symbols),
+        loader: crate::gdb_jit::find_loader(symbols),
+    }
+}
+
+/// Finds `__register_frame_info` / `__deregister_frame_info` (libgcc_s first, then any module).
+pub fn find_unwinder(symbols: &ProcessSymbols) -> Option<Unwinder> {
+    let find = |name: &str| {
+        symbols
+            .resolve(&FuncSpec::Qualified {
+                module: "libgcc_s".into(),
+                name: name.into(),
+            })
+            .or_else(|_| symbols.resolve(&FuncSpec::Name(name.into())))
+            .ok()
+    };
+    let register = find("__register_frame_info")?;
+    let deregister = find("__deregister_frame_info")?;
+    if register.module_path != deregister.module_path {
+        return None;
+    }
+    Some(Unwinder {
+        module: register.module_path,
+        register: register.addr,
+        deregister: deregister.addr,
+    })
+}
+
+/// Maps a new unwind area for `arena` (inside the stop) and points the arena header at it.
+pub fn create_area(
+    session: &mut Session,
+    mem: &dyn Memory,
+    arena: &ArenaHeader,
+) -> Result<UnwindArea, Error> {
+    let len = UnwindArea::new(0, arena.base, arena.capacity).len();
+    let base = session.remote_mmap(
+        0,
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    )?;
+    let area = UnwindArea::new(base, arena.base, arena.capacity);
+    mem.write(base, &area.encode_header())?;
+    mem.write(
+        arena.base + ARENA_HEADER_UNWIND_AT as u64,
+        &base.to_le_bytes(),
+    )?;
+    Ok(area)
+}
+
+/// The unwind area of `arena`, if it has a valid one.
+pub fn read_area(mem: &dyn Memory, arena: &ArenaHeader) -> Option<UnwindArea> {
+    let head = mem.read_vec(arena.base, HEADER_LEN).ok()?;
+    let at = unwind_area_of(&head);
+    if at == 0 {
+        return None;
+    }
+    let bytes = mem.read_vec(at, UNWIND_HEADER_LEN).ok()?;
+    UnwindArea::decode_header(at, arena.base, &bytes).ok()
+}
+
+/// The `.eh_frame` bytes for a generated hook, if they fit a slot.
+pub fn eh_frame_for(code: &HookCode) -> Result<Vec<u8>, String> {
+    let unwind = hook_eh_frame(&HookCodeRanges {
+        trampoline: code.trampoline.address,
+        trampoline_len: code.trampoline.code.len() as u32,
+        offsets: code.trampoline.offsets,
+        relocated: code.relocated.address,
+        relocated_code: &code.relocated.code,
+    })
+    .map_err(|e| e.to_string())?;
+    if unwind.eh_frame.len() > MAX_EH_FRAME {
+        return Err(format!(
+            ".eh_frame of {} bytes does not fit its {MAX_EH_FRAME}-byte slot",
+            unwind.eh_frame.len()
+        ));
+    }
+    Ok(unwind.eh_frame)
+}
+
+/// Writes a hook's unwind slot (inside the stop); `None` when its arena has no unwind area
+/// or the hook cannot be described.
+pub fn write_slot(
+    mem: &dyn Memory,
+    arena: &ArenaHeader,
+    code: &HookCode,
+) -> Result<Option<UnwindArea>, Error> {
+    let Some(area) = read_area(mem, arena) else {
+        return Ok(None);
+    };
+    let Ok(eh_frame) = eh_frame_for(code) else {
+        return Ok(None);
+    };
+    let slot = UnwindSlot {
+        registered: 0,
+        flags: 0,
+        eh_frame,
+    };
+    let bytes = slot.encode().map_err(|source| Error::Format {
+        addr: area.base,
+        source,
+    })?;
+    mem.write(area.slot_addr(code.slot), &bytes)?;
+    Ok(Some(area))
+}
+
+/// The hook described by `record` in slot `slot` of an arena whose unwind area is `area`.
+pub fn hook_of(area: UnwindArea, slot: u32, record: &HookRecord) -> UnwindHook {
+    UnwindHook {
+        name: record.name.clone(),
+        area,
+        slot,
+        trampoline: (record.trampoline, record.trampoline_len),
+        relocated: (record.relocated, record.relocated_len),
+    }
+}
+
+pub(crate) fn read_slot(mem: &dyn Memory, hook: &UnwindHook) -> Result<UnwindSlot, Error> {
+    let bytes = mem.read_vec(hook.area.slot_addr(hook.slot), UNWIND_SLOT_LEN)?;
+    UnwindSlot::decode(&bytes).map_err(|source| Error::Format {
+        addr: hook.area.base,
+        source,
+    })
+}
+
+fn set_registered(mem: &dyn Memory, hook: &UnwindHook, value: u64) -> Result<(), Error> {
+    mem.write(hook.area.slot_addr(hook.slot), &value.to_le_bytes())?;
+    Ok(())
+}
+
+pub(crate) fn set_flags(mem: &dyn Memory, hook: &UnwindHook, flags: u32) -> Result<(), Error> {
+    mem.write(hook.area.slot_addr(hook.slot) + 12, &flags.to_le_bytes())?;
+    Ok(())
+}
+
+/// Threads of `pid`, the best to borrow for a call first: those asleep in a system
+/// call other than `futex` or a memory-management one (unlikely to hold a user-space
+/// lock), then those running user code, then the rest.
+fn call_candidates(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![pid];
+    };
+    let mut tids: Vec<(u8, i32)> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .map(|tid| {
+            let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+                .unwrap_or_default();
+            let nr = syscall
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<i64>().ok());
+            // A thread waiting for a futex, or inside malloc's own mmap/brk, may hold a lock.
+            let risky = [
+                libc::SYS_futex,
+                libc::SYS_mmap,
+                libc::SYS_munmap,
+                libc::SYS_brk,
+                libc::SYS_mremap,
+                libc::SYS_madvise,
+                libc::SYS_mprotect,
+            ];
+            let rank = match nr {
+                Some(n) if risky.contains(&n) => 2,
+                Some(n) if n >= 0 => 0,
+                _ => 1,
+            };
+            (rank, tid)
+        })
+        .collect();
+    tids.sort();
+    tids.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Runs `call` for each hook on one borrowed thread, trying other threads when a call times out.
+pub(crate) fn with_borrowed_thread(
+    pid: i32,
+    mut call: impl FnMut(&mut Session, i32) -> Result<(), RemoteCallError>,
+) -> Result<(), String> {
+    let mut last = String::from("no thread could be stopped");
+    for tid in call_candidates(pid).into_iter().take(MAX_THREADS_TRIED) {
+        let mut session = match Session::attach_thread(pid, tid) {
+            Ok(s) => s,
+            Err(e) => {
+                last = e.to_string();
+                continue;
+            }
+        };
+        let result = call(&mut session, tid);
+        let detached = session.detach();
+        match result {
+            Ok(()) => return detached.map(drop).map_err(|e| e.to_string()),
+            Err(e @ RemoteCallError::TimedOut { .. }) => last = e.to_string(),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err(last)
+}
+
+/// Registers every hook's `.eh_frame` with the target's unwinder and writes perf map lines.
+///
+/// Never fails the install: what could not be done is described in the report's notes.
+pub fn register(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> UnwindReport {
+    let started = std::time::Instant::now();
+    let mut report = register_timed(pid, unwinders, hooks);
+    report.elapsed = started.elapsed();
+    report
+}
+
+fn register_timed(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> UnwindReport {
+    let unwinder = unwinders.libgcc.as_ref();
+    let mut report = UnwindReport {
+        unwinder: unwinder.map(|u| u.module.clone()),
+        ..Default::default()
+    };
+    if hooks.is_empty() {
+        return report;
+    }
+    let mem = match ProcessMemory::open(pid) {
+        Ok(m) => m,
+        Err(e) => {
+            report.notes.push(e.to_string());
+            return report;
+        }
+    };
+    sweep_stale_files();
+    perf_map_add(pid, &mem, hooks, &mut report);
+    refresh_symbol_file(pid, &mem, &mut report);
+    crate::gdb_jit::register(pid, &mem, unwinders.loader.as_ref(), hooks, &mut report);
+    let Some(unwinder) = unwinder else {
+        report.notes.push(
+            "no in-process unwinder to register with (the process has not loaded libgcc_s): \
+             C++ exceptions and backtrace() are not in use there"
+                .into(),
+        );
+        return report;
+    };
+    let todo: Vec<&UnwindHook> = hooks
+        .iter()
+        .filter(
+            |h| matches!(read_slot(&mem, h), Ok(s) if s.registered == 0 && !s.eh_frame.is_empty()),
+        )
+        .collect();
+    if todo.is_empty() {
+        return report;
+    }
+    let mut done = 0usize;
+    let outcome = with_borrowed_thread(pid, |session, tid| {
+        for hook in &todo[done..] {
+            session.remote_call(
+                tid,
+                unwinder.register,
+                "__register_frame_info",
+                &[
+                    hook.area.eh_frame_addr(hook.slot),
+                    hook.area.object_addr(hook.slot),
+                ],
+                CALL_TIMEOUT,
+            )?;
+            set_registered(&mem, hook, unwinder.deregister).map_err(|e| {
+                RemoteCallError::Session(crate::session::SessionError::Unexpected {
+                    tid,
+                    status: e.to_string(),
+                })
+            })?;
+            done += 1;
+        }
+        Ok(())
+    });
+    report.registered = done;
+    if let Err(e) = outcome {
+        report.notes.push(format!(
+            "{} of {} hooks not registered with {}: {e}",
+            todo.len() - done,
+            todo.len(),
+            unwinder.module
+        ));
+    }
+    report
+}
+
+/// Deregisters the hooks' `.eh_frame` from the target's unwinder and removes their perf map lines.
+pub fn unregister(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
+    let started = std::time::Instant::now();
+    let mut report = unregister_timed(pid, hooks);
+    report.elapsed = started.elapsed();
+    report
+}
+
+fn unregister_timed(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
+    let mut report = UnwindReport::default();
+    if hooks.is_empty() {
+        return report;
+    }
+    let mem = match ProcessMemory::open(pid) {
+        Ok(m) => m,
+        Err(e) => {
+            report.notes.push(e.to_string());
+            return report;
+        }
+    };
+    let todo: Vec<(&UnwindHook, u64)> = hooks
+        .iter()
+        .filter_map(|h| match read_slot(&mem, h) {
+            Ok(s) if s.registered != 0 => Some((h, s.registered)),
+            _ => None,
+        })
+        .collect();
+    let mut done = 0usize;
+    if !todo.is_empty() {
+        let outcome = with_borrowed_thread(pid, |session, tid| {
+            for (hook, deregister) in &todo[done..] {
+                let object = session.remote_call(
+                    tid,
+                    *deregister,
+                    "__deregister_frame_info",
+                    &[hook.area.eh_frame_addr(hook.slot)],
+                    CALL_TIMEOUT,
+                )?;
+                if object != hook.area.object_addr(hook.slot) {
+                    return Err(RemoteCallError::Session(
+                        crate::session::SessionError::Unexpected {
+                            tid,
+                            status: format!(
+                                "__deregister_frame_info returned 0x{object:x}, not our object 0x{:x}",
+                                hook.area.object_addr(hook.slot)
+                            ),
+                        },
+                    ));
+                }
+                let _ = set_registered(&mem, hook, 0);
+                done += 1;
+            }
+            Ok(())
+        });
+        if let Err(e) = outcome {
+            report
+                .notes
+                .push(format!("{} hooks still registered: {e}", todo.len() - done));
+        }
+    }
+    report.registered = done;
+    crate::gdb_jit::unregister(pid, &mem, hooks, &mut report);
+    perf_map_remove(pid, &mem, hooks, &mut report);
+    refresh_symbol_file(pid, &mem, &mut report);
+    report
+}
+
+/// Replaces `path` with `bytes` through a fresh temporary file `tmp` (never following a
+/// symbolic link planted in /tmp), so readers see the old or the new file, never a mix.
+pub(crate) fn replace_file(
+    path: &std::path::Path,
+    tmp: &std::path::Path,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let _ = std::fs::remove_file(tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(tmp)
+        .and_then(|mut f| f.write_all(bytes));
+    match written.and_then(|()| std::fs::rename(tmp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Path of the perf map file of `pid`.
+pub fn perf_map_path(pid: i32) -> PathBuf {
+    PathBuf::from(format!("/tmp/perf-{pid}.map"))
+}
+
+/// The perf map lines of one hook.
+pub fn perf_map_lines(hook: &UnwindHook) -> Vec<String> {
+    vec![
+        format!(
+            "{:x} {:x} argstash_trampoline.{}",
+            hook.trampoline.0, hook.trampoline.1, hook.name
+        ),
+        format!(
+            "{:x} {:x} argstash_prologue.{}",
+            hook.relocated.0, hook.relocated.1, hook.name
+        ),
+    ]
+}
+
+fn perf_map_add(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut UnwindReport) {
+    let path = perf_map_path(pid);
+    let mut text = String::new();
+    for hook in hooks {
+        for line in perf_map_lines(hook) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()));
+    match written {
+        Ok(()) => {
+            for hook in hooks {
+                if let Ok(s) = read_slot(mem, hook) {
+                    let _ = set_flags(mem, hook, s.flags | FLAG_PERF_MAP);
+                }
+            }
+            report.perf_map = Some(path);
+        }
+        Err(e) => report
+            .notes
+            .push(format!("cannot write {}: {e}", path.display())),
+    }
+}
+
+fn perf_map_remove(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut UnwindReport) {
+    let ours: Vec<&UnwindHook> = hooks
+        .iter()
+        .filter(|h| matches!(read_slot(mem, h), Ok(s) if s.flags & FLAG_PERF_MAP != 0))
+        .collect();
+    if ours.is_empty() {
+        return;
+    }
+    let path = perf_map_path(pid);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    let remove: Vec<String> = ours.iter().flat_map(|h| perf_map_lines(h)).collect();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !remove.iter().any(|r| r == l))
+        .collect();
+    let result = if kept.is_empty() {
+        std::fs::remove_file(&path)
+    } else {
+        let tmp = path.with_extension(format!("map.argstash-{}", std::process::id()));
+        replace_file(&path, &tmp, (kept.join("\n") + "\n").as_bytes())
+    };
+    match result {
+        Ok(()) => {
+            for hook in ours {
+                if let Ok(s) = read_slot(mem, hook) {
+                    let _ = set_flags(mem, hook, s.flags & !FLAG_PERF_MAP);
+                }
+            }
+            report.perf_map = Some(path);
+        }
+        Err(e) => report
+            .notes
+            .push(format!("cannot rewrite {}: {e}", path.display())),
+    }
+}
+
+/// Where one hook's unwind information is registered (for `list`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookUnwindStatus {
+    /// Function name.
+    pub name: String,
+    /// Arena address.
+    pub arena: u64,
+    /// Slot in the arena.
+    pub slot: u32,
+    /// The arena has an unwind area and the hook an `.eh_frame`.
+    pub described: bool,
+    /// Registered with the in-process unwinder (libgcc).
+    pub libgcc: bool,
+    /// Linked into the GDB JIT descriptor.
+    pub gdb_jit: bool,
+    /// Has lines in `/tmp/perf-PID.map`.
+    pub perf_map: bool,
+}
+
+/// Unwind status of every active hook of `pid`, and whether the process has libgcc's unwinder.
+pub fn list_status(pid: i32) -> Result<(Vec<HookUnwindStatus>, bool), Error> {
+    use trampolines::arena::HookState;
+    let maps = crate::maps::read_maps(pid).map_err(|source| Error::Proc {
+        path: format!("/proc/{pid}/maps"),
+        source,
+    })?;
+    let has_libgcc = maps.iter().any(|m| m.path.contains("libgcc_s"));
+    let mem = ProcessMemory::open(pid)?;
+    let mut out = Vec::new();
+    for a in crate::arena::discover(&maps, &mem)? {
+        let area = read_area(&mem, &a.header);
+        for (slot, r) in a.hooks().filter(|(_, r)| r.state == HookState::Active) {
+            let s = area
+                .and_then(|area| read_slot(&mem, &hook_of(area, slot, r)).ok())
+                .unwrap_or_default();
+            out.push(HookUnwindStatus {
+                name: r.name.clone(),
+                arena: a.header.base,
+                slot,
+                described: !s.eh_frame.is_empty(),
+                libgcc: s.registered != 0,
+                gdb_jit: s.flags & trampolines::unwind_area::FLAG_GDB_JIT != 0,
+                perf_map: s.flags & FLAG_PERF_MAP != 0,
+            });
+        }
+    }
+    Ok((out, has_libgcc))
+}
+
+/// Removes our /tmp files (symbol files, gdb helpers, perf maps with only our lines)
+/// left by processes that died hooked.
+///
+/// Only files whose process no longer exists are removed; a live process with that pid
+/// (even a reused one) keeps them.
+fn sweep_stale_files() {
+    let Ok(dir) = std::fs::read_dir("/tmp") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let pid = name
+            .strip_prefix("argstash-jit-")
+            .and_then(|r| r.strip_suffix(".so"))
+            .or_else(|| {
+                name.strip_prefix("argstash-")
+                    .and_then(|r| r.strip_suffix(".elf"))
+            })
+            .and_then(|p| p.parse::<u32>().ok());
+        // A perf map of a dead process holding nothing but our lines is ours too.
+        let perf_pid = name
+            .strip_prefix("perf-")
+            .and_then(|r| r.strip_suffix(".map"))
+            .and_then(|p| p.parse::<u32>().ok())
+            .filter(|_| {
+                std::fs::read_to_string(entry.path()).is_ok_and(|t| {
+                    t.lines().all(|l| {
+                        l.contains(" argstash_trampoline.") || l.contains(" argstash_prologue.")
+                    })
+                })
+            });
+        if let Some(pid) = pid.or(perf_pid) {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// Path of the gdb symbol file of `pid` (load it with `add-symbol-file PATH`).
+pub fn symbol_file_path(pid: i32) -> PathBuf {
+    PathBuf::from(format!("/tmp/argstash-{pid}.elf"))
+}
+
+/// Rewrites the gdb symbol file from the active hooks in the target (removes it when none are left).
+pub fn refresh_symbol_file(pid: i32, mem: &dyn Memory, report: &mut UnwindReport) {
+    use trampolines::arena::{HookState, SLOT_LEN};
+    use trampolines::symbol_file::{symbol_file, SymbolFileHook};
+    let path = symbol_file_path(pid);
+    let arenas = crate::maps::read_maps(pid)
+        .ok()
+        .and_then(|maps| crate::arena::discover(&maps, mem).ok())
+        .unwrap_or_default();
+    let mut hooks = Vec::new();
+    let mut eh_frame_addr = 0;
+    for a in &arenas {
+        let Some(area) = read_area(mem, &a.header) else {
+            continue;
+        };
+        for (slot, r) in a.hooks().filter(|(_, r)| r.state == HookState::Active) {
+            let Ok(s) = read_slot(mem, &hook_of(area, slot, r)) else {
+                continue;
+            };
+            if s.eh_frame.is_empty() {
+                continue;
+            }
+            if eh_frame_addr == 0 {
+                eh_frame_addr = area.eh_frame_addr(slot);
+            }
+            hooks.push(SymbolFileHook {
+                name: r.name.clone(),
+                code: (a.header.slot_addr(slot), SLOT_LEN as u64),
+                trampoline: (r.trampoline, u64::from(r.trampoline_len)),
+                relocated: (r.relocated, u64::from(r.relocated_len)),
+                eh_frame: s.eh_frame,
+            });
+        }
+    }
+    let result = if hooks.is_empty() {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    } else {
+        let tmp = path.with_extension(format!("elf.tmp{}", std::process::id()));
+        replace_file(&path, &tmp, &symbol_file(&hooks, eh_frame_addr))
+    };
+    match result {
+        Ok(()) => report.symbol_file = (!hooks.is_empty()).then_some(path),
+        Err(e) => report
+            .notes
+            .push(format!("cannot write {}: {e}", path.display())),
+    }
+}

@@ -1,0 +1,435 @@
+//! End-to-end: hooked frames stay unwindable by other unwinders.
+//!
+//! - libgcc (C++ exceptions): throws.cpp throws through hooked `relay` and `leaf`
+//!   1000 times and catches every exception; eject deregisters (libgcc hands back
+//!   exactly our object storage) and exceptions still work.
+//! - perf: `/tmp/perf-PID.map` gets `argstash_trampoline.NAME` lines at inject, and
+//!   loses exactly those at eject; `perf record --call-graph dwarf` names the
+//!   trampoline frame above a hooked function.
+//! - gdb: plain `gdb -batch -p PID -ex bt` (through the GDB JIT interface), and gdb
+//!   with `add-symbol-file /tmp/argstash-PID.elf`, unwind from a hooked function
+//!   through its trampoline and the hooked caller down to `main`; eject unloads
+//!   the JIT helper and removes the files.
+//! - A plain C program without libgcc_s: the install says there is no in-process
+//!   unwinder to feed, and succeeds.
+//! - Remote calls: a call that blocks is interrupted after its time limit and the
+//!   thread restored exactly; the process runs on unharmed.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use argstash_tests::*;
+
+const LINE: Duration = Duration::from_secs(20);
+
+/// Compiles tests/fixtures/throws.cpp at -O2 with `c++` (cached by content).
+fn build_throws() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_throws_uncached).clone()
+}
+
+fn build_throws_uncached() -> PathBuf {
+    let src = fixtures_dir().join("throws.cpp");
+    let text = fs::read(&src).expect("read throws.cpp");
+    let hash = text.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let out = fixture_cache_dir().join(format!("throws-O2-{hash:016x}"));
+    if out.is_file() {
+        return out;
+    }
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    let status = Command::new("c++")
+        .args(["-O2", "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .status()
+        .expect("cannot run c++ (run scripts/setup.sh)");
+    assert!(status.success(), "c++ failed to build throws.cpp");
+    if fs::rename(&tmp, &out).is_err() {
+        // Another test process finished first; theirs is identical.
+        let _ = fs::remove_file(&tmp);
+    }
+    out
+}
+
+fn perf_map(pid: i32) -> PathBuf {
+    PathBuf::from(format!("/tmp/perf-{pid}.map"))
+}
+
+fn perf_map_lines(pid: i32) -> Vec<String> {
+    fs::read_to_string(perf_map(pid))
+        .map(|t| t.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// `(function, trampoline)` of every active hook, from `list --json`.
+fn active_trampolines(pid: i32) -> Vec<(String, u64)> {
+    let v = run_json(&["list", "--pid", &pid.to_string(), "--json"]);
+    v["hooks"]
+        .as_array()
+        .expect("hooks array")
+        .iter()
+        .filter(|h| h["state"] == "active")
+        .map(|h| {
+            (
+                h["function"].as_str().unwrap().to_string(),
+                json_hex(&h["trampoline"]),
+            )
+        })
+        .collect()
+}
+
+fn throw_round(t: &mut Target, n: u32) {
+    t.write_stdin(&format!("throw {n}\n"));
+    let line = t.wait_for_line(LINE, |l| l.starts_with("thrown"));
+    assert_eq!(
+        line,
+        format!("thrown {n} caught {n}"),
+        "{}",
+        t.stderr_text()
+    );
+    t.assert_healthy();
+}
+
+#[test]
+fn cpp_exceptions_cross_hooked_frames_and_eject_undoes_registration() {
+    let exe = build_throws();
+    let mut t = Target::spawn(&exe);
+    let pid = t.pid().to_string();
+    throw_round(&mut t, 10);
+    // A line another tool (a JIT) wrote must survive our inject and eject.
+    let map = perf_map(t.pid());
+    fs::write(&map, "1000 10 other_tool_symbol\n").unwrap();
+
+    let out = run_ok(&["inject", "--pid", &pid, "--func", "relay", "--func", "leaf"]);
+    assert!(
+        out.contains("unwind info registered with")
+            && out.contains("libgcc_s")
+            && out.contains("for 2 hooks"),
+        "{out}"
+    );
+    let lines = perf_map_lines(t.pid());
+    assert_eq!(lines[0], "1000 10 other_tool_symbol");
+    for (name, trampoline) in active_trampolines(t.pid()) {
+        let prefix = format!("{trampoline:x} ");
+        let line = lines
+            .iter()
+            .find(|l| l.ends_with(&format!(" argstash_trampoline.{name}")))
+            .unwrap_or_else(|| panic!("no perf map line for {name}: {lines:?}"));
+        assert!(
+            line.starts_with(&prefix),
+            "{line} does not start at 0x{trampoline:x}"
+        );
+        assert!(lines
+            .iter()
+            .any(|l| l.ends_with(&format!(" argstash_prologue.{name}"))));
+    }
+
+    let list = run_ok(&["list", "--pid", &pid]);
+    for name in ["relay", "leaf"] {
+        assert!(
+            list.lines().any(|l| l.starts_with("unwind")
+                && l.contains(name)
+                && l.contains("libgcc yes")
+                && l.contains("gdb JIT yes")
+                && l.contains("perf map yes")),
+            "{list}"
+        );
+    }
+    // Each exception unwinds leaf, leaf's trampoline, relay, relay's trampoline.
+    throw_round(&mut t, 1000);
+
+    let out = run_ok(&["eject", "--pid", &pid, "--all"]);
+    assert!(out.contains("unwind info removed for 2 hooks"), "{out}");
+    assert!(!out.contains("note:"), "{out}");
+    assert_eq!(
+        perf_map_lines(t.pid()),
+        vec!["1000 10 other_tool_symbol".to_string()]
+    );
+    assert!(
+        !maps(t.pid())
+            .iter()
+            .any(|m| m.path.contains("argstash-jit")),
+        "eject unloads the gdb JIT helper"
+    );
+    throw_round(&mut t, 1000);
+
+    // Hook again (the ejected slots keep their registration off) and eject one by one.
+    run_ok(&["inject", "--pid", &pid, "--func", "relay"]);
+    throw_round(&mut t, 100);
+    let out = run_ok(&["eject", "--pid", &pid, "--func", "relay"]);
+    assert!(out.contains("unwind info removed for 1 hooks"), "{out}");
+    assert_eq!(
+        perf_map_lines(t.pid()),
+        vec!["1000 10 other_tool_symbol".to_string()]
+    );
+    fs::remove_file(&map).unwrap();
+    throw_round(&mut t, 10);
+}
+
+#[test]
+fn plain_c_program_without_libgcc_is_hooked_and_told_so() {
+    let mut t = Target::start("seed", Variant::default());
+    let pid = t.pid().to_string();
+    let has_libgcc = maps(t.pid()).iter().any(|m| m.path.contains("libgcc_s"));
+    let out = run_ok(&["inject", "--pid", &pid, "--func", "bar"]);
+    if has_libgcc {
+        println!("SKIP part: this seed build loads libgcc_s");
+    } else {
+        assert!(out.contains("no in-process unwinder"), "{out}");
+    }
+    assert!(perf_map_lines(t.pid())
+        .iter()
+        .any(|l| l.ends_with(" argstash_trampoline.bar")));
+    let list = run_ok(&["list", "--pid", &pid]);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("unwind") && l.contains("bar") && l.contains("libgcc no")),
+        "{list}"
+    );
+    if !has_libgcc {
+        assert!(list.contains("no in-process unwinder"), "{list}");
+    }
+    let out = run_ok(&["eject", "--pid", &pid, "--all"]);
+    assert!(!out.contains("note:"), "{out}");
+    assert!(!perf_map(t.pid()).exists(), "our perf map file is removed");
+    t.wait_for_line(LINE, |l| l.starts_with("iter"));
+    t.assert_healthy();
+}
+
+fn perf_usable() -> Option<String> {
+    let probe = Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-o", "/dev/null", "--", "true"])
+        .output();
+    match probe {
+        Err(e) => Some(format!("perf is not installed ({e})")),
+        Ok(o) if !o.status.success() => Some(format!(
+            "perf cannot record here: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Ok(_) => None,
+    }
+}
+
+#[test]
+fn perf_names_trampoline_frames_from_the_perf_map() {
+    if let Some(why) = perf_usable() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let exe = build_throws();
+    let mut t = Target::spawn(&exe);
+    let pid = t.pid().to_string();
+    run_ok(&["inject", "--pid", &pid, "--func", "relay", "--func", "leaf"]);
+    t.write_stdin("spin\n");
+    let dir = std::env::temp_dir().join(format!("argstash-perf-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let data = dir.join("perf.data");
+    let rec = Command::new("perf")
+        .args([
+            "record",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "499",
+            "--call-graph",
+            "dwarf",
+            "-p",
+            &pid,
+            "-o",
+        ])
+        .arg(&data)
+        .args(["--", "sleep", "1"])
+        .output()
+        .expect("run perf record");
+    assert!(
+        rec.status.success(),
+        "perf record: {}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let script = Command::new("perf")
+        .args(["script", "-F", "ip,sym", "-i"])
+        .arg(&data)
+        .output()
+        .expect("run perf script");
+    let _ = fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&script.stdout);
+    let samples: Vec<&str> = text.split("\n\n").filter(|s| s.contains(" leaf")).collect();
+    assert!(samples.len() >= 20, "too few samples in leaf: {text:.2000}");
+    // The frame above leaf is its trampoline, named from /tmp/perf-PID.map.
+    let named = samples
+        .iter()
+        .filter(|s| {
+            let frames: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            let leaf = frames.iter().position(|f| f.ends_with(" leaf"));
+            matches!(leaf, Some(i) if frames.get(i + 1).is_some_and(|f| f.ends_with(" argstash_trampoline.leaf")))
+        })
+        .count();
+    assert!(
+        named * 2 > samples.len(),
+        "only {named} of {} samples in leaf name the trampoline above it:\n{}",
+        samples.len(),
+        samples.first().unwrap_or(&"")
+    );
+    t.assert_healthy();
+    run_ok(&["eject", "--pid", &pid, "--all"]);
+}
+
+#[test]
+fn gdb_attach_and_bt_unwinds_through_trampolines_to_main() {
+    if Command::new("gdb").arg("--version").output().is_err() {
+        println!("SKIP: gdb is not installed");
+        return;
+    }
+    let mut t = Target::start("seed", Variant::default());
+    let pid = t.pid().to_string();
+    let out = run_ok(&["inject", "--pid", &pid, "--func", "bar", "--func", "foo"]);
+    assert!(
+        out.contains("gdb JIT interface: registered 2 hooks"),
+        "{out}"
+    );
+    let file = format!("/tmp/argstash-{pid}.elf");
+    assert!(out.contains(&format!("add-symbol-file {file}")), "{out}");
+    let helper = format!("/tmp/argstash-jit-{pid}.so");
+    assert!(
+        maps(t.pid()).iter().any(|m| m.path == helper),
+        "helper loaded"
+    );
+    t.wait_for_line(LINE, |l| l.starts_with("iter"));
+    // Exactly what a user types: gdb finds the hooks through its JIT interface.
+    check_gdb_chain(&gdb_bt(&pid, &[]));
+    // The symbol file works for a gdb told about it.
+    check_gdb_chain(&gdb_bt(&pid, &[&format!("add-symbol-file {file}")]));
+
+    let out = run_ok(&["eject", "--pid", &pid, "--all"]);
+    assert!(out.contains("gdb JIT interface: removed 2 hooks"), "{out}");
+    assert!(
+        !std::path::Path::new(&file).exists(),
+        "eject removes {file}"
+    );
+    assert!(
+        !std::path::Path::new(&helper).exists(),
+        "eject removes {helper}"
+    );
+    assert!(
+        !maps(t.pid())
+            .iter()
+            .any(|m| m.path.contains("argstash-jit")),
+        "eject unloads the helper"
+    );
+    let text = gdb_bt(&pid, &[]);
+    assert!(!text.contains("argstash_trampoline"), "{text}");
+    t.wait_for_line(LINE, |l| l.starts_with("iter"));
+    t.assert_healthy();
+}
+
+/// `gdb -batch -p PID [-ex BEFORE...] -ex bt`: stdout and stderr.
+fn gdb_bt(pid: &str, before: &[&str]) -> String {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["60", "gdb", "-nx", "-batch", "-p", pid]);
+    for c in before {
+        cmd.args(["-ex", c]);
+    }
+    let gdb = cmd.args(["-ex", "bt"]).output().expect("run gdb");
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&gdb.stdout),
+        String::from_utf8_lossy(&gdb.stderr)
+    )
+}
+
+/// bar, its trampoline, foo, its trampoline, main: consecutive frames of gdb's bt.
+fn check_gdb_chain(text: &str) {
+    let frames: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
+    let at = |needle: &str| {
+        frames
+            .iter()
+            .position(|f| f.contains(needle))
+            .unwrap_or_else(|| panic!("no frame with {needle:?} in gdb's bt:\n{text}"))
+    };
+    let bar = at(" bar (");
+    let expected = [
+        " bar (",
+        "argstash_trampoline",
+        " foo (",
+        "argstash_trampoline",
+        " main (",
+    ];
+    for (i, needle) in expected.iter().enumerate() {
+        assert!(
+            frames.get(bar + i).is_some_and(|f| f.contains(needle)),
+            "frame #{} should contain {needle:?}:\n{text}",
+            bar + i
+        );
+    }
+}
+
+#[test]
+fn blocked_remote_call_times_out_and_restores_the_thread() {
+    use injector::session::Session;
+    let exe = build_throws();
+    let mut t = Target::spawn(&exe);
+    throw_round(&mut t, 5);
+    let pause = runtime_addr_in(t.pid(), "libc.so.6", "pause");
+    let mut s = Session::attach_thread(t.pid(), t.pid()).expect("attach");
+    let before = s.regs(t.pid()).unwrap();
+    let xstate_before = xstate(t.pid());
+    let err = s
+        .remote_call(t.pid(), pause, "pause", &[], Duration::from_millis(200))
+        .expect_err("pause never returns");
+    assert!(
+        matches!(err, injector::remote_call::RemoteCallError::TimedOut { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("did not return within"), "{err}");
+    let after = s.regs(t.pid()).unwrap();
+    assert!(
+        xstate_before == xstate(t.pid()),
+        "vector and x87 state restored exactly"
+    );
+    assert_eq!(
+        format!("{before:?}"),
+        format!("{after:?}"),
+        "registers restored exactly"
+    );
+    s.detach().unwrap();
+    throw_round(&mut t, 5);
+}
+
+/// Runtime address of `name` in the loaded module named `module` (as argstash resolves it).
+fn runtime_addr_in(pid: i32, module: &str, name: &str) -> u64 {
+    use injector::symbols::{FuncSpec, ProcessSymbols};
+    let maps = injector::maps::read_maps(pid).expect("maps");
+    let symbols = ProcessSymbols::load(pid, &maps).expect("symbols");
+    symbols
+        .resolve(&FuncSpec::Qualified {
+            module: module.into(),
+            name: name.into(),
+        })
+        .unwrap_or_else(|e| panic!("{module}!{name}: {e}"))
+        .addr
+}
+
+/// The thread's XSAVE area (`PTRACE_GETREGSET NT_X86_XSTATE`; this thread is its tracer).
+fn xstate(tid: i32) -> Vec<u8> {
+    let mut buf = vec![0u8; 1 << 14];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: the kernel writes at most iov_len bytes into buf, alive for the call.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETREGSET,
+            tid,
+            0x202usize as *mut libc::c_void,
+            &mut iov as *mut libc::iovec as *mut libc::c_void,
+        )
+    };
+    assert_eq!(r, 0, "PTRACE_GETREGSET NT_X86_XSTATE");
+    buf.truncate(iov.iov_len);
+    buf
+}
