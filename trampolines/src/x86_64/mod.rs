@@ -8,6 +8,7 @@ pub use emit::{
     emit_trampoline, jump_patch, Trampoline, TrampolineOffsets, TrampolineSpec, ENDBR64,
 };
 pub use frame::{
+    LAYOUT_VERSION_XMM, XMM_AREA_LEN, XMM_ARGS,
     StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, MAX_STACK_WORDS,
     STASHED_REGS, STASH_MARKER,
 };
