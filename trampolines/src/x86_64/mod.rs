@@ -3,6 +3,8 @@
 pub mod emit;
 pub mod frame;
 pub mod relocate;
+pub mod stack_reads;
+pub mod sysv;
 
 pub use emit::{
     emit_trampoline, jump_patch, Trampoline, TrampolineOffsets, TrampolineSpec, ENDBR64,
@@ -15,3 +17,5 @@ pub use frame::{
 pub use relocate::{plan_patch, PatchPlan, RelocatedPrologue, JMP_REL32_LEN, MAX_PATCH_LEN};
 pub mod hook;
 pub use hook::{build_hook, HookCode, HookMeta, RELOCATED_OFFSET};
+pub use stack_reads::{analyse_stack_reads, StackReads, Unsure};
+pub use sysv::{place_arguments, ArgLocation, ArgPlacement, Field, ParamType, Signature};
