@@ -25,8 +25,21 @@ use crate::symbols::{FuncSpec, ProcessSymbols, Resolved};
 /// Options for [`install`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InstallOptions {
-    /// Incoming stack words to copy for callees that read stack-passed arguments.
+    /// Incoming stack words to copy for callees that read stack-passed arguments;
+    /// 0 (unless `force_stack_words`) lets each function's code (or, later, its
+    /// signature) decide, see [`crate::abi`].
     pub stack_words: u16,
+    /// Copy exactly `stack_words` even when it is 0 (the user said `--stack-args 0`).
+    pub force_stack_words: bool,
+    /// Stash xmm0-xmm7 for every hooked function (`--float-args`).
+    pub float_args: bool,
+}
+
+impl InstallOptions {
+    /// The window the user asked for, if any.
+    pub fn requested_window(&self) -> Option<u16> {
+        (self.stack_words > 0 || self.force_stack_words).then_some(self.stack_words)
+    }
 }
 
 /// One hook as reported to callers.
@@ -50,6 +63,10 @@ pub struct HookInfo {
     pub slot: u32,
     /// Copied stack words.
     pub stack_words: u16,
+    /// The function is variadic (its window is the configured size, not a measurement).
+    pub variadic: bool,
+    /// The stash frame holds xmm0-xmm7 too.
+    pub xmm: bool,
     /// Lifecycle state.
     pub state: HookState,
     /// Install time, Unix nanoseconds.
@@ -68,6 +85,8 @@ impl HookInfo {
             arena: arena.base,
             slot,
             stack_words: r.stack_words,
+            variadic: r.variadic,
+            xmm: r.xmm,
             state: r.state,
             installed_ns: r.installed_ns,
         }
@@ -141,6 +160,7 @@ pub fn list(pid: i32) -> Result<Vec<HookInfo>, Error> {
 struct Planned {
     resolved: Resolved,
     plan: PatchPlan,
+    window: crate::abi::WindowPlan,
     module_range: Range<u64>,
     target: ArenaChoice,
     code: Option<HookCode>,
@@ -189,7 +209,6 @@ pub fn install(
     let mem = ProcessMemory::open(pid)?;
     let symbols = ProcessSymbols::load(pid, &maps)?;
     let mut arenas = discover(&maps, &mem)?;
-    let layout = StashLayout::new(opts.stack_words);
 
     // Resolve and analyse every function.
     let mut planned: Vec<Planned> = Vec::new();
@@ -220,6 +239,19 @@ pub fn install(
             function: label.clone(),
             source,
         })?;
+        let verdict = crate::abi::analyse_code(&mem, &symbols, resolved.addr, resolved.size)?;
+        let window =
+            crate::abi::decide_window(opts.requested_window(), None, &verdict, opts.float_args)
+                .map_err(|refusal| match refusal {
+                    crate::abi::WindowRefusal::Unsure(reason) => Error::StackWindowUnknown {
+                        function: label.clone(),
+                        reason,
+                    },
+                    crate::abi::WindowRefusal::TooLarge(words) => Error::StackWindowTooLarge {
+                        function: label.clone(),
+                        words,
+                    },
+                })?;
         let module_range = symbols
             .module_for(resolved.addr)
             .map(|m| m.range.clone())
@@ -227,6 +259,7 @@ pub fn install(
         planned.push(Planned {
             resolved,
             plan,
+            window,
             module_range,
             target: ArenaChoice::Existing(0, 0),
             code: None,
@@ -296,7 +329,9 @@ pub fn install(
             module: p.resolved.module_path.clone(),
             function_size: p.resolved.size,
             installed_ns,
+            variadic: p.window.variadic,
         };
+        let layout = StashLayout::new(p.window.words).with_xmm(p.window.xmm);
         build_hook(&p.plan, header, slot, layout, &meta).map_err(|source| Error::Codegen {
             function: p.label(),
             source,

@@ -345,7 +345,11 @@ fn bench_call() {
                 CallCond::Hooked8 => Some(8),
             };
             if let Some(stack_words) = words {
-                let r = install(pid, &work, &InstallOptions { stack_words })
+                let r = install(pid, &work, &InstallOptions {
+                        stack_words,
+                        force_stack_words: true,
+                        ..InstallOptions::default()
+                    })
                     .unwrap_or_else(|e| panic!("install work: {e}"));
                 stops.push(us(r.stopped));
             }

@@ -67,7 +67,7 @@ impl fmt::Display for Unsure {
         match self {
             Unsure::AddressTaken { at } => write!(
                 f,
-                "the instruction at 0x{at:x} takes the address of its incoming stack arguments, so how many it reads is unknown"
+                "the instruction at 0x{at:x} takes the address of an incoming stack argument"
             ),
             Unsure::UnknownHeight { at } => write!(
                 f,
