@@ -225,6 +225,14 @@ fn code_analysis_of_the_compiled_fixture() {
         }
         let v = reads("vsum");
         assert!(v.variadic, "vsum {variant}: {v:?}");
+        // A variadic function that reads only longs has no xmm save area.
+        let bench = build("bench_args", variant);
+        let s = symbol(&bench, "va").unwrap();
+        let va = analyse_stack_reads(s.addr, &function_bytes(&bench, "va"));
+        assert!(va.variadic, "bench_args va {variant}: {va:?}");
+        let s = symbol(&bench, "s10").unwrap();
+        let s10 = analyse_stack_reads(s.addr, &function_bytes(&bench, "s10"));
+        assert_eq!((s10.words, s10.unsure), (4, None), "bench_args s10 {variant}");
         let q = reads("quad_ref");
         assert!(
             matches!(q.unsure, Some(Unsure::AddressTaken { .. })),

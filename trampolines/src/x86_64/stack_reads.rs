@@ -450,6 +450,44 @@ fn has_variadic_save(instructions: &BTreeMap<u64, Instruction>) -> bool {
     test_al && saved.iter().all(|s| *s)
 }
 
+/// True for a `va_start` register-save area without the xmm part (gcc omits it when
+/// only integers are read): the last two or more integer argument registers, up to
+/// r9, stored to consecutive stack slots.
+fn has_integer_save_area(instructions: &BTreeMap<u64, Instruction>) -> bool {
+    const REGS: [Register; 6] = [
+        Register::RDI,
+        Register::RSI,
+        Register::RDX,
+        Register::RCX,
+        Register::R8,
+        Register::R9,
+    ];
+    let mut slot: [Option<(Register, i64)>; 6] = [None; 6];
+    for ins in instructions.values() {
+        if ins.mnemonic() == Mnemonic::Mov
+            && ins.op_count() == 2
+            && ins.op_kind(0) == OpKind::Memory
+            && ins.op_kind(1) == OpKind::Register
+            && matches!(ins.memory_base(), Register::RSP | Register::RBP)
+            && ins.memory_index() == Register::None
+        {
+            if let Some(i) = REGS.iter().position(|r| *r == ins.op1_register()) {
+                if slot[i].is_none() {
+                    slot[i] = Some((ins.memory_base(), ins.memory_displacement64() as i64));
+                }
+            }
+        }
+    }
+    let Some((base, r9_at)) = slot[5] else {
+        return false;
+    };
+    let consecutive = (0..5)
+        .rev()
+        .take_while(|&i| slot[i] == Some((base, r9_at - 8 * (5 - i as i64))))
+        .count();
+    consecutive >= 1
+}
+
 /// Analyses the function whose code (its symbol's bytes) starts at `entry`.
 pub fn analyse_stack_reads(entry: u64, code: &[u8]) -> StackReads {
     let mut w = Walker {
@@ -478,7 +516,10 @@ pub fn analyse_stack_reads(entry: u64, code: &[u8]) -> StackReads {
     }
     StackReads {
         words: u16::try_from(w.words).unwrap_or(u16::MAX),
-        variadic: has_variadic_save(&instructions),
+        // va_start also takes the address of the incoming words (overflow_arg_area).
+        variadic: has_variadic_save(&instructions)
+            || (matches!(w.unsure, Some(Unsure::AddressTaken { .. }))
+                && has_integer_save_area(&instructions)),
         unsure: w.unsure,
         tail_calls: w.tail_calls,
         indirect_jumps,
@@ -741,6 +782,34 @@ mod tests {
         let r = analyse_stack_reads(AT, &code);
         assert!(r.variadic, "{r:?}");
         assert!(matches!(r.unsure, Some(Unsure::AddressTaken { .. })));
+    }
+
+    #[test]
+    fn integer_only_va_start_is_recognised() {
+        // gcc -O2 for a variadic function that reads only longs: no xmm saves.
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; lea rax, [rsp + 8]
+                ; mov [rsp - 0x28], rsi
+                ; mov [rsp - 0x40], rax
+                ; mov [rsp - 0x20], rdx
+                ; mov [rsp - 0x18], rcx
+                ; mov [rsp - 0x10], r8
+                ; mov [rsp - 8], r9
+                ; ret
+            )
+        });
+        assert!(analyse_stack_reads(AT, &code).variadic);
+        // A spill of r9 alone next to an address-taken argument is not enough.
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; lea rax, [rsp + 8]
+                ; mov [rsp - 8], r9
+                ; mov [rsp - 0x30], r8
+                ; ret
+            )
+        });
+        assert!(!analyse_stack_reads(AT, &code).variadic);
     }
 
     #[test]
