@@ -231,6 +231,9 @@ mod tests {
         });
         // Even where the code alone is unsure, the signature bounds the window.
         let p = decide_window(None, Some(&sig), &verdict(0, false, true), false).unwrap();
-        assert_eq!((p.words, p.xmm, p.source), (1, true, WindowSource::Signature));
+        assert_eq!(
+            (p.words, p.xmm, p.source),
+            (1, true, WindowSource::Signature)
+        );
     }
 }

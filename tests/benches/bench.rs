@@ -348,12 +348,16 @@ fn bench_call() {
                 CallCond::Hooked8 => Some(8),
             };
             if let Some(stack_words) = words {
-                let r = install(pid, &work, &InstallOptions {
+                let r = install(
+                    pid,
+                    &work,
+                    &InstallOptions {
                         stack_words,
                         force_stack_words: true,
                         ..InstallOptions::default()
-                    })
-                    .unwrap_or_else(|e| panic!("install work: {e}"));
+                    },
+                )
+                .unwrap_or_else(|e| panic!("install work: {e}"));
                 stops.push(us(r.stopped));
             }
             let m = measure_calls(&mut t, ROUNDS);
@@ -463,7 +467,9 @@ fn measure_shape(t: &mut Target, shape: &str, rounds: usize) -> Vec<(f64, f64)> 
 }
 
 fn bench_args() {
-    println!("\n## 1c. Arguments beyond the registers (bench_args.c: SHAPE hooked, SHAPE_plain never)\n");
+    println!(
+        "\n## 1c. Arguments beyond the registers (bench_args.c: SHAPE hooked, SHAPE_plain never)\n"
+    );
     let mut t = Target::start("bench_args", Variant::O2G);
     let pid = t.pid();
     // (label, shape, install options; None = unhooked calibration of that shape)
@@ -476,7 +482,11 @@ fn bench_args() {
         ("r6 unhooked", "r6", None),
         ("r6 hooked (6 register args, window 0)", "r6", Some(auto)),
         ("s10 unhooked", "s10", None),
-        ("s10 hooked (10 args, window 4 from code)", "s10", Some(auto)),
+        (
+            "s10 hooked (10 args, window 4 from code)",
+            "s10",
+            Some(auto),
+        ),
         ("va unhooked", "va", None),
         ("va hooked (variadic, window 8)", "va", Some(auto)),
         ("fl unhooked", "fl", None),
@@ -497,7 +507,8 @@ fn bench_args() {
             let (_, shape, opts) = conds[ci];
             let spec = [FuncSpec::parse(shape)];
             if let Some(opts) = opts {
-                let r = install(pid, &spec, &opts).unwrap_or_else(|e| panic!("install {shape}: {e}"));
+                let r =
+                    install(pid, &spec, &opts).unwrap_or_else(|e| panic!("install {shape}: {e}"));
                 let h = &r.hooks[0];
                 windows[ci] = format!(
                     "{}{}{}",
@@ -555,7 +566,11 @@ fn bench_args() {
         };
         table.row(vec![
             label.to_string(),
-            if opts.is_some() { windows[ci].clone() } else { "-".to_string() },
+            if opts.is_some() {
+                windows[ci].clone()
+            } else {
+                "-".to_string()
+            },
             rounds[ci].len().to_string(),
             format!("{:.2}", median(&w)),
             format!("{:.2}", median(&p)),

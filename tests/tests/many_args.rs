@@ -66,14 +66,22 @@ fn arg<'a>(frame: &'a Value, register: &str) -> &'a Value {
 
 fn check_regs(frame: &Value, values: &[u64]) {
     for (reg, want) in ["rdi", "rsi", "rdx", "rcx", "r8", "r9"].iter().zip(values) {
-        assert_eq!(arg(frame, reg)["value"].as_u64(), Some(*want), "{reg}: {frame:#}");
+        assert_eq!(
+            arg(frame, reg)["value"].as_u64(),
+            Some(*want),
+            "{reg}: {frame:#}"
+        );
     }
 }
 
 fn check_stack(frame: &Value, values: &[u64]) {
     for (i, want) in values.iter().enumerate() {
         let reg = format!("stack+{}", 8 * (i + 1));
-        assert_eq!(arg(frame, &reg)["value"].as_u64(), Some(*want), "{reg}: {frame:#}");
+        assert_eq!(
+            arg(frame, &reg)["value"].as_u64(),
+            Some(*want),
+            "{reg}: {frame:#}"
+        );
     }
 }
 
@@ -221,7 +229,11 @@ fn code_analysis_of_the_compiled_fixture() {
         };
         for (name, words) in [("ten", 4), ("by_struct", 4), ("dmix", 1), ("vsum_list", 0)] {
             let r = reads(name);
-            assert_eq!((r.words, &r.unsure, r.variadic), (words, &None, false), "{name} {variant}: {r:?}");
+            assert_eq!(
+                (r.words, &r.unsure, r.variadic),
+                (words, &None, false),
+                "{name} {variant}: {r:?}"
+            );
         }
         let v = reads("vsum");
         assert!(v.variadic, "vsum {variant}: {v:?}");
@@ -232,7 +244,11 @@ fn code_analysis_of_the_compiled_fixture() {
         assert!(va.variadic, "bench_args va {variant}: {va:?}");
         let s = symbol(&bench, "s10").unwrap();
         let s10 = analyse_stack_reads(s.addr, &function_bytes(&bench, "s10"));
-        assert_eq!((s10.words, s10.unsure), (4, None), "bench_args s10 {variant}");
+        assert_eq!(
+            (s10.words, s10.unsure),
+            (4, None),
+            "bench_args s10 {variant}"
+        );
         let q = reads("quad_ref");
         assert!(
             matches!(q.unsure, Some(Unsure::AddressTaken { .. })),

@@ -308,7 +308,10 @@ mod tests {
                 assert_eq!(l.stack_word_offset(0), -(l.call_sp_offset() as i64));
                 if xmm {
                     // The xmm area ends just below r10 and is 16-byte aligned.
-                    assert_eq!(l.xmm_offset(7) + 16, StashLayout::reg_offset(StashedReg::R10));
+                    assert_eq!(
+                        l.xmm_offset(7) + 16,
+                        StashLayout::reg_offset(StashedReg::R10)
+                    );
                     assert_eq!(l.xmm_offset(0) % 16, 0);
                     if n > 0 {
                         assert!(l.stack_word_offset(n - 1) + 8 <= l.xmm_offset(0));
@@ -374,7 +377,10 @@ mod tests {
             bytes[at..at + v.len()].copy_from_slice(v);
         };
         put(MARKER_OFFSET, &STASH_MARKER.to_le_bytes());
-        put(StashLayout::reg_offset(StashedReg::Rdi), &7u64.to_le_bytes());
+        put(
+            StashLayout::reg_offset(StashedReg::Rdi),
+            &7u64.to_le_bytes(),
+        );
         put(l.stack_word_offset(0), &9u64.to_le_bytes());
         for i in 0..XMM_ARGS as u8 {
             let v = (f64::from(i) + 0.5).to_bits() as u128 | (u128::from(i) << 64);

@@ -10,9 +10,8 @@ pub use emit::{
     emit_trampoline, jump_patch, Trampoline, TrampolineOffsets, TrampolineSpec, ENDBR64,
 };
 pub use frame::{
-    LAYOUT_VERSION_XMM, XMM_AREA_LEN, XMM_ARGS,
-    StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, MAX_STACK_WORDS,
-    STASHED_REGS, STASH_MARKER,
+    StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, LAYOUT_VERSION_XMM,
+    MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER, XMM_AREA_LEN, XMM_ARGS,
 };
 pub use relocate::{plan_patch, PatchPlan, RelocatedPrologue, JMP_REL32_LEN, MAX_PATCH_LEN};
 pub mod hook;

@@ -105,7 +105,7 @@ pub struct ArgPlacement {
 /// Classes of one eightbyte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
-    NoClass,
+    Unused,
     Integer,
     Sse,
     Memory,
@@ -115,7 +115,7 @@ impl Class {
     fn merge(a: Class, b: Class) -> Class {
         match (a, b) {
             (x, y) if x == y => x,
-            (Class::NoClass, x) | (x, Class::NoClass) => x,
+            (Class::Unused, x) | (x, Class::Unused) => x,
             (Class::Memory, _) | (_, Class::Memory) => Class::Memory,
             (Class::Integer, _) | (_, Class::Integer) => Class::Integer,
             _ => Class::Sse,
@@ -146,7 +146,7 @@ impl ParamType {
     /// Classifies `self` at byte `offset` into `classes` (one per eightbyte of the outer argument).
     fn classify_into(&self, offset: u64, classes: &mut [Class]) {
         let align = self.align();
-        if offset % align != 0 {
+        if !offset.is_multiple_of(align) {
             // Unaligned fields force the whole argument into memory.
             classes.iter_mut().for_each(|c| *c = Class::Memory);
             return;
@@ -184,7 +184,7 @@ impl ParamType {
         if size > 16 || matches!(self, ParamType::LongDouble) {
             return None;
         }
-        let mut classes = vec![Class::NoClass; size.div_ceil(8) as usize];
+        let mut classes = vec![Class::Unused; size.div_ceil(8) as usize];
         self.classify_into(0, &mut classes);
         if classes.contains(&Class::Memory) {
             return None;
@@ -228,7 +228,7 @@ pub fn place_arguments(sig: &Signature) -> ArgPlacement {
                             sse.push(next_sse);
                             next_sse += 1;
                         }
-                        Class::NoClass | Class::Memory => {}
+                        Class::Unused | Class::Memory => {}
                     }
                 }
                 uses_sse |= !sse.is_empty();
