@@ -44,6 +44,9 @@ fn hook_info(e: &HookEntry) -> HookInfo {
         arena: e.arena,
         slot: e.slot,
         stack_words: e.stack_words,
+        // The bus protocol does not carry these yet.
+        variadic: false,
+        xmm: false,
         state: match e.state.as_str() {
             "active" => HookState::Active,
             "ejected" => HookState::Ejected,
@@ -73,6 +76,8 @@ fn frame(f: &argstash_dbus::Frame) -> Frame {
             .filter(|a| a.register.starts_with("stack+"))
             .map(|a| a.value)
             .collect(),
+        xmm: Vec::new(),
+        variadic: false,
         frame: f.stash_frame,
     });
     Frame {
@@ -102,7 +107,14 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             funcs.extend(a.addr.iter().map(|x| format!("0x{x:x}")));
             let names: Vec<&str> = funcs.iter().map(String::as_str).collect();
             let mut opts = HashMap::new();
-            opts.insert(OPT_STACK_ARGS, Value::from(a.stack_args));
+            if a.float_args {
+                anyhow::bail!(
+                    "--float-args is not available through --bus yet; run argstash without --bus"
+                );
+            }
+            if let Some(n) = a.stack_args {
+                opts.insert(OPT_STACK_ARGS, Value::from(n));
+            }
             let paths = proxy.inject(pid, &names, opts)?;
             for e in proxy
                 .list_hooks(pid)?

@@ -53,9 +53,13 @@ struct InjectArgs {
     /// Function entry address to hook (same as --func 0xADDR). Repeatable.
     #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
     addr: Vec<u64>,
-    /// Incoming stack words to copy for functions that take arguments on the stack (7+ integer args).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=16))]
-    stack_args: u16,
+    /// Incoming 8-byte stack words to copy (arguments beyond the registers). Default: found
+    /// from each function's code; variadic functions get 8. Give it when argstash cannot tell.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=16))]
+    stack_args: Option<u16>,
+    /// Also stash xmm0-xmm7 (float and double arguments); `bt` shows them as doubles.
+    #[arg(long)]
+    float_args: bool,
 }
 
 #[derive(Args)]
@@ -131,7 +135,9 @@ fn run(cli: Cli) -> Result<()> {
                 a.pid,
                 &specs,
                 &InstallOptions {
-                    stack_words: a.stack_args,
+                    stack_words: a.stack_args.unwrap_or(0),
+                    force_stack_words: a.stack_args.is_some(),
+                    float_args: a.float_args,
                 },
             )?;
             output::print_install(&report);

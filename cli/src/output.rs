@@ -24,8 +24,20 @@ fn micros(d: std::time::Duration) -> String {
 pub fn print_install(r: &InstallReport) {
     for h in &r.hooks {
         println!(
-            "hooked {} in {} at 0x{:x} ({} bytes patched at 0x{:x}, trampoline 0x{:x}, stack window {} words)",
-            h.name, h.module, h.function, h.patch_len, h.patch_addr, h.trampoline, h.stack_words
+            "hooked {} in {} at 0x{:x} ({} bytes patched at 0x{:x}, trampoline 0x{:x}, stack window {} words{}{})",
+            h.name,
+            h.module,
+            h.function,
+            h.patch_len,
+            h.patch_addr,
+            h.trampoline,
+            h.stack_words,
+            if h.variadic {
+                ", variadic: configured window (--stack-args N)"
+            } else {
+                ""
+            },
+            if h.xmm { ", xmm0-7 stashed" } else { "" }
         );
     }
     for a in &r.new_arenas {
@@ -124,6 +136,8 @@ fn hook_json(h: &HookInfo) -> Value {
         "arena": format!("0x{:x}", h.arena),
         "slot": h.slot,
         "stack_words": h.stack_words,
+        "variadic": h.variadic,
+        "xmm": h.xmm,
         "state": h.state.name(),
         "installed_ns": h.installed_ns,
     })
@@ -143,20 +157,30 @@ pub fn print_list(pid: i32, hooks: &[HookInfo], json: bool) {
         return;
     }
     println!(
-        "{:<8} {:<24} {:<18} {:>5} {:<18} {:>5}  module",
-        "state", "function", "address", "patch", "trampoline", "stack"
+        "{:<8} {:<24} {:<18} {:>5} {:<18} {:>5} {:<12}  module",
+        "state", "function", "address", "patch", "trampoline", "stack", "args"
     );
     for h in hooks {
+        let kind = match (h.variadic, h.xmm) {
+            (true, true) => "variadic+xmm",
+            (true, false) => "variadic",
+            (false, true) => "xmm",
+            (false, false) => "-",
+        };
         println!(
-            "{:<8} {:<24} 0x{:<16x} {:>5} 0x{:<16x} {:>5}  {}",
+            "{:<8} {:<24} 0x{:<16x} {:>5} 0x{:<16x} {:>5} {:<12}  {}",
             h.state.name(),
             h.name,
             h.function,
             h.patch_len,
             h.trampoline,
             h.stack_words,
+            kind,
             h.module
         );
+    }
+    if hooks.iter().any(|h| h.variadic) {
+        println!("(variadic: the stack window is a configured size, --stack-args N, default 8; arguments beyond it are not stashed)");
     }
 }
 
@@ -169,6 +193,15 @@ fn frame_json(index: usize, f: &Frame) -> Value {
         for (i, value) in s.stack.iter().enumerate() {
             args.push(json!({ "register": format!("stack+{}", 8 * (i + 1)), "value": value }));
         }
+        for (i, value) in s.xmm.iter().enumerate() {
+            let low = *value as u64;
+            args.push(json!({
+                "register": format!("xmm{i}"),
+                "value": low,
+                "double": f64::from_bits(low),
+                "raw": format!("0x{value:032x}"),
+            }));
+        }
     }
     let mut v = json!({
         "index": index,
@@ -177,6 +210,7 @@ fn frame_json(index: usize, f: &Frame) -> Value {
         "offset": f.offset,
         "module": f.module,
         "hooked": f.stash.is_some(),
+        "variadic": f.stash.as_ref().is_some_and(|s| s.variadic),
         "args": args,
     });
     if f.kind != FrameKind::Normal {
@@ -208,7 +242,12 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
                     .enumerate()
                     .map(|(i, v)| format!("stack+{}={}", 8 * (i + 1), display_value(*v))),
             );
-            format!("({}) [stashed]", parts.join(", "))
+            parts.extend(s.xmm.iter().enumerate().map(|(i, v)| {
+                let low = *v as u64;
+                format!("xmm{i}={} [0x{low:x}]", f64::from_bits(low))
+            }));
+            let variadic = if s.variadic { ", variadic" } else { "" };
+            format!("({}) [stashed{variadic}]", parts.join(", "))
         }
         None => "()".to_string(),
     };

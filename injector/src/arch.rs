@@ -221,18 +221,24 @@ impl ArchPlan {
         }
     }
 
-    /// Generates the hook for `slot` of `header`, copying `stack_words` stack words.
+    /// Generates the hook for `slot` of `header`, copying `stack_words` stack words
+    /// (and stashing xmm0-xmm7 when `xmm`; x86-64 only).
     pub fn build(
         &self,
         header: &ArenaHeader,
         slot: u32,
         stack_words: u16,
+        xmm: bool,
         meta: &x86_64::HookMeta,
     ) -> Result<x86_64::HookCode, CodegenError> {
         match self {
-            ArchPlan::X86_64(p) => {
-                x86_64::build_hook(p, header, slot, x86_64::StashLayout::new(stack_words), meta)
-            }
+            ArchPlan::X86_64(p) => x86_64::build_hook(
+                p,
+                header,
+                slot,
+                x86_64::StashLayout::new(stack_words).with_xmm(xmm),
+                meta,
+            ),
             ArchPlan::I386(p) => {
                 i386::build_hook(p, header, slot, i386::StashLayout::new(stack_words), meta)
             }

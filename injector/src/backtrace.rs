@@ -54,6 +54,10 @@ pub struct StashedArgs {
     pub registers: Vec<(&'static str, u64)>,
     /// Copied stack words (arguments 7 and up), if the hook copies any.
     pub stack: Vec<u64>,
+    /// Stashed xmm0-xmm7 (low byte first), if the hook stashes them.
+    pub xmm: Vec<u128>,
+    /// The hooked function is variadic (the stack words are a configured window).
+    pub variadic: bool,
     /// Address of the stash frame.
     pub frame: u64,
 }
@@ -249,6 +253,8 @@ impl Unwind {
                                 .map(|r| (r.name(), frame.reg(*r)))
                                 .collect(),
                             stack: frame.stack_args.clone(),
+                            xmm: frame.xmm.clone(),
+                            variadic: hook.variadic,
                             frame: base,
                         });
                     }

@@ -356,6 +356,8 @@ fn stashed_args(frame: &StashFrame) -> StashedArgs {
     StashedArgs {
         registers,
         stack: Vec::new(),
+        xmm: Vec::new(),
+        variadic: false,
         frame: frame.base,
     }
 }

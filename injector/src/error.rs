@@ -126,15 +126,33 @@ pub enum Error {
         /// Its instruction pointer.
         rip: u64,
     },
-    /// The target is a 32-bit process and the operation does not support those yet.
+    /// The incoming stack words a function reads cannot be bounded from its code.
+    #[error("cannot hook {function}: how many stack words to copy for it is unknown ({reason}); give the window yourself with `--stack-args N` (N incoming 8-byte stack words, at most 16)")]
+    StackWindowUnknown {
+        /// The function, as `name in module`.
+        function: String,
+        /// Why the analysis is unsure.
+        reason: String,
+    },
+    /// A function reads more incoming stack words than a trampoline copies.
+    #[error("cannot hook {function}: it reads {words} incoming stack words, more than the 16 a trampoline copies; hooking it would break its arguments")]
+    StackWindowTooLarge {
+        /// The function, as `name in module`.
+        function: String,
+        /// Words it reads.
+        words: u16,
+    },
+    /// The target is a 32-bit process and the option asked for does not apply to it.
     #[error(
-        "process {pid} ({name}) is a 32-bit (i386) process: backtraces of 32-bit targets are not yet supported (inject, list and eject are)"
+        "process {pid} ({name}) is a 32-bit (i386) process: {what} is not supported for 32-bit targets; leave it out"
     )]
     Unsupported32Bit {
         /// The pid.
         pid: i32,
         /// Its command name.
         name: String,
+        /// The option, as the user wrote it.
+        what: &'static str,
     },
     /// A core file could not be read.
     #[error(transparent)]

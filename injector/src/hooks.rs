@@ -19,7 +19,8 @@ use trampolines::x86_64::{
 
 use crate::arch::{jump_patch, Arch, ArchPlan};
 use crate::arena::{
-    anywhere_candidates, discover, placement_candidates_below, read_arena, within_reach, ARENA_CAPACITY,
+    anywhere_candidates, discover, placement_candidates_below, read_arena, within_reach,
+    ARENA_CAPACITY,
 };
 use crate::error::{hex, Error};
 use crate::maps::{read_maps, MapEntry};
@@ -30,8 +31,21 @@ use crate::symbols::{FuncSpec, ProcessSymbols, Resolved};
 /// Options for [`install`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InstallOptions {
-    /// Incoming stack words to copy for callees that read stack-passed arguments.
+    /// Incoming stack words to copy for callees that read stack-passed arguments;
+    /// 0 (unless `force_stack_words`) lets each function's code (or, later, its
+    /// signature) decide, see [`crate::abi`].
     pub stack_words: u16,
+    /// Copy exactly `stack_words` even when it is 0 (the user said `--stack-args 0`).
+    pub force_stack_words: bool,
+    /// Stash xmm0-xmm7 for every hooked function (`--float-args`).
+    pub float_args: bool,
+}
+
+impl InstallOptions {
+    /// The window the user asked for, if any.
+    pub fn requested_window(&self) -> Option<u16> {
+        (self.stack_words > 0 || self.force_stack_words).then_some(self.stack_words)
+    }
 }
 
 /// One hook as reported to callers.
@@ -55,6 +69,10 @@ pub struct HookInfo {
     pub slot: u32,
     /// Copied stack words.
     pub stack_words: u16,
+    /// The function is variadic (its window is the configured size, not a measurement).
+    pub variadic: bool,
+    /// The stash frame holds xmm0-xmm7 too.
+    pub xmm: bool,
     /// Lifecycle state.
     pub state: HookState,
     /// Install time, Unix nanoseconds.
@@ -73,6 +91,8 @@ impl HookInfo {
             arena: arena.base,
             slot,
             stack_words: r.stack_words,
+            variadic: r.variadic,
+            xmm: r.xmm,
             state: r.state,
             installed_ns: r.installed_ns,
         }
@@ -227,6 +247,7 @@ fn free_slot(a: &Arena, taken: &HashSet<u32>) -> Option<u32> {
 struct Planned {
     resolved: Resolved,
     plan: ArchPlan,
+    window: crate::abi::WindowPlan,
     module_range: Range<u64>,
     target: ArenaChoice,
     code: Option<HookCode>,
@@ -282,11 +303,20 @@ pub fn install(
     let symbols = ProcessSymbols::load(pid, &maps)?;
     let mut arenas = discover(&maps, &mem)?;
     let arch = Arch::of_process(pid);
+    if arch == Arch::I386 && opts.float_args {
+        return Err(Error::Unsupported32Bit {
+            pid,
+            name: std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            what: "--float-args (i386 passes floating-point arguments on the stack, which the window copies)",
+        });
+    }
     let unwinders = match arch {
         Arch::X86_64 => crate::foreign_unwind::find_unwinders(&symbols),
         Arch::I386 => Default::default(),
     };
-    let stack_words = arch.stack_words(opts.stack_words);
 
     // Resolve and analyse every function.
     let mut planned: Vec<Planned> = Vec::new();
@@ -337,6 +367,30 @@ pub fn install(
             function: label.clone(),
             source,
         })?;
+        let window = match arch {
+            Arch::X86_64 => {
+                let verdict =
+                    crate::abi::analyse_code(&mem, &symbols, resolved.addr, resolved.size)?;
+                crate::abi::decide_window(opts.requested_window(), None, &verdict, opts.float_args)
+                    .map_err(|refusal| match refusal {
+                        crate::abi::WindowRefusal::Unsure(reason) => Error::StackWindowUnknown {
+                            function: label.clone(),
+                            reason,
+                        },
+                        crate::abi::WindowRefusal::TooLarge(words) => Error::StackWindowTooLarge {
+                            function: label.clone(),
+                            words,
+                        },
+                    })?
+            }
+            // Every cdecl argument is on the stack: copy the i386 default window or more.
+            Arch::I386 => crate::abi::WindowPlan {
+                words: arch.stack_words(opts.stack_words),
+                variadic: false,
+                xmm: false,
+                source: crate::abi::WindowSource::User,
+            },
+        };
         let module_range = symbols
             .module_for(resolved.addr)
             .map(|m| m.range.clone())
@@ -344,6 +398,7 @@ pub fn install(
         planned.push(Planned {
             resolved,
             plan,
+            window,
             module_range,
             target: ArenaChoice::Existing(0, 0),
             code: None,
@@ -464,21 +519,24 @@ pub fn install(
             module: p.resolved.module_path.clone(),
             function_size: p.resolved.size,
             installed_ns,
+            variadic: p.window.variadic,
         };
-        p.plan.build(header, slot, stack_words, &meta).map_err(|source| {
-            if p.far {
-                Error::NoArenaSpaceFar {
-                    module: p.resolved.module_path.clone(),
-                    function: p.resolved.name.clone(),
-                    reason: source.to_string(),
+        p.plan
+            .build(header, slot, p.window.words, p.window.xmm, &meta)
+            .map_err(|source| {
+                if p.far {
+                    Error::NoArenaSpaceFar {
+                        module: p.resolved.module_path.clone(),
+                        function: p.resolved.name.clone(),
+                        reason: source.to_string(),
+                    }
+                } else {
+                    Error::Codegen {
+                        function: p.label(),
+                        source,
+                    }
                 }
-            } else {
-                Error::Codegen {
-                    function: p.label(),
-                    source,
-                }
-            }
-        })
+            })
     };
     for p in planned.iter_mut() {
         let (header, slot) = match p.target {

@@ -12,6 +12,7 @@
 //! (symbols, code generation) before stopping the process, and leaves the process
 //! exactly as it was when it fails.
 
+pub mod abi;
 pub mod arch;
 pub mod arena;
 pub mod backtrace;

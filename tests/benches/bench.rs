@@ -4,6 +4,8 @@
 //!
 //! - `call`: per-call cost of a hooked function (`tests/fixtures/bench_call.c`);
 //! - `call32`: the same in a 32-bit (`-m32`, i386) build of it;
+//! - `args`: per-call cost with arguments beyond the six integer registers
+//!   (stack window, variadic, xmm stash; `tests/fixtures/bench_args.c`);
 //! - `parts`: the same cost split into the pieces a hook executes, with
 //!   hand-written copies of the trampoline (`tests/fixtures/bench_parts.c`);
 //! - `gap`: how long install and eject freeze a process with 2 and 64 threads,
@@ -52,9 +54,10 @@ fn main() {
 
     print_machine();
     let started = Instant::now();
-    let groups: [(&str, fn()); 6] = [
+    let groups: [(&str, fn()); 7] = [
         ("call", bench_call),
         ("call32", bench_call32),
+        ("args", bench_args),
         ("parts", bench_parts),
         ("gap", bench_gap),
         ("cli", bench_cli),
@@ -365,8 +368,16 @@ fn run_call_bench(title: &str, variant: Variant, conds: [(&str, Option<u16>); 3]
             let ci = (cycle + k) % 3;
             let words = conds[ci].1;
             if let Some(stack_words) = words {
-                let r = install(pid, &work, &InstallOptions { stack_words })
-                    .unwrap_or_else(|e| panic!("install work: {e}"));
+                let r = install(
+                    pid,
+                    &work,
+                    &InstallOptions {
+                        stack_words,
+                        force_stack_words: true,
+                        ..InstallOptions::default()
+                    },
+                )
+                .unwrap_or_else(|e| panic!("install work: {e}"));
                 stops.push(us(r.stopped));
             }
             let m = measure_calls(&mut t, ROUNDS);
@@ -441,6 +452,157 @@ fn run_call_bench(title: &str, variant: Variant, conds: [(&str, Option<u16>); 3]
         "install stop while measuring: median {:.0} us over {} installs",
         median(&stops),
         stops.len()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 1c. Arguments beyond the registers
+// ---------------------------------------------------------------------------
+
+/// Per-round nanoseconds per call of (SHAPE, SHAPE_plain) in bench_args.c.
+fn measure_shape(t: &mut Target, shape: &str, rounds: usize) -> Vec<(f64, f64)> {
+    t.write_stdin(&format!("run {shape} {rounds} {CALLS}\n"));
+    let mut out = Vec::with_capacity(rounds);
+    for r in 0..rounds {
+        let line = t.expect_line(REPLY);
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["round", n, "work", w, "plain", p] if n.parse() == Ok(r) => {
+                let w: f64 = w.parse().expect("work ns");
+                let p: f64 = p.parse().expect("plain ns");
+                out.push((w / CALLS as f64, p / CALLS as f64));
+            }
+            _ => t.fail(&format!("unexpected line {line:?} (round {r})")),
+        }
+    }
+    let done = t.expect_line(REPLY);
+    if done != "done" {
+        t.fail(&format!("expected done, got {done:?}"));
+    }
+    out
+}
+
+fn bench_args() {
+    println!(
+        "\n## 1c. Arguments beyond the registers (bench_args.c: SHAPE hooked, SHAPE_plain never)\n"
+    );
+    let mut t = Target::start("bench_args", Variant::O2G);
+    let pid = t.pid();
+    // (label, shape, install options; None = unhooked calibration of that shape)
+    let auto = InstallOptions::default();
+    let xmm = InstallOptions {
+        float_args: true,
+        ..InstallOptions::default()
+    };
+    let conds: [(&str, &str, Option<InstallOptions>); 9] = [
+        ("r6 unhooked", "r6", None),
+        ("r6 hooked (6 register args, window 0)", "r6", Some(auto)),
+        ("s10 unhooked", "s10", None),
+        (
+            "s10 hooked (10 args, window 4 from code)",
+            "s10",
+            Some(auto),
+        ),
+        ("va unhooked", "va", None),
+        ("va hooked (variadic, window 8)", "va", Some(auto)),
+        ("fl unhooked", "fl", None),
+        ("fl hooked, no xmm stash", "fl", Some(auto)),
+        ("fl hooked, --float-args (xmm0-7 stash)", "fl", Some(xmm)),
+    ];
+    for shape in ["r6", "s10", "va", "fl"] {
+        measure_shape(&mut t, shape, 20); // warm-up
+    }
+    let n = conds.len();
+    let mut rounds: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
+    let mut cycle_diff: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut windows: Vec<String> = vec![String::new(); n];
+    let cycles = 6;
+    for cycle in 0..cycles {
+        for k in 0..n {
+            let ci = (cycle + k) % n;
+            let (_, shape, opts) = conds[ci];
+            let spec = [FuncSpec::parse(shape)];
+            if let Some(opts) = opts {
+                let r =
+                    install(pid, &spec, &opts).unwrap_or_else(|e| panic!("install {shape}: {e}"));
+                let h = &r.hooks[0];
+                windows[ci] = format!(
+                    "{}{}{}",
+                    h.stack_words,
+                    if h.variadic { " variadic" } else { "" },
+                    if h.xmm { " +xmm" } else { "" }
+                );
+            }
+            let m = measure_shape(&mut t, shape, ROUNDS);
+            if opts.is_some() {
+                eject(pid, &EjectWhat::Functions(spec.to_vec()))
+                    .unwrap_or_else(|e| panic!("eject {shape}: {e}"));
+            }
+            let diffs: Vec<f64> = m.iter().map(|(w, p)| w - p).collect();
+            cycle_diff[ci].push(median(&diffs));
+            rounds[ci].extend(m);
+        }
+    }
+    t.assert_healthy();
+    drop(t);
+
+    let mut table = Table::new(&[
+        "condition",
+        "window",
+        "rounds",
+        "SHAPE ns/call",
+        "plain ns/call",
+        "overhead ns/call",
+        "min..max over cycles",
+        "hooked/plain ratio",
+        "ratio excess",
+    ]);
+    for ci in 0..n {
+        let (label, shape, opts) = conds[ci];
+        let calib = conds
+            .iter()
+            .position(|(_, s, o)| *s == shape && o.is_none())
+            .expect("calibration row");
+        let w: Vec<f64> = rounds[ci].iter().map(|r| r.0).collect();
+        let p: Vec<f64> = rounds[ci].iter().map(|r| r.1).collect();
+        let ratio = |i: usize| -> Vec<f64> { rounds[i].iter().map(|(w, p)| w / p).collect() };
+        let (overhead, range, excess) = if opts.is_none() {
+            ("(0)".to_string(), "-".to_string(), "(0)".to_string())
+        } else {
+            let per_cycle: Vec<f64> = cycle_diff[ci]
+                .iter()
+                .zip(&cycle_diff[calib])
+                .map(|(h, c)| h - c)
+                .collect();
+            (
+                format!("{:+.2}", median(&per_cycle)),
+                format!("{:+.2} .. {:+.2}", min(&per_cycle), max(&per_cycle)),
+                format!("{:+.3}", median(&ratio(ci)) - median(&ratio(calib))),
+            )
+        };
+        table.row(vec![
+            label.to_string(),
+            if opts.is_some() {
+                windows[ci].clone()
+            } else {
+                "-".to_string()
+            },
+            rounds[ci].len().to_string(),
+            format!("{:.2}", median(&w)),
+            format!("{:.2}", median(&p)),
+            overhead,
+            range,
+            format!("{:.3}", median(&ratio(ci))),
+            excess,
+        ]);
+    }
+    table.print();
+    println!(
+        "\n{CALLS} calls per timed loop, {ROUNDS} rounds per measurement, {cycles} cycles over \
+         all conditions in rotating order; SHAPE and SHAPE_plain alternate inside every round. \
+         overhead ns/call = median over cycles of [median(SHAPE - plain) hooked - the same \
+         unhooked]; ratio excess = median(SHAPE / plain) hooked - the same unhooked. Windows \
+         were decided by argstash (no --stack-args)."
     );
 }
 

@@ -53,6 +53,7 @@ pub const FIXTURES: &[&str] = &[
     "crash",
     "lifecycle",
     "edgefuncs",
+    "abiargs",
 ];
 
 /// How long [`Target::spawn`] waits for the `ready` line.

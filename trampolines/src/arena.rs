@@ -42,6 +42,11 @@ pub const MAX_ORIGINAL: usize = 24;
 /// Most entries in a record's instruction map.
 pub const MAX_MAP: usize = 16;
 
+/// Record flags bit: the stash frame has the xmm area.
+const FLAG_XMM: u32 = 1;
+/// Record flags bit: the hooked function is variadic.
+const FLAG_VARIADIC: u32 = 2;
+
 /// Lifecycle of a hook record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookState {
@@ -212,6 +217,10 @@ pub struct HookRecord {
     pub layout_version: u16,
     /// Copied stack words.
     pub stack_words: u16,
+    /// The frame stashes xmm0-xmm7 too (flags bit 1; layout version 2).
+    pub xmm: bool,
+    /// The function is variadic: its window is a configured size (flags bit 2).
+    pub variadic: bool,
     /// Trampoline address.
     pub trampoline: u64,
     /// Trampoline length in bytes.
@@ -287,7 +296,7 @@ impl HookRecord {
 
     /// The stash layout the trampoline uses.
     pub fn layout(&self) -> crate::x86_64::StashLayout {
-        crate::x86_64::StashLayout::new(self.stack_words)
+        crate::x86_64::StashLayout::new(self.stack_words).with_xmm(self.xmm)
     }
 
     /// True when `addr` lies in the trampoline.
@@ -333,7 +342,10 @@ impl HookRecord {
         }
         let mut b = [0u8; RECORD_LEN];
         b[0..4].copy_from_slice(&self.state.to_u32().to_le_bytes());
-        b[4..8].copy_from_slice(&u32::from(self.endbr64).to_le_bytes());
+        let flags = u32::from(self.endbr64)
+            | (u32::from(self.xmm) << FLAG_XMM)
+            | (u32::from(self.variadic) << FLAG_VARIADIC);
+        b[4..8].copy_from_slice(&flags.to_le_bytes());
         b[8..16].copy_from_slice(&self.function.to_le_bytes());
         b[16..24].copy_from_slice(&self.function_size.to_le_bytes());
         b[24..32].copy_from_slice(&self.patch_addr.to_le_bytes());
@@ -379,19 +391,33 @@ impl HookRecord {
         {
             return Err(FormatError::Corrupt("patch or map length"));
         }
+        let flags = u32_at(b, 4);
+        let xmm = flags & (1 << FLAG_XMM) != 0;
+        let layout_version = u16_at(b, 36);
+        // Records written before the xmm area existed carry version 1 and no xmm flag.
+        let expected = if xmm {
+            crate::x86_64::frame::LAYOUT_VERSION_XMM
+        } else {
+            crate::x86_64::frame::LAYOUT_VERSION
+        };
+        if state != HookState::Free && layout_version != expected {
+            return Err(FormatError::Corrupt("stash layout version"));
+        }
         let patch_len = patch_len.min(MAX_ORIGINAL);
         let map = (0..map_len.min(MAX_MAP))
             .map(|i| (b[96 + 4 * i], u16_at(b, 96 + 4 * i + 2)))
             .collect();
         Ok(HookRecord {
             state,
-            endbr64: u32_at(b, 4) & 1 == 1,
+            endbr64: flags & 1 == 1,
+            xmm,
+            variadic: flags & (1 << FLAG_VARIADIC) != 0,
             function: u64_at(b, 8),
             function_size: u64_at(b, 16),
             patch_addr: u64_at(b, 24),
             original: b[40..40 + patch_len].to_vec(),
             stack_words: u16_at(b, 34),
-            layout_version: u16_at(b, 36),
+            layout_version,
             trampoline: u64_at(b, 64),
             trampoline_len: u32_at(b, 72),
             offsets: crate::x86_64::TrampolineOffsets {
@@ -481,6 +507,8 @@ mod tests {
             original: vec![0x55, 0x48, 0x89, 0xe5, 0x53],
             layout_version: 1,
             stack_words: 3,
+            xmm: false,
+            variadic: false,
             trampoline: 0x5555_1000_0000,
             trampoline_len: 77,
             offsets: crate::x86_64::TrampolineOffsets {
@@ -531,6 +559,27 @@ mod tests {
         );
         assert!(r.inside_patch(r.patch_addr + 1) && !r.inside_patch(r.patch_addr));
         assert_eq!(r.after_call(), r.trampoline + 70);
+    }
+
+    #[test]
+    fn xmm_and_variadic_flags_roundtrip_and_version_is_checked() {
+        let mut r = sample();
+        r.xmm = true;
+        r.variadic = true;
+        r.layout_version = crate::x86_64::frame::LAYOUT_VERSION_XMM;
+        let back = HookRecord::decode(&r.encode().unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert!(back.layout().xmm);
+        // An xmm flag without the matching layout version is refused, not misread.
+        r.layout_version = 1;
+        assert_eq!(
+            HookRecord::decode(&r.encode().unwrap()),
+            Err(FormatError::Corrupt("stash layout version"))
+        );
+        // A version-1 record (as older argstash wrote it) parses without the new flags.
+        let old = sample();
+        let back = HookRecord::decode(&old.encode().unwrap()).unwrap();
+        assert!(!back.xmm && !back.variadic);
     }
 
     #[test]

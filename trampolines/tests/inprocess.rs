@@ -236,6 +236,7 @@ impl Image {
             module: "inprocess".into(),
             function_size: size as u64,
             installed_ns: 1,
+            variadic: false,
         };
         let hook = build_hook(
             plan,

@@ -60,6 +60,8 @@ pub fn build_hook(
         installed_ns: meta.installed_ns,
         name: meta.name.clone(),
         module: meta.module.clone(),
+        variadic: meta.variadic,
+        xmm: false,
     };
     Ok(HookCode {
         slot,

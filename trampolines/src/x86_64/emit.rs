@@ -7,6 +7,8 @@
 //!   push MARKER.lo ; mov dword [rsp+4], MARKER.hi      -> rbp-8
 //!   push RECORD.lo ; mov dword [rsp+4], RECORD.hi      -> rbp-16
 //!   push rdi, rsi, rdx, rcx, r8, r9, rax, r10          -> rbp-24 .. rbp-80
+//!   [lea rsp, [rsp-128]            ; only with the xmm area:
+//!    movdqu [rsp+16*i], xmm{i}]    ;   xmm0..xmm7        -> rbp-208 .. rbp-81
 //!   [lea rsp, [rsp-8]]             ; odd window: keep rsp 16-byte aligned
 //!   push qword [rbp+16+8*(n-1)] .. push qword [rbp+16] ; stack-argument window
 //!   call relocated_prologue
@@ -16,13 +18,14 @@
 //! ```
 //!
 //! No register is written except `rsp`/`rbp`, which `leave` restores; no flags are
-//! touched (`push`, `mov`, `lea`, `call`, `leave`, `ret` leave RFLAGS alone). The
+//! touched (`push`, `mov`, `lea`, `movdqu`, `call`, `leave`, `ret` leave RFLAGS
+//! alone; `movdqu` to memory reads the xmm register and writes nothing else). The
 //! only memory written is the trampoline's own frame below the caller's `rsp`.
 
 use dynasmrt::x64::X64Relocation;
 use dynasmrt::{dynasm, DynasmApi, DynasmLabelApi, VecAssembler};
 
-use super::frame::{StashLayout, MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER};
+use super::frame::{StashLayout, MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER, XMM_ARGS};
 use crate::error::CodegenError;
 
 /// The `endbr64` instruction bytes.
@@ -114,6 +117,13 @@ pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError
     for reg in STASHED_REGS {
         ops.extend(push_reg(reg.encoding()).as_slice());
     }
+    if spec.layout.xmm {
+        // `lea`, not `sub`: the caller's flags stay untouched.
+        dynasm!(ops ; .arch x64 ; lea rsp, [rsp - 128]);
+        for i in 0..XMM_ARGS as u8 {
+            ops.extend(movdqu_to_rsp(i).as_slice());
+        }
+    }
     if spec.layout.padding() != 0 {
         dynasm!(ops ; .arch x64 ; lea rsp, [rsp - 8]);
     }
@@ -151,6 +161,12 @@ fn push_reg(encoding: u8) -> Vec<u8> {
     } else {
         vec![0x41, 0x50 + (encoding - 8)]
     }
+}
+
+/// `movdqu [rsp + 16*i], xmm{i}` (i < 8): stores xmm{i}, changes no register or flag.
+fn movdqu_to_rsp(i: u8) -> [u8; 6] {
+    // F3 0F 7F /r; ModRM mod=01 (disp8), reg=xmm, rm=100 (SIB); SIB base=rsp, no index.
+    [0xf3, 0x0f, 0x7f, 0x44 | (i << 3), 0x24, 16 * i]
 }
 
 /// `push qword [rbp + disp]` with an 8-bit displacement where it fits (dynasm
@@ -198,12 +214,15 @@ mod tests {
 
     #[test]
     fn writes_only_stack_and_frame_registers() {
-        for words in [0u16, 1, 2, 7, 14, 15, MAX_STACK_WORDS] {
+        let cases = [0u16, 1, 2, 7, 14, 15, MAX_STACK_WORDS]
+            .into_iter()
+            .flat_map(|w| [(w, false), (w, true)]);
+        for (words, xmm) in cases {
             let spec = TrampolineSpec {
                 address: 0x7000_0000_1000,
                 record: 0x7000_0000_0040,
                 relocated: 0x7000_0000_1100,
-                layout: StashLayout::new(words),
+                layout: StashLayout::new(words).with_xmm(xmm),
                 endbr64: words == 1,
             };
             let t = emit_trampoline(&spec).unwrap();
@@ -213,6 +232,7 @@ mod tests {
                 Mnemonic::Push,
                 Mnemonic::Mov,
                 Mnemonic::Lea,
+                Mnemonic::Movdqu,
                 Mnemonic::Call,
                 Mnemonic::Leave,
                 Mnemonic::Ret,
@@ -226,9 +246,28 @@ mod tests {
                     );
                 }
                 if *m == Mnemonic::Lea {
-                    assert_eq!(text, "lea rsp,[rsp-8]");
+                    assert!(
+                        text == "lea rsp,[rsp-8]" || (xmm && text == "lea rsp,[rsp-80h]"),
+                        "{text}"
+                    );
                 }
             }
+            let stores: Vec<&str> = ins
+                .iter()
+                .filter(|i| i.1 == Mnemonic::Movdqu)
+                .map(|i| i.2.as_str())
+                .collect();
+            let want_stores: Vec<String> = if xmm {
+                (0..8)
+                    .map(|i| match i {
+                        0 => "movdqu [rsp],xmm0".to_string(),
+                        _ => format!("movdqu [rsp+{:X}h],xmm{i}", 16 * i),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            assert_eq!(stores, want_stores);
             let call = ins.iter().find(|i| i.1 == Mnemonic::Call).unwrap();
             assert!(call.2.contains("1100"), "{}", call.2);
             // The window is copied highest word first, so it lands in order.

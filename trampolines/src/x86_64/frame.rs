@@ -91,6 +91,15 @@ pub const ARGUMENT_REGS: [StashedReg; 6] = [
 /// Version of the frame layout, stored in every hook record.
 pub const LAYOUT_VERSION: u16 = 1;
 
+/// Layout version of frames that also stash xmm0-xmm7 (version 1 plus the xmm area).
+pub const LAYOUT_VERSION_XMM: u16 = 2;
+
+/// Vector argument registers a trampoline can stash (xmm0-xmm7).
+pub const XMM_ARGS: usize = 8;
+
+/// Bytes of the optional xmm area (16 bytes per register).
+pub const XMM_AREA_LEN: u64 = 16 * XMM_ARGS as u64;
+
 /// Largest stack-argument window a trampoline copies.
 pub const MAX_STACK_WORDS: u16 = 16;
 
@@ -105,17 +114,56 @@ pub const RECORD_OFFSET: i64 = -16;
 /// Bytes between the frame base and the last stashed register.
 const FIXED_BELOW_BASE: u64 = 16 + 8 * STASHED_REGS.len() as u64;
 
-/// The shape of one hook's stash frame; only the stack window varies between hooks.
+/// The shape of one hook's stash frame; the stack window and the optional xmm area vary between hooks.
+///
+/// With `xmm`, xmm0-xmm7 sit in 16-byte slots just below the general registers
+/// (`xmm_offset`), before the padding and the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StashLayout {
     /// Incoming stack words (arguments 7 and up) copied below the stash for the callee.
     pub stack_words: u16,
+    /// xmm0-xmm7 are stashed too (float and vector arguments).
+    pub xmm: bool,
 }
 
 impl StashLayout {
-    /// A layout copying `stack_words` incoming stack words.
+    /// A layout copying `stack_words` incoming stack words, without the xmm area.
     pub const fn new(stack_words: u16) -> StashLayout {
-        StashLayout { stack_words }
+        StashLayout {
+            stack_words,
+            xmm: false,
+        }
+    }
+
+    /// The same layout with (or without) the xmm area.
+    pub const fn with_xmm(self, xmm: bool) -> StashLayout {
+        StashLayout {
+            stack_words: self.stack_words,
+            xmm,
+        }
+    }
+
+    /// The layout version hook records store for this layout.
+    pub const fn version(&self) -> u16 {
+        if self.xmm {
+            LAYOUT_VERSION_XMM
+        } else {
+            LAYOUT_VERSION
+        }
+    }
+
+    /// Bytes of the xmm area (0 without it).
+    pub const fn xmm_len(&self) -> u64 {
+        if self.xmm {
+            XMM_AREA_LEN
+        } else {
+            0
+        }
+    }
+
+    /// Offset of stashed `xmm{i}` from the frame base (meaningful when `xmm` is set).
+    pub const fn xmm_offset(&self, i: u8) -> i64 {
+        -(FIXED_BELOW_BASE as i64) - XMM_AREA_LEN as i64 + 16 * i as i64
     }
 
     /// Offset of `reg`'s stashed value from the frame base.
@@ -135,7 +183,7 @@ impl StashLayout {
 
     /// `rbp - rsp` at the trampoline's `call`: the bytes the frame occupies below its base.
     pub const fn call_sp_offset(&self) -> u64 {
-        FIXED_BELOW_BASE + self.padding() + 8 * self.stack_words as u64
+        FIXED_BELOW_BASE + self.xmm_len() + self.padding() + 8 * self.stack_words as u64
     }
 
     /// Offset of copied stack word `i` from the frame base.
@@ -169,6 +217,8 @@ pub struct StashFrame {
     pub regs: [u64; 8],
     /// Copied incoming stack words (arguments 7 and up).
     pub stack_args: Vec<u64>,
+    /// Stashed xmm0-xmm7 (low byte first), empty when the layout has no xmm area.
+    pub xmm: Vec<u128>,
 }
 
 impl StashFrame {
@@ -201,6 +251,16 @@ impl StashFrame {
         let stack_args = (0..layout.stack_words)
             .map(|i| word(layout.stack_word_offset(i)))
             .collect();
+        let xmm = if layout.xmm {
+            (0..XMM_ARGS as u8)
+                .map(|i| {
+                    let off = layout.xmm_offset(i);
+                    u128::from(word(off)) | (u128::from(word(off + 8)) << 64)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(StashFrame {
             base,
             saved_rbp: word(SAVED_RBP_OFFSET),
@@ -208,6 +268,7 @@ impl StashFrame {
             record: word(RECORD_OFFSET),
             regs,
             stack_args,
+            xmm,
         })
     }
 
@@ -237,13 +298,26 @@ mod tests {
         assert_eq!(StashLayout::reg_offset(StashedReg::Rdi), -24);
         assert_eq!(StashLayout::reg_offset(StashedReg::R10), -80);
         for n in 0..=MAX_STACK_WORDS {
-            let l = StashLayout::new(n);
-            assert_eq!(
-                l.call_sp_offset() % 16,
-                0,
-                "rsp must stay 16-byte aligned at the call"
-            );
-            assert_eq!(l.stack_word_offset(0), -(l.call_sp_offset() as i64));
+            for xmm in [false, true] {
+                let l = StashLayout::new(n).with_xmm(xmm);
+                assert_eq!(
+                    l.call_sp_offset() % 16,
+                    0,
+                    "rsp must stay 16-byte aligned at the call"
+                );
+                assert_eq!(l.stack_word_offset(0), -(l.call_sp_offset() as i64));
+                if xmm {
+                    // The xmm area ends just below r10 and is 16-byte aligned.
+                    assert_eq!(
+                        l.xmm_offset(7) + 16,
+                        StashLayout::reg_offset(StashedReg::R10)
+                    );
+                    assert_eq!(l.xmm_offset(0) % 16, 0);
+                    if n > 0 {
+                        assert!(l.stack_word_offset(n - 1) + 8 <= l.xmm_offset(0));
+                    }
+                }
+            }
         }
     }
 
@@ -289,5 +363,36 @@ mod tests {
             (0xabc0, 0x7777, 0x5555)
         );
         assert_eq!(f.caller_sp(), 0x10_0010);
+        assert!(f.xmm.is_empty());
+    }
+
+    #[test]
+    fn parse_reads_the_xmm_area() {
+        let l = StashLayout::new(1).with_xmm(true);
+        assert_eq!(l.version(), LAYOUT_VERSION_XMM);
+        let below = l.call_sp_offset() as i64;
+        let mut bytes = vec![0u8; l.read_len()];
+        let mut put = |off: i64, v: &[u8]| {
+            let at = (below + off) as usize;
+            bytes[at..at + v.len()].copy_from_slice(v);
+        };
+        put(MARKER_OFFSET, &STASH_MARKER.to_le_bytes());
+        put(
+            StashLayout::reg_offset(StashedReg::Rdi),
+            &7u64.to_le_bytes(),
+        );
+        put(l.stack_word_offset(0), &9u64.to_le_bytes());
+        for i in 0..XMM_ARGS as u8 {
+            let v = (f64::from(i) + 0.5).to_bits() as u128 | (u128::from(i) << 64);
+            put(l.xmm_offset(i), &v.to_le_bytes());
+        }
+        let f = StashFrame::parse(0x10_0000, &l, &bytes).unwrap();
+        assert_eq!(f.arguments()[0], 7);
+        assert_eq!(f.stack_args, vec![9]);
+        assert_eq!(f.xmm.len(), XMM_ARGS);
+        for (i, v) in f.xmm.iter().enumerate() {
+            assert_eq!(f64::from_bits(*v as u64), i as f64 + 0.5);
+            assert_eq!((v >> 64) as usize, i);
+        }
     }
 }

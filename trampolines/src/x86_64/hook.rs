@@ -1,14 +1,15 @@
 //! Everything one hook writes into the target, built in one place.
 
 use super::emit::{emit_trampoline, Trampoline, TrampolineSpec};
-use super::frame::{StashLayout, LAYOUT_VERSION};
+use super::frame::StashLayout;
 use super::patch::entry_patch;
 use super::relocate::{PatchPlan, RelocatedPrologue};
 use crate::arena::{ArenaHeader, HookRecord, HookState, SLOT_LEN};
 use crate::error::CodegenError;
 
-/// Offset of the relocated prologue inside a code slot (the trampoline comes first).
-pub const RELOCATED_OFFSET: usize = 128;
+/// Offset of the relocated prologue inside a code slot (the trampoline comes first;
+/// the largest one, 16 stack words plus the xmm area, takes 158 bytes).
+pub const RELOCATED_OFFSET: usize = 160;
 
 /// Names stored in the hook record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -21,6 +22,8 @@ pub struct HookMeta {
     pub function_size: u64,
     /// Install time, Unix nanoseconds.
     pub installed_ns: u64,
+    /// The function is variadic (its window size is a configured default, not a measurement).
+    pub variadic: bool,
 }
 
 /// The code and record of one hook, ready to be written.
@@ -86,7 +89,9 @@ pub fn build_hook(
         function_size: meta.function_size,
         patch_addr: plan.patch_addr,
         original: plan.original.clone(),
-        layout_version: LAYOUT_VERSION,
+        layout_version: layout.version(),
+        xmm: layout.xmm,
+        variadic: meta.variadic,
         stack_words: layout.stack_words,
         trampoline: slot_addr,
         trampoline_len: trampoline.code.len() as u32,

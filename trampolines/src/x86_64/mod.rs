@@ -5,13 +5,15 @@ pub mod emit;
 pub mod frame;
 pub mod patch;
 pub mod relocate;
+pub mod stack_reads;
+pub mod sysv;
 
 pub use emit::{
     emit_trampoline, jump_patch, Trampoline, TrampolineOffsets, TrampolineSpec, ENDBR64,
 };
 pub use frame::{
-    StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, MAX_STACK_WORDS,
-    STASHED_REGS, STASH_MARKER,
+    StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, LAYOUT_VERSION_XMM,
+    MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER, XMM_AREA_LEN, XMM_ARGS,
 };
 pub use patch::{entry_patch, rel32_reaches};
 pub use relocate::{
@@ -21,4 +23,6 @@ pub use relocate::{
 pub mod hook;
 pub use hook::{build_hook, HookCode, HookMeta, RELOCATED_OFFSET};
 pub mod unwind;
+pub use stack_reads::{analyse_stack_reads, StackReads, Unsure};
+pub use sysv::{place_arguments, ArgLocation, ArgPlacement, Field, ParamType, Signature};
 pub use unwind::{hook_eh_frame, HookCodeRanges, HookUnwind};

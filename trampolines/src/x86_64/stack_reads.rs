@@ -1,0 +1,843 @@
+//! Which incoming stack words a function touches, found from its machine code.
+//!
+//! A function that takes arguments on the stack (the 7th integer argument and up,
+//! structs by value, `long double`, spilled `__int128`) reads them above its
+//! return address. Hooked, it runs under the trampoline, which must copy exactly
+//! those words, so this module walks the function's code and bounds them.
+//!
+//! The walk follows control flow from the entry (direct jumps and conditional
+//! branches inside the function; code after an indirect jump, such as switch
+//! cases, is walked with the state of that jump) and tracks where `rsp` and `rbp`
+//! point relative to the entry `rsp`: through `push`/`pop`, `sub`/`add rsp, imm`,
+//! `lea rsp, [...]`, `mov rbp, rsp`, `mov rsp, rbp` and `leave`. `and rsp, imm`
+//! (stack realignment) and paths that meet with different heights keep only an
+//! upper bound. Every explicit memory operand based on `rsp` (or on `rbp` while it
+//! is a frame pointer) is then placed exactly; an access above the return address
+//! marks words `0..n` as read (word 0 is at entry `rsp + 8`).
+//!
+//! The analysis is *unsure* (and says why) when an access above the return address
+//! cannot be placed exactly, when the address of an incoming stack word is taken
+//! (`lea` into another register: `va_list` set-up, a struct by value passed on by
+//! reference), when an indexed access may reach the incoming area, or when code
+//! cannot be decoded. Callers then refuse unless the user gives a window.
+//!
+//! It also recognises the register-save prologue of variadic functions (`test al,
+//! al` and stores of all of `xmm0`-`xmm7`), whose stack reads depend on the call,
+//! and it lists direct tail calls (jumps out of the function), whose targets read
+//! the same incoming words and must be analysed too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use iced_x86::{
+    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess,
+    OpKind, Register,
+};
+
+/// Offset of incoming stack word 0 from the entry `rsp` (just above the return address).
+const FIRST_WORD: i64 = 8;
+
+/// Why the analysis cannot bound the incoming stack words a function touches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unsure {
+    /// The address of an incoming stack word is taken (`va_list`, a struct by value passed on).
+    AddressTaken {
+        /// Address of the instruction.
+        at: u64,
+    },
+    /// An access may reach the incoming area but the stack height there is not exact.
+    UnknownHeight {
+        /// Address of the instruction.
+        at: u64,
+    },
+    /// An indexed access may reach the incoming area.
+    Indexed {
+        /// Address of the instruction.
+        at: u64,
+    },
+    /// Reachable bytes do not decode as an instruction.
+    Undecodable {
+        /// Address of the bytes.
+        at: u64,
+    },
+}
+
+impl fmt::Display for Unsure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unsure::AddressTaken { at } => write!(
+                f,
+                "the instruction at 0x{at:x} takes the address of an incoming stack argument"
+            ),
+            Unsure::UnknownHeight { at } => write!(
+                f,
+                "the instruction at 0x{at:x} may read incoming stack arguments at an offset that is not known exactly"
+            ),
+            Unsure::Indexed { at } => write!(
+                f,
+                "the instruction at 0x{at:x} indexes into its incoming stack arguments"
+            ),
+            Unsure::Undecodable { at } => {
+                write!(f, "the bytes at 0x{at:x} do not decode as an instruction")
+            }
+        }
+    }
+}
+
+/// What the code of one function does with its incoming stack words.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StackReads {
+    /// The function touches incoming stack words `0..words` (0: none).
+    pub words: u16,
+    /// The function has the variadic register-save prologue (`test al, al` and all of `xmm0`-`xmm7` saved).
+    pub variadic: bool,
+    /// Why `words` is not a bound, if it is not.
+    pub unsure: Option<Unsure>,
+    /// Targets of jumps that leave the function (tail calls): they see the same incoming words.
+    pub tail_calls: Vec<u64>,
+    /// The function has indirect jumps (switch tables or indirect tail calls).
+    pub indirect_jumps: bool,
+}
+
+/// A stack address as an offset from the entry `rsp`: exact, or an upper bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StackPtr {
+    off: i64,
+    exact: bool,
+}
+
+impl StackPtr {
+    fn add(self, d: i64) -> StackPtr {
+        StackPtr {
+            off: self.off.wrapping_add(d),
+            exact: self.exact,
+        }
+    }
+
+    /// Joins the value already recorded at a point (`old`) with a new one; an
+    /// inexact value that would still change is dropped, so loops converge.
+    fn merge(old: Option<StackPtr>, new: Option<StackPtr>) -> Option<StackPtr> {
+        match (old, new) {
+            (Some(a), Some(b)) if a == b => Some(a),
+            (Some(a), Some(b)) if a.exact || a.off >= b.off => Some(StackPtr {
+                off: a.off.max(b.off),
+                exact: false,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Where `rsp` and (if it is a frame pointer) `rbp` point before an instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct State {
+    rsp: Option<StackPtr>,
+    rbp: Option<StackPtr>,
+}
+
+impl State {
+    const ENTRY: State = State {
+        rsp: Some(StackPtr {
+            off: 0,
+            exact: true,
+        }),
+        rbp: None,
+    };
+
+    fn merge(self, other: State) -> State {
+        State {
+            rsp: StackPtr::merge(self.rsp, other.rsp),
+            rbp: StackPtr::merge(self.rbp, other.rbp),
+        }
+    }
+}
+
+struct Walker<'a> {
+    entry: u64,
+    code: &'a [u8],
+    info: InstructionInfoFactory,
+    words: u64,
+    unsure: Option<Unsure>,
+    tail_calls: Vec<u64>,
+    indirect: Option<State>,
+}
+
+impl Walker<'_> {
+    fn contains(&self, addr: u64) -> bool {
+        addr >= self.entry && addr - self.entry < self.code.len() as u64
+    }
+
+    fn decode(&self, addr: u64) -> Option<Instruction> {
+        let off = usize::try_from(addr.checked_sub(self.entry)?).ok()?;
+        let mut d = Decoder::with_ip(64, self.code.get(off..)?, addr, DecoderOptions::NONE);
+        let ins = d.decode();
+        (!ins.is_invalid()).then_some(ins)
+    }
+
+    fn unsure(&mut self, why: Unsure) {
+        if self.unsure.is_none() {
+            self.unsure = Some(why);
+        }
+    }
+
+    /// The stack address a memory operand's base points to, if it is a tracked stack pointer.
+    fn base_ptr(ins: &Instruction, st: &State) -> Option<Option<StackPtr>> {
+        match ins.memory_base() {
+            Register::RSP => Some(st.rsp),
+            // rbp is an ordinary register unless it was set from rsp.
+            Register::RBP => st.rbp.map(Some),
+            _ => None,
+        }
+    }
+
+    /// Records what the instruction's explicit memory operands touch.
+    fn check_memory(&mut self, ins: &Instruction, st: &State) {
+        let at = ins.ip();
+        let has_memory = (0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Memory);
+        if !has_memory {
+            return;
+        }
+        let Some(base) = Self::base_ptr(ins, st) else {
+            return;
+        };
+        let disp = ins.memory_displacement64() as i64;
+        let lea = ins.mnemonic() == Mnemonic::Lea;
+        let Some(base) = base else {
+            // rsp-based, with rsp lost: only a lea computing a new rsp is harmless.
+            if !(lea && ins.op0_register() == Register::RSP) {
+                self.unsure(Unsure::UnknownHeight { at });
+            }
+            return;
+        };
+        let addr = base.add(disp);
+        if lea {
+            let dest = ins.op0_register();
+            if dest != Register::RSP && dest != Register::RBP && addr.off >= FIRST_WORD {
+                self.unsure(Unsure::AddressTaken { at });
+            }
+            return;
+        }
+        let size = ins.memory_size().size().max(1) as i64;
+        let end = addr.off.saturating_add(size);
+        if end <= FIRST_WORD {
+            return;
+        }
+        if ins.memory_index() != Register::None {
+            self.unsure(Unsure::Indexed { at });
+        } else if !addr.exact {
+            self.unsure(Unsure::UnknownHeight { at });
+        } else {
+            let words = (end - FIRST_WORD + 7) / 8;
+            self.words = self.words.max(words as u64);
+        }
+    }
+
+    /// The state after `ins` (for its fall-through and branch successors).
+    fn apply(&mut self, ins: &Instruction, st: State) -> State {
+        let mut next = st;
+        let reg = |i: u32| {
+            if ins.op_count() > i && ins.op_kind(i) == OpKind::Register {
+                ins.op_register(i)
+            } else {
+                Register::None
+            }
+        };
+        let imm = || -> Option<i64> {
+            (ins.op_count() == 2)
+                .then(|| ins.op_kind(1))
+                .filter(|k| {
+                    matches!(
+                        k,
+                        OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate32
+                    )
+                })
+                .map(|_| ins.immediate(1) as i64)
+        };
+        let (r0, r1) = (reg(0), reg(1));
+        let mut rsp_done = false;
+        let mut rbp_done = false;
+        match ins.mnemonic() {
+            Mnemonic::Push | Mnemonic::Pop | Mnemonic::Pushfq | Mnemonic::Popfq => {
+                next.rsp = st
+                    .rsp
+                    .map(|p| p.add(i64::from(ins.stack_pointer_increment())));
+                rsp_done = true;
+                if ins.mnemonic() == Mnemonic::Pop && r0 == Register::RBP {
+                    next.rbp = None;
+                    rbp_done = true;
+                }
+            }
+            Mnemonic::Call => {
+                // The callee pops its return address: no net change.
+                rsp_done = true;
+            }
+            Mnemonic::Leave => {
+                next.rsp = st.rbp.map(|p| p.add(8));
+                next.rbp = None;
+                rsp_done = true;
+                rbp_done = true;
+            }
+            Mnemonic::Sub | Mnemonic::Add if r0 == Register::RSP => {
+                if let Some(v) = imm() {
+                    let d = if ins.mnemonic() == Mnemonic::Sub {
+                        -v
+                    } else {
+                        v
+                    };
+                    next.rsp = st.rsp.map(|p| p.add(d));
+                    rsp_done = true;
+                }
+            }
+            Mnemonic::And if r0 == Register::RSP && imm().is_some() => {
+                // Realignment only lowers rsp: keep the old value as an upper bound.
+                next.rsp = st.rsp.map(|p| StackPtr {
+                    off: p.off,
+                    exact: false,
+                });
+                rsp_done = true;
+            }
+            Mnemonic::Mov if r0 == Register::RBP && r1 == Register::RSP => {
+                next.rbp = st.rsp;
+                rbp_done = true;
+            }
+            Mnemonic::Mov if r0 == Register::RSP && r1 == Register::RBP => {
+                next.rsp = st.rbp;
+                rsp_done = true;
+            }
+            Mnemonic::Lea if r0 == Register::RSP || r0 == Register::RBP => {
+                let value = match ins.memory_base() {
+                    Register::RSP if ins.memory_index() == Register::None => {
+                        st.rsp.map(|p| p.add(ins.memory_displacement64() as i64))
+                    }
+                    Register::RBP if ins.memory_index() == Register::None => {
+                        st.rbp.map(|p| p.add(ins.memory_displacement64() as i64))
+                    }
+                    _ => None,
+                };
+                if r0 == Register::RSP {
+                    next.rsp = value;
+                    rsp_done = true;
+                } else {
+                    next.rbp = value;
+                    rbp_done = true;
+                }
+            }
+            _ => {}
+        }
+        if !rsp_done || !rbp_done {
+            let info = self.info.info(ins);
+            for used in info.used_registers() {
+                let writes = matches!(
+                    used.access(),
+                    OpAccess::Write
+                        | OpAccess::CondWrite
+                        | OpAccess::ReadWrite
+                        | OpAccess::ReadCondWrite
+                );
+                if !writes {
+                    continue;
+                }
+                let full = used.register().full_register();
+                if full == Register::RSP && !rsp_done {
+                    next.rsp = None;
+                }
+                if full == Register::RBP && !rbp_done {
+                    next.rbp = None;
+                }
+            }
+        }
+        next
+    }
+
+    /// Walks from `start` in `state`, merging into `seen`.
+    fn walk(&mut self, start: u64, state: State, seen: &mut HashMap<u64, State>) {
+        let mut work = vec![(start, state)];
+        while let Some((addr, st)) = work.pop() {
+            let st = match seen.get(&addr) {
+                Some(old) => {
+                    let merged = old.merge(st);
+                    if merged == *old {
+                        continue;
+                    }
+                    merged
+                }
+                None => st,
+            };
+            seen.insert(addr, st);
+            let Some(ins) = self.decode(addr) else {
+                self.unsure(Unsure::Undecodable { at: addr });
+                continue;
+            };
+            self.check_memory(&ins, &st);
+            let next = self.apply(&ins, st);
+            let fall = ins.next_ip();
+            let mut branch_to = |target: u64, work: &mut Vec<(u64, State)>| {
+                if self.contains(target) {
+                    work.push((target, next));
+                } else if !self.tail_calls.contains(&target) {
+                    self.tail_calls.push(target);
+                }
+            };
+            let falls_through = match ins.flow_control() {
+                FlowControl::Next | FlowControl::Call | FlowControl::IndirectCall => true,
+                FlowControl::ConditionalBranch => {
+                    branch_to(ins.near_branch_target(), &mut work);
+                    true
+                }
+                FlowControl::UnconditionalBranch => {
+                    branch_to(ins.near_branch_target(), &mut work);
+                    false
+                }
+                FlowControl::IndirectBranch => {
+                    self.indirect = Some(match self.indirect {
+                        Some(s) => s.merge(next),
+                        None => next,
+                    });
+                    false
+                }
+                FlowControl::Interrupt => ins.mnemonic() != Mnemonic::Int3,
+                // ret, ud2 and the like end the path.
+                _ => false,
+            };
+            if falls_through && self.contains(fall) {
+                work.push((fall, next));
+            }
+        }
+    }
+}
+
+/// Every instruction start of a linear sweep over `code` at `entry`.
+fn linear(entry: u64, code: &[u8]) -> BTreeMap<u64, Instruction> {
+    let mut d = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
+    let mut out = BTreeMap::new();
+    while d.can_decode() {
+        let ins = d.decode();
+        out.insert(ins.ip(), ins);
+    }
+    out
+}
+
+/// True for gcc's and clang's variadic prologue: `test al, al` and stores of all of `xmm0`-`xmm7`.
+fn has_variadic_save(instructions: &BTreeMap<u64, Instruction>) -> bool {
+    let mut test_al = false;
+    let mut saved = [false; 8];
+    for ins in instructions.values() {
+        if ins.mnemonic() == Mnemonic::Test
+            && ins.op_count() == 2
+            && ins.op_kind(0) == OpKind::Register
+            && ins.op_kind(1) == OpKind::Register
+            && ins.op0_register() == Register::AL
+            && ins.op1_register() == Register::AL
+        {
+            test_al = true;
+        }
+        let store = matches!(
+            ins.mnemonic(),
+            Mnemonic::Movaps
+                | Mnemonic::Movups
+                | Mnemonic::Movapd
+                | Mnemonic::Movupd
+                | Mnemonic::Movdqa
+                | Mnemonic::Movdqu
+                | Mnemonic::Vmovaps
+                | Mnemonic::Vmovups
+        );
+        if store
+            && ins.op_count() == 2
+            && ins.op_kind(0) == OpKind::Memory
+            && matches!(ins.memory_base(), Register::RSP | Register::RBP)
+            && ins.op_kind(1) == OpKind::Register
+        {
+            let r = ins.op1_register();
+            if r >= Register::XMM0 && r <= Register::XMM7 {
+                saved[r as usize - Register::XMM0 as usize] = true;
+            }
+        }
+    }
+    test_al && saved.iter().all(|s| *s)
+}
+
+/// True for a `va_start` register-save area without the xmm part (gcc omits it when
+/// only integers are read): the last two or more integer argument registers, up to
+/// r9, stored to consecutive stack slots.
+fn has_integer_save_area(instructions: &BTreeMap<u64, Instruction>) -> bool {
+    const REGS: [Register; 6] = [
+        Register::RDI,
+        Register::RSI,
+        Register::RDX,
+        Register::RCX,
+        Register::R8,
+        Register::R9,
+    ];
+    let mut slot: [Option<(Register, i64)>; 6] = [None; 6];
+    for ins in instructions.values() {
+        if ins.mnemonic() == Mnemonic::Mov
+            && ins.op_count() == 2
+            && ins.op_kind(0) == OpKind::Memory
+            && ins.op_kind(1) == OpKind::Register
+            && matches!(ins.memory_base(), Register::RSP | Register::RBP)
+            && ins.memory_index() == Register::None
+        {
+            if let Some(i) = REGS.iter().position(|r| *r == ins.op1_register()) {
+                if slot[i].is_none() {
+                    slot[i] = Some((ins.memory_base(), ins.memory_displacement64() as i64));
+                }
+            }
+        }
+    }
+    let Some((base, r9_at)) = slot[5] else {
+        return false;
+    };
+    let consecutive = (0..5)
+        .rev()
+        .take_while(|&i| slot[i] == Some((base, r9_at - 8 * (5 - i as i64))))
+        .count();
+    consecutive >= 1
+}
+
+/// Analyses the function whose code (its symbol's bytes) starts at `entry`.
+pub fn analyse_stack_reads(entry: u64, code: &[u8]) -> StackReads {
+    let mut w = Walker {
+        entry,
+        code,
+        info: InstructionInfoFactory::new(),
+        words: 0,
+        unsure: None,
+        tail_calls: Vec::new(),
+        indirect: None,
+    };
+    let mut seen = HashMap::new();
+    w.walk(entry, State::ENTRY, &mut seen);
+    let instructions = linear(entry, code);
+    let indirect_jumps = w.indirect.is_some();
+    // Code only an indirect jump reaches (switch cases) runs with that jump's state.
+    while let Some(state) = w.indirect {
+        let unseen = instructions
+            .iter()
+            .find(|(a, i)| !seen.contains_key(a) && !i.is_invalid())
+            .map(|(a, _)| *a);
+        let Some(start) = unseen else {
+            break;
+        };
+        w.walk(start, state, &mut seen);
+    }
+    StackReads {
+        words: u16::try_from(w.words).unwrap_or(u16::MAX),
+        // va_start also takes the address of the incoming words (overflow_arg_area).
+        variadic: has_variadic_save(&instructions)
+            || (matches!(w.unsure, Some(Unsure::AddressTaken { .. }))
+                && has_integer_save_area(&instructions)),
+        unsure: w.unsure,
+        tail_calls: w.tail_calls,
+        indirect_jumps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dynasmrt::x64::X64Relocation;
+    use dynasmrt::{dynasm, DynasmApi, DynasmLabelApi, VecAssembler};
+
+    const AT: u64 = 0x40_1000;
+
+    fn asm(f: impl FnOnce(&mut VecAssembler<X64Relocation>)) -> Vec<u8> {
+        let mut ops = VecAssembler::new(AT as usize);
+        f(&mut ops);
+        ops.finalize().unwrap()
+    }
+
+    #[test]
+    fn register_only_leaf_reads_nothing() {
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; lea rax, [rdi + rsi]
+                ; mov [rsp - 8], rax     // red zone, below the return address
+                ; mov rax, [rsp - 8]
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert_eq!(r, StackReads::default());
+    }
+
+    #[test]
+    fn leaf_reading_two_stack_words() {
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; mov rax, [rsp + 8]
+                ; add rax, [rsp + 16]
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert_eq!((r.words, r.unsure), (2, None));
+    }
+
+    #[test]
+    fn pushes_and_sub_are_followed() {
+        // After push rbx; push r12; sub rsp, 0x18, entry rsp+8+24 (word 3) is at rsp+0x38.
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; push rbx
+                ; push r12
+                ; sub rsp, 0x18
+                ; mov rax, [rsp + 0x48]
+                ; add rsp, 0x18
+                ; pop r12
+                ; pop rbx
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert_eq!((r.words, r.unsure.clone()), (4, None), "{r:?}");
+    }
+
+    #[test]
+    fn frame_pointer_accesses_are_placed() {
+        // -O0 style: push rbp; mov rbp, rsp; [rbp+0x10] is word 0, [rbp+0x20] word 2.
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; push rbp
+                ; mov rbp, rsp
+                ; sub rsp, 0x40
+                ; mov [rbp - 8], rdi
+                ; mov rax, [rbp + 0x10]
+                ; mov rdx, [rbp + 0x20]
+                ; leave
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert_eq!((r.words, r.unsure.clone()), (3, None), "{r:?}");
+    }
+
+    #[test]
+    fn rbp_as_a_general_register_is_ignored() {
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; push rbp
+                ; mov rbp, rdi
+                ; mov rax, [rbp + 0x40]
+                ; pop rbp
+                ; ret
+            )
+        });
+        assert_eq!(analyse_stack_reads(AT, &code), StackReads::default());
+    }
+
+    #[test]
+    fn branches_keep_their_own_heights() {
+        // Two epilogues: the second path pushes more, and code after the first
+        // ret must not inherit the popped height.
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; push rbx
+                ; test rdi, rdi
+                ; jz >other
+                ; pop rbx
+                ; ret
+                ; other:
+                ; mov rax, [rsp + 0x10]   // word 0 (one push deep)
+                ; pop rbx
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert_eq!((r.words, r.unsure.clone()), (1, None), "{r:?}");
+    }
+
+    #[test]
+    fn wide_loads_count_every_word() {
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; movdqu xmm0, [rsp + 8]
+                ; movdqu xmm1, [rsp + 24]
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert_eq!((r.words, r.unsure), (4, None));
+    }
+
+    #[test]
+    fn address_of_incoming_words_is_unsure() {
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; sub rsp, 8
+                ; lea rdi, [rsp + 0x10]
+                ; call >callee
+                ; add rsp, 8
+                ; ret
+                ; callee:
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert_eq!(r.unsure, Some(Unsure::AddressTaken { at: AT + 4 }), "{r:?}");
+        assert!(r.unsure.unwrap().to_string().contains("address"));
+    }
+
+    #[test]
+    fn realigned_stack_is_an_upper_bound() {
+        // Locals after `and rsp, -32` are fine; a possible incoming read is not.
+        let local = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; push rbp
+                ; mov rbp, rsp
+                ; and rsp, -32
+                ; sub rsp, 0x40
+                ; vmovaps [rsp], ymm0
+                ; mov rax, [rbp + 0x10]
+                ; leave
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &local);
+        assert_eq!((r.words, r.unsure.clone()), (1, None), "{r:?}");
+        let far = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; and rsp, -32
+                ; mov rax, [rsp + 0x100]
+                ; ret
+            )
+        });
+        assert!(matches!(
+            analyse_stack_reads(AT, &far).unsure,
+            Some(Unsure::UnknownHeight { .. })
+        ));
+    }
+
+    #[test]
+    fn indexed_incoming_access_is_unsure_but_locals_are_fine() {
+        let local = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; sub rsp, 0x48
+                ; mov rax, [rsp + rdi * 8]
+                ; add rsp, 0x48
+                ; ret
+            )
+        });
+        assert_eq!(analyse_stack_reads(AT, &local).unsure, None);
+        let incoming = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; mov rax, [rsp + rdi * 8 + 8]
+                ; ret
+            )
+        });
+        assert!(matches!(
+            analyse_stack_reads(AT, &incoming).unsure,
+            Some(Unsure::Indexed { .. })
+        ));
+    }
+
+    #[test]
+    fn tail_calls_are_listed() {
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; test edi, edi
+                ; jz >done
+                ; jmp extern 0x40_2000usize
+                ; done:
+                ; xor eax, eax
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert_eq!(r.tail_calls, vec![0x40_2000]);
+        assert_eq!(r.words, 0);
+    }
+
+    #[test]
+    fn switch_cases_after_an_indirect_jump_are_walked() {
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; push rbx
+                ; jmp rax
+                ; mov rax, [rsp + 0x18]   // a "case": one push deep, word 1
+                ; pop rbx
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert!(r.indirect_jumps);
+        assert_eq!((r.words, r.unsure.clone()), (2, None), "{r:?}");
+    }
+
+    #[test]
+    fn variadic_save_area_is_recognised() {
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; sub rsp, 0xd8
+                ; mov [rsp + 0x28], rsi
+                ; test al, al
+                ; je >skip
+                ; movaps [rsp + 0x50], xmm0
+                ; movaps [rsp + 0x60], xmm1
+                ; movaps [rsp + 0x70], xmm2
+                ; movaps [rsp + 0x80], xmm3
+                ; movaps [rsp + 0x90], xmm4
+                ; movaps [rsp + 0xa0], xmm5
+                ; movaps [rsp + 0xb0], xmm6
+                ; movaps [rsp + 0xc0], xmm7
+                ; skip:
+                ; lea rax, [rsp + 0xe0]   // overflow_arg_area
+                ; add rsp, 0xd8
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert!(r.variadic, "{r:?}");
+        assert!(matches!(r.unsure, Some(Unsure::AddressTaken { .. })));
+    }
+
+    #[test]
+    fn integer_only_va_start_is_recognised() {
+        // gcc -O2 for a variadic function that reads only longs: no xmm saves.
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; lea rax, [rsp + 8]
+                ; mov [rsp - 0x28], rsi
+                ; mov [rsp - 0x40], rax
+                ; mov [rsp - 0x20], rdx
+                ; mov [rsp - 0x18], rcx
+                ; mov [rsp - 0x10], r8
+                ; mov [rsp - 8], r9
+                ; ret
+            )
+        });
+        assert!(analyse_stack_reads(AT, &code).variadic);
+        // A spill of r9 alone next to an address-taken argument is not enough.
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; lea rax, [rsp + 8]
+                ; mov [rsp - 8], r9
+                ; mov [rsp - 0x30], r8
+                ; ret
+            )
+        });
+        assert!(!analyse_stack_reads(AT, &code).variadic);
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for len in 0..400 {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let _ = analyse_stack_reads(AT, &bytes);
+        }
+        // ud2 ends the only path; the stray byte after it is never reached.
+        assert_eq!(analyse_stack_reads(AT, &[0x0f, 0x0b, 0xff]).unsure, None);
+        assert!(matches!(
+            analyse_stack_reads(AT, &[0x48]).unsure,
+            Some(Unsure::Undecodable { at: AT })
+        ));
+    }
+}
