@@ -13,7 +13,9 @@
 //! exactly as it was when it fails.
 
 pub mod arena;
+pub mod args;
 pub mod backtrace;
+pub mod debuginfo;
 pub mod error;
 pub mod hooks;
 pub mod maps;
