@@ -50,6 +50,7 @@ fn hook_info(e: &HookEntry) -> HookInfo {
             _ => HookState::Free,
         },
         installed_ns: e.installed_ns,
+        signature: None,
     }
 }
 
@@ -74,6 +75,7 @@ fn frame(f: &argstash_dbus::Frame) -> Frame {
             .map(|a| a.value)
             .collect(),
         frame: f.stash_frame,
+        function: 0,
     });
     Frame {
         pc: f.pc,
@@ -86,6 +88,7 @@ fn frame(f: &argstash_dbus::Frame) -> Frame {
             _ => FrameKind::Normal,
         },
         stash,
+        ..Frame::default()
     }
 }
 

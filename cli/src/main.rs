@@ -11,8 +11,9 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use injector::backtrace::{backtrace, BacktraceOptions};
-use injector::hooks::{eject, install, list, EjectWhat, InstallOptions};
+use injector::backtrace::{BacktraceOptions, ProcessReader};
+use injector::debuginfo::DebugSearch;
+use injector::hooks::{eject, install_with_signatures, list, EjectWhat, InstallOptions};
 use injector::symbols::FuncSpec;
 
 /// Stash function arguments on the stack of a running process, then read them back from any unwind.
@@ -45,7 +46,8 @@ struct InjectArgs {
     /// Target process id.
     #[arg(long)]
     pid: i32,
-    /// Function to hook: NAME, MODULE!NAME (e.g. libc.so.6!write) or 0xADDR. Repeatable.
+    /// Function to hook: NAME, MODULE!NAME (e.g. libc.so.6!write) or 0xADDR, optionally
+    /// with its parameter list for `bt` when there is no DWARF: 'bar(int, const char *)'. Repeatable.
     #[arg(long = "func", value_name = "FUNC", required_unless_present = "addr")]
     funcs: Vec<String>,
     /// Function entry address to hook (same as --func 0xADDR). Repeatable.
@@ -98,6 +100,10 @@ struct BtArgs {
     /// Show trampoline frames too.
     #[arg(long)]
     show_trampolines: bool,
+    /// Look for separate debug files under DIR instead of /usr/lib/debug (build-id and
+    /// debuglink layout). Repeatable; searched in order.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dirs: Vec<std::path::PathBuf>,
 }
 
 fn parse_addr(s: &str) -> Result<u64, String> {
@@ -114,11 +120,18 @@ fn run(cli: Cli) -> Result<()> {
     }
     match cli.command {
         Command::Inject(a) => {
-            let mut specs: Vec<FuncSpec> = a.funcs.iter().map(|f| FuncSpec::parse(f)).collect();
+            let mut specs: Vec<FuncSpec> = Vec::new();
+            let mut signatures = Vec::new();
+            for f in &a.funcs {
+                let (name, sig) = injector::args::split_signature(f)?;
+                specs.push(FuncSpec::parse(name));
+                signatures.push(sig);
+            }
             specs.extend(a.addr.iter().map(|x| FuncSpec::Addr(*x)));
-            let report = install(
+            let report = install_with_signatures(
                 a.pid,
                 &specs,
+                &signatures,
                 &InstallOptions {
                     stack_words: a.stack_args,
                 },
@@ -139,13 +152,19 @@ fn run(cli: Cli) -> Result<()> {
             output::print_list(a.pid, &hooks, a.json);
         }
         Command::Bt(a) => {
-            let bt = backtrace(
-                a.pid,
-                &BacktraceOptions {
-                    tid: a.tid,
-                    show_trampolines: a.show_trampolines,
-                },
-            )?;
+            let mut reader = ProcessReader::new(a.pid);
+            if !a.debug_dirs.is_empty() {
+                reader.set_debug_search(DebugSearch {
+                    dirs: a.debug_dirs.clone(),
+                });
+            }
+            let bt = reader.backtrace(&BacktraceOptions {
+                tid: a.tid,
+                show_trampolines: a.show_trampolines,
+            })?;
+            for w in reader.debug_warnings() {
+                eprintln!("argstash: warning: {w}");
+            }
             output::print_backtrace(&bt, a.json);
         }
         Command::Demo => demo::run()?,

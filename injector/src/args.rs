@@ -633,6 +633,12 @@ pub enum SignatureError {
         /// What is wrong.
         why: String,
     },
+    /// The arena the hook would go into predates signatures (format version 1).
+    #[error("the arena at 0x{arena:x} was made by an older argstash and cannot store signatures; eject its hooks and inject again, or inject without a signature")]
+    OldArena {
+        /// The arena's address.
+        arena: u64,
+    },
     /// The signature is longer than a hook record can store.
     #[error("the signature `{text}` is {len} bytes long; at most {max} fit in the hook record")]
     TooLong {
