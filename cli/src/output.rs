@@ -162,6 +162,7 @@ fn frame_json(index: usize, f: &Frame) -> Value {
     if let Some(s) = &f.stash {
         v["stash_frame"] = json!(format!("0x{:x}", s.frame));
     }
+    v["source_function"] = json!(f.source_function);
     v["file"] = json!(f.file);
     v["line"] = json!(f.line);
     v["params"] = json!(f.args.iter().map(arg_json).collect::<Vec<_>>());
@@ -222,7 +223,11 @@ fn short_file(file: &str) -> &str {
 
 /// Renders one frame as gdb does.
 pub fn frame_text(index: usize, f: &Frame) -> String {
-    let name = f.function.as_deref().unwrap_or("??");
+    let name = f
+        .source_function
+        .as_deref()
+        .or(f.function.as_deref())
+        .unwrap_or("??");
     let at = match (&f.file, f.line) {
         (Some(file), Some(line)) => format!(" at {}:{line}", short_file(file)),
         _ => String::new(),

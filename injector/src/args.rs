@@ -152,13 +152,27 @@ pub fn function_info(
     let mut budget = TYPE_BUDGET;
     let cpp = is_cpp(unit);
     let entry = unit.entry(die)?;
-    let origin = origin_of(unit, &entry)?;
-    let named = origin.as_ref().unwrap_or(&entry);
-    let name = match named.attr_value(gimli::DW_AT_name) {
-        Some(v) => unit.attr_string(v).ok().and_then(|s| text(&s)),
-        None => None,
+    // The abstract instance (for inlined and out-of-line copies) lists the
+    // parameters with their names; a declaration (DW_AT_specification) may hold
+    // the name and sits in the scope (namespace, class) that qualifies it.
+    let origin = follow(unit, &entry, gimli::DW_AT_abstract_origin)?;
+    let listed = origin.as_ref().unwrap_or(&entry);
+    let declaration = follow(unit, listed, gimli::DW_AT_specification)?;
+    let attr = |at| {
+        listed
+            .attr_value(at)
+            .or_else(|| declaration.as_ref().and_then(|d| d.attr_value(at)))
     };
-    let returns = match named.attr_value(gimli::DW_AT_type) {
+    let mut name = attr(gimli::DW_AT_name)
+        .and_then(|v| unit.attr_string(v).ok())
+        .and_then(|s| text(&s));
+    if cpp {
+        let scope_of = declaration.as_ref().unwrap_or(listed).offset();
+        if let (Some(n), Some(scope)) = (&name, scope_prefix(unit, scope_of)) {
+            name = Some(format!("{scope}{n}"));
+        }
+    }
+    let returns = match attr(gimli::DW_AT_type) {
         Some(AttributeValue::UnitRef(off)) => {
             Some(describe(unit, off, TYPE_DEPTH, cpp, &mut budget)?)
         }
@@ -252,27 +266,56 @@ fn is_cpp(unit: UnitRef<'_, DwarfReader>) -> bool {
     )
 }
 
-/// Follows `DW_AT_abstract_origin` / `DW_AT_specification` (unit-local) to the DIE
-/// that carries the name, type and parameter list.
-fn origin_of(
+/// Follows the unit-local reference attribute `at` (a few hops at most).
+fn follow(
     unit: UnitRef<'_, DwarfReader>,
     entry: &gimli::DebuggingInformationEntry<DwarfReader>,
+    at: gimli::DwAt,
 ) -> Result<Option<gimli::DebuggingInformationEntry<DwarfReader>>, gimli::Error> {
     let mut current: Option<gimli::DebuggingInformationEntry<DwarfReader>> = None;
     for _ in 0..4 {
         let e = current.as_ref().unwrap_or(entry);
-        let next = [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification]
-            .iter()
-            .find_map(|at| match e.attr_value(*at) {
-                Some(AttributeValue::UnitRef(o)) => Some(o),
-                _ => None,
-            });
-        match next {
-            Some(o) => current = Some(unit.entry(o)?),
-            None => break,
+        match e.attr_value(at) {
+            Some(AttributeValue::UnitRef(o)) => current = Some(unit.entry(o)?),
+            _ => break,
         }
     }
     Ok(current)
+}
+
+/// The `ns::Class::` prefix of the DIE at `target`: the names of the namespaces,
+/// classes and structs enclosing it (one scan of the unit).
+fn scope_prefix(unit: UnitRef<'_, DwarfReader>, target: UnitOffset) -> Option<String> {
+    let mut cursor = unit.entries();
+    let mut scopes: Vec<(isize, Option<String>)> = Vec::new();
+    loop {
+        let e = cursor.next_dfs().ok()??;
+        let depth = e.depth();
+        while scopes.last().is_some_and(|(d, _)| *d >= depth) {
+            scopes.pop();
+        }
+        if e.offset() == target {
+            break;
+        }
+        if matches!(
+            e.tag(),
+            gimli::DW_TAG_namespace
+                | gimli::DW_TAG_class_type
+                | gimli::DW_TAG_structure_type
+                | gimli::DW_TAG_union_type
+        ) {
+            let n = e
+                .attr_value(gimli::DW_AT_name)
+                .and_then(|v| unit.attr_string(v).ok())
+                .and_then(|s| text(&s));
+            scopes.push((depth, n));
+        }
+    }
+    let names: Vec<String> = scopes
+        .into_iter()
+        .map(|(_, n)| n.unwrap_or_else(|| "(anonymous namespace)".into()))
+        .collect();
+    (!names.is_empty()).then(|| format!("{}::", names.join("::")))
 }
 
 fn for_children(

@@ -106,6 +106,9 @@ pub struct Frame {
     pub kind: FrameKind,
     /// Arguments from the stash frame, for hooked functions.
     pub stash: Option<StashedArgs>,
+    /// The function's name in DWARF (e.g. `__GI___nanosleep` for the symbol
+    /// `nanosleep`, `ns::Widget::poke` for a C++ method), as gdb shows it.
+    pub source_function: Option<String>,
     /// Source file (from DWARF) of the pc, or of the call site of `inlined`'s outermost.
     pub file: Option<String>,
     /// Source line, as for `file`.
@@ -265,22 +268,19 @@ impl Unwind {
             let debug = self.debug_for(st.pc);
             let mut source = debug.map(|d| d.frames(st.pc)).unwrap_or_default();
             let physical = source.pop();
-            if let Some(p) = &physical {
-                if p.function.is_some() {
-                    f.function = p.function.clone();
+            // MiniDebugInfo is the module's full symbol table: it wins over `.dynsym`.
+            match (&f.function, debug.and_then(|d| d.mini_symbol(st.pc))) {
+                (_, Some((s, off))) if f.kind == FrameKind::Normal => {
+                    f.function = Some(crate::debuginfo::demangle(&s.name));
+                    f.offset = off + (f.pc - st.pc);
                 }
+                (Some(name), _) => f.function = Some(crate::debuginfo::demangle(name)),
+                (None, _) => {}
+            }
+            if let Some(p) = &physical {
+                f.source_function = p.function.clone();
                 f.file = p.file.clone();
                 f.line = p.line;
-            } else if let Some(d) = debug {
-                match &f.function {
-                    Some(name) => f.function = Some(crate::debuginfo::demangle(name)),
-                    None => {
-                        if let Some((s, off)) = d.mini_symbol(st.pc) {
-                            f.function = Some(crate::debuginfo::demangle(&s.name));
-                            f.offset = off + (f.pc - st.pc);
-                        }
-                    }
-                }
             }
             let info = physical.as_ref().and_then(|p| p.info.as_ref());
             let frame_base = info.map(|i| i.frame_base.clone()).unwrap_or_default();

@@ -522,6 +522,15 @@ impl ModuleDebug {
                 (Some(u), Some(off)) => args::function_info(u, off, self.bias).ok(),
                 _ => None,
             };
+            // gdb qualifies names by their scope (`shapes::settle`) even when the
+            // DWARF name is bare, as for inlined static functions.
+            let function = match (&function, info.as_ref().and_then(|i| i.name.as_ref())) {
+                (Some(f), Some(q)) if !f.contains("::") && q.ends_with(&format!("::{f}")) => {
+                    Some(q.clone())
+                }
+                (None, Some(q)) => Some(q.clone()),
+                _ => function,
+            };
             out.push(SourceFrame {
                 function,
                 file: f.location.as_ref().and_then(|l| l.file).map(str::to_string),
