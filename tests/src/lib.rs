@@ -50,6 +50,7 @@ pub const FIXTURES: &[&str] = &[
     "crowded",
     "prologues",
     "manyargs",
+    "dwarfargs",
 ];
 
 /// How long [`Target::spawn`] waits for the `ready` line.
