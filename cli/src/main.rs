@@ -166,6 +166,8 @@ fn run(cli: Cli) -> Result<()> {
                 eprintln!("argstash: warning: {w}");
             }
             output::print_backtrace(&bt, a.json);
+            // The process exits next: skip freeing megabytes of parsed debug info.
+            std::mem::forget(reader);
         }
         Command::Demo => demo::run()?,
     }

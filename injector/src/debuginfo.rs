@@ -265,8 +265,16 @@ impl ElfSections {
         if size > MAX_DECOMPRESSED {
             return None;
         }
-        let out =
-            miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(data.get(24..)?, size).ok()?;
+        // The header gives the exact size: inflate into it in one go (no regrowth).
+        let mut out = vec![0u8; size];
+        let n = miniz_oxide::inflate::decompress_slice_iter_to_slice(
+            &mut out,
+            std::iter::once(data.get(24..)?),
+            true,
+            true,
+        )
+        .ok()?;
+        out.truncate(n);
         Some(Cow::Owned(out))
     }
 
@@ -578,12 +586,63 @@ fn mismatch(
     }
 }
 
+/// The DWARF sections gimli reads, by name.
+const DWARF_SECTIONS: &[&str] = &[
+    ".debug_abbrev",
+    ".debug_addr",
+    ".debug_aranges",
+    ".debug_info",
+    ".debug_line",
+    ".debug_line_str",
+    ".debug_loc",
+    ".debug_loclists",
+    ".debug_ranges",
+    ".debug_rnglists",
+    ".debug_str",
+    ".debug_str_offsets",
+];
+
+/// Reads (and decompresses) the DWARF sections, on two threads: distributions
+/// compress them, and inflating is most of the cold cost.
+fn read_sections(file: &ElfSections) -> Vec<(&'static str, Arc<[u8]>)> {
+    let mut names: Vec<(&'static str, u64)> = DWARF_SECTIONS
+        .iter()
+        .filter_map(|n| file.header(n).map(|h| (*n, h.size)))
+        .collect();
+    names.sort_by_key(|(_, size)| std::cmp::Reverse(*size));
+    // Greedy split by size into two halves.
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut sa, mut sb) = (0u64, 0u64);
+    for (n, size) in names {
+        if sa <= sb {
+            a.push(n);
+            sa += size;
+        } else {
+            b.push(n);
+            sb += size;
+        }
+    }
+    let read = |names: Vec<&'static str>| -> Vec<(&'static str, Arc<[u8]>)> {
+        names
+            .into_iter()
+            .filter_map(|n| Some((n, Arc::from(file.section(n)?.as_ref()))))
+            .collect()
+    };
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| read(b));
+        let mut out = read(a);
+        out.extend(other.join().unwrap_or_default());
+        out
+    })
+}
+
 fn load_dwarf(file: &ElfSections) -> Result<DwarfData, DebugInfoError> {
+    let sections = read_sections(file);
     let load = |id: gimli::SectionId| -> Result<DwarfReader, gimli::Error> {
-        let data: Arc<[u8]> = match file.section(id.name()) {
-            Some(d) => Arc::from(d.as_ref()),
-            None => Arc::from(&[][..]),
-        };
+        let data: Arc<[u8]> = sections
+            .iter()
+            .find(|(n, _)| *n == id.name())
+            .map_or_else(|| Arc::from(&[][..]), |(_, d)| d.clone());
         Ok(EndianArcSlice::new(data, LittleEndian))
     };
     let dwarf_err = |source| DebugInfoError::Dwarf {
