@@ -257,6 +257,17 @@ impl ElfSections {
         if s.flags & SHF_COMPRESSED == 0 {
             return Some(Cow::Borrowed(data));
         }
+        self.section_shared(name).map(|a| Cow::Owned(a.to_vec()))
+    }
+
+    /// Like [`Self::section`], as one shared buffer (compressed sections are
+    /// inflated straight into it, without another copy).
+    pub fn section_shared(&self, name: &str) -> Option<Arc<[u8]>> {
+        let s = self.header(name)?;
+        let data = self.raw(s)?;
+        if s.flags & SHF_COMPRESSED == 0 {
+            return Some(Arc::from(data));
+        }
         // Elf64_Chdr: type, reserved, size, alignment.
         if le_u32(data, 0)? != ELFCOMPRESS_ZLIB {
             return None;
@@ -266,16 +277,15 @@ impl ElfSections {
             return None;
         }
         // The header gives the exact size: inflate into it in one go (no regrowth).
-        let mut out = vec![0u8; size];
+        let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, size).collect();
         let n = miniz_oxide::inflate::decompress_slice_iter_to_slice(
-            &mut out,
+            Arc::get_mut(&mut out)?,
             std::iter::once(data.get(24..)?),
             true,
             true,
         )
         .ok()?;
-        out.truncate(n);
-        Some(Cow::Owned(out))
+        (n == size).then_some(out)
     }
 
     /// The GNU build-id note (`.note.gnu.build-id`), if any.
@@ -625,7 +635,7 @@ fn read_sections(file: &ElfSections) -> Vec<(&'static str, Arc<[u8]>)> {
     let read = |names: Vec<&'static str>| -> Vec<(&'static str, Arc<[u8]>)> {
         names
             .into_iter()
-            .filter_map(|n| Some((n, Arc::from(file.section(n)?.as_ref()))))
+            .filter_map(|n| Some((n, file.section_shared(n)?)))
             .collect()
     };
     std::thread::scope(|scope| {

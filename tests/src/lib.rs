@@ -51,6 +51,7 @@ pub const FIXTURES: &[&str] = &[
     "prologues",
     "manyargs",
     "dwarfargs",
+    "deepstack",
 ];
 
 /// How long [`Target::spawn`] waits for the `ready` line.
