@@ -125,11 +125,7 @@ fn arg_json(a: &ArgValue) -> Value {
 
 /// `name=display` as gdb prints one argument.
 fn arg_text(a: &ArgValue) -> String {
-    let name = a
-        .name
-        .as_deref()
-        .or(a.register.as_deref())
-        .unwrap_or("?");
+    let name = a.name.as_deref().or(a.register.as_deref()).unwrap_or("?");
     format!("{name}={}", a.display)
 }
 

@@ -536,8 +536,9 @@ fn describe(
             t
         }
         gimli::DW_TAG_enumeration_type => {
-            let signed = target(budget, 0)?
-                .is_some_and(|t| matches!(t.kind, TypeKind::Signed | TypeKind::Char { signed: true }));
+            let signed = target(budget, 0)?.is_some_and(|t| {
+                matches!(t.kind, TypeKind::Signed | TypeKind::Char { signed: true })
+            });
             let mut enumerators = Vec::new();
             for_children(unit, off, |c| {
                 if c.tag() == gimli::DW_TAG_enumerator {
@@ -752,7 +753,11 @@ pub fn parse_params(list: &str) -> Result<Signature, String> {
     let mut text: Vec<String> = params
         .iter()
         .map(|p| match &p.name {
-            Some(n) => format!("{}{}{n}", p.ty.name, if p.ty.name.ends_with('*') { "" } else { " " }),
+            Some(n) => format!(
+                "{}{}{n}",
+                p.ty.name,
+                if p.ty.name.ends_with('*') { "" } else { " " }
+            ),
             None => p.ty.name.clone(),
         })
         .collect();
@@ -786,8 +791,22 @@ fn parse_param(text: &str) -> Result<Param, String> {
     let is_type_word = |w: &str| {
         matches!(
             w,
-            "const" | "volatile" | "unsigned" | "signed" | "short" | "long" | "int" | "char"
-                | "_Bool" | "bool" | "float" | "double" | "void" | "struct" | "union" | "enum"
+            "const"
+                | "volatile"
+                | "unsigned"
+                | "signed"
+                | "short"
+                | "long"
+                | "int"
+                | "char"
+                | "_Bool"
+                | "bool"
+                | "float"
+                | "double"
+                | "void"
+                | "struct"
+                | "union"
+                | "enum"
         ) || known_typedef(w).is_some()
     };
     let mut name = None;
@@ -902,11 +921,7 @@ fn base_type(words: &[&str]) -> Option<TypeDesc> {
                     (false, true) => "signed char",
                     _ => "char",
                 };
-                (
-                    TypeKind::Char { signed: !unsigned },
-                    1,
-                    name.to_string(),
-                )
+                (TypeKind::Char { signed: !unsigned }, 1, name.to_string())
             } else {
                 (
                     if unsigned {
@@ -1123,8 +1138,14 @@ pub fn stashed_values(
             };
             let words: Option<(String, Vec<u64>)> = match &slot {
                 ArgSlot::Registers(r) => {
-                    let names: Vec<&str> = r.iter().filter_map(|i| registers.get(*i).map(|x| x.0)).collect();
-                    let vals: Vec<u64> = r.iter().filter_map(|i| registers.get(*i).map(|x| x.1)).collect();
+                    let names: Vec<&str> = r
+                        .iter()
+                        .filter_map(|i| registers.get(*i).map(|x| x.0))
+                        .collect();
+                    let vals: Vec<u64> = r
+                        .iter()
+                        .filter_map(|i| registers.get(*i).map(|x| x.1))
+                        .collect();
                     (vals.len() == r.len()).then(|| (names.join(":"), vals))
                 }
                 ArgSlot::Stack(at) => {
@@ -1218,7 +1239,9 @@ fn evaluate(
     mem: &dyn Memory,
 ) -> Option<Vec<u8>> {
     let expr = loc.at(state.pc)?;
-    let size = usize::try_from(ty.size).ok().filter(|s| *s > 0 && *s <= 64)?;
+    let size = usize::try_from(ty.size)
+        .ok()
+        .filter(|s| *s > 0 && *s <= 64)?;
     let pieces = run(expr, frame_base, encoding, state, mem, 0)?;
     let mut out = Vec::with_capacity(size);
     for piece in &pieces {
@@ -1236,7 +1259,13 @@ fn evaluate(
                 if want > 8 {
                     return None;
                 }
-                state.regs.get(register.0 as usize).copied().flatten()?.to_le_bytes().to_vec()
+                state
+                    .regs
+                    .get(register.0 as usize)
+                    .copied()
+                    .flatten()?
+                    .to_le_bytes()
+                    .to_vec()
             }
             gimli::Location::Address { address } => mem.read_vec(*address, want).ok()?,
             gimli::Location::Value { value } => value.to_u64(!0).ok()?.to_le_bytes().to_vec(),
@@ -1522,7 +1551,8 @@ mod tests {
     #[test]
     fn values_format_like_gdb() {
         let mem = Bytes(0x1000, b"hi\n\"there\0".to_vec());
-        let sig = parse_params("int, unsigned char, _Bool, const char *, struct p *, double").unwrap();
+        let sig =
+            parse_params("int, unsigned char, _Bool, const char *, struct p *, double").unwrap();
         let t = |i: usize| &sig.params[i].ty;
         assert_eq!(format_value(t(0), &(-5i64).to_le_bytes(), &mem), "-5");
         assert_eq!(format_value(t(1), &[97, 1, 2], &mem), "97 'a'");
@@ -1551,8 +1581,14 @@ mod tests {
         let sig = parse_params("long, long, long, long, long, long, long").unwrap();
         let slots = assign_registers(&sig.to_function_info(None));
         assert_eq!(slots[6], ArgSlot::Stack(0));
-        let regs: Vec<(&'static str, u64)> =
-            vec![("rdi", 1), ("rsi", 2), ("rdx", 3), ("rcx", 4), ("r8", 5), ("r9", 6)];
+        let regs: Vec<(&'static str, u64)> = vec![
+            ("rdi", 1),
+            ("rsi", 2),
+            ("rdx", 3),
+            ("rcx", 4),
+            ("r8", 5),
+            ("r9", 6),
+        ];
         let mem = Bytes(0, Vec::new());
         let v = stashed_values(&sig.to_function_info(None), &regs, &[7], &mem);
         assert_eq!(v[6].display, "7");
@@ -1575,7 +1611,15 @@ mod tests {
             size: 4,
         };
         let mem = Bytes(0, Vec::new());
-        let b = evaluate(&loc, &Location::default(), enc, &ty, &FrameState::default(), &mem).unwrap();
+        let b = evaluate(
+            &loc,
+            &Location::default(),
+            enc,
+            &ty,
+            &FrameState::default(),
+            &mem,
+        )
+        .unwrap();
         assert_eq!(format_value(&ty, &b, &mem), "-300");
     }
 }

@@ -222,7 +222,12 @@ impl Unwind {
     /// Sets where separate debug files are looked for (forgets debug info loaded so far).
     pub fn set_debug_search(&mut self, search: DebugSearch) {
         self.search = search;
-        self.debug = self.symbols.modules.iter().map(|_| OnceCell::new()).collect();
+        self.debug = self
+            .symbols
+            .modules
+            .iter()
+            .map(|_| OnceCell::new())
+            .collect();
     }
 
     /// The debug info of the module containing runtime address `addr`, loaded on first use.
@@ -299,7 +304,10 @@ impl Unwind {
                 .collect();
             f.args = match (&f.stash, info) {
                 (Some(stash), Some(i)) => stashed_values(i, &stash.registers, &stash.stack, mem),
-                (Some(stash), None) => match self.hook_signature(stash.function).map(crate::args::parse_params) {
+                (Some(stash), None) => match self
+                    .hook_signature(stash.function)
+                    .map(crate::args::parse_params)
+                {
                     Some(Ok(sig)) => stashed_values(
                         &sig.to_function_info(None),
                         &stash.registers,
@@ -373,7 +381,8 @@ impl Unwind {
         show_trampolines: bool,
     ) -> (Vec<Frame>, Option<String>) {
         let mut states: Vec<Option<FrameState>> = Vec::new();
-        let (mut frames, truncated) = self.unwind_frames(initial, mem, show_trampolines, &mut states);
+        let (mut frames, truncated) =
+            self.unwind_frames(initial, mem, show_trampolines, &mut states);
         states.resize(frames.len(), None);
         self.annotate(&mut frames, &states, mem);
         (frames, truncated)
@@ -497,9 +506,9 @@ impl Unwind {
             }
             frames.push(frame);
             states.push(Some(state));
-            let unwound = self
-                .unwinder
-                .unwind_frame(unwind_address, &mut regs, &mut cache, &mut read_stack);
+            let unwound =
+                self.unwinder
+                    .unwind_frame(unwind_address, &mut regs, &mut cache, &mut read_stack);
             if let (Ok(Some(_)), Some(Some(st))) = (&unwound, states.last_mut()) {
                 st.cfa = Some(regs.sp());
             }

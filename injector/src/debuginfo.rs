@@ -298,7 +298,8 @@ impl ElfSections {
             return None;
         }
         let desc = 12 + namesz.div_ceil(4) * 4;
-        note.get(desc..desc.checked_add(descsz)?).map(<[u8]>::to_vec)
+        note.get(desc..desc.checked_add(descsz)?)
+            .map(<[u8]>::to_vec)
     }
 
     /// The `.gnu_debuglink` file name and CRC, if any.
@@ -580,10 +581,7 @@ fn mismatch(
             hex(want)
         )),
         (Some(_), Some(_)) => None,
-        (Some(want), None) => Some(format!(
-            "it has no build-id, expected {}",
-            hex(want)
-        )),
+        (Some(want), None) => Some(format!("it has no build-id, expected {}", hex(want))),
         (None, _) => match link {
             Some((_, crc)) if file.crc32() != *crc => Some(format!(
                 "its CRC {:08x} does not match the debuglink CRC {crc:08x} of {}",
@@ -591,7 +589,9 @@ fn mismatch(
                 module.path
             )),
             Some(_) => None,
-            None => Some("the module has neither build-id nor debuglink to check it against".into()),
+            None => {
+                Some("the module has neither build-id nor debuglink to check it against".into())
+            }
         },
     }
 }
@@ -665,7 +665,11 @@ fn load_dwarf(file: &ElfSections) -> Result<DwarfData, DebugInfoError> {
 }
 
 /// Function symbols from a module's MiniDebugInfo, at runtime addresses, sorted.
-fn mini_debuginfo_symbols(module: &ElfSections, bias: u64, warnings: &mut Vec<String>) -> Vec<Symbol> {
+fn mini_debuginfo_symbols(
+    module: &ElfSections,
+    bias: u64,
+    warnings: &mut Vec<String>,
+) -> Vec<Symbol> {
     let Some(xz) = module.section(".gnu_debugdata") else {
         return Vec::new();
     };

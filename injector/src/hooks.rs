@@ -474,12 +474,13 @@ pub fn install_with_signatures(
             // slot never shows a stale one.
             match arena.signature_addr(code.slot) {
                 Some(at) => {
-                    let entry = trampolines::arena::encode_signature(&p.signature).map_err(
-                        |source| Error::Format {
-                            addr: arena.base,
-                            source,
-                        },
-                    )?;
+                    let entry =
+                        trampolines::arena::encode_signature(&p.signature).map_err(|source| {
+                            Error::Format {
+                                addr: arena.base,
+                                source,
+                            }
+                        })?;
                     mem.write(at, &entry)?;
                 }
                 None if !p.signature.is_empty() => {

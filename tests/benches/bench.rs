@@ -974,7 +974,10 @@ fn bench_dwarf() {
             format!("{:.2}", max(v)),
         ]);
     };
-    row("argstash bt --pid P, cold (new process each run)", &cold_wall);
+    row(
+        "argstash bt --pid P, cold (new process each run)",
+        &cold_wall,
+    );
     row("  thread stopped (as printed)", &cold_stop);
     row(
         "argstash bt --pid P --debug-dir /nonexistent (no libc debug file)",
@@ -982,11 +985,20 @@ fn bench_dwarf() {
     );
     row("ProcessReader::backtrace, first call (cold)", &[lib_cold]);
     row("  thread stopped", &[lib_cold_stop]);
-    row("ProcessReader::backtrace, warm (parsed debug info kept)", &warm_wall);
+    row(
+        "ProcessReader::backtrace, warm (parsed debug info kept)",
+        &warm_wall,
+    );
     row("  thread stopped", &warm_stop);
     row("gdb -batch -p P -ex bt", &gdb_w);
     table.print();
     println!("\n`argstash bt` printed {frames} frame lines.");
-    println!("\nsample `argstash bt --pid P` output:\n{}", indent(&sample));
-    println!("sample `gdb -batch -p P -ex bt` output:\n{}", indent(&sample_gdb));
+    println!(
+        "\nsample `argstash bt --pid P` output:\n{}",
+        indent(&sample)
+    );
+    println!(
+        "sample `gdb -batch -p P -ex bt` output:\n{}",
+        indent(&sample_gdb)
+    );
 }

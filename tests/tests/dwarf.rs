@@ -144,11 +144,7 @@ fn check_report_params(frame: &Value, want: &HashMap<String, String>, source: &s
     );
     assert_eq!(param(frame, "s")["type"], "const char *");
     let p = want["p"].trim_start_matches("0x");
-    assert_eq!(
-        shown("p"),
-        format!("(struct point *) 0x{p}"),
-        "{frame:#}"
-    );
+    assert_eq!(shown("p"), format!("(struct point *) 0x{p}"), "{frame:#}");
     for p in params(frame) {
         assert_eq!(p["source"], source, "{p}");
     }
@@ -160,9 +156,10 @@ fn typed_args_of_hooked_frame(v: Variant) {
     let pid = t.pid().to_string();
     run_ok(&["inject", "--pid", &pid, "--func", "report"]);
     let bt = wait_bt(t.pid(), Some(t.pid()), SOON, |bt| {
-        bt["threads"][0]["frames"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|f| f["function"] == "report" && f["hooked"] == true))
+        bt["threads"][0]["frames"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f["function"] == "report" && f["hooked"] == true)
+        })
     });
     let th = &bt["threads"][0];
     let (i, report) = frame_named(th, "report").unwrap();
@@ -170,7 +167,10 @@ fn typed_args_of_hooked_frame(v: Variant) {
     assert!(report["file"].as_str().unwrap().ends_with("dwarfargs.c"));
     assert!(report["line"].as_u64().unwrap() > 0);
     // The legacy raw registers are still there.
-    assert_eq!(frame_arg(report, "rdi"), Some(want["n"].parse::<i32>().unwrap() as u32 as u64));
+    assert_eq!(
+        frame_arg(report, "rdi"),
+        Some(want["n"].parse::<i32>().unwrap() as u32 as u64)
+    );
     let outer = &thread_frames(th)[i + 1];
     assert_eq!(outer["function"], "outer");
 
@@ -256,7 +256,8 @@ fn unhooked_args_match_gdb(v: Variant) {
                 .args(["-batch", "-nx", "-p", &pid, "-ex", "bt"])
                 .env("LC_ALL", "C"),
         );
-        let (Some(_), Some(gdb_outer)) = (frame_named(&ours, "outer"), gdb_args(&gdb, "outer")) else {
+        let (Some(_), Some(gdb_outer)) = (frame_named(&ours, "outer"), gdb_args(&gdb, "outer"))
+        else {
             continue;
         };
         if frame_named(&ours, "report").is_none() || gdb_args(&gdb, "report").is_none() {
@@ -298,8 +299,14 @@ fn unhooked_args_match_gdb(v: Variant) {
     }
     println!("{v}: {recovered} of {compared} values gdb shows recovered");
     if !v.optimized() {
-        assert!(compared > 0, "gdb and argstash never both saw report and outer");
-        assert_eq!(recovered, compared, "at -O0 every argument is in a stack slot");
+        assert!(
+            compared > 0,
+            "gdb and argstash never both saw report and outer"
+        );
+        assert_eq!(
+            recovered, compared,
+            "at -O0 every argument is in a stack slot"
+        );
     }
     t.assert_healthy();
 }
@@ -340,7 +347,13 @@ fn cpp_names_are_demangled_and_inlined_frames_shown() {
     let ours: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("settle (") || l.contains("poke ("))
-        .map(|l| if l.contains("settle") { "settle" } else { "poke" })
+        .map(|l| {
+            if l.contains("settle") {
+                "settle"
+            } else {
+                "poke"
+            }
+        })
         .collect();
     assert_eq!(ours, ["settle", "poke"], "{text}");
     let poke_line = text.lines().find(|l| l.contains("poke (")).unwrap();
@@ -354,20 +367,36 @@ fn cpp_names_are_demangled_and_inlined_frames_shown() {
             .lines()
             .filter(|l| l.starts_with('#'))
             .filter(|l| l.contains("settle (") || l.contains("poke ("))
-            .map(|l| if l.contains("settle") { "settle" } else { "poke" })
+            .map(|l| {
+                if l.contains("settle") {
+                    "settle"
+                } else {
+                    "poke"
+                }
+            })
             .collect();
         assert_eq!(ours, theirs, "ours:\n{text}\ngdb:\n{gdb}");
         assert!(gdb.contains("shapes::settle (") && gdb.contains("shapes::Widget::poke ("));
     }
 
     // Hook the method by its mangled name: `this` and `amount` come from the stash.
-    run_ok(&["inject", "--pid", &pid, "--func", "_ZN6shapes6Widget4pokeEi"]);
+    run_ok(&[
+        "inject",
+        "--pid",
+        &pid,
+        "--func",
+        "_ZN6shapes6Widget4pokeEi",
+    ]);
     let bt = wait_bt(t.pid(), Some(t.pid()), SOON, |bt| {
-        frame_named(&bt["threads"][0], "shapes::Widget::poke").is_some_and(|(_, f)| f["hooked"] == true)
+        frame_named(&bt["threads"][0], "shapes::Widget::poke")
+            .is_some_and(|(_, f)| f["hooked"] == true)
     });
     let (_, poke) = frame_named(&bt["threads"][0], "shapes::Widget::poke").unwrap();
     assert_eq!(param(poke, "this")["source"], "stash");
-    assert!(param(poke, "this")["display"].as_str().unwrap().contains(") 0x7"));
+    assert!(param(poke, "this")["display"]
+        .as_str()
+        .unwrap()
+        .contains(") 0x7"));
     assert_eq!(param(poke, "amount")["display"], want["amount"].as_str());
     run_ok(&["eject", "--pid", &pid, "--all"]);
     t.assert_healthy();
@@ -417,7 +446,10 @@ fn separate_debug_file_by_debuglink() {
     let mut t = Target::spawn(&prog);
     let _ = fixture_args(&mut t);
     let (th, warnings) = main_thread(t.pid(), &[]);
-    assert!(has_source_lines(&th), "debuglink file used: {th:#}\n{warnings}");
+    assert!(
+        has_source_lines(&th),
+        "debuglink file used: {th:#}\n{warnings}"
+    );
 
     // A debug file in .debug/ is found too.
     let sub = dir.join(".debug");
@@ -460,11 +492,17 @@ fn separate_debug_file_by_build_id_and_mismatch_ignored() {
     assert!(!has_source_lines(&th), "no debug info without --debug-dir");
     let good_s = good.to_string_lossy().into_owned();
     let (th, warnings) = main_thread(t.pid(), &["--debug-dir", &good_s]);
-    assert!(has_source_lines(&th), "build-id file used: {th:#}\n{warnings}");
+    assert!(
+        has_source_lines(&th),
+        "build-id file used: {th:#}\n{warnings}"
+    );
 
     let bad_s = bad.to_string_lossy().into_owned();
     let (th, warnings) = main_thread(t.pid(), &["--debug-dir", &bad_s]);
-    assert!(!has_source_lines(&th), "a mismatched file is not trusted: {th:#}");
+    assert!(
+        !has_source_lines(&th),
+        "a mismatched file is not trusted: {th:#}"
+    );
     let (_, report) = frame_named(&th, "report").expect("report from .symtab");
     assert!(report["file"].is_null(), "{report:#}");
     assert!(
@@ -555,7 +593,8 @@ fn signature_types_stashed_values_without_dwarf() {
         1,
         "cannot read the signature",
     );
-    let sig = "report(int n, unsigned char c, _Bool b, enum color col, const char *s, struct point *p)";
+    let sig =
+        "report(int n, unsigned char c, _Bool b, enum color col, const char *s, struct point *p)";
     run_ok(&["inject", "--pid", &pid, "--func", sig]);
     // The signature lives in the target: a later `list` (another process) shows it.
     let hooks = list_hooks(t.pid());
@@ -571,7 +610,10 @@ fn signature_types_stashed_values_without_dwarf() {
         frame_named(&bt["threads"][0], "report").is_some_and(|(_, f)| f["hooked"] == true)
     });
     let (_, report) = frame_named(&bt["threads"][0], "report").unwrap();
-    assert!(report["file"].is_null(), "the stripped variant has no DWARF");
+    assert!(
+        report["file"].is_null(),
+        "the stripped variant has no DWARF"
+    );
     check_report_params(report, &want, "stash");
     assert_eq!(param(report, "n")["register"], "rdi");
     run_ok(&["eject", "--pid", &pid, "--all"]);

@@ -664,7 +664,8 @@ mod tests {
         bytes.resize(v2.header_len(), 0);
         bytes[HEADER_LEN..HEADER_LEN + RECORD_LEN].copy_from_slice(&r.encode().unwrap());
         let at = (v2.signature_addr(0).unwrap() - v2.base) as usize;
-        bytes[at..at + SIGNATURE_LEN].copy_from_slice(&encode_signature("int, const char *").unwrap());
+        bytes[at..at + SIGNATURE_LEN]
+            .copy_from_slice(&encode_signature("int, const char *").unwrap());
         let a = Arena::decode(0x7000_0000, &bytes).unwrap();
         assert_eq!(a.signature(0), Some("int, const char *"));
         assert!(encode_signature(&"x".repeat(MAX_SIGNATURE + 1)).is_err());
