@@ -1395,10 +1395,23 @@ fn read_c_string(mem: &dyn Memory, addr: u64) -> Result<(Vec<u8>, bool), ()> {
         let n = page_left.min(MAX_STRING - out.len()).min(64);
         let mut chunk = vec![0u8; n];
         if mem.read(at, &mut chunk).is_err() {
-            if out.is_empty() {
-                return Err(());
+            // The string may end just before unreadable memory: go byte by byte.
+            for i in 0..n {
+                let mut b = [0u8; 1];
+                if mem.read(at + i as u64, &mut b).is_err() {
+                    return if out.is_empty() {
+                        Err(())
+                    } else {
+                        Ok((out, true))
+                    };
+                }
+                if b[0] == 0 {
+                    return Ok((out, false));
+                }
+                out.push(b[0]);
             }
-            return Ok((out, true));
+            at += n as u64;
+            continue;
         }
         if let Some(end) = chunk.iter().position(|&c| c == 0) {
             out.extend_from_slice(&chunk[..end]);
