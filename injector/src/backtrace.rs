@@ -26,6 +26,8 @@ use crate::memory::{Memory, MemoryError, ProcessMemory};
 use crate::session::Session;
 use crate::symbols::ProcessSymbols;
 
+/// Callee-saved registers other than rbp and rsp, by DWARF number (rbx, r12-r15).
+const CALLEE_SAVED: [usize; 5] = [3, 12, 13, 14, 15];
 const DWARF_RBP: usize = 6;
 const DWARF_RSP: usize = 7;
 const DWARF_RIP: usize = 16;
@@ -257,6 +259,79 @@ impl Unwind {
             .collect()
     }
 
+    /// Moves the callee-saved registers (rbx, r12-r15) from a frame to its caller
+    /// with the frame's CFI (`.eh_frame` via `.eh_frame_hdr`): a register saved
+    /// at `CFA + n` is read from there, one without a rule keeps its value, and
+    /// anything else (no FDE, another rule, a CFA that disagrees with the
+    /// unwinder's) makes it unknown.
+    fn restore_callee_saved(
+        &self,
+        lookup: u64,
+        frame_regs: &[Option<u64>; 17],
+        cfa: u64,
+        saved: &mut [Option<u64>; 17],
+        mem: &dyn Memory,
+    ) {
+        let row_rules = || -> Option<Vec<(usize, Option<gimli::RegisterRule<usize>>)>> {
+            let m = self.symbols.module_for(lookup)?;
+            let (eh_range, eh) = m.section(".eh_frame")?;
+            let (hdr_range, hdr) = m.section(".eh_frame_hdr")?;
+            let mut bases = gimli::BaseAddresses::default()
+                .set_eh_frame(eh_range.start)
+                .set_eh_frame_hdr(hdr_range.start);
+            if let Some((text, _)) = m.section(".text") {
+                bases = bases.set_text(text.start);
+            }
+            let eh_frame = gimli::EhFrame::new(eh, gimli::LittleEndian);
+            let parsed = gimli::EhFrameHdr::new(hdr, gimli::LittleEndian)
+                .parse(&bases, 8)
+                .ok()?;
+            let table = parsed.table()?;
+            let mut ctx = Box::new(gimli::UnwindContext::new());
+            let row = table
+                .unwind_info_for_address(
+                    &eh_frame,
+                    &bases,
+                    &mut ctx,
+                    lookup.wrapping_sub(m.bias),
+                    <gimli::EhFrame<_> as gimli::UnwindSection<_>>::cie_from_offset,
+                )
+                .ok()?;
+            // Cross-check the CFA with the unwinder's before trusting any slot.
+            let gimli::CfaRule::RegisterAndOffset { register, offset } = row.cfa() else {
+                return None;
+            };
+            let base = (*frame_regs.get(usize::from(register.0))?)?;
+            if base.wrapping_add_signed(*offset) != cfa {
+                return None;
+            }
+            Some(
+                CALLEE_SAVED
+                    .iter()
+                    .map(|r| (*r, row.register(gimli::Register(*r as u16))))
+                    .collect(),
+            )
+        };
+        match row_rules() {
+            Some(rules) => {
+                for (r, rule) in rules {
+                    saved[r] = match rule {
+                        None | Some(gimli::RegisterRule::SameValue) => saved[r],
+                        Some(gimli::RegisterRule::Offset(off)) => {
+                            mem.read_u64(cfa.wrapping_add_signed(off)).ok()
+                        }
+                        Some(_) => None,
+                    };
+                }
+            }
+            None => {
+                for r in CALLEE_SAVED {
+                    saved[r] = None;
+                }
+            }
+        }
+    }
+
     /// The user-given signature stored with the hook of the function at `entry`.
     fn hook_signature(&self, entry: u64) -> Option<&str> {
         self.arenas.iter().find_map(|a| {
@@ -399,6 +474,11 @@ impl Unwind {
         let rsp = initial[DWARF_RSP].unwrap_or(0);
         let rbp = initial[DWARF_RBP].unwrap_or(0);
         let mut frames: Vec<Frame> = Vec::new();
+        // Callee-saved registers as they are in the frame being unwound.
+        let mut saved = [None; 17];
+        for r in CALLEE_SAVED {
+            saved[r] = initial[r];
+        }
         let mut regs = UnwindRegsX86_64::new(rip, rsp, rbp);
         let mut cache = CacheX86_64::<_>::new();
         let mut read_stack = |addr: u64| mem.read_u64(addr).map_err(|_| ());
@@ -500,10 +580,13 @@ impl Unwind {
             if first {
                 state.regs = *initial;
             } else {
+                state.regs = saved;
                 state.regs[DWARF_RSP] = Some(regs.sp());
                 state.regs[DWARF_RBP] = Some(regs.bp());
                 state.regs[DWARF_RIP] = Some(pc);
             }
+            let frame_regs = state.regs;
+            let lookup_pc = state.pc;
             frames.push(frame);
             states.push(Some(state));
             let unwound =
@@ -511,6 +594,7 @@ impl Unwind {
                     .unwind_frame(unwind_address, &mut regs, &mut cache, &mut read_stack);
             if let (Ok(Some(_)), Some(Some(st))) = (&unwound, states.last_mut()) {
                 st.cfa = Some(regs.sp());
+                self.restore_callee_saved(lookup_pc, &frame_regs, regs.sp(), &mut saved, mem);
             }
             match unwound {
                 Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
