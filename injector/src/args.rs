@@ -1006,6 +1006,41 @@ pub struct FrameState {
     pub cfa: Option<u64>,
     /// Register values known for this frame, by DWARF register number (0..=16).
     pub regs: [Option<u64>; 17],
+    /// Values of `DW_OP_entry_value` expressions (by their bytes, e.g. `DW_OP_reg5`)
+    /// that the caller's call-site information gives for this call.
+    pub entry_values: Vec<(Vec<u8>, u64)>,
+}
+
+/// True when a location of `info` at `pc` asks for an entry value.
+pub fn wants_entry_values(info: &FunctionInfo, pc: u64) -> bool {
+    info.params.iter().any(|p| {
+        p.location.at(pc).is_some_and(|e| {
+            e.contains(&gimli::DW_OP_entry_value.0) || e.contains(&gimli::DW_OP_GNU_entry_value.0)
+        })
+    })
+}
+
+/// Evaluates a call-site value expression (`DW_AT_call_value`) in the caller's frame.
+pub fn call_value(
+    expr: &[u8],
+    frame_base: &Location,
+    encoding: gimli::Encoding,
+    state: &FrameState,
+    mem: &dyn Memory,
+) -> Option<u64> {
+    let pieces = run(expr, frame_base, encoding, state, mem, 0)?;
+    match pieces.as_slice() {
+        [p] if p.size_in_bits.is_none() => match p.location {
+            // A value expression leaves its result as the "address".
+            gimli::Location::Address { address } => Some(address),
+            gimli::Location::Value { value } => value.to_u64(!0).ok(),
+            gimli::Location::Register { register } => {
+                state.regs.get(register.0 as usize).copied().flatten()
+            }
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The register class of a parameter under the SysV x86-64 ABI.
@@ -1312,6 +1347,17 @@ fn run(
                 eval.resume_with_frame_base(base).ok()?
             }
             R::RequiresCallFrameCfa => eval.resume_with_call_frame_cfa(state.cfa?).ok()?,
+            R::RequiresEntryValue(e) => {
+                use gimli::Reader;
+                let bytes = e.0.to_slice().ok()?;
+                let v = state
+                    .entry_values
+                    .iter()
+                    .find(|(k, _)| k.as_slice() == bytes.as_ref())?
+                    .1;
+                eval.resume_with_entry_value(gimli::Value::Generic(v))
+                    .ok()?
+            }
             _ => return None,
         };
     }

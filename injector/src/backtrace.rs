@@ -259,6 +259,52 @@ impl Unwind {
             .collect()
     }
 
+    /// `state` with the entry values its caller's call site gives, when the frame's
+    /// parameter locations ask for them (gdb's `x@entry=` values).
+    fn with_entry_values(
+        &self,
+        state: &FrameState,
+        caller: Option<&Frame>,
+        caller_state: Option<&Option<FrameState>>,
+        mem: &dyn Memory,
+    ) -> FrameState {
+        let mut st = state.clone();
+        let (Some(caller), Some(Some(cs))) = (caller, caller_state) else {
+            return st;
+        };
+        if caller.kind != FrameKind::Normal {
+            return st;
+        }
+        let Some(debug) = self.debug_for(st.pc) else {
+            return st;
+        };
+        let wants = debug
+            .frames(st.pc)
+            .iter()
+            .filter_map(|s| s.info.as_ref())
+            .any(|i| crate::args::wants_entry_values(i, st.pc));
+        if !wants {
+            return st;
+        }
+        let Some(caller_debug) = self.debug_for(cs.pc) else {
+            return st;
+        };
+        let Some(caller_info) = caller_debug.function_info(cs.pc) else {
+            return st;
+        };
+        let Some(encoding) = caller_info.encoding else {
+            return st;
+        };
+        for (loc, value) in caller_debug.call_site_params(cs.pc, caller.pc) {
+            if let Some(v) =
+                crate::args::call_value(&value, &caller_info.frame_base, encoding, cs, mem)
+            {
+                st.entry_values.push((loc, v));
+            }
+        }
+        st
+    }
+
     /// Moves the callee-saved registers (rbx, r12-r15) from a frame to its caller
     /// with the frame's CFI (`.eh_frame` via `.eh_frame_hdr`): a register saved
     /// at `CFA + n` is read from there, one without a rule keeps its value, and
@@ -343,8 +389,10 @@ impl Unwind {
 
     /// Adds source locations, inlined frames and typed arguments to unwound frames.
     fn annotate(&self, frames: &mut [Frame], states: &[Option<FrameState>], mem: &dyn Memory) {
-        for (f, state) in frames.iter_mut().zip(states) {
-            let Some(st) = state else { continue };
+        for i in 0..frames.len().min(states.len()) {
+            let Some(st) = &states[i] else { continue };
+            let st = &self.with_entry_values(st, frames.get(i + 1), states.get(i + 1), mem);
+            let f = &mut frames[i];
             let debug = self.debug_for(st.pc);
             let mut source = debug.map(|d| d.frames(st.pc)).unwrap_or_default();
             let physical = source.pop();
@@ -576,6 +624,7 @@ impl Unwind {
                 pc: unwind_address.address_for_lookup(),
                 cfa: None,
                 regs: [None; 17],
+                entry_values: Vec::new(),
             };
             if first {
                 state.regs = *initial;

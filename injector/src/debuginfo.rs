@@ -560,11 +560,80 @@ impl ModuleDebug {
         out
     }
 
+    /// What the call returning to `return_address` passed, from the caller's
+    /// call-site DWARF: `(parameter location at the callee's entry, value
+    /// expression in the caller)` pairs; `caller_pc` is a pc inside the caller.
+    pub fn call_site_params(&self, caller_pc: u64, return_address: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let Some(d) = &self.dwarf else {
+            return Vec::new();
+        };
+        let Some(unit) = d
+            .context
+            .find_dwarf_and_unit(caller_pc.wrapping_sub(self.bias))
+            .skip_all_loads()
+        else {
+            return Vec::new();
+        };
+        let want = return_address.wrapping_sub(self.bias);
+        call_site_params(unit, want).unwrap_or_default()
+    }
+
     /// The parameters of the function (not an inlined copy) whose code contains
     /// runtime address `pc`, e.g. a function's entry address.
     pub fn function_info(&self, pc: u64) -> Option<FunctionInfo> {
         self.frames(pc).pop()?.info
     }
+}
+
+fn exprloc(v: Option<gimli::AttributeValue<DwarfReader>>) -> Option<Vec<u8>> {
+    use gimli::Reader;
+    match v? {
+        gimli::AttributeValue::Exprloc(e) => Some(e.0.to_slice().ok()?.into_owned()),
+        _ => None,
+    }
+}
+
+fn call_site_params(
+    unit: gimli::UnitRef<'_, DwarfReader>,
+    return_svma: u64,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, gimli::Error> {
+    let mut cursor = unit.entries();
+    let mut site = None;
+    while let Some(e) = cursor.next_dfs()? {
+        let ret = match e.tag() {
+            gimli::DW_TAG_call_site => e.attr_value(gimli::DW_AT_call_return_pc),
+            gimli::DW_TAG_GNU_call_site => e.attr_value(gimli::DW_AT_low_pc),
+            _ => continue,
+        };
+        if let Some(v) = ret {
+            if unit.attr_address(v)? == Some(return_svma) {
+                site = Some(e.offset());
+                break;
+            }
+        }
+    }
+    let Some(site) = site else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut tree = unit.entries_tree(Some(site))?;
+    let root = tree.root()?;
+    let mut children = root.children();
+    while let Some(child) = children.next()? {
+        let e = child.entry();
+        if !matches!(
+            e.tag(),
+            gimli::DW_TAG_call_site_parameter | gimli::DW_TAG_GNU_call_site_parameter
+        ) {
+            continue;
+        }
+        let value = exprloc(e.attr_value(gimli::DW_AT_call_value))
+            .or_else(|| exprloc(e.attr_value(gimli::DW_AT_GNU_call_site_value)));
+        if let (Some(loc), Some(value)) = (exprloc(e.attr_value(gimli::DW_AT_location)), value) {
+            out.push((loc, value));
+        }
+    }
+    Ok(out)
 }
 
 /// Why `file` is not the debug file of `module`, if it is not.
