@@ -563,7 +563,7 @@ impl ModuleDebug {
     /// What the call returning to `return_address` passed, from the caller's
     /// call-site DWARF: `(parameter location at the callee's entry, value
     /// expression in the caller)` pairs; `caller_pc` is a pc inside the caller.
-    pub fn call_site_params(&self, caller_pc: u64, return_address: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    pub fn call_site_params(&self, caller_pc: u64, return_address: u64) -> Vec<CallSiteParam> {
         let Some(d) = &self.dwarf else {
             return Vec::new();
         };
@@ -585,6 +585,10 @@ impl ModuleDebug {
     }
 }
 
+/// A call's parameter: its location expression at the callee's entry and the
+/// expression of its value in the caller (`DW_AT_call_value`).
+pub type CallSiteParam = (Vec<u8>, Vec<u8>);
+
 fn exprloc(v: Option<gimli::AttributeValue<DwarfReader>>) -> Option<Vec<u8>> {
     use gimli::Reader;
     match v? {
@@ -596,7 +600,7 @@ fn exprloc(v: Option<gimli::AttributeValue<DwarfReader>>) -> Option<Vec<u8>> {
 fn call_site_params(
     unit: gimli::UnitRef<'_, DwarfReader>,
     return_svma: u64,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, gimli::Error> {
+) -> Result<Vec<CallSiteParam>, gimli::Error> {
     let mut cursor = unit.entries();
     let mut site = None;
     while let Some(e) = cursor.next_dfs()? {
