@@ -17,6 +17,8 @@ NEEDS=(
     "binutils strip"       # the stripped (-O2, no debug info) fixture variant
     "binutils nm"          # symbol addresses and sizes
     "gdb gdb"              # cross-checking backtraces
+    "g++ g++"              # the C++ fixture (demangling, inlining: tests/tests/dwarf.rs)
+    "xz-utils xz"          # MiniDebugInfo fixtures (.gnu_debugdata)
     "python3 python3"
     "dbus-daemon dbus-daemon"  # private buses for the argstashd tests
     "dbus-bin dbus-send"   # a D-Bus client no one here wrote

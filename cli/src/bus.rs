@@ -53,6 +53,7 @@ fn hook_info(e: &HookEntry) -> HookInfo {
             _ => HookState::Free,
         },
         installed_ns: e.installed_ns,
+        signature: None,
     }
 }
 
@@ -79,6 +80,7 @@ fn frame(f: &argstash_dbus::Frame) -> Frame {
         xmm: Vec::new(),
         variadic: false,
         frame: f.stash_frame,
+        function: 0,
     });
     Frame {
         pc: f.pc,
@@ -91,6 +93,7 @@ fn frame(f: &argstash_dbus::Frame) -> Frame {
             _ => FrameKind::Normal,
         },
         stash,
+        ..Frame::default()
     }
 }
 

@@ -12,9 +12,10 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use injector::backtrace::{backtrace, BacktraceOptions};
-use injector::core::{backtrace_core, CoreFile, CoreOptions};
-use injector::hooks::{eject, install, list, EjectWhat, InstallOptions};
+use injector::backtrace::{BacktraceOptions, ProcessReader};
+use injector::core::{backtrace_core_with, CoreFile, CoreOptions};
+use injector::debuginfo::DebugSearch;
+use injector::hooks::{eject, install_with_signatures, list, EjectWhat, InstallOptions};
 use injector::symbols::FuncSpec;
 
 /// Stash function arguments on the stack of a running process, then read them back from any unwind.
@@ -47,7 +48,8 @@ struct InjectArgs {
     /// Target process id.
     #[arg(long)]
     pid: i32,
-    /// Function to hook: NAME, MODULE!NAME (e.g. libc.so.6!write) or 0xADDR. Repeatable.
+    /// Function to hook: NAME, MODULE!NAME (e.g. libc.so.6!write) or 0xADDR, optionally
+    /// with its parameter list for `bt` when there is no DWARF: 'bar(int, const char *)'. Repeatable.
     #[arg(long = "func", value_name = "FUNC", required_unless_present = "addr")]
     funcs: Vec<String>,
     /// Function entry address to hook (same as --func 0xADDR). Repeatable.
@@ -113,6 +115,10 @@ struct BtArgs {
     /// Show trampoline frames too.
     #[arg(long)]
     show_trampolines: bool,
+    /// Look for separate debug files under DIR instead of /usr/lib/debug (build-id and
+    /// debuglink layout). Repeatable; searched in order.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dirs: Vec<std::path::PathBuf>,
 }
 
 fn parse_addr(s: &str) -> Result<u64, String> {
@@ -129,11 +135,18 @@ fn run(cli: Cli) -> Result<()> {
     }
     match cli.command {
         Command::Inject(a) => {
-            let mut specs: Vec<FuncSpec> = a.funcs.iter().map(|f| FuncSpec::parse(f)).collect();
+            let mut specs: Vec<FuncSpec> = Vec::new();
+            let mut signatures = Vec::new();
+            for f in &a.funcs {
+                let (name, sig) = injector::args::split_signature(f)?;
+                specs.push(FuncSpec::parse(name));
+                signatures.push(sig);
+            }
             specs.extend(a.addr.iter().map(|x| FuncSpec::Addr(*x)));
-            let report = install(
+            let report = install_with_signatures(
                 a.pid,
                 &specs,
+                &signatures,
                 &InstallOptions {
                     stack_words: a.stack_args.unwrap_or(0),
                     force_stack_words: a.stack_args.is_some(),
@@ -165,9 +178,24 @@ fn run(cli: Cli) -> Result<()> {
                 tid: a.tid,
                 show_trampolines: a.show_trampolines,
             };
+            let search = (!a.debug_dirs.is_empty()).then(|| DebugSearch {
+                dirs: a.debug_dirs.clone(),
+            });
             match (a.pid, &a.core) {
-                (_, Some(core)) => bt_core(core, a.exe, a.sysroot, &opts, a.json)?,
-                (Some(pid), None) => output::print_backtrace(&backtrace(pid, &opts)?, a.json),
+                (_, Some(core)) => bt_core(core, a.exe, a.sysroot, search, &opts, a.json)?,
+                (Some(pid), None) => {
+                    let mut reader = ProcessReader::new(pid);
+                    if let Some(search) = search {
+                        reader.set_debug_search(search);
+                    }
+                    let bt = reader.backtrace(&opts)?;
+                    for w in reader.debug_warnings() {
+                        eprintln!("argstash: warning: {w}");
+                    }
+                    output::print_backtrace(&bt, a.json);
+                    // The process exits next: skip freeing megabytes of parsed debug info.
+                    std::mem::forget(reader);
+                }
                 (None, None) => anyhow::bail!("give --pid PID or --core FILE"),
             }
         }
@@ -181,6 +209,7 @@ fn bt_core(
     path: &Path,
     exe: Option<PathBuf>,
     sysroot: Option<PathBuf>,
+    search: Option<DebugSearch>,
     opts: &BacktraceOptions,
     json: bool,
 ) -> Result<()> {
@@ -199,7 +228,10 @@ fn bt_core(
         );
     }
     let core = CoreFile::open(path, CoreOptions { exe, sysroot })?;
-    let bt = backtrace_core(&core, opts)?;
+    let bt = backtrace_core_with(&core, opts, search.unwrap_or_default())?;
+    for w in &bt.debug_warnings {
+        eprintln!("argstash: warning: {w}");
+    }
     for m in &bt.missing {
         eprintln!(
             "argstash: note: no symbols for {} (looked at {}: {}); its frames show addresses only (use --sysroot DIR or --exe PATH)",
@@ -245,6 +277,13 @@ fn error_text(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes away
+    // (`argstash bt | head`) instead of panicking in println!. Output is printed only
+    // after an operation on the target has finished, so this never interrupts one.
+    // SAFETY: setting a signal disposition to SIG_DFL before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

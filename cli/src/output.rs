@@ -1,5 +1,6 @@
 //! Text and JSON rendering of injector results.
 
+use injector::args::ArgValue;
 use injector::backtrace::{Backtrace, Frame, FrameKind};
 use injector::hooks::{EjectReport, HookInfo, InstallReport};
 use serde_json::{json, Value};
@@ -140,6 +141,7 @@ fn hook_json(h: &HookInfo) -> Value {
         "xmm": h.xmm,
         "state": h.state.name(),
         "installed_ns": h.installed_ns,
+        "signature": h.signature,
     })
 }
 
@@ -161,6 +163,10 @@ pub fn print_list(pid: i32, hooks: &[HookInfo], json: bool) {
         "state", "function", "address", "patch", "trampoline", "stack", "args"
     );
     for h in hooks {
+        let name = match &h.signature {
+            Some(sig) => format!("{}({sig})", h.name),
+            None => h.name.clone(),
+        };
         let kind = match (h.variadic, h.xmm) {
             (true, true) => "variadic+xmm",
             (true, false) => "variadic",
@@ -170,7 +176,7 @@ pub fn print_list(pid: i32, hooks: &[HookInfo], json: bool) {
         println!(
             "{:<8} {:<24} 0x{:<16x} {:>5} 0x{:<16x} {:>5} {:<12}  {}",
             h.state.name(),
-            h.name,
+            name,
             h.function,
             h.patch_len,
             h.trampoline,
@@ -182,6 +188,23 @@ pub fn print_list(pid: i32, hooks: &[HookInfo], json: bool) {
     if hooks.iter().any(|h| h.variadic) {
         println!("(variadic: the stack window is a configured size, --stack-args N, default 8; arguments beyond it are not stashed)");
     }
+}
+
+fn arg_json(a: &ArgValue) -> Value {
+    json!({
+        "name": a.name,
+        "type": a.ty,
+        "display": a.display,
+        "source": a.source.map(|s| s.name()),
+        "register": a.register,
+        "value": a.value,
+    })
+}
+
+/// `name=display` as gdb prints one argument.
+fn arg_text(a: &ArgValue) -> String {
+    let name = a.name.as_deref().or(a.register.as_deref()).unwrap_or("?");
+    format!("{name}={}", a.display)
 }
 
 fn frame_json(index: usize, f: &Frame) -> Value {
@@ -201,6 +224,20 @@ fn frame_json(index: usize, f: &Frame) -> Value {
                 "double": f64::from_bits(low),
                 "raw": format!("0x{value:032x}"),
             }));
+        }
+    }
+    // Each stashed register that holds a known parameter carries its name and type too.
+    for a in &mut args {
+        let reg = a["register"].as_str().unwrap_or_default().to_string();
+        let param = f.args.iter().find(|p| {
+            p.source == Some(injector::args::ArgSource::Stash)
+                && p.register.as_deref() == Some(reg.as_str())
+        });
+        if let Some(p) = param {
+            a["name"] = json!(p.name);
+            a["type"] = json!(p.ty);
+            a["display"] = json!(p.display);
+            a["source"] = json!("stash");
         }
     }
     let mut v = json!({
@@ -223,13 +260,85 @@ fn frame_json(index: usize, f: &Frame) -> Value {
     if let Some(s) = &f.stash {
         v["stash_frame"] = json!(format!("0x{:x}", s.frame));
     }
+    v["source_function"] = json!(f.source_function);
+    v["file"] = json!(f.file);
+    v["line"] = json!(f.line);
+    v["params"] = json!(f.args.iter().map(arg_json).collect::<Vec<_>>());
+    v["inlined"] = json!(f
+        .inlined
+        .iter()
+        .map(|i| json!({
+            "function": i.function,
+            "file": i.file,
+            "line": i.line,
+            "params": i.args.iter().map(arg_json).collect::<Vec<_>>(),
+        }))
+        .collect::<Vec<_>>());
     v
+}
+
+/// Renders one frame as gdb does: one line per inlined function (innermost first,
+/// each numbered as a frame), then the frame itself.
+pub fn frame_lines(first_index: usize, f: &Frame) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut index = first_index;
+    for (n, i) in f.inlined.iter().enumerate() {
+        let args: Vec<String> = i.args.iter().map(arg_text).collect();
+        let at = match (&i.file, i.line) {
+            (Some(file), Some(line)) => format!(" at {}:{line}", short_file(file)),
+            _ => String::new(),
+        };
+        let pc = if n == 0 {
+            format!("0x{:016x} in ", f.pc)
+        } else {
+            String::new()
+        };
+        lines.push(format!(
+            "#{index:<2} {pc}{} ({}){at}",
+            i.function.as_deref().unwrap_or("??"),
+            args.join(", ")
+        ));
+        index += 1;
+    }
+    let mut own = frame_text(index, f);
+    if !f.inlined.is_empty() {
+        // gdb prints the address only on the innermost line of a pc.
+        own = own.replacen(&format!("0x{:016x} in ", f.pc), "", 1);
+    }
+    lines.push(own);
+    lines
+}
+
+/// How many numbered lines [`frame_lines`] prints for `f`.
+pub fn frame_line_count(f: &Frame) -> usize {
+    1 + f.inlined.len()
+}
+
+/// Source file as gdb prints it in a backtrace (the name as the compiler recorded it, without directories).
+fn short_file(file: &str) -> &str {
+    file.rsplit('/').next().unwrap_or(file)
 }
 
 /// Renders one frame as gdb does.
 pub fn frame_text(index: usize, f: &Frame) -> String {
-    let name = f.function.as_deref().unwrap_or("??");
+    let name = f
+        .source_function
+        .as_deref()
+        .or(f.function.as_deref())
+        .unwrap_or("??");
+    let at = match (&f.file, f.line) {
+        (Some(file), Some(line)) => format!(" at {}:{line}", short_file(file)),
+        _ => String::new(),
+    };
     let args = match &f.stash {
+        Some(_) if !f.args.is_empty() => {
+            let parts: Vec<String> = f.args.iter().map(arg_text).collect();
+            format!("({}) [stashed]", parts.join(", "))
+        }
+        None if !f.args.is_empty() => {
+            let parts: Vec<String> = f.args.iter().map(arg_text).collect();
+            format!("({})", parts.join(", "))
+        }
         Some(s) => {
             let mut parts: Vec<String> = s
                 .registers
@@ -253,7 +362,9 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
     };
     let place = match (&f.module, f.kind) {
         (_, FrameKind::Trampoline) => " [argstash trampoline]".to_string(),
+        (_, FrameKind::Relocated) if !at.is_empty() => format!(" [relocated prologue]{at}"),
         (Some(m), FrameKind::Relocated) => format!(" [relocated prologue] from {m}"),
+        (_, _) if !at.is_empty() => at,
         (Some(m), _) => format!(" from {m}"),
         (None, _) => String::new(),
     };
@@ -292,8 +403,12 @@ pub fn print_backtrace(bt: &Backtrace, json: bool) {
             t.name,
             micros(t.stopped)
         );
-        for (i, f) in t.frames.iter().enumerate() {
-            println!("{}", frame_text(i, f));
+        let mut index = 0;
+        for f in &t.frames {
+            for line in frame_lines(index, f) {
+                println!("{line}");
+            }
+            index += frame_line_count(f);
         }
         if let Some(why) = &t.truncated {
             println!("   (unwinding stopped: {why})");

@@ -8,6 +8,8 @@
 //! function's frame. The unwinder reads memory only through [`Memory`], so the same
 //! code serves live processes and, later, core files.
 
+use std::cell::OnceCell;
+use std::path::Path;
 use std::time::Duration;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -16,11 +18,28 @@ use trampolines::arena::{Arena, HookRecord};
 use trampolines::x86_64::{StashFrame, ARGUMENT_REGS};
 
 use crate::arena::discover;
+use crate::args::{dwarf_values, stashed_values, ArgValue, FrameState};
+use crate::debuginfo::{DebugSearch, ModuleDebug};
 use crate::error::Error;
 use crate::maps::{read_maps, MapEntry};
 use crate::memory::{Memory, MemoryError, ProcessMemory};
 use crate::session::Session;
 use crate::symbols::ProcessSymbols;
+
+/// Callee-saved registers other than rbp and rsp, by DWARF number (rbx, r12-r15).
+const CALLEE_SAVED: [usize; 5] = [3, 12, 13, 14, 15];
+const DWARF_RBP: usize = 6;
+const DWARF_RSP: usize = 7;
+const DWARF_RIP: usize = 16;
+
+/// The registers of a stopped thread by DWARF register number.
+pub fn dwarf_registers(r: &libc::user_regs_struct) -> [Option<u64>; 17] {
+    [
+        r.rax, r.rdx, r.rcx, r.rbx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12,
+        r.r13, r.r14, r.r15, r.rip,
+    ]
+    .map(Some)
+}
 
 /// Most frames unwound per thread.
 pub const MAX_FRAMES: usize = 256;
@@ -37,9 +56,10 @@ pub struct BacktraceOptions {
 }
 
 /// What kind of code a frame's pc is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FrameKind {
     /// Ordinary code of a module.
+    #[default]
     Normal,
     /// A trampoline in an arena.
     Trampoline,
@@ -60,10 +80,25 @@ pub struct StashedArgs {
     pub variadic: bool,
     /// Address of the stash frame.
     pub frame: u64,
+    /// Entry address of the hooked function (0 when unknown).
+    pub function: u64,
+}
+
+/// A function inlined at a frame's pc (gdb shows each as a frame of its own).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InlinedFrame {
+    /// Function name (demangled).
+    pub function: Option<String>,
+    /// Source file of the pc (innermost) or of the call into the next inner function.
+    pub file: Option<String>,
+    /// Source line, as for `file`.
+    pub line: Option<u32>,
+    /// Arguments recovered from DWARF at this pc.
+    pub args: Vec<ArgValue>,
 }
 
 /// One frame of a backtrace.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Frame {
     /// The pc (for frames after the first, the return address).
     pub pc: u64,
@@ -77,6 +112,17 @@ pub struct Frame {
     pub kind: FrameKind,
     /// Arguments from the stash frame, for hooked functions.
     pub stash: Option<StashedArgs>,
+    /// The function's name in DWARF (e.g. `__GI___nanosleep` for the symbol
+    /// `nanosleep`, `ns::Widget::poke` for a C++ method), as gdb shows it.
+    pub source_function: Option<String>,
+    /// Source file (from DWARF) of the pc, or of the call site of `inlined`'s outermost.
+    pub file: Option<String>,
+    /// Source line, as for `file`.
+    pub line: Option<u32>,
+    /// Functions inlined at the pc, innermost first (the frame itself is the outermost).
+    pub inlined: Vec<InlinedFrame>,
+    /// Named, typed arguments (from DWARF or a user signature); empty when unknown.
+    pub args: Vec<ArgValue>,
 }
 
 /// One thread's backtrace.
@@ -137,11 +183,14 @@ impl Memory for StackSnapshot<'_> {
     }
 }
 
-/// The unwinding context of one process: modules, symbols and arenas.
+/// The unwinding context of one process: modules, symbols, arenas and debug info.
 pub struct Unwind {
     unwinder: UnwinderX86_64<Vec<u8>>,
     symbols: ProcessSymbols,
     arenas: Vec<Arena>,
+    /// Debug info per module (same order as `symbols.modules`), loaded on first use.
+    debug: Vec<OnceCell<ModuleDebug>>,
+    search: DebugSearch,
 }
 
 impl Unwind {
@@ -166,10 +215,237 @@ impl Unwind {
             };
             unwinder.add_module(Module::new(m.path.clone(), m.range.clone(), m.bias, info));
         }
+        let debug = symbols.modules.iter().map(|_| OnceCell::new()).collect();
         Unwind {
             unwinder,
             symbols,
             arenas,
+            debug,
+            search: DebugSearch::default(),
+        }
+    }
+
+    /// Sets where separate debug files are looked for (forgets debug info loaded so far).
+    pub fn set_debug_search(&mut self, search: DebugSearch) {
+        self.search = search;
+        self.debug = self
+            .symbols
+            .modules
+            .iter()
+            .map(|_| OnceCell::new())
+            .collect();
+    }
+
+    /// The debug info of the module containing runtime address `addr`, loaded on first use.
+    pub fn debug_for(&self, addr: u64) -> Option<&ModuleDebug> {
+        let i = self
+            .symbols
+            .modules
+            .iter()
+            .position(|m| m.range.contains(&addr))?;
+        let m = &self.symbols.modules[i];
+        if !m.path.starts_with('/') {
+            return None;
+        }
+        Some(
+            self.debug
+                .get(i)?
+                .get_or_init(|| ModuleDebug::load(Path::new(&m.path), m.bias, &self.search)),
+        )
+    }
+
+    /// Problems met while loading debug info so far (e.g. a debug file of another build).
+    pub fn debug_warnings(&self) -> Vec<String> {
+        self.debug
+            .iter()
+            .filter_map(OnceCell::get)
+            .flat_map(|d| d.warnings.iter().cloned())
+            .collect()
+    }
+
+    /// `state` with the entry values its caller's call site gives, when the frame's
+    /// parameter locations ask for them (gdb's `x@entry=` values).
+    fn with_entry_values(
+        &self,
+        state: &FrameState,
+        caller: Option<&Frame>,
+        caller_state: Option<&Option<FrameState>>,
+        mem: &dyn Memory,
+    ) -> FrameState {
+        let mut st = state.clone();
+        let (Some(caller), Some(Some(cs))) = (caller, caller_state) else {
+            return st;
+        };
+        if caller.kind != FrameKind::Normal {
+            return st;
+        }
+        let Some(debug) = self.debug_for(st.pc) else {
+            return st;
+        };
+        let wants = debug
+            .frames(st.pc)
+            .iter()
+            .filter_map(|s| s.info.as_ref())
+            .any(|i| crate::args::wants_entry_values(i, st.pc));
+        if !wants {
+            return st;
+        }
+        let Some(caller_debug) = self.debug_for(cs.pc) else {
+            return st;
+        };
+        let Some(caller_info) = caller_debug.function_info(cs.pc) else {
+            return st;
+        };
+        let Some(encoding) = caller_info.encoding else {
+            return st;
+        };
+        for (loc, value) in caller_debug.call_site_params(cs.pc, caller.pc) {
+            if let Some(v) =
+                crate::args::call_value(&value, &caller_info.frame_base, encoding, cs, mem)
+            {
+                st.entry_values.push((loc, v));
+            }
+        }
+        st
+    }
+
+    /// Moves the callee-saved registers (rbx, r12-r15) from a frame to its caller
+    /// with the frame's CFI (`.eh_frame` via `.eh_frame_hdr`): a register saved
+    /// at `CFA + n` is read from there, one without a rule keeps its value, and
+    /// anything else (no FDE, another rule, a CFA that disagrees with the
+    /// unwinder's) makes it unknown.
+    fn restore_callee_saved(
+        &self,
+        lookup: u64,
+        frame_regs: &[Option<u64>; 17],
+        cfa: u64,
+        saved: &mut [Option<u64>; 17],
+        mem: &dyn Memory,
+    ) {
+        let row_rules = || -> Option<Vec<(usize, Option<gimli::RegisterRule<usize>>)>> {
+            let m = self.symbols.module_for(lookup)?;
+            let (eh_range, eh) = m.section(".eh_frame")?;
+            let (hdr_range, hdr) = m.section(".eh_frame_hdr")?;
+            let mut bases = gimli::BaseAddresses::default()
+                .set_eh_frame(eh_range.start)
+                .set_eh_frame_hdr(hdr_range.start);
+            if let Some((text, _)) = m.section(".text") {
+                bases = bases.set_text(text.start);
+            }
+            let eh_frame = gimli::EhFrame::new(eh, gimli::LittleEndian);
+            let parsed = gimli::EhFrameHdr::new(hdr, gimli::LittleEndian)
+                .parse(&bases, 8)
+                .ok()?;
+            let table = parsed.table()?;
+            let mut ctx = Box::new(gimli::UnwindContext::new());
+            let row = table
+                .unwind_info_for_address(
+                    &eh_frame,
+                    &bases,
+                    &mut ctx,
+                    lookup.wrapping_sub(m.bias),
+                    <gimli::EhFrame<_> as gimli::UnwindSection<_>>::cie_from_offset,
+                )
+                .ok()?;
+            // Cross-check the CFA with the unwinder's before trusting any slot.
+            let gimli::CfaRule::RegisterAndOffset { register, offset } = row.cfa() else {
+                return None;
+            };
+            let base = (*frame_regs.get(usize::from(register.0))?)?;
+            if base.wrapping_add_signed(*offset) != cfa {
+                return None;
+            }
+            Some(
+                CALLEE_SAVED
+                    .iter()
+                    .map(|r| (*r, row.register(gimli::Register(*r as u16))))
+                    .collect(),
+            )
+        };
+        match row_rules() {
+            Some(rules) => {
+                for (r, rule) in rules {
+                    saved[r] = match rule {
+                        None | Some(gimli::RegisterRule::SameValue) => saved[r],
+                        Some(gimli::RegisterRule::Offset(off)) => {
+                            mem.read_u64(cfa.wrapping_add_signed(off)).ok()
+                        }
+                        Some(_) => None,
+                    };
+                }
+            }
+            None => {
+                for r in CALLEE_SAVED {
+                    saved[r] = None;
+                }
+            }
+        }
+    }
+
+    /// The user-given signature stored with the hook of the function at `entry`.
+    fn hook_signature(&self, entry: u64) -> Option<&str> {
+        self.arenas.iter().find_map(|a| {
+            a.hooks()
+                .find(|(_, r)| r.function == entry)
+                .and_then(|(slot, _)| a.signature(slot))
+        })
+    }
+
+    /// Adds source locations, inlined frames and typed arguments to unwound frames.
+    fn annotate(&self, frames: &mut [Frame], states: &[Option<FrameState>], mem: &dyn Memory) {
+        for i in 0..frames.len().min(states.len()) {
+            let Some(st) = &states[i] else { continue };
+            let st = &self.with_entry_values(st, frames.get(i + 1), states.get(i + 1), mem);
+            let f = &mut frames[i];
+            let debug = self.debug_for(st.pc);
+            let mut source = debug.map(|d| d.frames(st.pc)).unwrap_or_default();
+            let physical = source.pop();
+            // MiniDebugInfo is the module's full symbol table: it wins over `.dynsym`.
+            match (&f.function, debug.and_then(|d| d.mini_symbol(st.pc))) {
+                (_, Some((s, off))) if f.kind == FrameKind::Normal => {
+                    f.function = Some(crate::debuginfo::demangle(&s.name));
+                    f.offset = off + (f.pc - st.pc);
+                }
+                (Some(name), _) => f.function = Some(crate::debuginfo::demangle(name)),
+                (None, _) => {}
+            }
+            if let Some(p) = &physical {
+                f.source_function = p.function.clone();
+                f.file = p.file.clone();
+                f.line = p.line;
+            }
+            let info = physical.as_ref().and_then(|p| p.info.as_ref());
+            let frame_base = info.map(|i| i.frame_base.clone()).unwrap_or_default();
+            f.inlined = source
+                .into_iter()
+                .map(|s| InlinedFrame {
+                    args: s
+                        .info
+                        .as_ref()
+                        .map(|i| dwarf_values(i, &frame_base, st, mem))
+                        .unwrap_or_default(),
+                    function: s.function,
+                    file: s.file,
+                    line: s.line,
+                })
+                .collect();
+            f.args = match (&f.stash, info) {
+                (Some(stash), Some(i)) => stashed_values(i, &stash.registers, &stash.stack, mem),
+                (Some(stash), None) => match self
+                    .hook_signature(stash.function)
+                    .map(crate::args::parse_params)
+                {
+                    Some(Ok(sig)) => stashed_values(
+                        &sig.to_function_info(None),
+                        &stash.registers,
+                        &stash.stack,
+                        mem,
+                    ),
+                    _ => Vec::new(),
+                },
+                (None, Some(i)) => dwarf_values(i, &i.frame_base, st, mem),
+                (None, None) => Vec::new(),
+            };
         }
     }
 
@@ -202,7 +478,7 @@ impl Unwind {
             offset,
             module,
             kind,
-            stash: None,
+            ..Frame::default()
         }
     }
 
@@ -215,7 +491,46 @@ impl Unwind {
         mem: &dyn Memory,
         show_trampolines: bool,
     ) -> (Vec<Frame>, Option<String>) {
+        let mut regs = [None; 17];
+        regs[DWARF_RIP] = Some(rip);
+        regs[DWARF_RSP] = Some(rsp);
+        regs[DWARF_RBP] = Some(rbp);
+        self.unwind_registers(&regs, mem, show_trampolines)
+    }
+
+    /// Unwinds one thread from every register known for its innermost frame (by DWARF
+    /// number: rax 0, rdx 1, rcx 2, rbx 3, rsi 4, rdi 5, rbp 6, rsp 7, r8-r15, rip 16;
+    /// rip, rsp and rbp are required), then adds source lines and DWARF arguments.
+    pub fn unwind_registers(
+        &self,
+        initial: &[Option<u64>; 17],
+        mem: &dyn Memory,
+        show_trampolines: bool,
+    ) -> (Vec<Frame>, Option<String>) {
+        let mut states: Vec<Option<FrameState>> = Vec::new();
+        let (mut frames, truncated) =
+            self.unwind_frames(initial, mem, show_trampolines, &mut states);
+        states.resize(frames.len(), None);
+        self.annotate(&mut frames, &states, mem);
+        (frames, truncated)
+    }
+
+    fn unwind_frames(
+        &self,
+        initial: &[Option<u64>; 17],
+        mem: &dyn Memory,
+        show_trampolines: bool,
+        states: &mut Vec<Option<FrameState>>,
+    ) -> (Vec<Frame>, Option<String>) {
+        let rip = initial[DWARF_RIP].unwrap_or(0);
+        let rsp = initial[DWARF_RSP].unwrap_or(0);
+        let rbp = initial[DWARF_RBP].unwrap_or(0);
         let mut frames: Vec<Frame> = Vec::new();
+        // Callee-saved registers as they are in the frame being unwound.
+        let mut saved = [None; 17];
+        for r in CALLEE_SAVED {
+            saved[r] = initial[r];
+        }
         let mut regs = UnwindRegsX86_64::new(rip, rsp, rbp);
         let mut cache = CacheX86_64::<_>::new();
         let mut read_stack = |addr: u64| mem.read_u64(addr).map_err(|_| ());
@@ -256,6 +571,7 @@ impl Unwind {
                             xmm: frame.xmm.clone(),
                             variadic: hook.variadic,
                             frame: base,
+                            function: hook.function,
                         });
                     }
                     (frame.return_address, base + 16, frame.saved_rbp)
@@ -281,7 +597,7 @@ impl Unwind {
                         offset: pc - hook.trampoline,
                         module: None,
                         kind: FrameKind::Trampoline,
-                        stash: None,
+                        ..Frame::default()
                     };
                     if first && !show_trampolines {
                         f.function = Some(hook.name.clone());
@@ -289,6 +605,7 @@ impl Unwind {
                         f.module = Some(hook.module.clone());
                     }
                     frames.push(f);
+                    states.push(None);
                 }
                 let (ret, sp, bp) = next;
                 regs.set_sp(sp);
@@ -309,11 +626,32 @@ impl Unwind {
                 }
                 None => (self.symbolize(pc, lookup, FrameKind::Normal), address),
             };
+            let mut state = FrameState {
+                pc: unwind_address.address_for_lookup(),
+                cfa: None,
+                regs: [None; 17],
+                entry_values: Vec::new(),
+            };
+            if first {
+                state.regs = *initial;
+            } else {
+                state.regs = saved;
+                state.regs[DWARF_RSP] = Some(regs.sp());
+                state.regs[DWARF_RBP] = Some(regs.bp());
+                state.regs[DWARF_RIP] = Some(pc);
+            }
+            let frame_regs = state.regs;
+            let lookup_pc = state.pc;
             frames.push(frame);
-            match self
-                .unwinder
-                .unwind_frame(unwind_address, &mut regs, &mut cache, &mut read_stack)
-            {
+            states.push(Some(state));
+            let unwound =
+                self.unwinder
+                    .unwind_frame(unwind_address, &mut regs, &mut cache, &mut read_stack);
+            if let (Ok(Some(_)), Some(Some(st))) = (&unwound, states.last_mut()) {
+                st.cfa = Some(regs.sp());
+                self.restore_callee_saved(lookup_pc, &frame_regs, regs.sp(), &mut saved, mem);
+            }
+            match unwound {
                 Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
                     Some(a) => address = a,
                     None => return (frames, None),
@@ -322,7 +660,13 @@ impl Unwind {
                 Err(e) => return (frames, Some(e.to_string())),
             }
         }
-        (frames, Some(format!("stopped after {MAX_FRAMES} frames")))
+        let shown = frames.len();
+        (
+            frames,
+            Some(format!(
+                "stopped after {MAX_FRAMES} unwind steps ({shown} frames shown; each hooked call takes two steps)"
+            )),
+        )
     }
 }
 
@@ -379,6 +723,7 @@ pub struct ProcessReader {
     started: Option<u64>,
     key: Vec<(u64, u64, u64, u64, String)>,
     unwind: Option<Unwind>,
+    search: DebugSearch,
 }
 
 impl ProcessReader {
@@ -389,7 +734,24 @@ impl ProcessReader {
             started: None,
             key: Vec::new(),
             unwind: None,
+            search: DebugSearch::default(),
         }
+    }
+
+    /// Sets where separate debug files are looked for.
+    pub fn set_debug_search(&mut self, search: DebugSearch) {
+        if let Some(u) = self.unwind.as_mut() {
+            u.set_debug_search(search.clone());
+        }
+        self.search = search;
+    }
+
+    /// Problems met while loading debug info (e.g. a debug file of another build).
+    pub fn debug_warnings(&self) -> Vec<String> {
+        self.unwind
+            .as_ref()
+            .map(Unwind::debug_warnings)
+            .unwrap_or_default()
     }
 
     /// The process this reader serves.
@@ -412,7 +774,11 @@ impl ProcessReader {
         let started = start_time(pid);
         let unwind = match self.unwind.take() {
             Some(u) if key == self.key && started == self.started => u,
-            _ => Unwind::new(ProcessSymbols::load(pid, &maps)?, Vec::new()),
+            _ => {
+                let mut u = Unwind::new(ProcessSymbols::load(pid, &maps)?, Vec::new());
+                u.set_debug_search(self.search.clone());
+                u
+            }
         };
         let unwind = self.unwind.insert(unwind);
         self.key = key;
@@ -467,13 +833,8 @@ fn read_threads(
             bytes.clear();
         }
         let snapshot = StackSnapshot::new(start, bytes, mem);
-        let (frames, truncated) = unwind.unwind(
-            regs.rip,
-            regs.rsp,
-            regs.rbp,
-            &snapshot,
-            opts.show_trampolines,
-        );
+        let (frames, truncated) =
+            unwind.unwind_registers(&dwarf_registers(&regs), &snapshot, opts.show_trampolines);
         threads.push(ThreadBacktrace {
             tid,
             name: thread_name(pid, tid),

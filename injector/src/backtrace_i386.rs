@@ -196,6 +196,7 @@ impl Unwind32 {
             module,
             kind,
             stash: None,
+            ..Frame::default()
         }
     }
 
@@ -278,7 +279,7 @@ impl Unwind32 {
                         }
                     };
                     if let Some(callee) = frames.last_mut() {
-                        callee.stash = Some(stashed_args(&frame));
+                        callee.stash = Some(stashed_args(&frame, hook.function));
                     }
                     Some(Regs32 {
                         eip: frame.return_address,
@@ -296,6 +297,7 @@ impl Unwind32 {
                         module: None,
                         kind: FrameKind::Trampoline,
                         stash: None,
+                        ..Frame::default()
                     };
                     if first && !show_trampolines {
                         f.function = Some(hook.name.clone());
@@ -337,12 +339,18 @@ impl Unwind32 {
             }
             regs = next;
         }
-        (frames, Some(format!("stopped after {MAX_FRAMES} frames")))
+        let shown = frames.len();
+        (
+            frames,
+            Some(format!(
+                "stopped after {MAX_FRAMES} unwind steps ({shown} frames shown; each hooked call takes two steps)"
+            )),
+        )
     }
 }
 
 /// The arguments of an i386 stash frame: `eax`, `edx`, `ecx`, then the stack words by offset.
-fn stashed_args(frame: &StashFrame) -> StashedArgs {
+fn stashed_args(frame: &StashFrame, function: u64) -> StashedArgs {
     let mut registers: Vec<(&'static str, u64)> = STASHED_REGS
         .iter()
         .map(|r| (r.name(), u64::from(frame.reg(*r))))
@@ -359,6 +367,7 @@ fn stashed_args(frame: &StashFrame) -> StashedArgs {
         xmm: Vec::new(),
         variadic: false,
         frame: frame.base,
+        function,
     }
 }
 

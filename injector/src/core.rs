@@ -13,6 +13,7 @@
 //! the mappings rebuilt from the segments. A mapped file missing on disk only costs
 //! its frames their names (they show addresses); it never fails the backtrace.
 
+use crate::debuginfo::DebugSearch;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
@@ -159,6 +160,9 @@ pub struct CoreThread {
     pub rsp: u64,
     /// Frame pointer.
     pub rbp: u64,
+    /// Every general register, by DWARF number (rax 0 … r15 15, rip 16), for
+    /// DWARF argument locations in the innermost frame.
+    pub registers: [Option<u64>; 17],
 }
 
 /// One file mapping from `NT_FILE`.
@@ -812,6 +816,8 @@ fn parse_prstatus(desc: &[u8]) -> Result<CoreThread, String> {
         rbp: reg(4),
         rip: reg(16),
         rsp: reg(19),
+        // DWARF order: rax rdx rcx rbx rsi rdi rbp rsp r8-r15 rip.
+        registers: [10, 12, 11, 5, 13, 14, 4, 19, 9, 8, 7, 6, 3, 2, 1, 0, 16].map(|i| Some(reg(i))),
     })
 }
 
@@ -915,14 +921,26 @@ pub struct CoreBacktrace {
     pub signal: i32,
     /// Mapped files whose symbols could not be loaded; their frames show addresses.
     pub missing: Vec<MissingModule>,
+    /// Debug files that were found but not trusted (e.g. a build-id mismatch).
+    pub debug_warnings: Vec<String>,
 }
 
 /// Unwinds every thread (or `opts.tid`) of a core, with stashed arguments from its arenas.
 pub fn backtrace_core(core: &CoreFile, opts: &BacktraceOptions) -> Result<CoreBacktrace, Error> {
+    backtrace_core_with(core, opts, DebugSearch::default())
+}
+
+/// [`backtrace_core`], looking for separate debug files as `search` says.
+pub fn backtrace_core_with(
+    core: &CoreFile,
+    opts: &BacktraceOptions,
+    search: DebugSearch,
+) -> Result<CoreBacktrace, Error> {
     let maps = core.maps();
     let (symbols, missing) = core.symbols(&maps);
     let arenas = discover(&maps, core)?;
-    let unwind = Unwind::new(symbols, arenas);
+    let mut unwind = Unwind::new(symbols, arenas);
+    unwind.set_debug_search(search);
     let selected: Vec<&CoreThread> = match opts.tid {
         Some(tid) => {
             let t: Vec<&CoreThread> = core.threads.iter().filter(|t| t.tid == tid).collect();
@@ -942,7 +960,7 @@ pub fn backtrace_core(core: &CoreFile, opts: &BacktraceOptions) -> Result<CoreBa
         .into_iter()
         .map(|t| {
             let (frames, truncated) =
-                unwind.unwind(t.rip, t.rsp, t.rbp, core, opts.show_trampolines);
+                unwind.unwind_registers(&t.registers, core, opts.show_trampolines);
             ThreadBacktrace {
                 tid: t.tid,
                 name: if t.tid == core.pid {
@@ -963,6 +981,7 @@ pub fn backtrace_core(core: &CoreFile, opts: &BacktraceOptions) -> Result<CoreBa
         },
         signal: core.threads.first().map_or(0, |t| t.signal),
         missing,
+        debug_warnings: unwind.debug_warnings(),
     })
 }
 
@@ -1133,25 +1152,25 @@ mod tests {
         let core = TempFile::new("core", &sample_core(&lib.0));
         let c = CoreFile::open(&core.0, CoreOptions::default()).unwrap();
         assert_eq!((c.pid, c.command.as_str()), (77, "victim"));
+        let seen: Vec<(i32, i32, u64, u64, u64)> = c
+            .threads
+            .iter()
+            .map(|t| (t.tid, t.signal, t.rip, t.rsp, t.rbp))
+            .collect();
         assert_eq!(
-            c.threads,
+            seen,
             [
-                CoreThread {
-                    tid: 77,
-                    signal: 11,
-                    rip: 0x400010,
-                    rsp: 0x7000_0100,
-                    rbp: 0x7000_0200
-                },
-                CoreThread {
-                    tid: 78,
-                    signal: 0,
-                    rip: 0x400020,
-                    rsp: 0x7000_0300,
-                    rbp: 0
-                }
+                (77, 11, 0x400010, 0x7000_0100, 0x7000_0200),
+                (78, 0, 0x400020, 0x7000_0300, 0)
             ]
         );
+        for t in &c.threads {
+            // DWARF numbers: rbp 6, rsp 7, rip 16.
+            assert_eq!(
+                (t.registers[6], t.registers[7], t.registers[16]),
+                (Some(t.rbp), Some(t.rsp), Some(t.rip))
+            );
+        }
         let lib_path = lib.0.to_str().unwrap();
         assert_eq!(c.exe_path(), Some(lib_path));
         let maps = c.maps();

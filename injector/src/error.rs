@@ -44,6 +44,9 @@ pub enum Error {
         /// Why.
         source: FormatError,
     },
+    /// A user-given signature cannot be used.
+    #[error(transparent)]
+    Signature(#[from] crate::args::SignatureError),
     /// The function is hooked already.
     #[error("{function} is already hooked (hook #{slot} in the arena at 0x{arena:x}, trampoline 0x{trampoline:x}): eject it first with `argstash eject --pid PID --func {name}`")]
     AlreadyHooked {

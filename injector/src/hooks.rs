@@ -77,6 +77,8 @@ pub struct HookInfo {
     pub state: HookState,
     /// Install time, Unix nanoseconds.
     pub installed_ns: u64,
+    /// The parameter list the user gave for this function (`int, const char *`), if any.
+    pub signature: Option<String>,
 }
 
 impl HookInfo {
@@ -95,6 +97,7 @@ impl HookInfo {
             xmm: r.xmm,
             state: r.state,
             installed_ns: r.installed_ns,
+            signature: None,
         }
     }
 }
@@ -185,7 +188,12 @@ pub fn list(pid: i32) -> Result<Vec<HookInfo>, Error> {
     let arenas = discover(&maps, &mem)?;
     Ok(arenas
         .iter()
-        .flat_map(|a| a.hooks().map(|(slot, r)| HookInfo::new(&a.header, slot, r)))
+        .flat_map(|a| {
+            a.hooks().map(|(slot, r)| HookInfo {
+                signature: a.signature(slot).map(str::to_string),
+                ..HookInfo::new(&a.header, slot, r)
+            })
+        })
         .collect())
 }
 
@@ -257,6 +265,8 @@ struct Planned {
     returns_twice: bool,
     /// No arena fits within ±2 GiB: patched with the 14-byte absolute jump.
     far: bool,
+    /// The user's parameter list, stored in the arena's signature table.
+    signature: String,
 }
 
 impl Planned {
@@ -297,6 +307,27 @@ pub fn install(
     specs: &[FuncSpec],
     opts: &InstallOptions,
 ) -> Result<InstallReport, Error> {
+    install_with_signatures(pid, specs, &[], opts)
+}
+
+/// Like [`install`], also storing `signatures[i]` (a parameter list such as
+/// `int, const char *`, see [`crate::args::split_signature`]) with the hook of
+/// `specs[i]`, so a later `bt` can type the stashed values without DWARF.
+pub fn install_with_signatures(
+    pid: i32,
+    specs: &[FuncSpec],
+    signatures: &[Option<crate::args::Signature>],
+    opts: &InstallOptions,
+) -> Result<InstallReport, Error> {
+    for sig in signatures.iter().flatten() {
+        if sig.text.len() > trampolines::arena::MAX_SIGNATURE {
+            return Err(Error::Signature(crate::args::SignatureError::TooLong {
+                text: sig.text.clone(),
+                len: sig.text.len(),
+                max: trampolines::arena::MAX_SIGNATURE,
+            }));
+        }
+    }
     crate::target::check_target(pid, crate::target::Access::Stop)?;
     let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
@@ -321,7 +352,12 @@ pub fn install(
     // Resolve and analyse every function.
     let mut planned: Vec<Planned> = Vec::new();
     let mut seen = HashSet::new();
-    for spec in specs {
+    for (i, spec) in specs.iter().enumerate() {
+        let signature = signatures
+            .get(i)
+            .and_then(|s| s.as_ref())
+            .map(|s| s.text.clone())
+            .unwrap_or_default();
         let resolved = symbols.resolve(spec)?;
         let label = format!("{} in {}", resolved.name, resolved.module_path);
         if !seen.insert(resolved.addr) {
@@ -406,6 +442,7 @@ pub fn install(
             padding,
             returns_twice,
             far: false,
+            signature,
         });
     }
 
@@ -676,6 +713,26 @@ pub fn install(
                 source,
             })?;
             undo.records.push(arena.record_addr(code.slot));
+            // Every record gets its signature entry written (empty when none), so a
+            // slot never shows a stale one.
+            match arena.signature_addr(code.slot) {
+                Some(at) => {
+                    let entry =
+                        trampolines::arena::encode_signature(&p.signature).map_err(|source| {
+                            Error::Format {
+                                addr: arena.base,
+                                source,
+                            }
+                        })?;
+                    mem.write(at, &entry)?;
+                }
+                None if !p.signature.is_empty() => {
+                    return Err(Error::Signature(crate::args::SignatureError::OldArena {
+                        arena: arena.base,
+                    }))
+                }
+                None => {}
+            }
             mem.write(arena.record_addr(code.slot), &record)?;
             if let Some(area) = crate::foreign_unwind::write_slot(&mem, &arena, code)? {
                 unwind_hooks.push(crate::foreign_unwind::hook_of(
@@ -744,11 +801,14 @@ pub fn install(
             .iter()
             .map(|p| {
                 let code = p.code.as_ref().expect("generated above");
-                HookInfo::new(
-                    &arena_header(&arenas, &new_arenas, p.target),
-                    code.slot,
-                    &code.record,
-                )
+                HookInfo {
+                    signature: (!p.signature.is_empty()).then(|| p.signature.clone()),
+                    ..HookInfo::new(
+                        &arena_header(&arenas, &new_arenas, p.target),
+                        code.slot,
+                        &code.record,
+                    )
+                }
             })
             .collect();
         Ok((infos, moved))

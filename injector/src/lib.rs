@@ -15,9 +15,11 @@
 pub mod abi;
 pub mod arch;
 pub mod arena;
+pub mod args;
 pub mod backtrace;
 pub mod backtrace_i386;
 pub mod core;
+pub mod debuginfo;
 pub mod error;
 pub mod foreign_unwind;
 pub mod gdb_jit;

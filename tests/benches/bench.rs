@@ -15,7 +15,10 @@
 //!   against `gdb -batch -p PID -ex bt`;
 //! - `core`: wall time of `argstash bt --core` on the core of a hooked crash.c
 //!   (and of `CoreFile::open` + `backtrace_core` in-process), against
-//!   `gdb -batch -c CORE EXE -ex bt`.
+//!   `gdb -batch -c CORE EXE -ex bt`;
+//! - `dwarf`: `argstash bt` on a 30-frame stack with debug info (source lines,
+//!   DWARF arguments), cold (a new `argstash` process) and warm (one
+//!   `ProcessReader` kept), with the thread's stop time, against gdb.
 //!
 //! This is a measurement, not a test: nothing fails on a slow figure. Machines
 //! are noisy, so compared variants are interleaved within one run and every
@@ -32,7 +35,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use argstash_tests::{argstash, build, consts, Opt, Target, Variant};
-use injector::backtrace::{backtrace, BacktraceOptions};
+use injector::backtrace::{backtrace, BacktraceOptions, ProcessReader};
 use injector::hooks::{eject, install, EjectWhat, InstallOptions, InstallReport};
 use injector::symbols::FuncSpec;
 
@@ -54,7 +57,7 @@ fn main() {
 
     print_machine();
     let started = Instant::now();
-    let groups: [(&str, fn()); 7] = [
+    let groups: [(&str, fn()); 8] = [
         ("call", bench_call),
         ("call32", bench_call32),
         ("args", bench_args),
@@ -62,6 +65,7 @@ fn main() {
         ("gap", bench_gap),
         ("cli", bench_cli),
         ("core", bench_core),
+        ("dwarf", bench_dwarf),
     ];
     for (name, run) in groups {
         if want(name) {
@@ -1169,4 +1173,119 @@ fn bench_core() {
         indent(&sample)
     );
     println!("sample gdb output:\n{}", indent(&sample_gdb));
+}
+
+/// The stop time `argstash bt` printed ("(stopped N us)") for the first thread.
+fn printed_bt_stop_us(out: &str) -> Option<f64> {
+    let rest = &out[out.find("(stopped ")? + "(stopped ".len()..];
+    let mut words = rest.split_whitespace();
+    let n: f64 = words.next()?.parse().ok()?;
+    match words.next()?.trim_end_matches("):") {
+        "us" => Some(n),
+        "ms" => Some(n * 1e3),
+        _ => None,
+    }
+}
+
+const DWARF_COLD: usize = 15;
+const DWARF_WARM: usize = 50;
+
+fn bench_dwarf() {
+    println!("\n## 4. bt with debug info (deepstack.c, -O2 -g, ~30 frames)\n");
+    let bin = argstash();
+    let exe = build("deepstack", Variant::new(Opt::O2g, true));
+    let t = Target::spawn(&exe);
+    let p = t.pid().to_string();
+    let pid = t.pid();
+    // Let the recursion reach its sleep, and warm the page cache once.
+    thread::sleep(Duration::from_millis(100));
+    let (_, sample) = time_cmd(&mut argstash_at(&bin, &["bt", "--pid", &p]));
+    let frames = sample.lines().filter(|l| l.starts_with('#')).count();
+
+    let mut cold_wall = Vec::new();
+    let mut cold_stop = Vec::new();
+    let mut nodebug_wall = Vec::new();
+    for _ in 0..DWARF_COLD {
+        let (w, out) = time_cmd(&mut argstash_at(&bin, &["bt", "--pid", &p]));
+        cold_wall.push(ms(w));
+        cold_stop.extend(printed_bt_stop_us(&out).map(|u| u / 1e3));
+        // The same without any debug info found (an empty debug directory and
+        // a stripped copy are not needed: --debug-dir only moves the separate
+        // files; the fixture's own DWARF is still read).
+        let (w, _) = time_cmd(&mut argstash_at(
+            &bin,
+            &["bt", "--pid", &p, "--debug-dir", "/nonexistent"],
+        ));
+        nodebug_wall.push(ms(w));
+    }
+
+    let mut reader = ProcessReader::new(pid);
+    let t0 = Instant::now();
+    let bt = reader
+        .backtrace(&BacktraceOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let lib_cold = ms(t0.elapsed());
+    let lib_cold_stop = ms(bt.threads[0].stopped);
+    let mut warm_wall = Vec::new();
+    let mut warm_stop = Vec::new();
+    for _ in 0..DWARF_WARM {
+        let t0 = Instant::now();
+        let bt = reader
+            .backtrace(&BacktraceOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        warm_wall.push(ms(t0.elapsed()));
+        warm_stop.extend(bt.threads.iter().map(|th| ms(th.stopped)));
+    }
+
+    let mut gdb_w = Vec::new();
+    let mut sample_gdb = String::new();
+    for i in 0..GDB_RUNS {
+        let mut c = Command::new("gdb");
+        c.args(["-batch", "-p", &p, "-ex", "bt"])
+            .env_remove("DEBUGINFOD_URLS");
+        let (w, out) = time_cmd(&mut c);
+        gdb_w.push(ms(w));
+        if i == 0 {
+            sample_gdb = out;
+        }
+    }
+    drop(t);
+
+    let mut table = Table::new(&["what", "n", "median ms", "p90 ms", "max ms"]);
+    let mut row = |what: &str, v: &[f64]| {
+        table.row(vec![
+            what.to_string(),
+            v.len().to_string(),
+            format!("{:.2}", median(v)),
+            format!("{:.2}", quantile(v, 0.9)),
+            format!("{:.2}", max(v)),
+        ]);
+    };
+    row(
+        "argstash bt --pid P, cold (new process each run)",
+        &cold_wall,
+    );
+    row("  thread stopped (as printed)", &cold_stop);
+    row(
+        "argstash bt --pid P --debug-dir /nonexistent (no libc debug file)",
+        &nodebug_wall,
+    );
+    row("ProcessReader::backtrace, first call (cold)", &[lib_cold]);
+    row("  thread stopped", &[lib_cold_stop]);
+    row(
+        "ProcessReader::backtrace, warm (parsed debug info kept)",
+        &warm_wall,
+    );
+    row("  thread stopped", &warm_stop);
+    row("gdb -batch -p P -ex bt", &gdb_w);
+    table.print();
+    println!("\n`argstash bt` printed {frames} frame lines.");
+    println!(
+        "\nsample `argstash bt --pid P` output:\n{}",
+        indent(&sample)
+    );
+    println!(
+        "sample `gdb -batch -p P -ex bt` output:\n{}",
+        indent(&sample_gdb)
+    );
 }

@@ -54,6 +54,8 @@ pub const FIXTURES: &[&str] = &[
     "lifecycle",
     "edgefuncs",
     "abiargs",
+    "dwarfargs",
+    "deepstack",
 ];
 
 /// How long [`Target::spawn`] waits for the `ready` line.

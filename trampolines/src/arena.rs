@@ -9,6 +9,8 @@
 //!         │ state │ flags │ function │ patch addr/len │ original  │
 //!         │ trampoline │ after_call │ relocated │ insn map │ name │
 //!         ├────────────────────── record 1 … capacity-1 ──────────┤
+//!         │ version 2: one signature entry per record             │
+//!         │ (SIGNATURE_LEN = 256: u16 length, parameter list text) │
 //!         ├─ code_offset (page aligned) ──────────────────────────┤
 //!         │ slot 0: trampoline │ relocated prologue (SLOT_LEN)    │
 //!         │ slot 1 …                                              │
@@ -23,8 +25,17 @@ use crate::error::FormatError;
 
 /// Magic bytes at the start of every arena.
 pub const ARENA_MAGIC: [u8; 8] = *b"ASARENA1";
-/// Format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version this build writes (it reads this one and version 1).
+///
+/// Version 2 adds a table of user-given signatures after the records; version-1
+/// arenas (no table) still parse and simply have no signatures.
+pub const FORMAT_VERSION: u32 = 2;
+/// The first format version, without the signature table.
+pub const FORMAT_VERSION_1: u32 = 1;
+/// Size of one signature entry (version 2).
+pub const SIGNATURE_LEN: usize = 256;
+/// Longest signature text stored (the entry less its length field).
+pub const MAX_SIGNATURE: usize = SIGNATURE_LEN - 2;
 /// Size of the fixed header before the records.
 pub const HEADER_LEN: usize = 64;
 /// Size of one hook record.
@@ -97,6 +108,8 @@ pub struct ArenaHeader {
     pub capacity: u32,
     /// Offset of code slot 0 from `base`.
     pub code_offset: u32,
+    /// Format version ([`FORMAT_VERSION`] for new arenas).
+    pub version: u32,
 }
 
 fn round_up(v: usize, to: usize) -> usize {
@@ -106,19 +119,45 @@ fn round_up(v: usize, to: usize) -> usize {
 impl ArenaHeader {
     /// A header for a new arena at `base` with `capacity` records.
     pub fn new(base: u64, capacity: u32) -> ArenaHeader {
-        let code_offset = round_up(HEADER_LEN + capacity as usize * RECORD_LEN, PAGE);
+        ArenaHeader::with_version(base, capacity, FORMAT_VERSION)
+    }
+
+    /// The header an arena of format `version` at `base` with `capacity` records has.
+    pub fn with_version(base: u64, capacity: u32, version: u32) -> ArenaHeader {
+        let tables = Self::tables_len(capacity, version);
+        let code_offset = round_up(tables, PAGE);
         let arena_len = round_up(code_offset + capacity as usize * SLOT_LEN, PAGE);
         ArenaHeader {
             base,
             arena_len: arena_len as u64,
             capacity,
             code_offset: code_offset as u32,
+            version,
         }
     }
 
-    /// Bytes from `base` that hold the header and all records.
+    fn tables_len(capacity: u32, version: u32) -> usize {
+        let per_record = if version >= 2 {
+            RECORD_LEN + SIGNATURE_LEN
+        } else {
+            RECORD_LEN
+        };
+        HEADER_LEN + capacity as usize * per_record
+    }
+
+    /// Bytes from `base` that hold the header, all records and (version 2) all signatures.
     pub fn header_len(&self) -> usize {
-        HEADER_LEN + self.capacity as usize * RECORD_LEN
+        Self::tables_len(self.capacity, self.version)
+    }
+
+    /// Address of the signature entry of record `index`; `None` in version-1 arenas.
+    pub fn signature_addr(&self, index: u32) -> Option<u64> {
+        (self.version >= 2 && index < self.capacity).then(|| {
+            self.base
+                + (HEADER_LEN
+                    + self.capacity as usize * RECORD_LEN
+                    + index as usize * SIGNATURE_LEN) as u64
+        })
     }
 
     /// Address of record `index`.
@@ -147,7 +186,7 @@ impl ArenaHeader {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..8].copy_from_slice(&ARENA_MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
         b[12..16].copy_from_slice(&(self.header_len() as u32).to_le_bytes());
         b[16..24].copy_from_slice(&self.arena_len.to_le_bytes());
         b[24..32].copy_from_slice(&self.base.to_le_bytes());
@@ -168,7 +207,7 @@ impl ArenaHeader {
             return Err(FormatError::BadMagic);
         }
         let version = u32_at(b, 8);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_1 {
             return Err(FormatError::UnsupportedVersion {
                 found: version,
                 supported: FORMAT_VERSION,
@@ -179,6 +218,7 @@ impl ArenaHeader {
             arena_len: u64_at(b, 16),
             capacity: u32_at(b, 32),
             code_offset: u32_at(b, 44),
+            version,
         };
         if h.base != at {
             return Err(FormatError::Corrupt(
@@ -188,7 +228,10 @@ impl ArenaHeader {
         if u32_at(b, 36) as usize != RECORD_LEN || u32_at(b, 40) as usize != SLOT_LEN {
             return Err(FormatError::Corrupt("record or slot size"));
         }
-        if h.capacity == 0 || h.capacity > 4096 || h != ArenaHeader::new(at, h.capacity) {
+        if h.capacity == 0
+            || h.capacity > 4096
+            || h != ArenaHeader::with_version(at, h.capacity, version)
+        {
             return Err(FormatError::Corrupt("capacity and lengths disagree"));
         }
         if u32_at(b, 12) as usize != h.header_len() {
@@ -436,6 +479,27 @@ impl HookRecord {
     }
 }
 
+/// Serialises a signature entry (an empty text means "no signature").
+pub fn encode_signature(text: &str) -> Result<[u8; SIGNATURE_LEN], FormatError> {
+    if text.len() > MAX_SIGNATURE {
+        return Err(FormatError::Corrupt("signature too long"));
+    }
+    let mut b = [0u8; SIGNATURE_LEN];
+    b[0..2].copy_from_slice(&(text.len() as u16).to_le_bytes());
+    b[2..2 + text.len()].copy_from_slice(text.as_bytes());
+    Ok(b)
+}
+
+/// Parses a signature entry; `None` when empty.
+pub fn decode_signature(bytes: &[u8]) -> Result<Option<String>, FormatError> {
+    let b = bytes.get(..SIGNATURE_LEN).ok_or(FormatError::Truncated {
+        needed: SIGNATURE_LEN,
+        got: bytes.len(),
+    })?;
+    let t = text_field(b, 0, 2, MAX_SIGNATURE)?;
+    Ok((!t.is_empty()).then_some(t))
+}
+
 /// A parsed arena: its header and every record, indexed by slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Arena {
@@ -443,6 +507,9 @@ pub struct Arena {
     pub header: ArenaHeader,
     /// Records, `records[i]` describing slot `i`.
     pub records: Vec<HookRecord>,
+    /// User-given signatures (parameter lists), `signatures[i]` for slot `i`
+    /// (all `None` in version-1 arenas).
+    pub signatures: Vec<Option<String>>,
 }
 
 impl Arena {
@@ -459,7 +526,25 @@ impl Arena {
         let records = (0..header.capacity as usize)
             .map(|i| HookRecord::decode(&bytes[HEADER_LEN + i * RECORD_LEN..]))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Arena { header, records })
+        let table = HEADER_LEN + header.capacity as usize * RECORD_LEN;
+        let signatures = (0..header.capacity as usize)
+            .map(|i| {
+                if header.version < 2 || records[i].state == HookState::Free {
+                    return Ok(None);
+                }
+                decode_signature(&bytes[table + i * SIGNATURE_LEN..])
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Arena {
+            header,
+            records,
+            signatures,
+        })
+    }
+
+    /// The user-given signature (parameter list) of the hook in `slot`, if any.
+    pub fn signature(&self, slot: u32) -> Option<&str> {
+        self.signatures.get(slot as usize)?.as_deref()
     }
 
     /// Records that are not free, with their slot index.
@@ -607,6 +692,32 @@ mod tests {
                 got: 3
             })
         );
+    }
+
+    #[test]
+    fn version_1_arenas_still_parse_and_signatures_roundtrip() {
+        let v1 = ArenaHeader::with_version(0x7000_0000, 4, FORMAT_VERSION_1);
+        let mut bytes = v1.encode().to_vec();
+        bytes.resize(v1.header_len(), 0);
+        let r = sample();
+        bytes[HEADER_LEN..HEADER_LEN + RECORD_LEN].copy_from_slice(&r.encode().unwrap());
+        let a = Arena::decode(0x7000_0000, &bytes).unwrap();
+        assert_eq!(a.header.version, 1);
+        assert_eq!(a.records[0], r);
+        assert_eq!(a.signature(0), None);
+        assert_eq!(v1.signature_addr(0), None);
+
+        let v2 = ArenaHeader::new(0x7000_0000, 4);
+        assert!(v2.header_len() > v1.header_len());
+        let mut bytes = v2.encode().to_vec();
+        bytes.resize(v2.header_len(), 0);
+        bytes[HEADER_LEN..HEADER_LEN + RECORD_LEN].copy_from_slice(&r.encode().unwrap());
+        let at = (v2.signature_addr(0).unwrap() - v2.base) as usize;
+        bytes[at..at + SIGNATURE_LEN]
+            .copy_from_slice(&encode_signature("int, const char *").unwrap());
+        let a = Arena::decode(0x7000_0000, &bytes).unwrap();
+        assert_eq!(a.signature(0), Some("int, const char *"));
+        assert!(encode_signature(&"x".repeat(MAX_SIGNATURE + 1)).is_err());
     }
 
     #[test]

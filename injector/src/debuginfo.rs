@@ -1,0 +1,875 @@
+//! Debug information of a mapped module: where it is, whether it belongs to the
+//! module, and what it says about an address.
+//!
+//! Debug info is looked for the way distributions ship it, in gdb's order: the
+//! module's own `.debug_info`; `DIR/.build-id/xx/rest.debug` under each debug
+//! directory; the `.gnu_debuglink` name next to the module, in its `.debug/`
+//! directory and under each debug directory. A separate file is trusted only when
+//! its build-id (or, without build-ids, the debuglink CRC) matches the module; a
+//! mismatch is reported as a warning and the file ignored. MiniDebugInfo (an
+//! xz-compressed ELF in `.gnu_debugdata`, as Fedora ships) adds the symbols a
+//! stripped module's `.dynsym` lacks.
+//!
+//! Parsing is lazy: [`ModuleDebug::load`] finds and maps the files and builds the
+//! addr2line context; units and functions are parsed on first lookup and kept.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gimli::{EndianArcSlice, LittleEndian};
+use thiserror::Error;
+
+use crate::args::{self, FunctionInfo};
+use crate::symbols::Symbol;
+
+/// The byte reader every DWARF structure here is built on.
+pub type DwarfReader = EndianArcSlice<LittleEndian>;
+
+/// The directory distributions install separate debug files under.
+pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
+
+/// Largest decompressed section or MiniDebugInfo image accepted (hostile input guard).
+const MAX_DECOMPRESSED: usize = 1 << 30;
+
+/// Why debug info could not be read.
+#[derive(Debug, Error)]
+pub enum DebugInfoError {
+    /// A file could not be opened or mapped.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file is not a usable ELF file.
+    #[error("{path} is not a usable ELF file: {msg}")]
+    Elf {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// The DWARF data is malformed.
+    #[error("malformed DWARF in {path}: {source}")]
+    Dwarf {
+        /// The file.
+        path: String,
+        /// The parser's error.
+        source: gimli::Error,
+    },
+}
+
+/// Where a module's DWARF came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DebugSource {
+    /// The module file itself.
+    Embedded,
+    /// A separate file found by build-id.
+    BuildId(PathBuf),
+    /// A separate file found by `.gnu_debuglink`.
+    DebugLink(PathBuf),
+}
+
+/// Where to look for separate debug files.
+#[derive(Debug, Clone)]
+pub struct DebugSearch {
+    /// Global debug directories, searched in order (default: `/usr/lib/debug`).
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Default for DebugSearch {
+    fn default() -> Self {
+        DebugSearch {
+            dirs: vec![PathBuf::from(DEFAULT_DEBUG_DIR)],
+        }
+    }
+}
+
+/// The bytes of a file: mapped from disk or decompressed in memory.
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// One section header, reduced to what is needed here.
+#[derive(Debug, Clone)]
+struct SectionHeader {
+    name: String,
+    kind: u32,
+    flags: u64,
+    offset: u64,
+    size: u64,
+    link: u32,
+}
+
+const SHT_NOBITS: u32 = 8;
+const SHT_SYMTAB: u32 = 2;
+const SHF_COMPRESSED: u64 = 0x800;
+const ELFCOMPRESS_ZLIB: u32 = 1;
+
+/// A 64-bit little-endian ELF file's section table, parsed without trusting it.
+pub struct ElfSections {
+    path: String,
+    bytes: Bytes,
+    sections: Vec<SectionHeader>,
+}
+
+fn le_u16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+fn le_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+fn c_string(b: &[u8], at: usize) -> Option<&str> {
+    let rest = b.get(at..)?;
+    let end = rest.iter().position(|&c| c == 0)?;
+    std::str::from_utf8(&rest[..end]).ok()
+}
+
+impl ElfSections {
+    /// Maps and parses the file at `path`.
+    pub fn open(path: &Path) -> Result<ElfSections, DebugInfoError> {
+        let shown = path.display().to_string();
+        let io = |source| DebugInfoError::Io {
+            path: shown.clone(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        // SAFETY: read-only private mapping that is never written through. Another
+        // process truncating the file meanwhile could raise SIGBUS; debug files and
+        // binaries are replaced by rename, the risk every debugger accepts.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        ElfSections::parse(shown, Bytes::Mapped(map))
+    }
+
+    fn from_vec(path: String, bytes: Vec<u8>) -> Result<ElfSections, DebugInfoError> {
+        ElfSections::parse(path, Bytes::Owned(bytes))
+    }
+
+    fn parse(path: String, bytes: Bytes) -> Result<ElfSections, DebugInfoError> {
+        let bad = |msg: &str| DebugInfoError::Elf {
+            path: path.clone(),
+            msg: msg.to_string(),
+        };
+        let b = bytes.as_slice();
+        if b.get(..4) != Some(b"\x7fELF".as_slice()) {
+            return Err(bad("no ELF header"));
+        }
+        if b.get(4) != Some(&2) || b.get(5) != Some(&1) {
+            return Err(bad("not a 64-bit little-endian ELF file"));
+        }
+        let shoff = le_u64(b, 0x28).ok_or_else(|| bad("truncated header"))?;
+        let shentsize = le_u16(b, 0x3a).ok_or_else(|| bad("truncated header"))? as u64;
+        let shnum = le_u16(b, 0x3c).ok_or_else(|| bad("truncated header"))? as u64;
+        let shstrndx = le_u16(b, 0x3e).ok_or_else(|| bad("truncated header"))? as u64;
+        if shnum == 0 {
+            return Ok(ElfSections {
+                path,
+                bytes,
+                sections: Vec::new(),
+            });
+        }
+        if shentsize < 64 {
+            return Err(bad("section header size"));
+        }
+        let header = |i: u64| -> Option<&[u8]> {
+            let at = usize::try_from(shoff.checked_add(i.checked_mul(shentsize)?)?).ok()?;
+            b.get(at..at.checked_add(64)?)
+        };
+        let mut raw = Vec::with_capacity(shnum as usize);
+        for i in 0..shnum {
+            let h = header(i).ok_or_else(|| bad("section headers past the end of the file"))?;
+            raw.push((
+                le_u32(h, 0).unwrap_or(0),
+                SectionHeader {
+                    name: String::new(),
+                    kind: le_u32(h, 4).unwrap_or(0),
+                    flags: le_u64(h, 8).unwrap_or(0),
+                    offset: le_u64(h, 24).unwrap_or(0),
+                    size: le_u64(h, 32).unwrap_or(0),
+                    link: le_u32(h, 40).unwrap_or(0),
+                },
+            ));
+        }
+        let strtab = raw.get(shstrndx as usize).map(|(_, s)| (s.offset, s.size));
+        let sections = raw
+            .into_iter()
+            .map(|(name_off, mut s)| {
+                if let Some((off, size)) = strtab {
+                    if u64::from(name_off) < size {
+                        let at = off.saturating_add(u64::from(name_off));
+                        s.name = usize::try_from(at)
+                            .ok()
+                            .and_then(|at| c_string(b, at))
+                            .unwrap_or("")
+                            .to_string();
+                    }
+                }
+                s
+            })
+            .collect();
+        Ok(ElfSections {
+            path,
+            bytes,
+            sections,
+        })
+    }
+
+    fn raw(&self, s: &SectionHeader) -> Option<&[u8]> {
+        if s.kind == SHT_NOBITS {
+            return None;
+        }
+        let start = usize::try_from(s.offset).ok()?;
+        let end = start.checked_add(usize::try_from(s.size).ok()?)?;
+        self.bytes.as_slice().get(start..end)
+    }
+
+    fn header(&self, name: &str) -> Option<&SectionHeader> {
+        self.sections.iter().find(|s| s.name == name)
+    }
+
+    /// True when the file has a section `name` with contents.
+    pub fn has(&self, name: &str) -> bool {
+        self.header(name)
+            .is_some_and(|s| s.kind != SHT_NOBITS && s.size > 0)
+    }
+
+    /// The contents of section `name`, decompressed if it is `SHF_COMPRESSED` (zlib).
+    pub fn section(&self, name: &str) -> Option<Cow<'_, [u8]>> {
+        let s = self.header(name)?;
+        let data = self.raw(s)?;
+        if s.flags & SHF_COMPRESSED == 0 {
+            return Some(Cow::Borrowed(data));
+        }
+        self.section_shared(name).map(|a| Cow::Owned(a.to_vec()))
+    }
+
+    /// Like [`Self::section`], as one shared buffer (compressed sections are
+    /// inflated straight into it, without another copy).
+    pub fn section_shared(&self, name: &str) -> Option<Arc<[u8]>> {
+        let s = self.header(name)?;
+        let data = self.raw(s)?;
+        if s.flags & SHF_COMPRESSED == 0 {
+            return Some(Arc::from(data));
+        }
+        // Elf64_Chdr: type, reserved, size, alignment.
+        if le_u32(data, 0)? != ELFCOMPRESS_ZLIB {
+            return None;
+        }
+        let size = usize::try_from(le_u64(data, 8)?).ok()?;
+        if size > MAX_DECOMPRESSED {
+            return None;
+        }
+        // The header gives the exact size: inflate into it in one go (no regrowth).
+        let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, size).collect();
+        let n = miniz_oxide::inflate::decompress_slice_iter_to_slice(
+            Arc::get_mut(&mut out)?,
+            std::iter::once(data.get(24..)?),
+            true,
+            true,
+        )
+        .ok()?;
+        (n == size).then_some(out)
+    }
+
+    /// The GNU build-id note (`.note.gnu.build-id`), if any.
+    pub fn build_id(&self) -> Option<Vec<u8>> {
+        let note = self.section(".note.gnu.build-id")?;
+        // namesz, descsz, type, "GNU\0", desc.
+        let namesz = le_u32(&note, 0)? as usize;
+        let descsz = le_u32(&note, 4)? as usize;
+        if le_u32(&note, 8)? != 3 {
+            return None;
+        }
+        let desc = 12 + namesz.div_ceil(4) * 4;
+        note.get(desc..desc.checked_add(descsz)?)
+            .map(<[u8]>::to_vec)
+    }
+
+    /// The `.gnu_debuglink` file name and CRC, if any.
+    pub fn debuglink(&self) -> Option<(String, u32)> {
+        let link = self.section(".gnu_debuglink")?;
+        let name = c_string(&link, 0)?.to_string();
+        let crc_at = (name.len() + 1).div_ceil(4) * 4;
+        Some((name, le_u32(&link, crc_at)?))
+    }
+
+    /// Function symbols of `.symtab` as `(name, svma, size)`.
+    fn function_symbols(&self) -> Vec<(String, u64, u64)> {
+        let Some(symtab) = self.sections.iter().find(|s| s.kind == SHT_SYMTAB) else {
+            return Vec::new();
+        };
+        let (Some(syms), Some(strs)) = (
+            self.raw(symtab),
+            self.sections
+                .get(symtab.link as usize)
+                .and_then(|s| self.raw(s)),
+        ) else {
+            return Vec::new();
+        };
+        syms.chunks_exact(24)
+            .filter_map(|e| {
+                let kind = e[4] & 0xf;
+                let shndx = le_u16(e, 6)?;
+                let value = le_u64(e, 8)?;
+                if kind != 2 || shndx == 0 || value == 0 {
+                    return None;
+                }
+                let name = c_string(strs, le_u32(e, 0)? as usize)?;
+                Some((name.to_string(), value, le_u64(e, 16)?))
+            })
+            .collect()
+    }
+
+    /// CRC-32 of the whole file, as `.gnu_debuglink` records it.
+    fn crc32(&self) -> u32 {
+        crc32(self.bytes.as_slice())
+    }
+}
+
+/// The CRC-32 (IEEE, reflected) that `.gnu_debuglink` uses.
+fn crc32(data: &[u8]) -> u32 {
+    let mut table = [0u32; 256];
+    for (i, slot) in table.iter_mut().enumerate() {
+        let mut c = i as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+        }
+        *slot = c;
+    }
+    let mut crc = !0u32;
+    for &b in data {
+        crc = table[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8);
+    }
+    !crc
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The candidate separate debug files of a module, in gdb's search order.
+fn candidates(
+    module_path: &Path,
+    build_id: Option<&[u8]>,
+    debuglink: Option<&str>,
+    search: &DebugSearch,
+) -> Vec<(PathBuf, bool)> {
+    let mut out = Vec::new();
+    if let Some(id) = build_id.filter(|id| id.len() >= 2) {
+        let h = hex(id);
+        for dir in &search.dirs {
+            out.push((
+                dir.join(".build-id")
+                    .join(&h[..2])
+                    .join(format!("{}.debug", &h[2..])),
+                true,
+            ));
+        }
+    }
+    if let Some(link) = debuglink {
+        let dir = module_path.parent().unwrap_or(Path::new("/"));
+        out.push((dir.join(link), false));
+        out.push((dir.join(".debug").join(link), false));
+        for root in &search.dirs {
+            let rel = dir.strip_prefix("/").unwrap_or(dir);
+            out.push((root.join(rel).join(link), false));
+        }
+    }
+    out.retain(|(p, _)| p != module_path);
+    out
+}
+
+/// A module's debug information, loaded once and queried many times.
+pub struct ModuleDebug {
+    /// Where the DWARF came from, if any was found.
+    pub source: Option<DebugSource>,
+    /// Files that were found but not trusted, and other problems, for the user.
+    pub warnings: Vec<String>,
+    bias: u64,
+    dwarf: Option<DwarfData>,
+    /// Function symbols from MiniDebugInfo (runtime addresses), sorted by address.
+    mini_symbols: Vec<Symbol>,
+}
+
+struct DwarfData {
+    context: addr2line::Context<DwarfReader>,
+}
+
+/// One source-level frame at a pc: a function, possibly inlined into the next one.
+#[derive(Debug, Clone)]
+pub struct SourceFrame {
+    /// Function name, demangled, without parameter list.
+    pub function: Option<String>,
+    /// Source file.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+    /// The function's parameters (with locations valid at this pc).
+    pub info: Option<FunctionInfo>,
+}
+
+impl ModuleDebug {
+    /// Finds and loads the debug info of the module file `path` loaded at `bias`.
+    ///
+    /// Never fails: what cannot be read becomes a warning and the module is
+    /// symbolized from its symbol tables alone.
+    pub fn load(path: &Path, bias: u64, search: &DebugSearch) -> ModuleDebug {
+        let mut md = ModuleDebug {
+            source: None,
+            warnings: Vec::new(),
+            bias,
+            dwarf: None,
+            mini_symbols: Vec::new(),
+        };
+        let module = match ElfSections::open(path) {
+            Ok(m) => m,
+            Err(e) => {
+                md.warnings.push(e.to_string());
+                return md;
+            }
+        };
+        md.mini_symbols = mini_debuginfo_symbols(&module, bias, &mut md.warnings);
+        if module.has(".debug_info") {
+            match load_dwarf(&module) {
+                Ok(d) => {
+                    md.dwarf = Some(d);
+                    md.source = Some(DebugSource::Embedded);
+                    return md;
+                }
+                Err(e) => md.warnings.push(e.to_string()),
+            }
+        }
+        let build_id = module.build_id();
+        let link = module.debuglink();
+        for (candidate, by_id) in candidates(
+            path,
+            build_id.as_deref(),
+            link.as_ref().map(|(n, _)| n.as_str()),
+            search,
+        ) {
+            if !candidate.is_file() {
+                continue;
+            }
+            let file = match ElfSections::open(&candidate) {
+                Ok(f) => f,
+                Err(e) => {
+                    md.warnings.push(format!("ignoring debug file: {e}"));
+                    continue;
+                }
+            };
+            if let Some(why) = mismatch(&module, &file, build_id.as_deref(), link.as_ref()) {
+                md.warnings.push(format!(
+                    "ignoring {}: {why}; it belongs to another build of {} \
+                     (install the matching debug package or remove the stale file)",
+                    candidate.display(),
+                    path.display()
+                ));
+                continue;
+            }
+            if !file.has(".debug_info") {
+                continue;
+            }
+            match load_dwarf(&file) {
+                Ok(d) => {
+                    md.dwarf = Some(d);
+                    md.source = Some(if by_id {
+                        DebugSource::BuildId(candidate)
+                    } else {
+                        DebugSource::DebugLink(candidate)
+                    });
+                    return md;
+                }
+                Err(e) => md.warnings.push(e.to_string()),
+            }
+        }
+        md
+    }
+
+    /// True when DWARF was found.
+    pub fn has_dwarf(&self) -> bool {
+        self.dwarf.is_some()
+    }
+
+    /// The MiniDebugInfo function symbol covering runtime address `pc`.
+    pub fn mini_symbol(&self, pc: u64) -> Option<(&Symbol, u64)> {
+        let i = self.mini_symbols.partition_point(|s| s.addr <= pc);
+        let s = self.mini_symbols.get(i.checked_sub(1)?)?;
+        let off = pc - s.addr;
+        (off < s.size.max(1)).then_some((s, off))
+    }
+
+    /// The source frames at runtime address `pc`, innermost (inlined) first, the
+    /// physical function last; empty without DWARF for `pc`.
+    pub fn frames(&self, pc: u64) -> Vec<SourceFrame> {
+        let Some(d) = &self.dwarf else {
+            return Vec::new();
+        };
+        let probe = pc.wrapping_sub(self.bias);
+        let mut out = Vec::new();
+        let unit = d.context.find_dwarf_and_unit(probe).skip_all_loads();
+        let Ok(mut iter) = d.context.find_frames(probe).skip_all_loads() else {
+            return out;
+        };
+        while let Ok(Some(f)) = iter.next() {
+            let function = f
+                .function
+                .as_ref()
+                .and_then(|n| n.raw_name().ok())
+                .map(|n| demangle(&n));
+            let info = match (unit, f.dw_die_offset) {
+                (Some(u), Some(off)) => args::function_info(u, off, self.bias).ok(),
+                _ => None,
+            };
+            // gdb qualifies names by their scope (`shapes::settle`) even when the
+            // DWARF name is bare, as for inlined static functions.
+            let function = match (&function, info.as_ref().and_then(|i| i.name.as_ref())) {
+                (Some(f), Some(q)) if !f.contains("::") && q.ends_with(&format!("::{f}")) => {
+                    Some(q.clone())
+                }
+                (None, Some(q)) => Some(q.clone()),
+                _ => function,
+            };
+            out.push(SourceFrame {
+                function,
+                file: f.location.as_ref().and_then(|l| l.file).map(str::to_string),
+                line: f.location.as_ref().and_then(|l| l.line),
+                info,
+            });
+        }
+        out
+    }
+
+    /// What the call returning to `return_address` passed, from the caller's
+    /// call-site DWARF: `(parameter location at the callee's entry, value
+    /// expression in the caller)` pairs; `caller_pc` is a pc inside the caller.
+    pub fn call_site_params(&self, caller_pc: u64, return_address: u64) -> Vec<CallSiteParam> {
+        let Some(d) = &self.dwarf else {
+            return Vec::new();
+        };
+        let Some(unit) = d
+            .context
+            .find_dwarf_and_unit(caller_pc.wrapping_sub(self.bias))
+            .skip_all_loads()
+        else {
+            return Vec::new();
+        };
+        let want = return_address.wrapping_sub(self.bias);
+        call_site_params(unit, want).unwrap_or_default()
+    }
+
+    /// The parameters of the function (not an inlined copy) whose code contains
+    /// runtime address `pc`, e.g. a function's entry address.
+    pub fn function_info(&self, pc: u64) -> Option<FunctionInfo> {
+        self.frames(pc).pop()?.info
+    }
+}
+
+/// A call's parameter: its location expression at the callee's entry and the
+/// expression of its value in the caller (`DW_AT_call_value`).
+pub type CallSiteParam = (Vec<u8>, Vec<u8>);
+
+fn exprloc(v: Option<gimli::AttributeValue<DwarfReader>>) -> Option<Vec<u8>> {
+    use gimli::Reader;
+    match v? {
+        gimli::AttributeValue::Exprloc(e) => Some(e.0.to_slice().ok()?.into_owned()),
+        _ => None,
+    }
+}
+
+fn call_site_params(
+    unit: gimli::UnitRef<'_, DwarfReader>,
+    return_svma: u64,
+) -> Result<Vec<CallSiteParam>, gimli::Error> {
+    let mut cursor = unit.entries();
+    let mut site = None;
+    while let Some(e) = cursor.next_dfs()? {
+        let ret = match e.tag() {
+            gimli::DW_TAG_call_site => e.attr_value(gimli::DW_AT_call_return_pc),
+            gimli::DW_TAG_GNU_call_site => e.attr_value(gimli::DW_AT_low_pc),
+            _ => continue,
+        };
+        if let Some(v) = ret {
+            if unit.attr_address(v)? == Some(return_svma) {
+                site = Some(e.offset());
+                break;
+            }
+        }
+    }
+    let Some(site) = site else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut tree = unit.entries_tree(Some(site))?;
+    let root = tree.root()?;
+    let mut children = root.children();
+    while let Some(child) = children.next()? {
+        let e = child.entry();
+        if !matches!(
+            e.tag(),
+            gimli::DW_TAG_call_site_parameter | gimli::DW_TAG_GNU_call_site_parameter
+        ) {
+            continue;
+        }
+        let value = exprloc(e.attr_value(gimli::DW_AT_call_value))
+            .or_else(|| exprloc(e.attr_value(gimli::DW_AT_GNU_call_site_value)));
+        if let (Some(loc), Some(value)) = (exprloc(e.attr_value(gimli::DW_AT_location)), value) {
+            out.push((loc, value));
+        }
+    }
+    Ok(out)
+}
+
+/// Why `file` is not the debug file of `module`, if it is not.
+fn mismatch(
+    module: &ElfSections,
+    file: &ElfSections,
+    build_id: Option<&[u8]>,
+    link: Option<&(String, u32)>,
+) -> Option<String> {
+    match (build_id, file.build_id()) {
+        (Some(want), Some(got)) if want != got.as_slice() => Some(format!(
+            "its build-id {} does not match {}",
+            hex(&got),
+            hex(want)
+        )),
+        (Some(_), Some(_)) => None,
+        (Some(want), None) => Some(format!("it has no build-id, expected {}", hex(want))),
+        (None, _) => match link {
+            Some((_, crc)) if file.crc32() != *crc => Some(format!(
+                "its CRC {:08x} does not match the debuglink CRC {crc:08x} of {}",
+                file.crc32(),
+                module.path
+            )),
+            Some(_) => None,
+            None => {
+                Some("the module has neither build-id nor debuglink to check it against".into())
+            }
+        },
+    }
+}
+
+/// The DWARF sections gimli reads, by name.
+const DWARF_SECTIONS: &[&str] = &[
+    ".debug_abbrev",
+    ".debug_addr",
+    ".debug_aranges",
+    ".debug_info",
+    ".debug_line",
+    ".debug_line_str",
+    ".debug_loc",
+    ".debug_loclists",
+    ".debug_ranges",
+    ".debug_rnglists",
+    ".debug_str",
+    ".debug_str_offsets",
+];
+
+/// Reads (and decompresses) the DWARF sections, on two threads: distributions
+/// compress them, and inflating is most of the cold cost.
+fn read_sections(file: &ElfSections) -> Vec<(&'static str, Arc<[u8]>)> {
+    let mut names: Vec<(&'static str, u64)> = DWARF_SECTIONS
+        .iter()
+        .filter_map(|n| file.header(n).map(|h| (*n, h.size)))
+        .collect();
+    names.sort_by_key(|(_, size)| std::cmp::Reverse(*size));
+    // Greedy split by size into two halves.
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut sa, mut sb) = (0u64, 0u64);
+    for (n, size) in names {
+        if sa <= sb {
+            a.push(n);
+            sa += size;
+        } else {
+            b.push(n);
+            sb += size;
+        }
+    }
+    let read = |names: Vec<&'static str>| -> Vec<(&'static str, Arc<[u8]>)> {
+        names
+            .into_iter()
+            .filter_map(|n| Some((n, file.section_shared(n)?)))
+            .collect()
+    };
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| read(b));
+        let mut out = read(a);
+        out.extend(other.join().unwrap_or_default());
+        out
+    })
+}
+
+fn load_dwarf(file: &ElfSections) -> Result<DwarfData, DebugInfoError> {
+    let sections = read_sections(file);
+    let load = |id: gimli::SectionId| -> Result<DwarfReader, gimli::Error> {
+        let data: Arc<[u8]> = sections
+            .iter()
+            .find(|(n, _)| *n == id.name())
+            .map_or_else(|| Arc::from(&[][..]), |(_, d)| d.clone());
+        Ok(EndianArcSlice::new(data, LittleEndian))
+    };
+    let dwarf_err = |source| DebugInfoError::Dwarf {
+        path: file.path.clone(),
+        source,
+    };
+    let dwarf = gimli::Dwarf::load(load).map_err(dwarf_err)?;
+    let context = addr2line::Context::from_dwarf(dwarf).map_err(dwarf_err)?;
+    Ok(DwarfData { context })
+}
+
+/// Function symbols from a module's MiniDebugInfo, at runtime addresses, sorted.
+fn mini_debuginfo_symbols(
+    module: &ElfSections,
+    bias: u64,
+    warnings: &mut Vec<String>,
+) -> Vec<Symbol> {
+    let Some(xz) = module.section(".gnu_debugdata") else {
+        return Vec::new();
+    };
+    let mut out = BoundedSink(Vec::new());
+    let mut input = std::io::Cursor::new(xz.as_ref());
+    if let Err(e) = lzma_rs::xz_decompress(&mut input, &mut out) {
+        warnings.push(format!(
+            "cannot decompress the MiniDebugInfo (.gnu_debugdata) of {}: {e}",
+            module.path
+        ));
+        return Vec::new();
+    }
+    let out = out.0;
+    let inner = match ElfSections::from_vec(format!("{} (.gnu_debugdata)", module.path), out) {
+        Ok(e) => e,
+        Err(e) => {
+            warnings.push(e.to_string());
+            return Vec::new();
+        }
+    };
+    let mut syms: Vec<Symbol> = inner
+        .function_symbols()
+        .into_iter()
+        .map(|(name, addr, size)| Symbol {
+            name,
+            addr: addr.wrapping_add(bias),
+            size,
+        })
+        .collect();
+    syms.sort_by_key(|s| s.addr);
+    syms
+}
+
+/// A byte sink that refuses to grow past [`MAX_DECOMPRESSED`].
+struct BoundedSink(Vec<u8>);
+
+impl std::io::Write for BoundedSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_DECOMPRESSED {
+            return Err(std::io::Error::other("decompressed data too large"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Demangles a C++ (`_Z...`) or Rust name; gdb style: without the parameter list
+/// and, for Rust, without the hash. Other names are returned as they are.
+pub fn demangle(name: &str) -> String {
+    if let Ok(r) = rustc_demangle::try_demangle(name) {
+        return format!("{r:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            let opts = cpp_demangle::DemangleOptions::new().no_params();
+            if let Ok(s) = sym.demangle_with_options(&opts) {
+                return s;
+            }
+        }
+    }
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_matches_the_reference_value() {
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+    }
+
+    #[test]
+    fn demangles_cpp_and_rust_like_gdb() {
+        assert_eq!(demangle("_ZN2ns3Foo3barEi"), "ns::Foo::bar");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
+        assert_eq!(demangle("bar"), "bar");
+    }
+
+    #[test]
+    fn hostile_elf_bytes_are_errors() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..500 {
+            let mut b = vec![0u8; 256];
+            for v in b.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *v = x as u8;
+            }
+            b[..6].copy_from_slice(b"\x7fELF\x02\x01");
+            if let Ok(e) = ElfSections::from_vec("fuzz".into(), b) {
+                let _ = e.build_id();
+                let _ = e.debuglink();
+                let _ = e.function_symbols();
+                let _ = e.section(".debug_info");
+            }
+        }
+    }
+
+    #[test]
+    fn candidate_paths_follow_gdb() {
+        let search = DebugSearch {
+            dirs: vec![PathBuf::from("/dbg")],
+        };
+        let c = candidates(
+            Path::new("/opt/app/prog"),
+            Some(&[0xab, 0xcd, 0xef]),
+            Some("prog.debug"),
+            &search,
+        );
+        let paths: Vec<String> = c.iter().map(|(p, _)| p.display().to_string()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/dbg/.build-id/ab/cdef.debug",
+                "/opt/app/prog.debug",
+                "/opt/app/.debug/prog.debug",
+                "/dbg/opt/app/prog.debug"
+            ]
+        );
+    }
+}
