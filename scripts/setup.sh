@@ -10,14 +10,13 @@ set -euo pipefail
 # "<debian package> -" to ask dpkg whether the package itself is installed.
 NEEDS=(
     "gcc cc"               # compiles the C fixtures (tests/fixtures/*.c)
-    "g++ c++"              # compiles the C++ fixture (tests/fixtures/throws.cpp)
+    "g++ g++"              # C++ fixtures (throws.cpp; dwarfcpp.cpp: demangling, inlining)
     "linux-perf perf"      # perf map / call-graph test (skipped where perf cannot record)
     "libc6-dev -"          # headers and crt files for the fixtures
     "binutils objdump"     # the harness's independent disassembler
     "binutils strip"       # the stripped (-O2, no debug info) fixture variant
     "binutils nm"          # symbol addresses and sizes
     "gdb gdb"              # cross-checking backtraces
-    "g++ g++"              # the C++ fixture (demangling, inlining: tests/tests/dwarf.rs)
     "xz-utils xz"          # MiniDebugInfo fixtures (.gnu_debugdata)
     "python3 python3"
     "dbus-daemon dbus-daemon"  # private buses for the argstashd tests
