@@ -93,6 +93,8 @@ pub struct Member {
     pub offset: u64,
     /// Member type.
     pub ty: TypeDesc,
+    /// A bit-field (`DW_AT_bit_size`): `offset` does not say where its bits are.
+    pub bit_field: bool,
 }
 
 /// Where a parameter's value is, per pc range, as DWARF expressions.
@@ -141,6 +143,8 @@ pub struct FunctionInfo {
     pub frame_base: Location,
     /// DWARF encoding of the unit the expressions belong to.
     pub encoding: Option<gimli::Encoding>,
+    /// Described from a C++ unit (class types may be passed by invisible reference).
+    pub cpp: bool,
 }
 
 /// Reads the description of the function (or inlined call) whose DIE is at `die`.
@@ -243,6 +247,7 @@ pub fn function_info(
         returns,
         frame_base,
         encoding: Some(unit.encoding()),
+        cpp,
     })
 }
 
@@ -596,6 +601,7 @@ fn describe(
                             name: n,
                             offset,
                             ty,
+                            bit_field: c.has_attr(gimli::DW_AT_bit_size),
                         });
                     }
                     Ok(())
@@ -957,6 +963,7 @@ impl Signature {
             returns: None,
             frame_base: Location::default(),
             encoding: None,
+            cpp: false,
         }
     }
 }
