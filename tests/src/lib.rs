@@ -1317,6 +1317,12 @@ pub fn frame_named<'a>(
         .find(|(_, f)| f["function"].as_str() == Some(name))
 }
 
+/// The raw part of one `args` entry of `bt --json` (`register` and `value`), without
+/// the parameter name, type and display that debug info adds.
+pub fn raw_arg(arg: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({ "register": arg["register"], "value": arg["value"] })
+}
+
 /// The value stashed for `register` (`rdi`, ...) in a hooked frame, if any.
 pub fn frame_arg(frame: &serde_json::Value, register: &str) -> Option<u64> {
     frame["args"]

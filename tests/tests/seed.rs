@@ -29,7 +29,7 @@ fn check_hooked_stack(t: &Target, bt: &Value) {
 
     assert_eq!(bar["hooked"], json!(true), "{bar:#}");
     assert_eq!(
-        bar["args"][0],
+        raw_arg(&bar["args"][0]),
         json!({"register": "rdi", "value": consts::SEED_BAR_ARG}),
         "{bar:#}"
     );
@@ -179,7 +179,7 @@ fn hook_and_unhook(v: Variant) {
     let main = bt_thread(&bt, t.pid()).expect("main thread");
     if let Some((_, bar)) = frame_named(main, "bar").filter(|(_, f)| f["hooked"] == json!(true)) {
         assert_eq!(
-            bar["args"][0],
+            raw_arg(&bar["args"][0]),
             json!({"register": "rdi", "value": consts::SEED_BAR_ARG}),
             "a live call after eject: {main:#}"
         );

@@ -72,7 +72,7 @@ fn hooks_around_blocking_calls(v: Variant) {
     let th = bt_thread(&bt, sleeper).unwrap();
     let (i, f) = frame_named(th, "sleeper_fn").unwrap();
     assert_eq!(
-        f["args"][0],
+        raw_arg(&f["args"][0]),
         json!({"register": "rdi", "value": consts::SIGWAIT_SLEEPER_TAG}),
         "{th:#}"
     );

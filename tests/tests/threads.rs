@@ -51,7 +51,7 @@ fn parked_hooked(bt: &Value, tid: i32) -> bool {
 fn check_parked(th: &Value) {
     let (i, f) = frame_named(th, "parked").expect("parked on the stack");
     assert_eq!(
-        f["args"][0],
+        raw_arg(&f["args"][0]),
         json!({"register": "rdi", "value": consts::THREADS_PARKED_TAG as u64}),
         "{th:#}"
     );

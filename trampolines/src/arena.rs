@@ -5,6 +5,7 @@
 //! base ─► ┌───────────────────────────── header (HEADER_LEN = 64) ─┐
 //!         │ magic "ASARENA1" │ version │ header_len │ arena_len    │
 //!         │ base │ capacity │ record_len │ slot_len │ code_offset │
+//!         │ unwind area address (48..56, 0 = none; see unwind_area) │
 //!         ├────────────────────── record 0 (RECORD_LEN = 512) ────┤
 //!         │ state │ flags │ function │ patch addr/len │ original  │
 //!         │ trampoline │ after_call │ relocated │ insn map │ name │
