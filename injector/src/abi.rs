@@ -526,7 +526,11 @@ mod tests {
         );
         assert_eq!(param_type(&opaque), None);
         // One unclassifiable parameter spoils the whole signature.
-        let f = info(vec![int.clone(), base("?", TypeKind::Unknown, 8)], None, false);
+        let f = info(
+            vec![int.clone(), base("?", TypeKind::Unknown, 8)],
+            None,
+            false,
+        );
         assert_eq!(placement_of(&f), None);
         // A C++ class by value may be passed by invisible reference.
         let class = base(
@@ -548,7 +552,10 @@ mod tests {
         let p = placement_of(&sig.to_function_info(None)).unwrap();
         assert_eq!((p.stack_words, p.uses_sse, p.variadic), (1, true, false));
         let dec = decide_window(None, Some(&p), &verdict(0, false, false), false).unwrap();
-        assert_eq!((dec.words, dec.xmm, dec.source), (1, true, WindowSource::Signature));
+        assert_eq!(
+            (dec.words, dec.xmm, dec.source),
+            (1, true, WindowSource::Signature)
+        );
         let v = parse_params("const char *fmt, ...").unwrap();
         let p = placement_of(&v.to_function_info(None)).unwrap();
         assert!(p.variadic && !p.uses_sse);

@@ -477,16 +477,16 @@ pub fn install_with_signatures(
                     &verdict,
                     opts.float_args,
                 )
-                    .map_err(|refusal| match refusal {
-                        crate::abi::WindowRefusal::Unsure(reason) => Error::StackWindowUnknown {
-                            function: label.clone(),
-                            reason,
-                        },
-                        crate::abi::WindowRefusal::TooLarge(words) => Error::StackWindowTooLarge {
-                            function: label.clone(),
-                            words,
-                        },
-                    })?
+                .map_err(|refusal| match refusal {
+                    crate::abi::WindowRefusal::Unsure(reason) => Error::StackWindowUnknown {
+                        function: label.clone(),
+                        reason,
+                    },
+                    crate::abi::WindowRefusal::TooLarge(words) => Error::StackWindowTooLarge {
+                        function: label.clone(),
+                        words,
+                    },
+                })?
             }
             // Every cdecl argument is on the stack: copy the i386 default window or more.
             Arch::I386 => crate::abi::WindowPlan {

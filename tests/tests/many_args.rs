@@ -251,7 +251,9 @@ fn dwarf_signature_stashes_doubles_and_decides_the_window() {
         assert_eq!(h[0]["xmm"], json!(xmm), "{name}: {:#}", h[0]);
     }
     let bt = wait_bt(t.pid(), None, SOON, |bt| {
-        ["dmix", "ten"].iter().all(|n| hooked_frame(bt, n).is_some())
+        ["dmix", "ten"]
+            .iter()
+            .all(|n| hooked_frame(bt, n).is_some())
     });
     check_dmix_params(&bt, &passed["dmix"]);
     let ten = ints(&passed["ten"]);
