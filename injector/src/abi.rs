@@ -1,12 +1,15 @@
 //! How much of a hooked call's stack the trampoline copies, and whether it stashes xmm0-7.
 //!
-//! The window comes, in order of precedence, from the user (`--stack-args N`),
-//! from a known signature (DWARF, classified with
-//! [`trampolines::x86_64::place_arguments`]), or from the function's code
-//! ([`trampolines::x86_64::analyse_stack_reads`], following direct tail calls into
-//! functions the symbol tables name). Variadic functions get
-//! [`DEFAULT_VARIADIC_WORDS`] unless the user says otherwise. When the code
-//! cannot bound the window, [`decide_window`] refuses and names `--stack-args N`.
+//! The window comes, in order of precedence, from the user (`--stack-args N`);
+//! for a variadic function (by its code or its signature) from
+//! [`DEFAULT_VARIADIC_WORDS`]; from a known signature (classified with
+//! [`trampolines::x86_64::place_arguments`]), raised to what the code provably
+//! reads when that is more (a tail call passing more on); or from the function's
+//! code ([`trampolines::x86_64::analyse_stack_reads`], following direct tail
+//! calls into functions the symbol tables name). When neither signature nor
+//! code bounds the window, [`decide_window`] refuses and names `--stack-args N`.
+//! The xmm area is stashed with `--float-args` or when the signature puts a
+//! parameter in an xmm register.
 //!
 //! A signature is known when the user typed one (`--func 'f(int, double)'`) or
 //! the module's DWARF describes the function; [`placement_of`] converts its
