@@ -54,6 +54,7 @@ fn hook_info(e: &HookEntry) -> HookInfo {
         },
         installed_ns: e.installed_ns,
         signature: None,
+        window_source: None,
     }
 }
 

@@ -25,7 +25,7 @@ fn micros(d: std::time::Duration) -> String {
 pub fn print_install(r: &InstallReport) {
     for h in &r.hooks {
         println!(
-            "hooked {} in {} at 0x{:x} ({} bytes patched at 0x{:x}, trampoline 0x{:x}, stack window {} words{}{})",
+            "hooked {} in {} at 0x{:x} ({} bytes patched at 0x{:x}, trampoline 0x{:x}, stack window {} words{}{}{})",
             h.name,
             h.module,
             h.function,
@@ -33,6 +33,9 @@ pub fn print_install(r: &InstallReport) {
             h.patch_addr,
             h.trampoline,
             h.stack_words,
+            h.window_source
+                .map(|s| format!(" from {}", s.name()))
+                .unwrap_or_default(),
             if h.variadic {
                 ", variadic: configured window (--stack-args N)"
             } else {

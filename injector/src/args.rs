@@ -93,6 +93,8 @@ pub struct Member {
     pub offset: u64,
     /// Member type.
     pub ty: TypeDesc,
+    /// A bit-field (`DW_AT_bit_size`): `offset` does not say where its bits are.
+    pub bit_field: bool,
 }
 
 /// Where a parameter's value is, per pc range, as DWARF expressions.
@@ -141,6 +143,8 @@ pub struct FunctionInfo {
     pub frame_base: Location,
     /// DWARF encoding of the unit the expressions belong to.
     pub encoding: Option<gimli::Encoding>,
+    /// Described from a C++ unit (class types may be passed by invisible reference).
+    pub cpp: bool,
 }
 
 /// Reads the description of the function (or inlined call) whose DIE is at `die`.
@@ -243,6 +247,7 @@ pub fn function_info(
         returns,
         frame_base,
         encoding: Some(unit.encoding()),
+        cpp,
     })
 }
 
@@ -596,6 +601,7 @@ fn describe(
                             name: n,
                             offset,
                             ty,
+                            bit_field: c.has_attr(gimli::DW_AT_bit_size),
                         });
                     }
                     Ok(())
@@ -957,6 +963,7 @@ impl Signature {
             returns: None,
             frame_base: Location::default(),
             encoding: None,
+            cpp: false,
         }
     }
 }
@@ -1148,6 +1155,66 @@ pub fn assign_registers(info: &FunctionInfo) -> Vec<ArgSlot> {
         .collect()
 }
 
+/// Where a parameter's bytes are in a stash frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StashSlot {
+    /// These integer argument registers (indices into rdi, rsi, rdx, rcx, r8, r9).
+    Int(Vec<usize>),
+    /// These xmm registers (the low eight bytes of each, in order).
+    Xmm(Vec<usize>),
+    /// Incoming stack words `first..first + words`.
+    Stack { first: usize, words: usize },
+    /// In integer and xmm registers both (a mixed small aggregate).
+    Mixed(Vec<usize>, Vec<usize>),
+    /// Not known.
+    Unknown,
+}
+
+/// The stash slot of each parameter: from the full SysV classification when
+/// every type classifies ([`crate::abi::placement_of`]), else from
+/// [`assign_registers`].
+fn stash_slots(info: &FunctionInfo) -> Vec<StashSlot> {
+    use trampolines::x86_64::frame::ARGUMENT_REGS;
+    use trampolines::x86_64::ArgLocation;
+    if let Some(placement) = crate::abi::placement_of(info) {
+        return placement
+            .params
+            .iter()
+            .map(|loc| match loc {
+                ArgLocation::Registers { int, sse } => {
+                    let ints: Vec<usize> = int
+                        .iter()
+                        .filter_map(|r| ARGUMENT_REGS.iter().position(|a| a == r))
+                        .collect();
+                    let sses: Vec<usize> = sse.iter().map(|n| usize::from(*n)).collect();
+                    match (ints.is_empty(), sses.is_empty()) {
+                        (_, true) => StashSlot::Int(ints),
+                        (true, false) => StashSlot::Xmm(sses),
+                        (false, false) => StashSlot::Mixed(ints, sses),
+                    }
+                }
+                ArgLocation::Stack { first, words } => StashSlot::Stack {
+                    first: usize::from(*first),
+                    words: usize::from(*words),
+                },
+            })
+            .collect();
+    }
+    assign_registers(info)
+        .into_iter()
+        .zip(&info.params)
+        .map(|(slot, p)| match slot {
+            ArgSlot::Registers(r) => StashSlot::Int(r),
+            ArgSlot::Stack(first) => StashSlot::Stack {
+                first,
+                words: p.ty.size.div_ceil(8).max(1) as usize,
+            },
+            ArgSlot::Xmm(n) => StashSlot::Xmm(vec![n]),
+            ArgSlot::Unknown => StashSlot::Unknown,
+        })
+        .collect()
+}
+
 /// The values of a hooked function's parameters from its stash frame.
 ///
 /// `registers` are the six stashed argument registers with their names, `stack`
@@ -1158,7 +1225,20 @@ pub fn stashed_values(
     stack: &[u64],
     mem: &dyn Memory,
 ) -> Vec<ArgValue> {
-    let slots = assign_registers(info);
+    stashed_values_with_xmm(info, registers, stack, &[], mem)
+}
+
+/// Like [`stashed_values`], with the stashed xmm0-xmm7 (`xmm`, empty when the
+/// hook does not stash them): `float` and `double` parameters are read from
+/// the low bytes of their register.
+pub fn stashed_values_with_xmm(
+    info: &FunctionInfo,
+    registers: &[(&'static str, u64)],
+    stack: &[u64],
+    xmm: &[u128],
+    mem: &dyn Memory,
+) -> Vec<ArgValue> {
+    let slots = stash_slots(info);
     info.params
         .iter()
         .zip(slots)
@@ -1171,8 +1251,14 @@ pub fn stashed_values(
                 register: None,
                 value: None,
             };
+            let xmm_names = |n: &[usize]| {
+                n.iter()
+                    .map(|i| format!("xmm{i}"))
+                    .collect::<Vec<_>>()
+                    .join(":")
+            };
             let words: Option<(String, Vec<u64>)> = match &slot {
-                ArgSlot::Registers(r) => {
+                StashSlot::Int(r) => {
                     let names: Vec<&str> = r
                         .iter()
                         .filter_map(|i| registers.get(*i).map(|x| x.0))
@@ -1183,38 +1269,81 @@ pub fn stashed_values(
                         .collect();
                     (vals.len() == r.len()).then(|| (names.join(":"), vals))
                 }
-                ArgSlot::Stack(at) => {
-                    let n = p.ty.size.div_ceil(8).max(1) as usize;
-                    stack
-                        .get(*at..*at + n)
-                        .map(|w| (format!("stack+{}", 8 * (at + 1)), w.to_vec()))
+                StashSlot::Xmm(n) => {
+                    // Each eightbyte is the low half of its register.
+                    let vals: Vec<u64> = n
+                        .iter()
+                        .filter_map(|i| xmm.get(*i).map(|v| *v as u64))
+                        .collect();
+                    (vals.len() == n.len()).then(|| (xmm_names(n), vals))
                 }
-                _ => None,
+                StashSlot::Stack { first, words } => stack
+                    .get(*first..*first + *words)
+                    .map(|w| (format!("stack+{}", 8 * (first + 1)), w.to_vec())),
+                StashSlot::Mixed(..) | StashSlot::Unknown => None,
             };
             match (words, &slot) {
                 (Some((reg, vals)), _) => {
-                    let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let mut bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    if p.ty.size > 0 && (p.ty.size as usize) < bytes.len() {
+                        bytes.truncate(p.ty.size as usize);
+                    }
                     arg.display = format_value(&p.ty, &bytes, mem);
                     arg.value = (vals.len() == 1).then(|| truncate(vals[0], p.ty.size));
                     arg.register = Some(reg);
                     arg.source = Some(ArgSource::Stash);
                 }
-                (None, ArgSlot::Xmm(n)) => {
-                    arg.display = format!("<in xmm{n}, not stashed>");
-                    arg.register = Some(format!("xmm{n}"));
+                (None, StashSlot::Xmm(n)) => {
+                    let names = xmm_names(n);
+                    arg.display = format!("<in {names}, not stashed: inject with --float-args>");
+                    arg.register = Some(names);
                 }
-                (None, ArgSlot::Stack(at)) => {
+                (None, StashSlot::Stack { first, words }) => {
                     arg.display = format!(
                         "<on the stack at +{}, not copied: inject with --stack-args {}>",
-                        8 * (at + 1),
-                        at + p.ty.size.div_ceil(8).max(1) as usize
+                        8 * (first + 1),
+                        first + words
                     );
+                }
+                (None, StashSlot::Mixed(..)) => {
+                    arg.display = "<split across integer and xmm registers, not shown>".into();
                 }
                 _ => arg.display = "<not stashed>".into(),
             }
             arg
         })
         .collect()
+}
+
+/// `v` as gdb prints a floating-point value: C's `%g` with `digits`
+/// significant digits (17 for `double`, 9 for `float`), `inf`, `-nan(0x...)`.
+pub fn gdb_float(v: f64, digits: usize) -> String {
+    if v.is_nan() {
+        let sign = if v.is_sign_negative() { "-" } else { "" };
+        return format!("{sign}nan(0x{:x})", v.to_bits() & ((1u64 << 52) - 1));
+    }
+    if v.is_infinite() {
+        return if v < 0.0 { "-inf" } else { "inf" }.into();
+    }
+    let digits = digits.max(1);
+    // The exponent after rounding to `digits` significant digits decides the style.
+    let sci = format!("{:.*e}", digits - 1, v);
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let trim = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    if exp < -4 || exp >= digits as i32 {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa), exp.unsigned_abs())
+    } else {
+        let decimals = (digits as i32 - 1 - exp).max(0) as usize;
+        trim(&format!("{v:.decimals$}"))
+    }
 }
 
 fn truncate(v: u64, size: u64) -> u64 {
@@ -1503,8 +1632,8 @@ fn format_depth(ty: &TypeDesc, bytes: &[u8], mem: &dyn Memory, depth: u32) -> St
             }
         }
         TypeKind::Float => match ty.size {
-            4 => format!("{}", f32::from_bits(v as u32)),
-            8 => format!("{}", f64::from_bits(v)),
+            4 => gdb_float(f64::from(f32::from_bits(v as u32)), 9),
+            8 => gdb_float(f64::from_bits(v), 17),
             _ => "<unsupported float>".into(),
         },
         TypeKind::Pointer(pointee) => {
@@ -1654,6 +1783,54 @@ mod tests {
         assert_eq!(v[6].register.as_deref(), Some("stack+8"));
         let v = stashed_values(&sig.to_function_info(None), &regs, &[], &mem);
         assert!(v[6].display.contains("--stack-args 1"), "{}", v[6].display);
+    }
+
+    #[test]
+    fn doubles_print_like_gdb() {
+        for (v, want) in [
+            (1.25, "1.25"),
+            (1e3, "1000"),
+            (-0.125, "-0.125"),
+            (0.1, "0.10000000000000001"),
+            (1e20, "1e+20"),
+            (1.5e-7, "1.4999999999999999e-07"),
+            (0.0, "0"),
+            (f64::INFINITY, "inf"),
+        ] {
+            assert_eq!(gdb_float(v, 17), want, "{v}");
+        }
+        assert_eq!(gdb_float(f64::from(0.1f32), 9), "0.100000001");
+    }
+
+    #[test]
+    fn doubles_come_from_stashed_xmm_and_the_ninth_from_the_stack() {
+        let sig = parse_params(
+            "long n, double a, double b, double c, double d, double e, double f, double g, double h, double i, float j",
+        )
+        .unwrap();
+        let info = sig.to_function_info(None);
+        let regs: Vec<(&'static str, u64)> = vec![("rdi", 3), ("rsi", 0)];
+        let xmm: Vec<u128> = (0..8)
+            .map(|k| (0xdead_u128 << 64) | u128::from((0.5 + f64::from(k)).to_bits()))
+            .collect();
+        let stack = [9.0f64.to_bits(), u64::from(2.5f32.to_bits())];
+        let mem = Bytes(0, Vec::new());
+        let v = stashed_values_with_xmm(&info, &regs, &stack, &xmm, &mem);
+        assert_eq!(v[0].display, "3");
+        assert_eq!(v[1].display, "0.5");
+        assert_eq!(v[1].register.as_deref(), Some("xmm0"));
+        assert_eq!(v[1].source, Some(ArgSource::Stash));
+        assert_eq!(v[8].display, "7.5");
+        assert_eq!(v[8].value, Some(7.5f64.to_bits()));
+        // Past xmm7, doubles (and floats) take stack words in order.
+        assert_eq!(v[9].display, "9");
+        assert_eq!(v[9].register.as_deref(), Some("stack+8"));
+        assert_eq!(v[10].display, "2.5");
+        assert_eq!(v[10].register.as_deref(), Some("stack+16"));
+        // Without the xmm area the message names the option.
+        let v = stashed_values(&info, &regs, &stack, &mem);
+        assert!(v[1].display.contains("--float-args"), "{}", v[1].display);
+        assert_eq!(v[9].display, "9");
     }
 
     #[test]

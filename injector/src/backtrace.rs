@@ -18,7 +18,7 @@ use trampolines::arena::{Arena, HookRecord};
 use trampolines::x86_64::{StashFrame, ARGUMENT_REGS};
 
 use crate::arena::discover;
-use crate::args::{dwarf_values, stashed_values, ArgValue, FrameState};
+use crate::args::{dwarf_values, stashed_values_with_xmm, ArgValue, FrameState};
 use crate::debuginfo::{DebugSearch, ModuleDebug};
 use crate::error::Error;
 use crate::maps::{read_maps, MapEntry};
@@ -430,15 +430,18 @@ impl Unwind {
                 })
                 .collect();
             f.args = match (&f.stash, info) {
-                (Some(stash), Some(i)) => stashed_values(i, &stash.registers, &stash.stack, mem),
+                (Some(stash), Some(i)) => {
+                    stashed_values_with_xmm(i, &stash.registers, &stash.stack, &stash.xmm, mem)
+                }
                 (Some(stash), None) => match self
                     .hook_signature(stash.function)
                     .map(crate::args::parse_params)
                 {
-                    Some(Ok(sig)) => stashed_values(
+                    Some(Ok(sig)) => stashed_values_with_xmm(
                         &sig.to_function_info(None),
                         &stash.registers,
                         &stash.stack,
+                        &stash.xmm,
                         mem,
                     ),
                     _ => Vec::new(),

@@ -435,6 +435,16 @@ impl ModuleDebug {
     /// Never fails: what cannot be read becomes a warning and the module is
     /// symbolized from its symbol tables alone.
     pub fn load(path: &Path, bias: u64, search: &DebugSearch) -> ModuleDebug {
+        Self::load_with(path, bias, search, true)
+    }
+
+    /// Like [`ModuleDebug::load`] but only for DWARF: skips MiniDebugInfo
+    /// (an xz-compressed symbol table), which install never needs.
+    pub fn load_dwarf(path: &Path, bias: u64, search: &DebugSearch) -> ModuleDebug {
+        Self::load_with(path, bias, search, false)
+    }
+
+    fn load_with(path: &Path, bias: u64, search: &DebugSearch, mini: bool) -> ModuleDebug {
         let mut md = ModuleDebug {
             source: None,
             warnings: Vec::new(),
@@ -449,7 +459,9 @@ impl ModuleDebug {
                 return md;
             }
         };
-        md.mini_symbols = mini_debuginfo_symbols(&module, bias, &mut md.warnings);
+        if mini {
+            md.mini_symbols = mini_debuginfo_symbols(&module, bias, &mut md.warnings);
+        }
         if module.has(".debug_info") {
             match load_dwarf(&module) {
                 Ok(d) => {

@@ -79,6 +79,8 @@ pub struct HookInfo {
     pub installed_ns: u64,
     /// The parameter list the user gave for this function (`int, const char *`), if any.
     pub signature: Option<String>,
+    /// Where the stack window came from (known at install only; `None` in listings).
+    pub window_source: Option<crate::abi::WindowSource>,
 }
 
 impl HookInfo {
@@ -98,6 +100,7 @@ impl HookInfo {
             state: r.state,
             installed_ns: r.installed_ns,
             signature: None,
+            window_source: None,
         }
     }
 }
@@ -251,6 +254,64 @@ fn free_slot(a: &Arena, taken: &HashSet<u32>) -> Option<u32> {
         .map(|(s, _)| s as u32)
 }
 
+/// DWARF of the modules holding functions being hooked, loaded at most once per
+/// module and only for modules whose functions have no user signature.
+#[derive(Default)]
+struct ModuleDwarf {
+    loaded: Vec<(String, crate::debuginfo::ModuleDebug)>,
+}
+
+impl ModuleDwarf {
+    fn for_module(&mut self, m: &crate::symbols::Module) -> &crate::debuginfo::ModuleDebug {
+        let i = match self.loaded.iter().position(|(p, _)| *p == m.path) {
+            Some(i) => i,
+            None => {
+                let debug = crate::debuginfo::ModuleDebug::load_dwarf(
+                    std::path::Path::new(&m.path),
+                    m.bias,
+                    &crate::debuginfo::DebugSearch::default(),
+                );
+                self.loaded.push((m.path.clone(), debug));
+                self.loaded.len() - 1
+            }
+        };
+        &self.loaded[i].1
+    }
+}
+
+/// Where the arguments of `resolved` arrive, from the user's signature or else
+/// from its module's DWARF; `None` (the code decides) when neither is known
+/// with certainty (see [`crate::abi::placement_of`]).
+fn known_placement(
+    debug: &mut ModuleDwarf,
+    symbols: &ProcessSymbols,
+    resolved: &Resolved,
+    user: Option<&crate::args::Signature>,
+) -> Option<trampolines::x86_64::ArgPlacement> {
+    if let Some(placement) = user.and_then(|s| crate::abi::placement_of(&s.to_function_info(None)))
+    {
+        return Some(placement);
+    }
+    // GCC clones (`f.isra.0`, `f.constprop.0`, `f.part.0`) take other
+    // parameters than the function their DWARF describes.
+    if resolved.name.contains('.') {
+        return None;
+    }
+    let module = symbols.module_for(resolved.addr)?;
+    if !module.path.starts_with('/') {
+        return None;
+    }
+    let md = debug.for_module(module);
+    if !md.has_dwarf() {
+        return None;
+    }
+    let info = md.function_info(resolved.addr)?;
+    if info.entry != Some(resolved.addr) {
+        return None;
+    }
+    crate::abi::placement_of(&info)
+}
+
 /// One planned hook, before the stop.
 struct Planned {
     resolved: Resolved,
@@ -351,6 +412,7 @@ pub fn install_with_signatures(
 
     // Resolve and analyse every function.
     let mut planned: Vec<Planned> = Vec::new();
+    let mut debug = ModuleDwarf::default();
     let mut seen = HashSet::new();
     for (i, spec) in specs.iter().enumerate() {
         let signature = signatures
@@ -407,17 +469,24 @@ pub fn install_with_signatures(
             Arch::X86_64 => {
                 let verdict =
                     crate::abi::analyse_code(&mem, &symbols, resolved.addr, resolved.size)?;
-                crate::abi::decide_window(opts.requested_window(), None, &verdict, opts.float_args)
-                    .map_err(|refusal| match refusal {
-                        crate::abi::WindowRefusal::Unsure(reason) => Error::StackWindowUnknown {
-                            function: label.clone(),
-                            reason,
-                        },
-                        crate::abi::WindowRefusal::TooLarge(words) => Error::StackWindowTooLarge {
-                            function: label.clone(),
-                            words,
-                        },
-                    })?
+                let user = signatures.get(i).and_then(|s| s.as_ref());
+                let placement = known_placement(&mut debug, &symbols, &resolved, user);
+                crate::abi::decide_window(
+                    opts.requested_window(),
+                    placement.as_ref(),
+                    &verdict,
+                    opts.float_args,
+                )
+                .map_err(|refusal| match refusal {
+                    crate::abi::WindowRefusal::Unsure(reason) => Error::StackWindowUnknown {
+                        function: label.clone(),
+                        reason,
+                    },
+                    crate::abi::WindowRefusal::TooLarge(words) => Error::StackWindowTooLarge {
+                        function: label.clone(),
+                        words,
+                    },
+                })?
             }
             // Every cdecl argument is on the stack: copy the i386 default window or more.
             Arch::I386 => crate::abi::WindowPlan {
@@ -803,6 +872,7 @@ pub fn install_with_signatures(
                 let code = p.code.as_ref().expect("generated above");
                 HookInfo {
                     signature: (!p.signature.is_empty()).then(|| p.signature.clone()),
+                    window_source: Some(p.window.source),
                     ..HookInfo::new(
                         &arena_header(&arenas, &new_arenas, p.target),
                         code.slot,

@@ -10,6 +10,13 @@
 //! its incoming stack words (`quad_ref`) is refused with a message naming
 //! `--stack-args N`, and hooks with it.
 //!
+//! With DWARF (or a signature typed with `--func 'f(long n, double a, ...)'` on
+//! a stripped build) and no `--float-args`, the window comes from the parameter
+//! types and `dmix`'s doubles are stashed and shown by name from xmm0-7 and the
+//! stack. Without either, `quad_ref` (which takes the address of its incoming
+//! stack words) is refused with a message naming `--stack-args N`; with DWARF its
+//! 32-byte struct parameter bounds the window at 4 words.
+//!
 //! The code analysis is also checked on the compiled fixture's bytes directly,
 //! at -O0 and -O2.
 
@@ -183,7 +190,8 @@ fn hooked_functions_keep_results_and_bt_shows_every_argument() {
     check_stack(f, &[x[8].to_bits()]);
 
     let text = run_ok(&["bt", "--pid", &p]);
-    assert!(text.contains("xmm1=1.25 [0x3ff4000000000000]"), "{text}");
+    // With DWARF the stashed doubles are shown by name, as gdb would.
+    assert!(text.contains("dmix (n=3, a=0.5, b=1.25, c=-2,"), "{text}");
 
     check_results(&mut t);
     run_ok(&["eject", "--pid", &p, "--all"]);
@@ -193,9 +201,107 @@ fn hooked_functions_keep_results_and_bt_shows_every_argument() {
     check_results(&mut t);
 }
 
+/// The hooked `dmix` frame's named parameters: `n` from rdi, `a`..`h` from
+/// xmm0-7 and `i` from stack word 0, each equal to what the fixture passed.
+fn check_dmix_params(bt: &Value, passed: &[String]) {
+    let f = hooked_frame(bt, "dmix").unwrap_or_else(|| panic!("no hooked dmix: {bt:#}"));
+    let params = f["params"].as_array().unwrap();
+    assert_eq!(params.len(), 10, "{f:#}");
+    assert_eq!(params[0]["name"], json!("n"), "{f:#}");
+    assert_eq!(params[0]["value"].as_u64(), Some(ints(&passed[..1])[0]));
+    let want = doubles(&passed[1..]);
+    for (k, (p, want)) in params[1..].iter().zip(&want).enumerate() {
+        let name = ((b'a' + k as u8) as char).to_string();
+        let register = if k < 8 {
+            format!("xmm{k}")
+        } else {
+            "stack+8".to_string()
+        };
+        assert_eq!(p["name"], json!(name), "{p:#}");
+        assert_eq!(p["type"], json!("double"), "{p:#}");
+        assert_eq!(p["source"], json!("stash"), "{p:#}");
+        assert_eq!(p["register"], json!(register), "{p:#}");
+        let shown: f64 = p["display"]
+            .as_str()
+            .and_then(|d| d.parse().ok())
+            .unwrap_or_else(|| panic!("{name} is not a number: {p:#}"));
+        assert_eq!(shown, *want, "{name}: {p:#}");
+        assert_eq!(p["value"].as_u64(), Some(want.to_bits()), "{name}: {p:#}");
+    }
+}
+
+#[test]
+fn dwarf_signature_stashes_doubles_and_decides_the_window() {
+    let mut t = Target::start("abiargs", Variant::O2G);
+    let passed = passed_args(&mut t);
+    let p = t.pid().to_string();
+    let out = run_ok(&["inject", "--pid", &p, "--func", "dmix", "--func", "ten"]);
+    for name in ["dmix", "ten"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("hooked {name} ")))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(line.contains("words from signature"), "{line}");
+    }
+    let hooks = list_hooks(t.pid());
+    for (name, words, xmm) in [("dmix", 1, true), ("ten", 4, false)] {
+        let h = hooks_named(&hooks, name, "active");
+        assert_eq!(h.len(), 1, "{name}: {hooks:#?}");
+        assert_eq!(h[0]["stack_words"], json!(words), "{name}: {:#}", h[0]);
+        assert_eq!(h[0]["xmm"], json!(xmm), "{name}: {:#}", h[0]);
+    }
+    let bt = wait_bt(t.pid(), None, SOON, |bt| {
+        ["dmix", "ten"]
+            .iter()
+            .all(|n| hooked_frame(bt, n).is_some())
+    });
+    check_dmix_params(&bt, &passed["dmix"]);
+    let ten = ints(&passed["ten"]);
+    let f = hooked_frame(&bt, "ten").unwrap();
+    let shown: Vec<u64> = f["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_u64().unwrap_or_else(|| panic!("{p:#}")))
+        .collect();
+    assert_eq!(shown, ten, "{f:#}");
+    let text = run_ok(&["bt", "--pid", &p]);
+    assert!(text.contains("b=1.25, c=-2, d=3.75, e=1000"), "{text}");
+    check_results(&mut t);
+    run_ok(&["eject", "--pid", &p, "--all"]);
+    t.assert_function_pristine("dmix");
+    t.assert_function_pristine("ten");
+    check_results(&mut t);
+}
+
+#[test]
+fn typed_signature_on_a_stripped_build_stashes_doubles() {
+    let mut t = Target::start("abiargs", Variant::new(Opt::O2, true));
+    let passed = passed_args(&mut t);
+    let p = t.pid().to_string();
+    let sig = "dmix(long n, double a, double b, double c, double d, double e, double f, \
+               double g, double h, double i)";
+    let out = run_ok(&["inject", "--pid", &p, "--func", sig]);
+    assert!(
+        out.contains("stack window 1 words from signature") && out.contains("xmm0-7 stashed"),
+        "{out}"
+    );
+    let hooks = list_hooks(t.pid());
+    let h = hooks_named(&hooks, "dmix", "active");
+    assert_eq!(h.len(), 1, "{hooks:#?}");
+    assert_eq!(h[0]["xmm"], json!(true), "{:#}", h[0]);
+    let bt = wait_bt(t.pid(), None, SOON, |bt| hooked_frame(bt, "dmix").is_some());
+    check_dmix_params(&bt, &passed["dmix"]);
+    check_results(&mut t);
+    run_ok(&["eject", "--pid", &p, "--all"]);
+    t.assert_function_pristine("dmix");
+    check_results(&mut t);
+}
+
 #[test]
 fn unbounded_window_is_refused_until_given() {
-    let mut t = Target::start("abiargs", Variant::O2G);
+    // Stripped: no signature, so only the code can bound the window.
+    let mut t = Target::start("abiargs", Variant::new(Opt::O2, true));
     let p = t.pid().to_string();
     expect_fail(
         &["inject", "--pid", &p, "--func", "quad_ref"],
@@ -213,7 +319,18 @@ fn unbounded_window_is_refused_until_given() {
         "--stack-args",
         "4",
     ]);
-    assert!(out.contains("stack window 4 words"), "{out}");
+    assert!(out.contains("stack window 4 words from user"), "{out}");
+    run_ok(&["eject", "--pid", &p, "--all"]);
+    t.assert_function_pristine("quad_ref");
+    t.assert_healthy();
+}
+
+#[test]
+fn dwarf_bounds_a_window_the_code_cannot() {
+    let mut t = Target::start("abiargs", Variant::O2G);
+    let p = t.pid().to_string();
+    let out = run_ok(&["inject", "--pid", &p, "--func", "quad_ref"]);
+    assert!(out.contains("stack window 4 words from signature"), "{out}");
     run_ok(&["eject", "--pid", &p, "--all"]);
     t.assert_function_pristine("quad_ref");
     t.assert_healthy();
