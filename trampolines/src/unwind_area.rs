@@ -49,6 +49,8 @@ pub const ARENA_HEADER_UNWIND_AT: usize = 48;
 pub const FLAG_PERF_MAP: u32 = 1;
 /// Slot flag: the hook's symbol file is linked into the target's GDB JIT descriptor.
 pub const FLAG_GDB_JIT: u32 = 2;
+/// Slot flag: the hook's code and `.eh_frame` are in the process's perf jitdump (`/tmp/jit-PID.dump`).
+pub const FLAG_PERF_JIT: u32 = 4;
 
 /// Where an arena's unwind area lives and how it is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
