@@ -97,10 +97,14 @@ fn print_unwind(u: &injector::foreign_unwind::UnwindReport, verb: &str) {
         println!("perf map: {}", p.display());
     }
     if let Some(p) = &u.perf_jitdump {
-        println!(
-            "perf jitdump: {} (perf record -k 1 ...; perf inject --jit before eject)",
-            p.display()
-        );
+        if verb == "removed" {
+            println!("perf jitdump: {} unmapped and removed", p.display());
+        } else {
+            println!(
+                "perf jitdump: {} (perf record -k 1 ...; run perf inject --jit before eject)",
+                p.display()
+            );
+        }
     }
     if u.gdb_jit > 0 {
         println!("gdb JIT interface: {verb} {} hooks", u.gdb_jit);

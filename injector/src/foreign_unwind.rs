@@ -84,6 +84,8 @@ pub struct UnwindReport {
     pub perf_map: Option<PathBuf>,
     /// The perf jitdump (`/tmp/jit-PID.dump`) written and mapped, or unmapped and removed.
     pub perf_jitdump: Option<PathBuf>,
+    /// Part of `elapsed` spent on the perf jitdump (writing it, remote open/mmap/close or munmap).
+    pub perf_jitdump_elapsed: Duration,
     /// The gdb symbol file describing the active hooks (`add-symbol-file PATH`), if any are left.
     pub symbol_file: Option<PathBuf>,
     /// Hooks linked into (or unlinked from) the target's GDB JIT descriptor.
@@ -331,7 +333,9 @@ fn register_timed(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> Unwi
     };
     sweep_stale_files();
     perf_map_add(pid, &mem, hooks, &mut report);
+    let jit_started = std::time::Instant::now();
     crate::perf_jit::register(pid, &mem, hooks, &mut report);
+    report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
     crate::gdb_jit::register(pid, &mem, unwinders.loader.as_ref(), hooks, &mut report);
     let Some(unwinder) = unwinder else {
@@ -451,7 +455,9 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
     report.registered = done;
     crate::gdb_jit::unregister(pid, &mem, hooks, &mut report);
     perf_map_remove(pid, &mem, hooks, &mut report);
+    let jit_started = std::time::Instant::now();
     crate::perf_jit::unregister(pid, &mem, &mut report);
+    report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
     report
 }
