@@ -190,9 +190,9 @@ pub fn unwinding_data(
             .map_err(|_| JitDumpError::TooFar(addr))
     };
     let mut hdr = vec![
-        1,                                                     // version
-        (gimli::DW_EH_PE_pcrel.0 | gimli::DW_EH_PE_sdata4.0),  // eh_frame_ptr
-        gimli::DW_EH_PE_udata4.0,                              // fde_count
+        1,                                                      // version
+        (gimli::DW_EH_PE_pcrel.0 | gimli::DW_EH_PE_sdata4.0),   // eh_frame_ptr
+        gimli::DW_EH_PE_udata4.0,                               // fde_count
         (gimli::DW_EH_PE_datarel.0 | gimli::DW_EH_PE_sdata4.0), // table
     ];
     let eh_frame_ptr = (eh_frame_at.wrapping_sub(hdr_at + 4) as i64) as i32;
@@ -341,7 +341,11 @@ fn session_error(tid: i32, status: String) -> RemoteCallError {
 /// Maps the jitdump in the target (open, mmap read+exec, close); returns its address.
 fn map_marker(pid: i32, mem: &dyn Memory, scratch: (u64, usize)) -> Result<u64, String> {
     let path = jitdump_path(pid);
-    let mut cstr = path.to_str().ok_or("path is not UTF-8")?.as_bytes().to_vec();
+    let mut cstr = path
+        .to_str()
+        .ok_or("path is not UTF-8")?
+        .as_bytes()
+        .to_vec();
     cstr.push(0);
     if cstr.len() > scratch.1 {
         return Err("no room for the jitdump's path in the unwind area".into());
@@ -376,7 +380,10 @@ fn map_marker(pid: i32, mem: &dyn Memory, scratch: (u64, usize)) -> Result<u64, 
         let mapped = mapped.map_err(RemoteCallError::Session)?;
         closed.map_err(RemoteCallError::Session)?;
         if (-4095..0).contains(&mapped) {
-            return Err(session_error(tid, format!("mmap failed: errno {}", -mapped)));
+            return Err(session_error(
+                tid,
+                format!("mmap failed: errno {}", -mapped),
+            ));
         }
         addr = mapped as u64;
         Ok(())
@@ -586,5 +593,32 @@ mod tests {
             code_load_names(b"not a dump"),
             Err(JitDumpError::NotJitDump)
         );
+    }
+
+    #[test]
+    fn a_dump_with_another_jits_code_is_not_ours() {
+        let dir = std::env::temp_dir().join(format!("perf-jit-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("jit-1.dump");
+        let mut file = encode_header(1, 0);
+        let block = JitBlock {
+            addr: 0x5000,
+            code: vec![0x90; 16],
+            eh_frames: vec![sample_eh_frame(0x5000)],
+        };
+        file.extend(encode_block(&block, 1, 0, 5).unwrap());
+        std::fs::write(&path, &file).unwrap();
+        assert!(is_ours(&path));
+        // Rename the code record as a Java agent would.
+        let name_at = file
+            .windows(CODE_NAME.len())
+            .position(|w| w == CODE_NAME.as_bytes())
+            .unwrap();
+        file[name_at..name_at + 4].copy_from_slice(b"java");
+        std::fs::write(&path, &file).unwrap();
+        assert!(!is_ours(&path));
+        std::fs::write(&path, b"garbage").unwrap();
+        assert!(!is_ours(&path));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

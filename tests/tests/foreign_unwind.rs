@@ -309,7 +309,9 @@ fn perf_inject_jit_unwinds_through_trampolines_to_main() {
     let out = run_ok(&["inject", "--pid", &pid, "--func", "relay", "--func", "leaf"]);
     assert!(out.contains(&format!("perf jitdump: {dump}")), "{out}");
     assert!(
-        maps(t.pid()).iter().any(|m| m.path == dump && m.perms.contains('x')),
+        maps(t.pid())
+            .iter()
+            .any(|m| m.path == dump && m.perms.contains('x')),
         "the jitdump is mapped executable in the target (perf's marker)"
     );
     let list = run_ok(&["list", "--pid", &pid]);
@@ -385,7 +387,10 @@ fn perf_inject_jit_unwinds_through_trampolines_to_main() {
             .count()
     };
     let samples = samples_with(&jitted, "leaf");
-    assert!(samples.len() >= 20, "too few samples in leaf: {jitted:.2000}");
+    assert!(
+        samples.len() >= 20,
+        "too few samples in leaf: {jitted:.2000}"
+    );
     let through = main_above(&samples);
     assert!(
         through * 2 > samples.len(),
@@ -430,7 +435,7 @@ fn jitdump_of_a_process_that_died_hooked_is_removed() {
     run_ok(&["inject", "--pid", &pid, "--func", "leaf"]);
     assert!(dump.exists());
     drop(t); // kills and reaps it
-    // The next install anywhere sweeps files of processes that are gone.
+             // The next install anywhere sweeps files of processes that are gone.
     let other = Target::spawn(&exe);
     let other_pid = other.pid().to_string();
     run_ok(&["inject", "--pid", &other_pid, "--func", "leaf"]);
