@@ -53,7 +53,7 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .map(String::as_str)
         .collect();
-    let want = |group: &str| filters.is_empty() || filters.iter().any(|f| *f == group);
+    let want = |group: &str| filters.is_empty() || filters.contains(&group);
 
     print_machine();
     let started = Instant::now();
