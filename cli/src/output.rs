@@ -79,11 +79,12 @@ pub fn print_unwind_status(
         }
         let yes = |b: bool| if b { "yes" } else { "no" };
         println!(
-            "unwind   {:<24} libgcc {:<3}  gdb JIT {:<3}  perf map {}",
+            "unwind   {:<24} libgcc {:<3}  gdb JIT {:<3}  perf map {:<3}  perf jitdump {}",
             s.name,
             yes(s.libgcc),
             yes(s.gdb_jit),
-            yes(s.perf_map)
+            yes(s.perf_map),
+            yes(s.perf_jit)
         );
     }
 }
@@ -97,6 +98,16 @@ fn print_unwind(u: &injector::foreign_unwind::UnwindReport, verb: &str) {
     }
     if let Some(p) = &u.perf_map {
         println!("perf map: {}", p.display());
+    }
+    if let Some(p) = &u.perf_jitdump {
+        if verb == "removed" {
+            println!("perf jitdump: {} unmapped and removed", p.display());
+        } else {
+            println!(
+                "perf jitdump: {} (perf record -k 1 ...; run perf inject --jit before eject)",
+                p.display()
+            );
+        }
     }
     if u.gdb_jit > 0 {
         println!("gdb JIT interface: {verb} {} hooks", u.gdb_jit);

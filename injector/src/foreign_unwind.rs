@@ -82,6 +82,10 @@ pub struct UnwindReport {
     pub notes: Vec<String>,
     /// The perf map file written or cleaned.
     pub perf_map: Option<PathBuf>,
+    /// The perf jitdump (`/tmp/jit-PID.dump`) written and mapped, or unmapped and removed.
+    pub perf_jitdump: Option<PathBuf>,
+    /// Part of `elapsed` spent on the perf jitdump (writing it, remote open/mmap/close or munmap).
+    pub perf_jitdump_elapsed: Duration,
     /// The gdb symbol file describing the active hooks (`add-symbol-file PATH`), if any are left.
     pub symbol_file: Option<PathBuf>,
     /// Hooks linked into (or unlinked from) the target's GDB JIT descriptor.
@@ -329,6 +333,9 @@ fn register_timed(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> Unwi
     };
     sweep_stale_files();
     perf_map_add(pid, &mem, hooks, &mut report);
+    let jit_started = std::time::Instant::now();
+    crate::perf_jit::register(pid, &mem, hooks, &mut report);
+    report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
     crate::gdb_jit::register(pid, &mem, unwinders.loader.as_ref(), hooks, &mut report);
     let Some(unwinder) = unwinder else {
@@ -400,6 +407,8 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
         Ok(m) => m,
         Err(e) => {
             report.notes.push(e.to_string());
+            // A process that is gone leaves files only we can remove.
+            crate::perf_jit::remove_if_dead(pid as u32, &crate::perf_jit::jitdump_path(pid));
             return report;
         }
     };
@@ -446,6 +455,9 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
     report.registered = done;
     crate::gdb_jit::unregister(pid, &mem, hooks, &mut report);
     perf_map_remove(pid, &mem, hooks, &mut report);
+    let jit_started = std::time::Instant::now();
+    crate::perf_jit::unregister(pid, &mem, &mut report);
+    report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
     report
 }
@@ -577,6 +589,8 @@ pub struct HookUnwindStatus {
     pub gdb_jit: bool,
     /// Has lines in `/tmp/perf-PID.map`.
     pub perf_map: bool,
+    /// Described in the perf jitdump `/tmp/jit-PID.dump`, which is mapped in the process.
+    pub perf_jit: bool,
 }
 
 /// Unwind status of every active hook of `pid`, and whether the process has libgcc's unwinder.
@@ -588,6 +602,7 @@ pub fn list_status(pid: i32) -> Result<(Vec<HookUnwindStatus>, bool), Error> {
     })?;
     let has_libgcc = maps.iter().any(|m| m.path.contains("libgcc_s"));
     let mem = ProcessMemory::open(pid)?;
+    let jit_mapped = crate::perf_jit::marker_mapping(pid).is_some();
     let mut out = Vec::new();
     for a in crate::arena::discover(&maps, &mem)? {
         let area = read_area(&mem, &a.header);
@@ -603,6 +618,7 @@ pub fn list_status(pid: i32) -> Result<(Vec<HookUnwindStatus>, bool), Error> {
                 libgcc: s.registered != 0,
                 gdb_jit: s.flags & trampolines::unwind_area::FLAG_GDB_JIT != 0,
                 perf_map: s.flags & FLAG_PERF_MAP != 0,
+                perf_jit: jit_mapped && s.flags & trampolines::unwind_area::FLAG_PERF_JIT != 0,
             });
         }
     }
@@ -643,6 +659,13 @@ fn sweep_stale_files() {
                     })
                 })
             });
+        if let Some(pid) = name
+            .strip_prefix("jit-")
+            .and_then(|r| r.strip_suffix(".dump"))
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            crate::perf_jit::remove_if_dead(pid, &entry.path());
+        }
         if let Some(pid) = pid.or(perf_pid) {
             if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 let _ = std::fs::remove_file(entry.path());

@@ -26,6 +26,7 @@ pub mod gdb_jit;
 pub mod hooks;
 pub mod maps;
 pub mod memory;
+pub mod perf_jit;
 pub mod remote;
 pub mod remote_call;
 pub mod session;

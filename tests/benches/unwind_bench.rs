@@ -8,8 +8,10 @@
 //! function twice: the first install creates the arena and loads the GDB JIT helper
 //! (remote `dlopen`), the first eject unloads it again (`dlclose`). Printed per
 //! case: the stop window, the time spent after the stop on unwind registration
-//! (libgcc, perf map, gdb symbol file, GDB JIT; only one borrowed thread is held
-//! meanwhile), and the whole call's wall time. A measurement, not a test.
+//! (libgcc, perf map, perf jitdump, gdb symbol file, GDB JIT; only one borrowed thread
+//! is held meanwhile), the part of it spent on the perf jitdump (file write, remote
+//! open/mmap/close; munmap and removal at the last eject), and the whole call's wall
+//! time. A measurement, not a test.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -47,15 +49,17 @@ fn build_throws() -> PathBuf {
 struct Figures {
     stop: Vec<f64>,
     unwind: Vec<f64>,
+    jitdump: Vec<f64>,
     wall: Vec<f64>,
 }
 
 impl Figures {
     fn print(&mut self, what: &str) {
         println!(
-            "{what:<44} stop {:>7.0} us   unwind registration {:>7.0} us   wall {:>7.0} us",
+            "{what:<44} stop {:>5.0} us   unwind registration {:>5.0} us (perf jitdump {:>4.0} us)   wall {:>5.0} us",
             median(&mut self.stop),
             median(&mut self.unwind),
+            median(&mut self.jitdump),
             median(&mut self.wall)
         );
     }
@@ -87,11 +91,13 @@ fn main() {
                 inj.wall.push(us(started.elapsed()));
                 inj.stop.push(us(r.stopped));
                 inj.unwind.push(us(r.unwind.elapsed));
+                inj.jitdump.push(us(r.unwind.perf_jitdump_elapsed));
                 let started = Instant::now();
                 let r = eject(t.pid(), &EjectWhat::All).expect("eject");
                 ej.wall.push(us(started.elapsed()));
                 ej.stop.push(us(r.stopped));
                 ej.unwind.push(us(r.unwind.elapsed));
+                ej.jitdump.push(us(r.unwind.perf_jitdump_elapsed));
             }
         }
         println!("{label}, median of {ROUNDS} fresh processes:");

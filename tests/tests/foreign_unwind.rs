@@ -6,6 +6,10 @@
 //! - perf: `/tmp/perf-PID.map` gets `argstash_trampoline.NAME` lines at inject, and
 //!   loses exactly those at eject; `perf record --call-graph dwarf` names the
 //!   trampoline frame above a hooked function.
+//! - perf jitdump: inject writes `/tmp/jit-PID.dump` and maps it executable in the
+//!   target; `perf record -k 1 --call-graph dwarf` + `perf inject --jit` unwind from
+//!   a hooked function through its trampoline to `main`; eject unmaps and removes it,
+//!   and a dump left by a process that died hooked is swept.
 //! - gdb: plain `gdb -batch -p PID -ex bt` (through the GDB JIT interface), and gdb
 //!   with `add-symbol-file /tmp/argstash-PID.elf`, unwind from a hooked function
 //!   through its trampoline and the hooked caller down to `main`; eject unloads
@@ -276,6 +280,168 @@ fn perf_names_trampoline_frames_from_the_perf_map() {
     );
     t.assert_healthy();
     run_ok(&["eject", "--pid", &pid, "--all"]);
+}
+
+/// Frames of each `perf script -F ip,sym` sample (innermost first) that contains `func`.
+fn samples_with<'a>(text: &'a str, func: &str) -> Vec<Vec<&'a str>> {
+    let suffix = format!(" {func}");
+    text.split("\n\n")
+        .map(|s| {
+            s.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .filter(|frames| frames.iter().any(|f| f.ends_with(&suffix)))
+        .collect()
+}
+
+#[test]
+fn perf_inject_jit_unwinds_through_trampolines_to_main() {
+    if let Some(why) = perf_usable() {
+        println!("SKIP: {why}");
+        return;
+    }
+    let exe = build_throws();
+    let mut t = Target::spawn(&exe);
+    let pid = t.pid().to_string();
+    let dump = format!("/tmp/jit-{pid}.dump");
+    let out = run_ok(&["inject", "--pid", &pid, "--func", "relay", "--func", "leaf"]);
+    assert!(out.contains(&format!("perf jitdump: {dump}")), "{out}");
+    assert!(
+        maps(t.pid())
+            .iter()
+            .any(|m| m.path == dump && m.perms.contains('x')),
+        "the jitdump is mapped executable in the target (perf's marker)"
+    );
+    let list = run_ok(&["list", "--pid", &pid]);
+    assert!(
+        list.lines()
+            .filter(|l| l.starts_with("unwind "))
+            .all(|l| l.ends_with("perf jitdump yes")),
+        "{list}"
+    );
+    t.write_stdin("spin\n");
+    let dir = std::env::temp_dir().join(format!("argstash-perfjit-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let data = dir.join("perf.data");
+    let injected = dir.join("jit.data");
+    let rec = Command::new("perf")
+        .args(["record", "-k", "1", "-e", "cpu-clock", "-F", "499"])
+        .args(["--call-graph", "dwarf", "-p", &pid, "-o"])
+        .arg(&data)
+        .args(["--", "sleep", "1"])
+        .output()
+        .expect("run perf record");
+    assert!(
+        rec.status.success(),
+        "perf record: {}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let inj = Command::new("perf")
+        .args(["inject", "--jit", "-i"])
+        .arg(&data)
+        .arg("-o")
+        .arg(&injected)
+        .output()
+        .expect("run perf inject");
+    assert!(
+        inj.status.success(),
+        "perf inject: {}",
+        String::from_utf8_lossy(&inj.stderr)
+    );
+    let script = |input: &PathBuf| {
+        let o = Command::new("perf")
+            .args(["script", "-F", "ip,sym", "-i"])
+            .arg(input)
+            .output()
+            .expect("run perf script");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let plain = script(&data);
+    let jitted = script(&injected);
+    // perf inject writes one ELF per code record next to the dump.
+    let elfs: Vec<PathBuf> = fs::read_dir("/tmp")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("jitted-{pid}-")))
+        })
+        .collect();
+    for p in &elfs {
+        let _ = fs::remove_file(p);
+    }
+    let _ = fs::remove_dir_all(&dir);
+    assert!(!elfs.is_empty(), "perf inject generated no jitted ELF");
+
+    let main_above = |samples: &[Vec<&str>]| {
+        samples
+            .iter()
+            .filter(|frames| {
+                let leaf = frames.iter().position(|f| f.ends_with(" leaf"));
+                matches!(leaf, Some(i) if frames[i + 1..].iter().any(|f| f.ends_with(" main")))
+            })
+            .count()
+    };
+    let samples = samples_with(&jitted, "leaf");
+    assert!(
+        samples.len() >= 20,
+        "too few samples in leaf: {jitted:.2000}"
+    );
+    let through = main_above(&samples);
+    assert!(
+        through * 2 > samples.len(),
+        "only {through} of {} samples in leaf reach main:\n{}",
+        samples.len(),
+        samples.first().map(|f| f.join("\n")).unwrap_or_default()
+    );
+    assert!(
+        samples
+            .iter()
+            .any(|f| f.iter().any(|l| l.ends_with(" argstash_hooks"))),
+        "the hook code is named from the jitted ELF"
+    );
+    // Without the injected ELFs perf stops at the anonymous arena.
+    let before = main_above(&samples_with(&plain, "leaf"));
+    println!(
+        "leaf samples reaching main: {through} of {} with perf inject --jit, {before} without",
+        samples.len()
+    );
+
+    t.assert_healthy();
+    let out = run_ok(&["eject", "--pid", &pid, "--all"]);
+    assert!(
+        out.contains(&format!("perf jitdump: {dump} unmapped and removed")),
+        "{out}"
+    );
+    assert!(!out.contains("note:"), "{out}");
+    assert!(
+        !maps(t.pid()).iter().any(|m| m.path == dump),
+        "eject unmaps the jitdump"
+    );
+    assert!(!PathBuf::from(&dump).exists(), "eject removes the jitdump");
+    t.assert_healthy();
+}
+
+#[test]
+fn jitdump_of_a_process_that_died_hooked_is_removed() {
+    let exe = build_throws();
+    let t = Target::spawn(&exe);
+    let pid = t.pid().to_string();
+    let dump = PathBuf::from(format!("/tmp/jit-{pid}.dump"));
+    run_ok(&["inject", "--pid", &pid, "--func", "leaf"]);
+    assert!(dump.exists());
+    drop(t); // kills and reaps it
+             // The next install anywhere sweeps files of processes that are gone.
+    let other = Target::spawn(&exe);
+    let other_pid = other.pid().to_string();
+    run_ok(&["inject", "--pid", &other_pid, "--func", "leaf"]);
+    assert!(!dump.exists(), "stale jitdump removed");
+    run_ok(&["eject", "--pid", &other_pid, "--all"]);
+    assert!(!PathBuf::from(format!("/tmp/jit-{other_pid}.dump")).exists());
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //!         slot[i] (UNWIND_SLOT_LEN = 2048), one per arena slot:
 //!           +0   registered: address of the `__deregister_frame_info` that undoes the
 //!                registration (0: not registered in the process)
-//!           +8   eh_frame length          +12 flags (bit 0: perf map line written)
+//!           +8   eh_frame length          +12 flags (bit 0: perf map line written,
+//!                bit 1: GDB JIT entry linked, bit 2: in the perf jitdump)
 //!           +64  libgcc object storage (OBJECT_LEN bytes, zero until registered)
 //!           +192 .eh_frame bytes (at most MAX_EH_FRAME)
 //!           +512 GDB JIT entry (next, prev, symfile address, symfile size)
@@ -49,6 +50,8 @@ pub const ARENA_HEADER_UNWIND_AT: usize = 48;
 pub const FLAG_PERF_MAP: u32 = 1;
 /// Slot flag: the hook's symbol file is linked into the target's GDB JIT descriptor.
 pub const FLAG_GDB_JIT: u32 = 2;
+/// Slot flag: the hook's code and `.eh_frame` are in the process's perf jitdump (`/tmp/jit-PID.dump`).
+pub const FLAG_PERF_JIT: u32 = 4;
 
 /// Where an arena's unwind area lives and how it is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
