@@ -458,31 +458,11 @@ impl Unwind {
     }
 
     fn hook_at(&self, pc: u64) -> Option<&HookRecord> {
-        self.hooks()
-            .find(|r| r.in_trampoline(pc) || r.in_relocated(pc))
+        hook_at(&self.arenas, pc)
     }
 
     fn symbolize(&self, pc: u64, lookup: u64, kind: FrameKind) -> Frame {
-        let (function, offset, module) = match self.symbols.lookup(lookup) {
-            Some((m, s, off)) => (
-                Some(s.name.clone()),
-                off + (pc - lookup),
-                Some(m.path.clone()),
-            ),
-            None => (
-                None,
-                0,
-                self.symbols.module_for(lookup).map(|m| m.path.clone()),
-            ),
-        };
-        Frame {
-            pc,
-            function,
-            offset,
-            module,
-            kind,
-            ..Frame::default()
-        }
+        symbolize(&self.symbols, pc, lookup, kind)
     }
 
     /// Unwinds one thread from its registers, reading memory from `mem`.
@@ -691,7 +671,38 @@ pub fn thread_ids(pid: i32) -> Result<Vec<i32>, Error> {
     Ok(tids)
 }
 
-fn stack_range(maps: &[MapEntry], rsp: u64) -> (u64, u64) {
+/// The hook whose trampoline or relocated prologue holds `pc`, in any of `arenas`.
+pub(crate) fn hook_at(arenas: &[Arena], pc: u64) -> Option<&HookRecord> {
+    arenas
+        .iter()
+        .flat_map(|a| a.hooks().map(|(_, r)| r))
+        .find(|r| r.in_trampoline(pc) || r.in_relocated(pc))
+}
+
+/// A frame at `pc` named by the ELF symbol covering `lookup` (the pc, or a return
+/// address minus one), without debug info.
+pub(crate) fn symbolize(symbols: &ProcessSymbols, pc: u64, lookup: u64, kind: FrameKind) -> Frame {
+    let (function, offset, module) = match symbols.lookup(lookup) {
+        Some((m, s, off)) => (
+            Some(s.name.clone()),
+            off + (pc - lookup),
+            Some(m.path.clone()),
+        ),
+        None => (None, 0, symbols.module_for(lookup).map(|m| m.path.clone())),
+    };
+    Frame {
+        pc,
+        function,
+        offset,
+        module,
+        kind,
+        ..Frame::default()
+    }
+}
+
+/// The stack bytes to copy from a stopped thread: from its stack pointer to the end
+/// of that mapping, at most [`STACK_COPY`].
+pub(crate) fn stack_range(maps: &[MapEntry], rsp: u64) -> (u64, u64) {
     let end = maps
         .iter()
         .find(|m| m.contains(rsp))

@@ -19,11 +19,11 @@ use trampolines::i386::{EPILOGUE_POP_EAX, MAX_STACK_WORDS};
 
 use crate::arena::discover;
 use crate::backtrace::{
-    thread_ids, Backtrace, BacktraceOptions, Frame, FrameKind, StackSnapshot, StashedArgs,
-    ThreadBacktrace, MAX_FRAMES, STACK_COPY,
+    hook_at, stack_range, symbolize, thread_ids, Backtrace, BacktraceOptions, Frame, FrameKind,
+    StackSnapshot, StashedArgs, ThreadBacktrace, MAX_FRAMES,
 };
 use crate::error::Error;
-use crate::maps::{read_maps, MapEntry};
+use crate::maps::read_maps;
 use crate::memory::{Memory, ProcessMemory};
 use crate::session::{Session, SessionError};
 use crate::symbols::ProcessSymbols;
@@ -167,37 +167,12 @@ impl Unwind32 {
         }
     }
 
-    fn hooks(&self) -> impl Iterator<Item = &HookRecord> {
-        self.arenas.iter().flat_map(|a| a.hooks().map(|(_, r)| r))
-    }
-
     fn hook_at(&self, pc: u64) -> Option<&HookRecord> {
-        self.hooks()
-            .find(|r| r.in_trampoline(pc) || r.in_relocated(pc))
+        hook_at(&self.arenas, pc)
     }
 
     fn symbolize(&self, pc: u64, lookup: u64, kind: FrameKind) -> Frame {
-        let (function, offset, module) = match self.symbols.lookup(lookup) {
-            Some((m, s, off)) => (
-                Some(s.name.clone()),
-                off + (pc - lookup),
-                Some(m.path.clone()),
-            ),
-            None => (
-                None,
-                0,
-                self.symbols.module_for(lookup).map(|m| m.path.clone()),
-            ),
-        };
-        Frame {
-            pc,
-            function,
-            offset,
-            module,
-            kind,
-            stash: None,
-            ..Frame::default()
-        }
+        symbolize(&self.symbols, pc, lookup, kind)
     }
 
     /// Steps an ordinary frame: CFI of the module holding `lookup`, else the `ebp` chain.
@@ -369,14 +344,6 @@ fn stashed_args(frame: &StashFrame, function: u64) -> StashedArgs {
         frame: frame.base,
         function,
     }
-}
-
-fn stack_range(maps: &[MapEntry], esp: u64) -> (u64, u64) {
-    let end = maps
-        .iter()
-        .find(|m| m.contains(esp))
-        .map_or(esp + 4096, |m| m.end);
-    (esp, end.min(esp + STACK_COPY))
 }
 
 /// Takes a backtrace of every thread (or one) of a live 32-bit process.
