@@ -447,9 +447,20 @@ impl Target {
                 Ok(())
             });
         }
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", exe.display()));
+        // A file just written by this test process (a copied executable) can be
+        // briefly "busy": another test thread may fork between our open and close,
+        // and its child holds the write descriptor until it execs. Retry that case.
+        let mut attempts = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Ok(child) => break child,
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 100 => {
+                    attempts += 1;
+                    thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("spawn {}: {e}", exe.display()),
+            }
+        };
         let pid = child.id() as i32;
 
         let (tx, lines) = mpsc::channel();
