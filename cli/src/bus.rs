@@ -7,8 +7,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use argstash_dbus::{HookEntry, Injector1ProxyBlocking, OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
-use injector::backtrace::{Backtrace, Frame, FrameKind, StashedArgs, ThreadBacktrace};
+use argstash_dbus::{HookEntry, Injector1ProxyBlocking, Param};
+use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
+use injector::args::{ArgSource, ArgValue};
+use injector::backtrace::{
+    Backtrace, Frame, FrameKind, InlinedFrame, StashedArgs, ThreadBacktrace,
+};
 use injector::hooks::HookInfo;
 use trampolines::arena::HookState;
 use zbus::blocking::{connection, Connection};
@@ -44,57 +48,111 @@ fn hook_info(e: &HookEntry) -> HookInfo {
         arena: e.arena,
         slot: e.slot,
         stack_words: e.stack_words,
-        // The bus protocol does not carry these yet.
-        variadic: false,
-        xmm: false,
+        variadic: e.variadic,
+        xmm: e.xmm,
         state: match e.state.as_str() {
             "active" => HookState::Active,
             "ejected" => HookState::Ejected,
             _ => HookState::Free,
         },
         installed_ns: e.installed_ns,
-        signature: None,
+        signature: (!e.signature.is_empty()).then(|| e.signature.clone()),
+        // Known at install only, as in the standalone listing.
         window_source: None,
     }
 }
 
-/// The injector's static register names (the wire carries strings).
+/// The injector's static name for a register or stack slot the wire names
+/// (`rdi`, `eax`, `stack+N`); `None` for anything else.
+///
+/// Names are interned: the set is small and bounded (argument registers of both
+/// architectures and `stack+N` for N <= 256), so each is leaked at most once.
 fn register(name: &str) -> Option<&'static str> {
-    ["rdi", "rsi", "rdx", "rcx", "r8", "r9"]
-        .into_iter()
-        .find(|r| *r == name)
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    const REGISTERS: [&str; 9] = ["rdi", "rsi", "rdx", "rcx", "r8", "r9", "eax", "edx", "ecx"];
+    if let Some(r) = REGISTERS.into_iter().find(|r| *r == name) {
+        return Some(r);
+    }
+    let offset: u16 = name.strip_prefix("stack+")?.parse().ok()?;
+    if offset == 0 || offset > 256 || name != format!("stack+{offset}") {
+        return None;
+    }
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock().ok()?;
+    if let Some(n) = names.get(name) {
+        return Some(n);
+    }
+    let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
+    names.insert(leaked);
+    Some(leaked)
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// A named, typed argument back from its wire form.
+fn arg_value(p: &Param) -> ArgValue {
+    ArgValue {
+        name: non_empty(&p.name),
+        ty: non_empty(&p.type_name),
+        display: p.display.clone(),
+        source: match p.source.as_str() {
+            "stash" => Some(ArgSource::Stash),
+            "dwarf" => Some(ArgSource::Dwarf),
+            _ => None,
+        },
+        register: non_empty(&p.register),
+        value: p.has_value.then_some(p.value),
+    }
 }
 
 fn frame(f: &argstash_dbus::Frame) -> Frame {
+    // Registers and copied stack words print alike (`name=value`, in wire order),
+    // so every non-xmm slot goes to `registers`; that also holds i386's `stack+N`.
     let stash = f.hooked.then(|| StashedArgs {
         registers: f
             .args
             .iter()
             .filter_map(|a| Some((register(&a.register)?, a.value)))
             .collect(),
-        stack: f
+        stack: Vec::new(),
+        xmm: f
             .args
             .iter()
-            .filter(|a| a.register.starts_with("stack+"))
-            .map(|a| a.value)
+            .filter(|a| a.register.starts_with("xmm"))
+            .map(|a| u128::from(a.value) | (u128::from(a.value_high) << 64))
             .collect(),
-        xmm: Vec::new(),
-        variadic: false,
+        variadic: f.variadic,
         frame: f.stash_frame,
         function: 0,
     });
     Frame {
         pc: f.pc,
-        function: (!f.function.is_empty()).then(|| f.function.clone()),
+        function: non_empty(&f.function),
         offset: f.offset,
-        module: (!f.module.is_empty()).then(|| f.module.clone()),
+        module: non_empty(&f.module),
         kind: match f.kind.as_str() {
             "trampoline" => FrameKind::Trampoline,
             "relocated" => FrameKind::Relocated,
             _ => FrameKind::Normal,
         },
         stash,
-        ..Frame::default()
+        source_function: non_empty(&f.source_function),
+        file: non_empty(&f.file),
+        line: (f.line != 0).then_some(f.line),
+        inlined: f
+            .inlined
+            .iter()
+            .map(|i| InlinedFrame {
+                function: non_empty(&i.function),
+                file: non_empty(&i.file),
+                line: (i.line != 0).then_some(i.line),
+                args: i.params.iter().map(arg_value).collect(),
+            })
+            .collect(),
+        args: f.params.iter().map(arg_value).collect(),
     }
 }
 
@@ -112,9 +170,7 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             let names: Vec<&str> = funcs.iter().map(String::as_str).collect();
             let mut opts = HashMap::new();
             if a.float_args {
-                anyhow::bail!(
-                    "--float-args is not available through --bus yet; run argstash without --bus"
-                );
+                opts.insert(OPT_FLOAT_ARGS, Value::from(true));
             }
             if let Some(n) = a.stack_args {
                 opts.insert(OPT_STACK_ARGS, Value::from(n));
@@ -126,8 +182,21 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
                 .filter(|e| paths.contains(&e.path))
             {
                 println!(
-                    "hooked {} in {} at 0x{:x} ({} bytes patched at 0x{:x}, trampoline 0x{:x}, stack window {} words) as {}",
-                    e.function, e.module, e.address, e.patch_len, e.patch_address, e.trampoline, e.stack_words, e.path.as_str()
+                    "hooked {} in {} at 0x{:x} ({} bytes patched at 0x{:x}, trampoline 0x{:x}, stack window {} words{}{}) as {}",
+                    e.function,
+                    e.module,
+                    e.address,
+                    e.patch_len,
+                    e.patch_address,
+                    e.trampoline,
+                    e.stack_words,
+                    if e.variadic {
+                        ", variadic: configured window (--stack-args N)"
+                    } else {
+                        ""
+                    },
+                    if e.xmm { ", xmm0-7 stashed" } else { "" },
+                    e.path.as_str()
                 );
             }
         }

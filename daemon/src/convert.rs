@@ -1,6 +1,7 @@
 //! Injector results and errors in their D-Bus form.
 
-use argstash_dbus::{hook_path, Arg, Error, ErrorKind, Frame, HookEntry, Thread};
+use argstash_dbus::{hook_path, Arg, Error, ErrorKind, Frame, HookEntry, Inlined, Param, Thread};
+use injector::args::{ArgSource, ArgValue, SignatureError};
 use injector::backtrace::{Backtrace, FrameKind};
 use injector::hooks::HookInfo;
 use injector::session::SessionError;
@@ -40,6 +41,9 @@ pub fn error(e: injector::Error) -> Error {
         E::AlreadyHooked { .. } => ErrorKind::AlreadyHooked,
         E::NotHooked { .. } => ErrorKind::NotHooked,
         E::Duplicate { .. } => ErrorKind::InvalidArgs,
+        E::Signature(SignatureError::Syntax { .. } | SignatureError::TooLong { .. }) => {
+            ErrorKind::InvalidArgs
+        }
         E::Unsupported32Bit { .. } => ErrorKind::NotPermitted,
         E::Proc { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
             ErrorKind::NotPermitted
@@ -91,6 +95,88 @@ pub fn hook_entry(pid: i32, h: &HookInfo) -> HookEntry {
         stack_words: h.stack_words,
         state: h.state.name().to_string(),
         installed_ns: h.installed_ns,
+        variadic: h.variadic,
+        xmm: h.xmm,
+        signature: h.signature.clone().unwrap_or_default(),
+    }
+}
+
+/// A named, typed argument in its wire form.
+fn param(a: &ArgValue) -> Param {
+    Param {
+        name: a.name.clone().unwrap_or_default(),
+        type_name: a.ty.clone().unwrap_or_default(),
+        display: a.display.clone(),
+        source: a.source.map(|s| s.name()).unwrap_or_default().to_string(),
+        register: a.register.clone().unwrap_or_default(),
+        has_value: a.value.is_some(),
+        value: a.value.unwrap_or(0),
+    }
+}
+
+/// One frame in its wire form: the same fields, in the same order, as `bt --json`.
+fn frame(index: usize, f: &injector::backtrace::Frame) -> Frame {
+    let mut args = Vec::new();
+    if let Some(s) = &f.stash {
+        args.extend(s.registers.iter().map(|(r, v)| (r.to_string(), *v, 0)));
+        args.extend(
+            s.stack
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("stack+{}", 8 * (i + 1)), *v, 0)),
+        );
+        args.extend(
+            s.xmm
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("xmm{i}"), *v as u64, (*v >> 64) as u64)),
+        );
+    }
+    let args = args
+        .into_iter()
+        .map(|(register, value, value_high)| {
+            // A stashed register that holds a known parameter carries its name and type.
+            let known = f.args.iter().find(|p| {
+                p.source == Some(ArgSource::Stash) && p.register.as_deref() == Some(&register)
+            });
+            Arg {
+                param: known.map(param).unwrap_or_default(),
+                register,
+                value,
+                value_high,
+            }
+        })
+        .collect();
+    Frame {
+        index: index as u32,
+        pc: f.pc,
+        function: f.function.clone().unwrap_or_default(),
+        offset: f.offset,
+        module: f.module.clone().unwrap_or_default(),
+        hooked: f.stash.is_some(),
+        kind: match f.kind {
+            FrameKind::Normal => "normal",
+            FrameKind::Trampoline => "trampoline",
+            FrameKind::Relocated => "relocated",
+        }
+        .to_string(),
+        stash_frame: f.stash.as_ref().map(|s| s.frame).unwrap_or(0),
+        args,
+        variadic: f.stash.as_ref().is_some_and(|s| s.variadic),
+        source_function: f.source_function.clone().unwrap_or_default(),
+        file: f.file.clone().unwrap_or_default(),
+        line: f.line.unwrap_or(0),
+        params: f.args.iter().map(param).collect(),
+        inlined: f
+            .inlined
+            .iter()
+            .map(|i| Inlined {
+                function: i.function.clone().unwrap_or_default(),
+                file: i.file.clone().unwrap_or_default(),
+                line: i.line.unwrap_or(0),
+                params: i.args.iter().map(param).collect(),
+            })
+            .collect(),
     }
 }
 
@@ -107,35 +193,7 @@ pub fn threads(bt: &Backtrace) -> Vec<Thread> {
                 .frames
                 .iter()
                 .enumerate()
-                .map(|(i, f)| {
-                    let mut args = Vec::new();
-                    if let Some(s) = &f.stash {
-                        args.extend(s.registers.iter().map(|(r, v)| Arg {
-                            register: r.to_string(),
-                            value: *v,
-                        }));
-                        args.extend(s.stack.iter().enumerate().map(|(i, v)| Arg {
-                            register: format!("stack+{}", 8 * (i + 1)),
-                            value: *v,
-                        }));
-                    }
-                    Frame {
-                        index: i as u32,
-                        pc: f.pc,
-                        function: f.function.clone().unwrap_or_default(),
-                        offset: f.offset,
-                        module: f.module.clone().unwrap_or_default(),
-                        hooked: f.stash.is_some(),
-                        kind: match f.kind {
-                            FrameKind::Normal => "normal",
-                            FrameKind::Trampoline => "trampoline",
-                            FrameKind::Relocated => "relocated",
-                        }
-                        .to_string(),
-                        stash_frame: f.stash.as_ref().map(|s| s.frame).unwrap_or(0),
-                        args,
-                    }
-                })
+                .map(|(i, f)| frame(i, f))
                 .collect(),
         })
         .collect()

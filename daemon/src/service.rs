@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use argstash_dbus::{Error, ErrorKind, HookEntry, Thread, MANAGER_PATH};
-use argstash_dbus::{OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
+use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS};
 use async_io::{Async, Timer};
 use futures_lite::future;
+use injector::args::{parse_params, split_signature, Signature};
 use injector::backtrace::{Backtrace, BacktraceOptions, ProcessReader};
-use injector::hooks::{eject, install, list, EjectWhat, HookInfo, InstallOptions};
+use injector::hooks::{eject, install_with_signatures, list, EjectWhat, HookInfo, InstallOptions};
 use injector::session::SessionError;
 use injector::symbols::FuncSpec;
 use trampolines::arena::HookState;
@@ -411,8 +412,17 @@ fn same_process(pid: i32, start: Option<u64>) -> Result<(), injector::Error> {
     }
 }
 
-fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InstallOptions, Error> {
+/// What an `Inject` call asks for, read from its options.
+struct InjectRequest {
+    /// Install options.
+    opts: InstallOptions,
+    /// `signatures` option: parameter list by function name, as given.
+    signatures: HashMap<String, String>,
+}
+
+fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InjectRequest, Error> {
     let mut opts = InstallOptions::default();
+    let mut signatures = HashMap::new();
     for (k, v) in options {
         match k.as_str() {
             OPT_STACK_ARGS => {
@@ -436,15 +446,75 @@ fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InstallOption
                     )));
                 }
                 opts.stack_words = n as u16;
+                // As with `--stack-args 0`: the caller's number wins, 0 included.
+                opts.force_stack_words = true;
+            }
+            OPT_FLOAT_ARGS => {
+                opts.float_args = bool::try_from(v).map_err(|_| {
+                    invalid(format!(
+                        "option {OPT_FLOAT_ARGS} must be a boolean (b), not {}",
+                        v.value_signature()
+                    ))
+                })?;
+            }
+            OPT_SIGNATURES => {
+                signatures = HashMap::<String, String>::try_from(
+                    v.try_clone()
+                        .map_err(|e| invalid(format!("option {OPT_SIGNATURES}: {e}")))?,
+                )
+                .map_err(|_| {
+                    invalid(format!(
+                        "option {OPT_SIGNATURES} must map function names to parameter lists \
+                         (a{{ss}}, e.g. {{\"bar\": \"int n, const char *s\"}}), not {}",
+                        v.value_signature()
+                    ))
+                })?;
             }
             other => {
                 return Err(invalid(format!(
-                    "unknown Inject option `{other}` (known: {OPT_STACK_ARGS})"
+                    "unknown Inject option `{other}` (known: {OPT_STACK_ARGS}, {OPT_FLOAT_ARGS}, \
+                     {OPT_SIGNATURES})"
                 )))
             }
         }
     }
-    Ok(opts)
+    Ok(InjectRequest { opts, signatures })
+}
+
+/// The functions of an `Inject` call with their signatures: from the name
+/// (`bar(int, char *)`, as on the CLI) or from the `signatures` option, not both.
+fn inject_specs(
+    functions: &[String],
+    mut signatures: HashMap<String, String>,
+) -> Result<(Vec<FuncSpec>, Vec<Option<Signature>>), Error> {
+    let mut specs = Vec::new();
+    let mut sigs = Vec::new();
+    for f in functions {
+        let (name, inline) = split_signature(f).map_err(|e| invalid(e.to_string()))?;
+        let sig = match (inline, signatures.remove(name)) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(format!(
+                    "`{name}` has a signature in its name and in the {OPT_SIGNATURES} option; give it once"
+                )))
+            }
+            (Some(sig), None) => Some(sig),
+            (None, Some(list)) => Some(parse_params(&list).map_err(|why| {
+                invalid(format!(
+                    "cannot read the signature `{name}({list})` of option {OPT_SIGNATURES}: {why}; \
+                     write the parameter list like `int, const char *`"
+                ))
+            })?),
+            (None, None) => None,
+        };
+        specs.push(FuncSpec::parse(name));
+        sigs.push(sig);
+    }
+    if let Some(extra) = signatures.keys().next() {
+        return Err(invalid(format!(
+            "option {OPT_SIGNATURES} names `{extra}`, which is not among the functions to hook"
+        )));
+    }
+    Ok((specs, sigs))
 }
 
 fn backtrace_options(
@@ -497,11 +567,11 @@ impl Manager {
     ) -> Result<Vec<OwnedObjectPath>, Error> {
         let pid = pid_arg(pid)?;
         let start = self.shared.authorize(&hdr, pid).await?;
-        let opts = inject_options(&options)?;
+        let InjectRequest { opts, signatures } = inject_options(&options)?;
         if functions.is_empty() {
             return Err(invalid("name at least one function to hook".to_string()));
         }
-        let specs: Vec<FuncSpec> = functions.iter().map(|f| FuncSpec::parse(f)).collect();
+        let (specs, signatures) = inject_specs(&functions, signatures)?;
         let (res, listed) = self
             .shared
             .workers
@@ -509,7 +579,7 @@ impl Manager {
                 if let Err(e) = same_process(pid, start) {
                     return (Err(e), Err(SessionError::NoSuchProcess { pid }.into()));
                 }
-                let r = install(pid, &specs, &opts);
+                let r = install_with_signatures(pid, &specs, &signatures, &opts);
                 (r, list(pid))
             })
             .await?;

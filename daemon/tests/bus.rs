@@ -8,11 +8,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use argstash_dbus::{
-    ErrorKind, Hook1ProxyBlocking, Thread, BUS_NAME, HOOKS_PATH, MANAGER_PATH, OPT_STACK_ARGS,
+    ErrorKind, Hook1ProxyBlocking, HookEntry, Thread, BUS_NAME, HOOKS_PATH, MANAGER_PATH,
+    OPT_FLOAT_ARGS, OPT_SIGNATURES, OPT_STACK_ARGS,
 };
-use argstash_tests::{Target, Variant};
+use argstash_tests::{Opt, Target, Variant};
 use common::{build_local, text, Bus, SHORT_TIMEOUT_MS};
-use zbus::zvariant::Value;
+use zbus::zvariant::{Type, Value};
 
 const IFACE: &str = "org.argstash.Injector1";
 
@@ -89,7 +90,7 @@ fn inject_bt_eject_with_every_client() {
         ]);
         let s = text(&out);
         assert!(out.status.success(), "{s}");
-        assert!(s.starts_with("a(ustsa(utstsbsta(st)))"), "{s}");
+        assert!(s.starts_with(&format!("a{}", Thread::SIGNATURE)), "{s}");
         if s.contains("\"bar\"") && s.contains("true \"normal\"") && s.contains("\"rdi\" 28") {
             found = true;
             break;
@@ -364,7 +365,10 @@ fn other_uid_is_denied_root_targets_and_allowed_its_own() {
     let out = bus.busctl_as_nobody(&["call", BUS_NAME, MANAGER_PATH, IFACE, "ListHooks", "u", "0"]);
     let s = text(&out);
     assert!(out.status.success(), "{s}");
-    assert!(s.starts_with("a(oussttuttuqst) 1 "), "{s}");
+    assert!(
+        s.starts_with(&format!("a{} 1 ", HookEntry::SIGNATURE)),
+        "{s}"
+    );
     assert!(s.contains(&format!(" {} \"bar\"", own.pid())), "{s}");
     assert_eq!(bus.proxy().list_hooks(0).unwrap().len(), 2);
     let out = bus.busctl_as_nobody(&[
@@ -605,7 +609,7 @@ fn packaged_policy_lets_anyone_call_but_only_root_own() {
     let bus = Bus::start_with_packaged_policy();
     let mut t = seed();
     let out = bus.busctl_as_nobody(&["call", BUS_NAME, MANAGER_PATH, IFACE, "ListHooks", "u", "0"]);
-    assert_eq!(text(&out).trim(), "a(oussttuttuqst) 0");
+    assert_eq!(text(&out).trim(), format!("a{} 0", HookEntry::SIGNATURE));
     let out = bus.busctl_as_nobody(&["get-property", BUS_NAME, MANAGER_PATH, IFACE, "HookCount"]);
     assert_eq!(text(&out).trim(), "u 0");
     // Denied by argstashd, not by the bus: dbus-send prints the daemon's message.
@@ -788,5 +792,263 @@ fn one_thread_options_and_bad_arguments() {
     assert_eq!(err.kind(), Some(ErrorKind::InvalidArgs), "{err}");
     let err = proxy.inject(1, &["main"], HashMap::new()).unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::NotPermitted), "{err}");
+    t.assert_healthy();
+}
+
+/// The first hooked `bar` frame of a `bt --json` object.
+fn hooked_bar(bt: &serde_json::Value) -> Option<serde_json::Value> {
+    bt["threads"]
+        .as_array()?
+        .iter()
+        .flat_map(|t| t["frames"].as_array().cloned().unwrap_or_default())
+        .find(|f| f["function"] == "bar" && f["hooked"] == true)
+}
+
+/// `bt --json` through the daemon (`bus`) or standalone, until a hooked `bar` is on the stack.
+fn bar_frame(bus: Option<&Bus>, pid: &str) -> serde_json::Value {
+    for _ in 0..100 {
+        let out = cli(bus, &["bt", "--pid", pid, "--json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if let Some(f) = hooked_bar(&v) {
+            return f;
+        }
+        thread::sleep(Duration::from_millis(7));
+    }
+    panic!("bar was never on the stack, hooked");
+}
+
+/// The keys of a JSON object, sorted.
+fn keys(v: &serde_json::Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+/// Asserts that two `bar` frames, taken at different moments, say the same:
+/// every field but the stashed values of registers other than `rdi` (those hold
+/// whatever the caller left there, which may change between iterations).
+fn assert_same_bar_frame(via_bus: &serde_json::Value, direct: &serde_json::Value) {
+    assert_eq!(keys(via_bus), keys(direct), "{via_bus:#}\n{direct:#}");
+    for k in keys(direct) {
+        if k != "args" {
+            assert_eq!(
+                via_bus[&k], direct[&k],
+                "field {k}: {via_bus:#}\n{direct:#}"
+            );
+        }
+    }
+    let (a, b) = (
+        via_bus["args"].as_array().unwrap(),
+        direct["args"].as_array().unwrap(),
+    );
+    assert_eq!(a.len(), b.len(), "{via_bus:#}\n{direct:#}");
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(keys(x), keys(y), "{x:#} vs {y:#}");
+        assert_eq!(x["register"], y["register"]);
+        if x["register"] == "rdi" {
+            assert_eq!(x, y);
+        }
+    }
+}
+
+#[test]
+fn typed_and_float_arguments_cross_the_bus() {
+    let bus = Bus::start();
+    // Stripped of debug info: bar's parameter name and type come from the
+    // signature the caller gives, and the xmm stash from --float-args.
+    let mut t = Target::start("seed", Variant::new(Opt::O2, true));
+    let p = t.pid().to_string();
+    let out = cli(
+        Some(&bus),
+        &[
+            "inject",
+            "--pid",
+            &p,
+            "--func",
+            "bar(int bar_arg)",
+            "--float-args",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("xmm0-7 stashed"), "{}", text(&out));
+
+    // list --json: identical through the daemon and standalone, signature and xmm included.
+    let via_bus = cli(Some(&bus), &["list", "--pid", &p, "--json"]);
+    let direct = cli(None, &["list", "--pid", &p, "--json"]);
+    assert!(via_bus.status.success(), "{}", text(&via_bus));
+    assert_eq!(text(&via_bus), text(&direct));
+    let listed: serde_json::Value = serde_json::from_slice(&via_bus.stdout).unwrap();
+    let hook = &listed["hooks"][0];
+    assert_eq!(hook["signature"], "int bar_arg", "{listed:#}");
+    assert_eq!(hook["xmm"], true, "{listed:#}");
+
+    // bt --json: the bar frame carries the typed parameter and the xmm registers.
+    let via_bus = bar_frame(Some(&bus), &p);
+    let direct = bar_frame(None, &p);
+    assert_same_bar_frame(&via_bus, &direct);
+    let params = via_bus["params"].as_array().unwrap();
+    assert_eq!(params.len(), 1, "{via_bus:#}");
+    assert_eq!(params[0]["name"], "bar_arg");
+    assert_eq!(params[0]["type"], "int");
+    assert_eq!(params[0]["display"], "28");
+    assert_eq!(params[0]["source"], "stash");
+    let args = via_bus["args"].as_array().unwrap();
+    let rdi = args.iter().find(|a| a["register"] == "rdi").unwrap();
+    assert_eq!(rdi["name"], "bar_arg", "{rdi:#}");
+    assert_eq!(rdi["value"], 28, "{rdi:#}");
+    let xmm: Vec<&serde_json::Value> = args
+        .iter()
+        .filter(|a| a["register"].as_str().is_some_and(|r| r.starts_with("xmm")))
+        .collect();
+    assert_eq!(xmm.len(), 8, "{via_bus:#}");
+    for x in xmm {
+        let raw =
+            u128::from_str_radix(x["raw"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+        assert_eq!(x["value"].as_u64(), Some(raw as u64), "{x:#}");
+    }
+
+    // Text: the gdb-like line shows the name, through the daemon too.
+    let shown = (0..100).any(|_| {
+        let out = cli(Some(&bus), &["bt", "--pid", &p]);
+        assert!(out.status.success(), "{}", text(&out));
+        thread::sleep(Duration::from_millis(7));
+        text(&out).contains("bar (bar_arg=28) [stashed]")
+    });
+    assert!(
+        shown,
+        "bt through the daemon never showed `bar (bar_arg=28) [stashed]`"
+    );
+    run_ok_eject(&bus, &p);
+    t.assert_healthy();
+}
+
+fn run_ok_eject(bus: &Bus, pid: &str) {
+    let out = cli(Some(bus), &["eject", "--pid", pid, "--all"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn debug_info_names_and_lines_cross_the_bus() {
+    let bus = Bus::start();
+    let mut t = seed();
+    let p = t.pid().to_string();
+    let out = cli(Some(&bus), &["inject", "--pid", &p, "--func", "bar"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let via_bus = bar_frame(Some(&bus), &p);
+    let direct = bar_frame(None, &p);
+    assert_same_bar_frame(&via_bus, &direct);
+    // From DWARF: the source function, file and line, and the named parameter.
+    assert_eq!(via_bus["source_function"], "bar", "{via_bus:#}");
+    assert!(
+        via_bus["file"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("seed.c")),
+        "{via_bus:#}"
+    );
+    assert!(
+        via_bus["line"].as_u64().is_some_and(|l| l > 0),
+        "{via_bus:#}"
+    );
+    assert_eq!(via_bus["params"][0]["name"], "bar_arg", "{via_bus:#}");
+    assert_eq!(via_bus["params"][0]["display"], "28", "{via_bus:#}");
+    run_ok_eject(&bus, &p);
+    t.assert_healthy();
+}
+
+#[test]
+fn inject_options_signatures_float_args_and_a_forced_window() {
+    let bus = Bus::start();
+    let mut t = Target::start("seed", Variant::new(Opt::O2, true));
+    let pid = t.pid() as u32;
+    let proxy = bus.proxy();
+
+    // Bad options are InvalidArgs naming the cause, and leave the target untouched.
+    let cases: Vec<(Vec<&str>, HashMap<&str, Value>, &str)> = vec![
+        (
+            vec!["bar"],
+            HashMap::from([(OPT_FLOAT_ARGS, Value::from(1u32))]),
+            "must be a boolean",
+        ),
+        (
+            vec!["bar"],
+            HashMap::from([(OPT_SIGNATURES, Value::from("int"))]),
+            "must map function names",
+        ),
+        (
+            vec!["bar"],
+            HashMap::from([(
+                OPT_SIGNATURES,
+                Value::from(HashMap::from([("foo", "int foo_arg")])),
+            )]),
+            "not among the functions",
+        ),
+        (
+            vec!["bar(int)"],
+            HashMap::from([(
+                OPT_SIGNATURES,
+                Value::from(HashMap::from([("bar", "int bar_arg")])),
+            )]),
+            "give it once",
+        ),
+        (
+            vec!["bar"],
+            HashMap::from([(
+                OPT_SIGNATURES,
+                Value::from(HashMap::from([("bar", "int bar_arg,")])),
+            )]),
+            "cannot read the signature",
+        ),
+        (vec!["bar(int"], HashMap::new(), "must end with `)`"),
+    ];
+    for (funcs, opts, why) in cases {
+        let err = proxy.inject(pid, &funcs, opts).unwrap_err();
+        assert_eq!(err.kind(), Some(ErrorKind::InvalidArgs), "{funcs:?}: {err}");
+        assert!(err.to_string().contains(why), "{funcs:?}: {err}");
+    }
+    assert!(proxy.list_hooks(pid).unwrap().is_empty());
+    t.assert_function_pristine("bar");
+
+    // The a{ss} option, float-args, and stack-args 0 kept as given.
+    let opts = HashMap::from([
+        (
+            OPT_SIGNATURES,
+            Value::from(HashMap::from([("foo", "int foo_arg")])),
+        ),
+        (OPT_FLOAT_ARGS, Value::from(true)),
+        (OPT_STACK_ARGS, Value::from(0u16)),
+    ]);
+    let paths = proxy.inject(pid, &["foo", "bar(int n)"], opts).unwrap();
+    assert_eq!(paths.len(), 2);
+    let hooks = proxy.list_hooks(pid).unwrap();
+    let by_name = |n: &str| hooks.iter().find(|h| h.function == n).unwrap().clone();
+    assert_eq!(by_name("foo").signature, "int foo_arg");
+    assert_eq!(by_name("bar").signature, "int n");
+    assert!(
+        hooks.iter().all(|h| h.xmm && h.stack_words == 0),
+        "{hooks:?}"
+    );
+    let threads = (0..100)
+        .map(|_| {
+            thread::sleep(Duration::from_millis(7));
+            proxy.backtrace(pid, 0, HashMap::new()).unwrap()
+        })
+        .find(|th| bar_rdi(th).is_some())
+        .expect("bar on the stack");
+    let frames: Vec<&argstash_dbus::Frame> = threads.iter().flat_map(|t| &t.frames).collect();
+    let foo = frames.iter().find(|f| f.function == "foo").unwrap();
+    assert_eq!(foo.params.len(), 1, "{foo:?}");
+    assert_eq!(foo.params[0].name, "foo_arg");
+    assert_eq!(foo.params[0].display, "5");
+    let bar = frames.iter().find(|f| f.function == "bar").unwrap();
+    assert_eq!(bar.params[0].name, "n");
+    assert_eq!(
+        bar.args
+            .iter()
+            .filter(|a| a.register.starts_with("xmm"))
+            .count(),
+        8
+    );
+    assert_eq!(proxy.eject_all(pid).unwrap(), 2);
     t.assert_healthy();
 }

@@ -32,8 +32,15 @@ pub const HOOK_INTERFACE: &str = "org.argstash.Hook1";
 /// Prefix of the daemon's own error names.
 pub const ERROR_PREFIX: &str = "org.argstash.Error";
 
-/// `Inject` option: incoming stack words to copy (`q`, `u` or `i`; 0 to 16).
+/// `Inject` option: incoming stack words to copy (`q`, `u` or `i`; 0 to 16); like
+/// the CLI's `--stack-args N`, it overrides the window argstash would choose, 0 included.
 pub const OPT_STACK_ARGS: &str = "stack-args";
+/// `Inject` option: also stash xmm0-xmm7 (`b`), the CLI's `--float-args`.
+pub const OPT_FLOAT_ARGS: &str = "float-args";
+/// `Inject` option: C parameter lists by function (`a{ss}`, e.g. `{"bar": "int n, const char *s"}`),
+/// as the CLI's `--func 'bar(int n, const char *s)'`; a function may also carry its
+/// list in its name (`bar(int, char *)`).
+pub const OPT_SIGNATURES: &str = "signatures";
 /// `Backtrace` option: include trampoline frames (`b`).
 pub const OPT_SHOW_TRAMPOLINES: &str = "show-trampolines";
 
@@ -72,15 +79,57 @@ pub struct HookEntry {
     pub state: String,
     /// Install time, Unix nanoseconds.
     pub installed_ns: u64,
+    /// The function is variadic (its stack window is a configured size).
+    pub variadic: bool,
+    /// The hook stashes xmm0-xmm7.
+    pub xmm: bool,
+    /// The parameter list the hook was installed with, empty when none was given.
+    pub signature: String,
 }
 
-/// One stashed argument: `{"register": ..., "value": ...}` in `bt --json`.
+/// One stashed argument: an `args[]` element of `bt --json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
 pub struct Arg {
-    /// Register name (`rdi`, ...) or `stack+N` for a copied stack word.
+    /// Register name (`rdi`, `eax`, `xmm0`, ...) or `stack+N` for a copied stack word.
     pub register: String,
-    /// Its value.
+    /// Its value (for an xmm register, the low 64 bits).
     pub value: u64,
+    /// The high 64 bits of an xmm register, 0 otherwise.
+    pub value_high: u64,
+    /// The parameter it holds, if known (empty otherwise).
+    pub param: Param,
+}
+
+/// A named, typed argument: a `params[]` element of `bt --json` (unknown strings are empty).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, Type)]
+pub struct Param {
+    /// Parameter name.
+    pub name: String,
+    /// Type name.
+    pub type_name: String,
+    /// The value as gdb prints it (or `<optimized out>`).
+    pub display: String,
+    /// `stash`, `dwarf`, or empty when there is no value.
+    pub source: String,
+    /// The register (or `stack+N`) the value was stashed from.
+    pub register: String,
+    /// True when `value` holds the raw value.
+    pub has_value: bool,
+    /// The raw value, zero-extended (when `has_value`).
+    pub value: u64,
+}
+
+/// A function inlined at a frame's pc: an `inlined[]` element of `bt --json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct Inlined {
+    /// Function name, empty when unknown.
+    pub function: String,
+    /// Source file, empty when unknown.
+    pub file: String,
+    /// Source line, 0 when unknown.
+    pub line: u32,
+    /// Its arguments (from DWARF).
+    pub params: Vec<Param>,
 }
 
 /// One frame: a `frames[]` element of `bt --json` (absent strings are empty, absent addresses 0).
@@ -104,6 +153,18 @@ pub struct Frame {
     pub stash_frame: u64,
     /// Stashed arguments.
     pub args: Vec<Arg>,
+    /// The hooked function is variadic (its stack words are a configured window).
+    pub variadic: bool,
+    /// The function's name in DWARF, empty when unknown.
+    pub source_function: String,
+    /// Source file of the pc, empty when unknown.
+    pub file: String,
+    /// Source line, 0 when unknown.
+    pub line: u32,
+    /// Named, typed arguments (from DWARF or a signature).
+    pub params: Vec<Param>,
+    /// Functions inlined at the pc, innermost first.
+    pub inlined: Vec<Inlined>,
 }
 
 /// One thread: a `threads[]` element of `bt --json`.
@@ -385,10 +446,14 @@ mod tests {
 
     #[test]
     fn signatures_are_readable_structs() {
-        assert_eq!(Arg::SIGNATURE.to_string(), "(st)");
-        assert_eq!(Frame::SIGNATURE.to_string(), "(utstsbsta(st))");
-        assert_eq!(Thread::SIGNATURE.to_string(), "(ustsa(utstsbsta(st)))");
-        assert_eq!(HookEntry::SIGNATURE.to_string(), "(oussttuttuqst)");
+        let param = "(sssssbt)";
+        assert_eq!(Param::SIGNATURE.to_string(), param);
+        assert_eq!(Arg::SIGNATURE.to_string(), format!("(stt{param})"));
+        assert_eq!(Inlined::SIGNATURE.to_string(), format!("(ssua{param})"));
+        let frame = format!("(utstsbsta(stt{param})bssua{param}a(ssua{param}))");
+        assert_eq!(Frame::SIGNATURE.to_string(), frame);
+        assert_eq!(Thread::SIGNATURE.to_string(), format!("(ustsa{frame})"));
+        assert_eq!(HookEntry::SIGNATURE.to_string(), "(oussttuttuqstbbs)");
         assert_eq!(
             hook_path(42, 0x7f00, 3).as_str(),
             "/org/argstash/Injector1/hooks/p42_7f00_3"
