@@ -120,16 +120,44 @@ impl Shared {
         Ok(who)
     }
 
-    fn counts(&self) -> (u32, Vec<u32>) {
+    /// Active hooks and the processes that have them, counting only processes
+    /// `who` may trace (all of them for the daemon itself, `None`).
+    fn counts(&self, who: Option<Caller>) -> (u32, Vec<u32>) {
         let procs = lock(&self.procs);
-        let n = procs.values().map(|p| p.hooks.len() as u32).sum();
-        let mut pids: Vec<u32> = procs
-            .iter()
-            .filter(|(_, p)| !p.hooks.is_empty())
-            .map(|(pid, _)| *pid as u32)
-            .collect();
+        let mut n = 0;
+        let mut pids = Vec::new();
+        for (pid, p) in procs.iter().filter(|(_, p)| !p.hooks.is_empty()) {
+            if who.is_none_or(|w| may_trace(w, *pid).is_ok()) {
+                n += p.hooks.len() as u32;
+                pids.push(*pid as u32);
+            }
+        }
         pids.sort_unstable();
         (n, pids)
+    }
+
+    /// The caller of a property read (`None` when the daemon reads its own property).
+    async fn property_caller(&self, hdr: Option<Header<'_>>) -> zbus::fdo::Result<Option<Caller>> {
+        let Some(hdr) = hdr else {
+            return Ok(None);
+        };
+        self.caller(&hdr)
+            .await
+            .map(Some)
+            .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
+    }
+
+    /// Refuses a hook property read to a caller that may not trace the hooked process.
+    async fn may_read_hook(&self, hdr: Option<Header<'_>>, pid: i32) -> zbus::fdo::Result<()> {
+        match self.property_caller(hdr).await? {
+            Some(who) if who.uid != 0 => match may_trace(who, pid) {
+                Err(e) if e.kind() == Some(ErrorKind::AccessDenied) => {
+                    Err(zbus::fdo::Error::AccessDenied(e.to_string()))
+                }
+                _ => Ok(()),
+            },
+            _ => Ok(()),
+        }
     }
 
     fn write_hints(&self) {
@@ -150,8 +178,9 @@ impl Shared {
         {
             let m = iface.get().await;
             let e = iface.signal_emitter();
-            let _ = m.hook_count_changed(e).await;
-            let _ = m.pids_changed(e).await;
+            // Without values: each caller sees its own (filtered) values on Get.
+            let _ = m.hook_count_invalidate(e).await;
+            let _ = m.pids_invalidate(e).await;
         }
     }
 
@@ -701,16 +730,18 @@ impl Manager {
         env!("CARGO_PKG_VERSION").to_string()
     }
 
-    /// Active hooks in every tracked process.
-    #[zbus(property)]
-    async fn hook_count(&self) -> u32 {
-        self.shared.counts().0
+    /// Active hooks in the tracked processes the caller may trace.
+    #[zbus(property(emits_changed_signal = "invalidates"))]
+    async fn hook_count(&self, #[zbus(header)] hdr: Option<Header<'_>>) -> zbus::fdo::Result<u32> {
+        let who = self.shared.property_caller(hdr).await?;
+        Ok(self.shared.counts(who).0)
     }
 
-    /// Processes with active hooks.
-    #[zbus(property)]
-    async fn pids(&self) -> Vec<u32> {
-        self.shared.counts().1
+    /// Processes with active hooks that the caller may trace.
+    #[zbus(property(emits_changed_signal = "invalidates"))]
+    async fn pids(&self, #[zbus(header)] hdr: Option<Header<'_>>) -> zbus::fdo::Result<Vec<u32>> {
+        let who = self.shared.property_caller(hdr).await?;
+        Ok(self.shared.counts(who).1)
     }
 
     /// A hook object appeared.
@@ -756,37 +787,46 @@ impl Hook {
 
     /// Process id.
     #[zbus(property(emits_changed_signal = "const"))]
-    async fn pid(&self) -> u32 {
-        self.pid as u32
+    async fn pid(&self, #[zbus(header)] hdr: Option<Header<'_>>) -> zbus::fdo::Result<u32> {
+        self.shared.may_read_hook(hdr, self.pid).await?;
+        Ok(self.pid as u32)
     }
 
     /// Function name.
     #[zbus(property(emits_changed_signal = "const"))]
-    async fn function(&self) -> String {
-        self.info.name.clone()
+    async fn function(&self, #[zbus(header)] hdr: Option<Header<'_>>) -> zbus::fdo::Result<String> {
+        self.shared.may_read_hook(hdr, self.pid).await?;
+        Ok(self.info.name.clone())
     }
 
     /// Module path.
     #[zbus(property(emits_changed_signal = "const"))]
-    async fn module(&self) -> String {
-        self.info.module.clone()
+    async fn module(&self, #[zbus(header)] hdr: Option<Header<'_>>) -> zbus::fdo::Result<String> {
+        self.shared.may_read_hook(hdr, self.pid).await?;
+        Ok(self.info.module.clone())
     }
 
     /// Function entry address.
     #[zbus(property(emits_changed_signal = "const"))]
-    async fn address(&self) -> u64 {
-        self.info.function
+    async fn address(&self, #[zbus(header)] hdr: Option<Header<'_>>) -> zbus::fdo::Result<u64> {
+        self.shared.may_read_hook(hdr, self.pid).await?;
+        Ok(self.info.function)
     }
 
     /// `active` while the object exists (ejected hooks have no object).
     #[zbus(property(emits_changed_signal = "const"))]
-    async fn state(&self) -> String {
-        self.info.state.name().to_string()
+    async fn state(&self, #[zbus(header)] hdr: Option<Header<'_>>) -> zbus::fdo::Result<String> {
+        self.shared.may_read_hook(hdr, self.pid).await?;
+        Ok(self.info.state.name().to_string())
     }
 
     /// Install time, Unix nanoseconds.
     #[zbus(property(emits_changed_signal = "const"))]
-    async fn installed_at(&self) -> u64 {
-        self.info.installed_ns
+    async fn installed_at(
+        &self,
+        #[zbus(header)] hdr: Option<Header<'_>>,
+    ) -> zbus::fdo::Result<u64> {
+        self.shared.may_read_hook(hdr, self.pid).await?;
+        Ok(self.info.installed_ns)
     }
 }

@@ -371,6 +371,56 @@ fn other_uid_is_denied_root_targets_and_allowed_its_own() {
     );
     assert!(s.contains(&format!(" {} \"bar\"", own.pid())), "{s}");
     assert_eq!(bus.proxy().list_hooks(0).unwrap().len(), 2);
+
+    // Properties are answered per caller too: nobody counts and sees only its own
+    // process, and may not read the properties of root's hook object.
+    let get = |path: &str, iface: &str, prop: &str| {
+        bus.busctl_as_nobody(&["get-property", BUS_NAME, path, iface, prop])
+    };
+    let out = get(MANAGER_PATH, IFACE, "Pids");
+    assert_eq!(text(&out).trim(), format!("au 1 {}", own.pid()));
+    let out = get(MANAGER_PATH, IFACE, "HookCount");
+    assert_eq!(text(&out).trim(), "u 1");
+    assert_eq!(bus.proxy().hook_count().unwrap(), 2);
+    let mut root_pids = bus.proxy().pids().unwrap();
+    root_pids.sort_unstable();
+    let mut both = vec![root_target.pid() as u32, own.pid() as u32];
+    both.sort_unstable();
+    assert_eq!(root_pids, both);
+    let listed = bus.proxy().list_hooks(0).unwrap();
+    let path_of = |pid: i32| {
+        listed
+            .iter()
+            .find(|h| h.pid == pid as u32)
+            .map(|h| h.path.to_string())
+            .unwrap()
+    };
+    let hook_iface = argstash_dbus::HOOK_INTERFACE;
+    let out = get(&path_of(root_target.pid()), hook_iface, "Function");
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("Access denied") || text(&out).contains("may not trace"),
+        "{}",
+        text(&out)
+    );
+    // GetAll leaves out what the caller may not read (zbus drops failing getters).
+    let get_all = |pid: i32| {
+        bus.busctl_as_nobody(&[
+            "call",
+            BUS_NAME,
+            &path_of(pid),
+            "org.freedesktop.DBus.Properties",
+            "GetAll",
+            "s",
+            hook_iface,
+        ])
+    };
+    assert_eq!(text(&get_all(root_target.pid())).trim(), "a{sv} 0");
+    let own_all = text(&get_all(own.pid()));
+    assert!(own_all.starts_with("a{sv} 6 "), "{own_all}");
+    assert!(own_all.contains("\"Function\" s \"bar\""), "{own_all}");
+    let out = get(&path_of(own.pid()), hook_iface, "Function");
+    assert_eq!(text(&out).trim(), "s \"bar\"");
     let out = bus.busctl_as_nobody(&[
         "call",
         BUS_NAME,
