@@ -41,13 +41,26 @@ fn time(f: impl FnOnce()) -> Duration {
     t.elapsed()
 }
 
-fn rss_kib(pid: i32) -> u64 {
+/// A `/proc/PID/status` memory field (`VmRSS`, `RssAnon`, `RssFile`), KiB.
+fn status_kib(pid: i32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// `VmRSS` with its anonymous and file-backed parts: file pages (the modules'
+/// ELF files the daemon maps to read symbols and unwind tables) are shared with
+/// the page cache and between mappings of the same file, but each mapping counts.
+fn rss(pid: i32) -> String {
+    format!(
+        "{} KiB (anon {}, file {})",
+        status_kib(pid, "VmRSS"),
+        status_kib(pid, "RssAnon"),
+        status_kib(pid, "RssFile")
+    )
 }
 
 fn main() {
@@ -121,7 +134,8 @@ fn main() {
     row("Backtrace", &lib_bt, &bus_bt, &cli_bt);
     drop(t);
 
-    let base = rss_kib(bus.daemon_pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let base = rss(bus.daemon_pid());
     let targets: Vec<Target> = (0..50)
         .map(|_| Target::start("seed", Variant::O2G))
         .collect();
@@ -130,12 +144,19 @@ fn main() {
             .inject(t.pid() as u32, &["bar", "foo"], HashMap::new())
             .unwrap();
     }
+    // RSS at rest: the daemon frees evicted caches and trims its heap once calls pause.
+    let at_rest = || {
+        std::thread::sleep(Duration::from_secs(1));
+        rss(bus.daemon_pid())
+    };
+    let injected = at_rest();
     for t in &targets {
         proxy.backtrace(t.pid() as u32, 0, HashMap::new()).unwrap();
     }
     assert_eq!(proxy.hook_count().unwrap(), 100);
     println!(
-        "  argstashd RSS: {base} KiB idle, {} KiB with 50 hooked processes (100 hooks, one backtrace each)",
-        rss_kib(bus.daemon_pid())
+        "  argstashd RSS: idle {base}\n    after injecting into 50 processes (100 hooks): {injected}\n    \
+         after one backtrace of each: {}",
+        at_rest()
     );
 }

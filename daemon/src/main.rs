@@ -8,6 +8,7 @@
 mod auth;
 mod convert;
 mod hints;
+mod readers;
 mod service;
 mod worker;
 
@@ -19,6 +20,7 @@ use argstash_dbus::{BUS_NAME, MANAGER_PATH};
 use clap::Parser;
 use zbus::connection::Builder;
 
+use crate::readers::ReaderCache;
 use crate::service::{Manager, Shared};
 use crate::worker::Workers;
 
@@ -41,12 +43,21 @@ struct Args {
     /// How long a call waits for its target before failing with Busy, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     timeout_ms: u64,
+    /// How many processes' symbols and unwind tables to keep between Backtrace
+    /// calls (least recently used go first; 0 keeps none).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    reader_cache: usize,
+    /// Keep a module's debug info between calls only when its DWARF is at most
+    /// this many KiB; larger debug info is loaded again by each Backtrace.
+    #[arg(long, value_name = "KIB", default_value_t = 1024)]
+    debug_cache_kib: usize,
 }
 
 async fn serve(args: Args) -> Result<()> {
     let shared = Shared::new(
         Workers::new(Duration::from_millis(args.timeout_ms)),
         args.state_dir.clone(),
+        ReaderCache::new(args.reader_cache, args.debug_cache_kib.saturating_mul(1024)),
     );
     let builder = if let Some(addr) = &args.address {
         Builder::address(addr.as_str()).with_context(|| format!("bad bus address {addr}"))?
@@ -83,6 +94,16 @@ async fn serve(args: Args) -> Result<()> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    // The daemon lives long and parses large files now and then (debug info), so
+    // keep its heap from holding on to them: one glibc arena per worker thread
+    // (one thread per target pid) would keep each thread's freed memory apart,
+    // and a fixed mmap threshold (glibc raises it after each large free) makes
+    // large buffers separate mappings that go back to the system when freed.
+    // SAFETY: mallopt only sets glibc allocator parameters; no thread runs yet.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
     match zbus::block_on(serve(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -12,7 +12,7 @@ use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_ST
 use async_io::{Async, Timer};
 use futures_lite::future;
 use injector::args::{parse_params, split_signature, Signature};
-use injector::backtrace::{Backtrace, BacktraceOptions, ProcessReader};
+use injector::backtrace::BacktraceOptions;
 use injector::hooks::{eject, install_with_signatures, list, EjectWhat, HookInfo, InstallOptions};
 use injector::session::SessionError;
 use injector::symbols::FuncSpec;
@@ -26,6 +26,7 @@ use zbus::{interface, Connection};
 use crate::auth::{caller, may_trace, Caller};
 use crate::convert;
 use crate::hints;
+use crate::readers::ReaderCache;
 use crate::worker::Workers;
 
 /// How often a watcher checks that its process still has its arenas (exec).
@@ -53,6 +54,8 @@ pub struct Shared {
     dbus: OnceLock<DBusProxy<'static>>,
     /// Identities of callers by unique name (a unique name is never reused on a bus).
     callers: Mutex<HashMap<String, Caller>>,
+    /// Readers reused by `Backtrace`.
+    pub readers: ReaderCache,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -69,7 +72,7 @@ fn pid_arg(pid: u32) -> Result<i32, Error> {
 
 impl Shared {
     /// No processes known yet; hints go to `state_dir`.
-    pub fn new(workers: Workers, state_dir: PathBuf) -> Arc<Shared> {
+    pub fn new(workers: Workers, state_dir: PathBuf, readers: ReaderCache) -> Arc<Shared> {
         Arc::new(Shared {
             workers,
             procs: Mutex::new(HashMap::new()),
@@ -77,6 +80,7 @@ impl Shared {
             state_dir,
             dbus: OnceLock::new(),
             callers: Mutex::new(HashMap::new()),
+            readers,
         })
     }
 
@@ -407,31 +411,6 @@ impl Shared {
     }
 }
 
-thread_local! {
-    // Parsed symbols and unwind tables of the process this worker thread serves,
-    // keyed by its start time; the reader revalidates them on every call and the
-    // cache ends with the (idle-timed) worker thread.
-    static READER: std::cell::RefCell<Option<(Option<u64>, ProcessReader)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// A backtrace through this worker thread's cached reader for `pid`.
-fn cached_backtrace(
-    pid: i32,
-    start: Option<u64>,
-    opts: &BacktraceOptions,
-) -> Result<Backtrace, injector::Error> {
-    READER.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let fresh = !matches!(&*slot, Some((s, r)) if *s == start && r.pid() == pid);
-        if fresh {
-            *slot = Some((start, ProcessReader::new(pid)));
-        }
-        let (_, reader) = slot.as_mut().expect("set above");
-        reader.backtrace(opts)
-    })
-}
-
 /// Fails when `pid` is no longer the process that was authorised (it exited, or the pid was reused).
 fn same_process(pid: i32, start: Option<u64>) -> Result<(), injector::Error> {
     if hints::start_time(pid) == start && start.is_some() {
@@ -712,12 +691,13 @@ impl Manager {
         let pid = pid_arg(pid)?;
         let start = self.shared.authorize(&hdr, pid).await?;
         let opts = backtrace_options(tid, &options)?;
+        let shared = self.shared.clone();
         let bt = self
             .shared
             .workers
             .run(pid, "Backtrace", move || {
                 same_process(pid, start)?;
-                cached_backtrace(pid, start, &opts)
+                shared.readers.backtrace(pid, start, &opts)
             })
             .await?
             .map_err(convert::error)?;

@@ -254,6 +254,17 @@ impl Unwind {
         )
     }
 
+    /// Takes out the loaded debug info of every module holding more than
+    /// `max_bytes` of DWARF (it is loaded again when next needed). The caller
+    /// decides where to drop it: freeing a large module's DWARF takes milliseconds.
+    pub fn take_debug_over(&mut self, max_bytes: usize) -> Vec<ModuleDebug> {
+        self.debug
+            .iter_mut()
+            .filter(|cell| cell.get().is_some_and(|d| d.dwarf_bytes() > max_bytes))
+            .filter_map(OnceCell::take)
+            .collect()
+    }
+
     /// Problems met while loading debug info so far (e.g. a debug file of another build).
     pub fn debug_warnings(&self) -> Vec<String> {
         self.debug
@@ -771,6 +782,14 @@ impl ProcessReader {
     /// The process this reader serves.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// Takes out the loaded debug info of modules with more than `max_bytes` of
+    /// DWARF (a long-lived caller's memory bound; symbols and unwind tables stay).
+    pub fn take_debug_over(&mut self, max_bytes: usize) -> Vec<ModuleDebug> {
+        self.unwind
+            .as_mut()
+            .map_or_else(Vec::new, |u| u.take_debug_over(max_bytes))
     }
 
     /// Takes a backtrace, reusing the cached symbols when they are still valid.

@@ -414,6 +414,8 @@ pub struct ModuleDebug {
 
 struct DwarfData {
     context: addr2line::Context<DwarfReader>,
+    /// Bytes of the DWARF sections held (decompressed).
+    section_bytes: usize,
 }
 
 /// One source-level frame at a pc: a function, possibly inlined into the next one.
@@ -521,6 +523,12 @@ impl ModuleDebug {
     /// True when DWARF was found.
     pub fn has_dwarf(&self) -> bool {
         self.dwarf.is_some()
+    }
+
+    /// Bytes of DWARF section data this module holds in memory (0 without DWARF);
+    /// the parsed units and line tables add to it as they are queried.
+    pub fn dwarf_bytes(&self) -> usize {
+        self.dwarf.as_ref().map_or(0, |d| d.section_bytes)
     }
 
     /// The MiniDebugInfo function symbol covering runtime address `pc`.
@@ -744,9 +752,17 @@ fn load_dwarf(file: &ElfSections) -> Result<DwarfData, DebugInfoError> {
         path: file.path.clone(),
         source,
     };
+    let section_bytes = sections
+        .iter()
+        .filter(|(n, _)| n.starts_with(".debug_"))
+        .map(|(_, d)| d.len())
+        .sum();
     let dwarf = gimli::Dwarf::load(load).map_err(dwarf_err)?;
     let context = addr2line::Context::from_dwarf(dwarf).map_err(dwarf_err)?;
-    Ok(DwarfData { context })
+    Ok(DwarfData {
+        context,
+        section_bytes,
+    })
 }
 
 /// Function symbols from a module's MiniDebugInfo, at runtime addresses, sorted.
