@@ -8,6 +8,14 @@
 //! `eax`/`edx`/`ecx` and copied stack words become the hooked frame's arguments,
 //! the stack words labelled by their offset from the entry `esp` (`stack+4` is the
 //! first cdecl argument). The output types are those of [`crate::backtrace`].
+//!
+//! Modules with DWARF name their frames (source function, file, line, inlined
+//! calls) like the x86-64 reader, and hooked frames' stashed words become named,
+//! typed arguments where the parameters' entry places can be decided
+//! ([`crate::args_i386`]); otherwise they stay positional.
+
+use std::cell::OnceCell;
+use std::path::Path;
 
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, ParsedEhFrameHdr, Register,
@@ -18,10 +26,13 @@ use trampolines::i386::{StashFrame, StashLayout, STASHED_REGS};
 use trampolines::i386::{EPILOGUE_POP_EAX, MAX_STACK_WORDS};
 
 use crate::arena::discover;
+use crate::args::FrameState;
+use crate::args_i386::stashed_values_i386;
 use crate::backtrace::{
-    hook_at, stack_range, symbolize, thread_ids, Backtrace, BacktraceOptions, Frame, FrameKind,
-    StackSnapshot, StashedArgs, ThreadBacktrace, MAX_FRAMES,
+    add_source, hook_at, stack_range, symbolize, thread_ids, Backtrace, BacktraceOptions, Frame,
+    FrameKind, StackSnapshot, StashedArgs, ThreadBacktrace, MAX_FRAMES,
 };
+use crate::debuginfo::{DebugSearch, ModuleDebug};
 use crate::error::Error;
 use crate::maps::read_maps;
 use crate::memory::{Memory, ProcessMemory};
@@ -128,6 +139,9 @@ pub struct Unwind32 {
     modules: Vec<ModuleCfi>,
     symbols: ProcessSymbols,
     arenas: Vec<Arena>,
+    /// Debug info per module (same order as `symbols.modules`), loaded on first use.
+    debug: Vec<OnceCell<ModuleDebug>>,
+    search: DebugSearch,
 }
 
 impl Unwind32 {
@@ -160,10 +174,57 @@ impl Unwind32 {
                 })
             })
             .collect();
+        let debug = symbols.modules.iter().map(|_| OnceCell::new()).collect();
         Unwind32 {
             modules,
             symbols,
             arenas,
+            debug,
+            search: DebugSearch::default(),
+        }
+    }
+
+    /// Sets where separate debug files are looked for (before any is loaded).
+    pub fn set_debug_search(&mut self, search: DebugSearch) {
+        self.search = search;
+        self.debug = self.symbols.modules.iter().map(|_| OnceCell::new()).collect();
+    }
+
+    /// The debug info of the module containing runtime address `addr`, loaded on first use.
+    fn debug_for(&self, addr: u64) -> Option<&ModuleDebug> {
+        let i = self
+            .symbols
+            .modules
+            .iter()
+            .position(|m| m.range.contains(&addr))?;
+        let m = &self.symbols.modules[i];
+        if !m.path.starts_with('/') {
+            return None;
+        }
+        Some(
+            self.debug
+                .get(i)?
+                .get_or_init(|| ModuleDebug::load(Path::new(&m.path), m.bias, &self.search)),
+        )
+    }
+
+    /// Adds source locations, inlined calls and named arguments to unwound frames.
+    fn annotate(&self, frames: &mut [Frame], states: &[Option<FrameState>], mem: &dyn Memory) {
+        for (f, st) in frames.iter_mut().zip(states) {
+            let Some(st) = st else { continue };
+            let physical = add_source(f, self.debug_for(st.pc), st, mem);
+            let info = physical.as_ref().and_then(|p| p.info.as_ref());
+            f.args = match (&f.stash, info) {
+                (Some(stash), Some(i)) => {
+                    let entry = match stash.function {
+                        0 => i.entry.unwrap_or(0),
+                        e => e,
+                    };
+                    stashed_values_i386(i, entry, &stash.registers, mem).unwrap_or_default()
+                }
+                (None, Some(i)) => crate::args::dwarf_values(i, &i.frame_base, st, mem),
+                _ => Vec::new(),
+            };
         }
     }
 
@@ -221,18 +282,35 @@ impl Unwind32 {
         })
     }
 
-    /// Unwinds one thread from its registers, reading memory from `mem`.
+    /// Unwinds one thread from its registers, reading memory from `mem`, then adds
+    /// source lines and named arguments from DWARF.
     pub fn unwind(
         &self,
         start: Regs32,
         mem: &dyn Memory,
         show_trampolines: bool,
     ) -> (Vec<Frame>, Option<String>) {
+        let mut states = Vec::new();
+        let (mut frames, truncated) = self.unwind_frames(start, mem, show_trampolines, &mut states);
+        self.annotate(&mut frames, &states, mem);
+        (frames, truncated)
+    }
+
+    /// Unwinds one thread; `states` gets, per frame, what DWARF evaluation needs
+    /// (`None` for trampoline frames).
+    fn unwind_frames(
+        &self,
+        start: Regs32,
+        mem: &dyn Memory,
+        show_trampolines: bool,
+        states: &mut Vec<Option<FrameState>>,
+    ) -> (Vec<Frame>, Option<String>) {
         let mut frames: Vec<Frame> = Vec::new();
         let mut regs = start;
         for depth in 0..MAX_FRAMES {
             let pc = u64::from(regs.eip);
             let first = depth == 0;
+            let shown_before = states.len();
             let lookup = if first { pc } else { pc.wrapping_sub(1) };
             let next = if let Some(hook) = self.hook_at(pc).filter(|h| h.in_trampoline(pc)) {
                 let step = if !first && pc == hook.after_call() {
@@ -280,6 +358,7 @@ impl Unwind32 {
                         f.module = Some(hook.module.clone());
                     }
                     frames.push(f);
+                    states.push(None);
                 }
                 step
             } else if let Some(hook) = self.hook_at(pc).filter(|h| h.in_relocated(pc)) {
@@ -288,11 +367,19 @@ impl Unwind32 {
                 let mut f = self.symbolize(orig, orig, FrameKind::Relocated);
                 f.pc = pc;
                 frames.push(f);
+                states.push(Some(frame_state(orig, &regs)));
                 self.step_normal(orig, &regs, mem)
             } else {
                 frames.push(self.symbolize(pc, lookup, FrameKind::Normal));
+                states.push(Some(frame_state(lookup, &regs)));
                 self.step_normal(lookup, &regs, mem)
             };
+            if let (Some(next), true) = (&next, states.len() > shown_before) {
+                // The frame's CFA is its caller's stack pointer.
+                if let Some(Some(st)) = states.last_mut() {
+                    st.cfa = Some(u64::from(next.esp));
+                }
+            }
             let Some(next) = next else {
                 return (frames, None);
             };
@@ -324,6 +411,19 @@ impl Unwind32 {
     }
 }
 
+/// What DWARF evaluation knows of an i386 frame at lookup pc `pc` (by i386
+/// DWARF register number: esp 4, ebp 5, eip 8); the CFA is set once stepped.
+fn frame_state(pc: u64, regs: &Regs32) -> FrameState {
+    let mut st = FrameState {
+        pc,
+        ..FrameState::default()
+    };
+    st.regs[4] = Some(u64::from(regs.esp));
+    st.regs[5] = Some(u64::from(regs.ebp));
+    st.regs[8] = Some(u64::from(regs.eip));
+    st
+}
+
 /// The arguments of an i386 stash frame: `eax`, `edx`, `ecx`, then the stack words by offset.
 fn stashed_args(frame: &StashFrame, function: u64) -> StashedArgs {
     let mut registers: Vec<(&'static str, u64)> = STASHED_REGS
@@ -348,12 +448,22 @@ fn stashed_args(frame: &StashFrame, function: u64) -> StashedArgs {
 
 /// Takes a backtrace of every thread (or one) of a live 32-bit process.
 pub fn backtrace(pid: i32, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
+    backtrace_with_search(pid, opts, &DebugSearch::default())
+}
+
+/// Like [`backtrace`], looking for separate debug files as `search` says.
+pub fn backtrace_with_search(
+    pid: i32,
+    opts: &BacktraceOptions,
+    search: &DebugSearch,
+) -> Result<Backtrace, Error> {
     let maps = read_maps(pid).map_err(|source| Error::Proc {
         path: format!("/proc/{pid}/maps"),
         source,
     })?;
     let mem = ProcessMemory::open(pid)?;
-    let unwind = Unwind32::new(ProcessSymbols::load(pid, &maps)?, discover(&maps, &mem)?);
+    let mut unwind = Unwind32::new(ProcessSymbols::load(pid, &maps)?, discover(&maps, &mem)?);
+    unwind.set_debug_search(search.clone());
     let tids = match opts.tid {
         Some(t) => {
             if !thread_ids(pid)?.contains(&t) {
