@@ -236,23 +236,37 @@ impl Unwind32 {
         symbolize(&self.symbols, pc, lookup, kind)
     }
 
-    /// Steps an ordinary frame: CFI of the module holding `lookup`, else the `ebp` chain.
-    fn step_normal(&self, lookup: u64, regs: &Regs32, mem: &dyn Memory) -> Option<Regs32> {
-        let by_cfi = self
-            .modules
+    /// Steps an ordinary frame: CFI of the module holding `lookup`, else the `ebp`
+    /// chain; says whether CFI stepped it (so its CFA and restored registers are
+    /// exact) rather than the `ebp` chain (a guess).
+    fn step_normal(
+        &self,
+        lookup: u64,
+        regs: &Regs32,
+        mem: &dyn Memory,
+    ) -> Option<(Regs32, bool)> {
+        if let Some(r) = self.step_by_cfi(lookup, regs, mem) {
+            return Some((r, true));
+        }
+        self.step_by_ebp(regs, mem).map(|r| (r, false))
+    }
+
+    fn step_by_cfi(&self, lookup: u64, regs: &Regs32, mem: &dyn Memory) -> Option<Regs32> {
+        self.modules
             .iter()
             .find(|m| m.range.contains(&lookup))
-            .and_then(|m| m.step(lookup, regs, mem));
-        by_cfi.or_else(|| {
-            if regs.ebp == 0 {
-                return None;
-            }
-            let bp = u64::from(regs.ebp);
-            Some(Regs32 {
-                eip: read_u32(mem, bp + 4)?,
-                esp: regs.ebp.wrapping_add(8),
-                ebp: read_u32(mem, bp)?,
-            })
+            .and_then(|m| m.step(lookup, regs, mem))
+    }
+
+    fn step_by_ebp(&self, regs: &Regs32, mem: &dyn Memory) -> Option<Regs32> {
+        if regs.ebp == 0 {
+            return None;
+        }
+        let bp = u64::from(regs.ebp);
+        Some(Regs32 {
+            eip: read_u32(mem, bp + 4)?,
+            esp: regs.ebp.wrapping_add(8),
+            ebp: read_u32(mem, bp)?,
         })
     }
 
@@ -307,6 +321,8 @@ impl Unwind32 {
     ) -> (Vec<Frame>, Option<String>) {
         let mut frames: Vec<Frame> = Vec::new();
         let mut regs = start;
+        // The registers of the frame at hand are exact (live, or restored by CFI).
+        let mut regs_exact = true;
         for depth in 0..MAX_FRAMES {
             let pc = u64::from(regs.eip);
             let first = depth == 0;
@@ -334,13 +350,16 @@ impl Unwind32 {
                     if let Some(callee) = frames.last_mut() {
                         callee.stash = Some(stashed_args(&frame, hook.function));
                     }
-                    Some(Regs32 {
-                        eip: frame.return_address,
-                        esp: frame.caller_sp() as u32,
-                        ebp: frame.saved_ebp,
-                    })
+                    Some((
+                        Regs32 {
+                            eip: frame.return_address,
+                            esp: frame.caller_sp() as u32,
+                            ebp: frame.saved_ebp,
+                        },
+                        true,
+                    ))
                 } else {
-                    Self::step_in_trampoline(hook, &regs, mem)
+                    Self::step_in_trampoline(hook, &regs, mem).map(|r| (r, false))
                 };
                 if show_trampolines || first {
                     let mut f = Frame {
@@ -367,19 +386,25 @@ impl Unwind32 {
                 let mut f = self.symbolize(orig, orig, FrameKind::Relocated);
                 f.pc = pc;
                 frames.push(f);
-                states.push(Some(frame_state(orig, &regs)));
+                states.push(Some(frame_state(orig, &regs, regs_exact)));
                 self.step_normal(orig, &regs, mem)
             } else {
                 frames.push(self.symbolize(pc, lookup, FrameKind::Normal));
-                states.push(Some(frame_state(lookup, &regs)));
+                states.push(Some(frame_state(lookup, &regs, regs_exact)));
                 self.step_normal(lookup, &regs, mem)
             };
+            // Exact: stepped by CFI, or out of a stash frame (registers at known places).
+            let (next, exact) = match next {
+                Some((r, exact)) => (Some(r), exact),
+                None => (None, false),
+            };
             if let (Some(next), true) = (&next, states.len() > shown_before) {
-                // The frame's CFA is its caller's stack pointer.
+                // The frame's CFA is its caller's stack pointer, when CFI said so.
                 if let Some(Some(st)) = states.last_mut() {
-                    st.cfa = Some(u64::from(next.esp));
+                    st.cfa = (exact && regs_exact).then_some(u64::from(next.esp));
                 }
             }
+            regs_exact = exact;
             let Some(next) = next else {
                 return (frames, None);
             };
@@ -413,13 +438,16 @@ impl Unwind32 {
 
 /// What DWARF evaluation knows of an i386 frame at lookup pc `pc` (by i386
 /// DWARF register number: esp 4, ebp 5, eip 8); the CFA is set once stepped.
-fn frame_state(pc: u64, regs: &Regs32) -> FrameState {
+/// Registers that were only guessed (stepped by the `ebp` chain) are left unknown.
+fn frame_state(pc: u64, regs: &Regs32, exact: bool) -> FrameState {
     let mut st = FrameState {
         pc,
         ..FrameState::default()
     };
-    st.regs[4] = Some(u64::from(regs.esp));
-    st.regs[5] = Some(u64::from(regs.ebp));
+    if exact {
+        st.regs[4] = Some(u64::from(regs.esp));
+        st.regs[5] = Some(u64::from(regs.ebp));
+    }
     st.regs[8] = Some(u64::from(regs.eip));
     st
 }
