@@ -174,7 +174,69 @@ pub fn stashed_values_i386(
     stash: &[(&'static str, u64)],
     mem: &dyn Memory,
 ) -> Option<Vec<ArgValue>> {
-    let places = places(info, entry)?;
+    values(info, places(info, entry)?, stash, mem)
+}
+
+/// Values of the parameters of a user-given signature (`info`, as parsed for
+/// x86-64: its types are resized for i386 here), in cdecl order from `stash`;
+/// `None` when a type's size is unknown (a struct by value without members).
+pub fn signature_values_i386(
+    info: &FunctionInfo,
+    stash: &[(&'static str, u64)],
+    mem: &dyn Memory,
+) -> Option<Vec<ArgValue>> {
+    let mut info = info.clone();
+    for p in &mut info.params {
+        ilp32(&mut p.ty);
+    }
+    let mut next = 4;
+    let mut places = Vec::new();
+    for p in &info.params {
+        if p.ty.size == 0 {
+            return None;
+        }
+        places.push(vec![(Part::Stack(next), p.ty.size)]);
+        next += p.ty.size.div_ceil(4) * 4;
+    }
+    values(&info, places, stash, mem)
+}
+
+/// Resizes a type parsed with x86-64 sizes to i386's (ILP32): pointers, `long`
+/// and the pointer-sized typedefs take 4 bytes, `long double` 12.
+fn ilp32(ty: &mut TypeDesc) {
+    let bare = ty
+        .name
+        .trim_start_matches("const ")
+        .trim_start_matches("volatile ");
+    match &mut ty.kind {
+        TypeKind::Pointer(_) => ty.size = 4,
+        TypeKind::Signed | TypeKind::Unsigned
+            if matches!(
+                bare,
+                "long"
+                    | "unsigned long"
+                    | "size_t"
+                    | "ssize_t"
+                    | "uintptr_t"
+                    | "intptr_t"
+                    | "ptrdiff_t"
+                    | "off_t"
+            ) =>
+        {
+            ty.size = 4
+        }
+        TypeKind::Float if ty.size == 16 => ty.size = 12,
+        _ => {}
+    }
+}
+
+/// The values of `info`'s parameters at `places` in the stash.
+fn values(
+    info: &FunctionInfo,
+    places: Vec<Vec<(Part, u64)>>,
+    stash: &[(&'static str, u64)],
+    mem: &dyn Memory,
+) -> Option<Vec<ArgValue>> {
     let word_at = |offset: u64| {
         stash
             .iter()
@@ -356,6 +418,24 @@ mod tests {
         // A stack word off its cdecl offset (fastcall) stops cdecl guesses.
         let f = info(vec![int("a", 4, vec![]), int("b", 4, fbreg(0))]);
         assert!(stashed_values_i386(&f, 0x1000, &STASH, &NoMemory).is_none());
+    }
+
+    #[test]
+    fn signatures_take_cdecl_words_with_i386_sizes() {
+        let sig = crate::args::parse_params("long n, long long big, unsigned char c").unwrap();
+        let v = signature_values_i386(&sig.to_function_info(None), &STASH, &NoMemory).unwrap();
+        let shown: Vec<_> = v.iter().map(|a| (a.display.as_str(), a.register.clone())).collect();
+        assert_eq!(
+            shown,
+            [
+                ("10", Some("stack+4".into())),
+                ("-2", Some("stack+8".into())),
+                (
+                    "<on the stack at +16, not copied: inject with --stack-args 4>",
+                    Some("stack+16".into())
+                )
+            ]
+        );
     }
 
     #[test]

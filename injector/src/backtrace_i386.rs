@@ -27,7 +27,7 @@ use trampolines::i386::{EPILOGUE_POP_EAX, MAX_STACK_WORDS};
 
 use crate::arena::discover;
 use crate::args::FrameState;
-use crate::args_i386::stashed_values_i386;
+use crate::args_i386::{signature_values_i386, stashed_values_i386};
 use crate::backtrace::{
     add_source, hook_at, stack_range, symbolize, thread_ids, Backtrace, BacktraceOptions, Frame,
     FrameKind, StackSnapshot, StashedArgs, ThreadBacktrace, MAX_FRAMES,
@@ -208,6 +208,15 @@ impl Unwind32 {
         )
     }
 
+    /// The user-given signature stored with the hook of the function at `entry`.
+    fn hook_signature(&self, entry: u64) -> Option<&str> {
+        self.arenas.iter().find_map(|a| {
+            a.hooks()
+                .find(|(_, r)| r.function == entry)
+                .and_then(|(slot, _)| a.signature(slot))
+        })
+    }
+
     /// Adds source locations, inlined calls and named arguments to unwound frames.
     fn annotate(&self, frames: &mut [Frame], states: &[Option<FrameState>], mem: &dyn Memory) {
         for (f, st) in frames.iter_mut().zip(states) {
@@ -222,8 +231,15 @@ impl Unwind32 {
                     };
                     stashed_values_i386(i, entry, &stash.registers, mem).unwrap_or_default()
                 }
+                (Some(stash), None) => self
+                    .hook_signature(stash.function)
+                    .and_then(|sig| crate::args::parse_params(sig).ok())
+                    .and_then(|sig| {
+                        signature_values_i386(&sig.to_function_info(None), &stash.registers, mem)
+                    })
+                    .unwrap_or_default(),
                 (None, Some(i)) => crate::args::dwarf_values(i, &i.frame_base, st, mem),
-                _ => Vec::new(),
+                (None, None) => Vec::new(),
             };
         }
     }

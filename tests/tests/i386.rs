@@ -417,23 +417,29 @@ fn dwarf32_expected(function: &str) -> Vec<(&'static str, &'static str, u64)> {
     }
 }
 
-/// Starts `dwarf32` built as `variant`, hooks its three functions and returns
-/// each one's hooked frame from `bt --json` (waiting until it is on the stack).
-fn dwarf32_frames(variant: Variant) -> (Target, Vec<(&'static str, serde_json::Value)>) {
+/// The three hooked functions of `dwarf32.c`.
+const DWARF32_FUNCTIONS: [&str; 3] = ["mixed_cdecl", "reg_three", "fast_two"];
+
+/// Starts `dwarf32` built as `variant`, hooks `specs` (`--func` values) and
+/// returns each one's hooked frame from `bt --json` (waiting until it is on the stack).
+fn dwarf32_frames(
+    variant: Variant,
+    specs: &[&'static str],
+) -> (Target, Vec<(&'static str, serde_json::Value)>) {
     let exe = build("dwarf32", variant);
     let a = DWARF32_A.to_string();
     let b = DWARF32_B.to_string();
     let d = DWARF32_D.to_string();
     let mut t = Target::spawn_with_args(&exe, &[&a, &b, DWARF32_S, &d]);
     let p = t.pid().to_string();
-    let functions = ["mixed_cdecl", "reg_three", "fast_two"];
     let mut args = vec!["inject", "--pid", &p];
-    for f in functions {
+    for f in specs {
         args.extend(["--func", f]);
     }
     run_ok(&args);
     let mut frames = Vec::new();
-    for function in functions {
+    for spec in specs {
+        let function = spec.split('(').next().unwrap();
         let bt = wait_bt(t.pid(), None, E2E_TIMEOUT, |bt| {
             bt_thread(bt, t.pid())
                 .and_then(|th| frame_named(th, function))
@@ -488,7 +494,7 @@ fn o2_i386_frames_show_named_typed_arguments_and_source_lines() {
         return;
     }
     let variant = Variant::new(Opt::O2g, true).with_flags(M32);
-    let (mut t, frames) = dwarf32_frames(variant);
+    let (mut t, frames) = dwarf32_frames(variant, &DWARF32_FUNCTIONS);
     for (function, frame) in &frames {
         assert_source(variant, function, frame);
         assert_named(variant, function, frame);
@@ -519,7 +525,7 @@ fn o0_i386_frames_name_only_what_dwarf_decides() {
         return;
     }
     let variant = Variant::new(Opt::O0g, true).with_flags(M32);
-    let (mut t, frames) = dwarf32_frames(variant);
+    let (mut t, frames) = dwarf32_frames(variant, &DWARF32_FUNCTIONS);
     for (function, frame) in &frames {
         assert_source(variant, function, frame);
         if *function == "mixed_cdecl" {
@@ -550,7 +556,7 @@ fn stripped_i386_frames_stay_positional() {
         return;
     }
     let variant = Variant::new(Opt::O2, true).with_flags(M32);
-    let (mut t, frames) = dwarf32_frames(variant);
+    let (mut t, frames) = dwarf32_frames(variant, &DWARF32_FUNCTIONS);
     for (function, frame) in &frames {
         assert_eq!(frame["params"], serde_json::json!([]), "{variant}: {frame:#}");
         assert!(frame["file"].is_null(), "{variant}: {frame:#}");
@@ -566,5 +572,19 @@ fn stripped_i386_frames_stay_positional() {
             );
         }
     }
+    t.assert_healthy();
+}
+
+#[test]
+fn stripped_i386_frames_take_names_from_a_user_signature_in_cdecl_order() {
+    if !m32_available() {
+        return;
+    }
+    let variant = Variant::new(Opt::O2, true).with_flags(M32);
+    let spec = "mixed_cdecl(int a, long long b, double d, const char *s)";
+    let (mut t, frames) = dwarf32_frames(variant, &[spec]);
+    let (function, frame) = &frames[0];
+    assert!(frame["file"].is_null(), "{variant}: {frame:#}");
+    assert_named(variant, function, frame);
     t.assert_healthy();
 }
