@@ -40,12 +40,7 @@ enum EntryPlace {
 }
 
 /// The place of a value described by `expr` at the entry pc, where the frame base is `fb`.
-fn entry_place(
-    expr: &[u8],
-    fb: Option<&[u8]>,
-    size: u64,
-    encoding: gimli::Encoding,
-) -> EntryPlace {
+fn entry_place(expr: &[u8], fb: Option<&[u8]>, size: u64, encoding: gimli::Encoding) -> EntryPlace {
     let cfa_based = fb == Some([gimli::DW_OP_call_frame_cfa.0].as_slice());
     let mut ops = gimli::Expression(DwarfReader::new(
         std::sync::Arc::from(expr),
@@ -245,7 +240,10 @@ fn values(
     };
     let reg = |n: u16| {
         let name = STASHED.iter().find(|(r, _)| *r == n)?.1;
-        stash.iter().find(|(l, _)| *l == name).map(|(_, v)| (name, *v as u32))
+        stash
+            .iter()
+            .find(|(l, _)| *l == name)
+            .map(|(_, v)| (name, *v as u32))
     };
     let mut out = Vec::new();
     for (p, parts) in info.params.iter().zip(places) {
@@ -286,8 +284,9 @@ fn values(
         arg.register = Some(labels.join(":"));
         match missing {
             Some((at, words)) => {
-                arg.display =
-                    format!("<on the stack at +{at}, not copied: inject with --stack-args {words}>");
+                arg.display = format!(
+                    "<on the stack at +{at}, not copied: inject with --stack-args {words}>"
+                );
             }
             None => {
                 arg.display = format_value(&p.ty, &bytes, mem);
@@ -386,7 +385,10 @@ mod tests {
             int("c", 4, fbreg(0)),
         ]);
         let v = stashed_values_i386(&f, 0x1000, &STASH, &NoMemory).unwrap();
-        let shown: Vec<_> = v.iter().map(|a| (a.display.as_str(), a.register.clone())).collect();
+        let shown: Vec<_> = v
+            .iter()
+            .map(|a| (a.display.as_str(), a.register.clone()))
+            .collect();
         assert_eq!(
             shown,
             [
@@ -408,7 +410,10 @@ mod tests {
         let v = stashed_values_i386(&f, 0x1000, &STASH, &NoMemory).unwrap();
         assert_eq!(v[1].display, "-2");
         assert_eq!(v[1].register.as_deref(), Some("stack+8"));
-        assert_eq!(v[2].display, "<on the stack at +16, not copied: inject with --stack-args 4>");
+        assert_eq!(
+            v[2].display,
+            "<on the stack at +16, not copied: inject with --stack-args 4>"
+        );
         // Nothing after `b` proves where it was: not decided.
         let f = info(vec![int("a", 4, fbreg(0)), int("b", 8, vec![])]);
         assert!(stashed_values_i386(&f, 0x1000, &STASH, &NoMemory).is_none());
@@ -424,7 +429,10 @@ mod tests {
     fn signatures_take_cdecl_words_with_i386_sizes() {
         let sig = crate::args::parse_params("long n, long long big, unsigned char c").unwrap();
         let v = signature_values_i386(&sig.to_function_info(None), &STASH, &NoMemory).unwrap();
-        let shown: Vec<_> = v.iter().map(|a| (a.display.as_str(), a.register.clone())).collect();
+        let shown: Vec<_> = v
+            .iter()
+            .map(|a| (a.display.as_str(), a.register.clone()))
+            .collect();
         assert_eq!(
             shown,
             [

@@ -187,7 +187,12 @@ impl Unwind32 {
     /// Sets where separate debug files are looked for (before any is loaded).
     pub fn set_debug_search(&mut self, search: DebugSearch) {
         self.search = search;
-        self.debug = self.symbols.modules.iter().map(|_| OnceCell::new()).collect();
+        self.debug = self
+            .symbols
+            .modules
+            .iter()
+            .map(|_| OnceCell::new())
+            .collect();
     }
 
     /// The debug info of the module containing runtime address `addr`, loaded on first use.
@@ -255,12 +260,7 @@ impl Unwind32 {
     /// Steps an ordinary frame: CFI of the module holding `lookup`, else the `ebp`
     /// chain; says whether CFI stepped it (so its CFA and restored registers are
     /// exact) rather than the `ebp` chain (a guess).
-    fn step_normal(
-        &self,
-        lookup: u64,
-        regs: &Regs32,
-        mem: &dyn Memory,
-    ) -> Option<(Regs32, bool)> {
+    fn step_normal(&self, lookup: u64, regs: &Regs32, mem: &dyn Memory) -> Option<(Regs32, bool)> {
         if let Some(r) = self.step_by_cfi(lookup, regs, mem) {
             return Some((r, true));
         }

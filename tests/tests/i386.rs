@@ -412,7 +412,11 @@ fn dwarf32_expected(function: &str) -> Vec<(&'static str, &'static str, u64)> {
             ("c", "ecx", a + 2),
             ("d", "stack+4", a + 3),
         ],
-        "fast_two" => vec![("a", "ecx", a), ("b", "edx", a + 1), ("c", "stack+4", a + 2)],
+        "fast_two" => vec![
+            ("a", "ecx", a),
+            ("b", "edx", a + 1),
+            ("c", "stack+4", a + 2),
+        ],
         other => panic!("no parameters for {other}"),
     }
 }
@@ -469,10 +473,17 @@ fn assert_named(variant: Variant, function: &str, frame: &serde_json::Value) {
                 "{variant}: {p}"
             );
         } else {
-            assert_eq!(p["value"].as_u64(), Some(value), "{variant} {function}: {p}");
+            assert_eq!(
+                p["value"].as_u64(),
+                Some(value),
+                "{variant} {function}: {p}"
+            );
         }
     }
-    let shown: Vec<&str> = params.iter().map(|p| p["display"].as_str().unwrap()).collect();
+    let shown: Vec<&str> = params
+        .iter()
+        .map(|p| p["display"].as_str().unwrap())
+        .collect();
     if function == "mixed_cdecl" {
         assert_eq!(shown[0], DWARF32_A.to_string());
         assert_eq!(shown[1], DWARF32_B.to_string());
@@ -485,7 +496,10 @@ fn assert_source(variant: Variant, function: &str, frame: &serde_json::Value) {
     assert_eq!(frame["source_function"], function, "{variant}: {frame:#}");
     let file = frame["file"].as_str().unwrap_or_default();
     assert!(file.ends_with("dwarf32.c"), "{variant}: {frame:#}");
-    assert!(frame["line"].as_u64().is_some_and(|l| l > 0), "{variant}: {frame:#}");
+    assert!(
+        frame["line"].as_u64().is_some_and(|l| l > 0),
+        "{variant}: {frame:#}"
+    );
 }
 
 #[test]
@@ -507,7 +521,10 @@ fn o2_i386_frames_show_named_typed_arguments_and_source_lines() {
         text.lines().any(|l| l.contains(" in reg_three ("))
     });
     assert!(found, "{text}");
-    let line = text.lines().find(|l| l.contains(" in reg_three (")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains(" in reg_three ("))
+        .unwrap();
     let a = DWARF32_A;
     let want = format!(
         "reg_three (a={a}, b={}, c={}, d={}) [stashed] at dwarf32.c:",
@@ -535,7 +552,11 @@ fn o0_i386_frames_name_only_what_dwarf_decides() {
         } else {
             // gcc -O0 keeps regparm/fastcall arguments in local slots and says
             // nothing of the convention: positions only, never a guessed name.
-            assert_eq!(frame["params"], serde_json::json!([]), "{variant}: {frame:#}");
+            assert_eq!(
+                frame["params"],
+                serde_json::json!([]),
+                "{variant}: {frame:#}"
+            );
             let args = frame["args"].as_array().unwrap();
             assert!(args.iter().all(|a| a.get("name").is_none()), "{frame:#}");
             for (_, place, value) in dwarf32_expected(function) {
@@ -558,7 +579,11 @@ fn stripped_i386_frames_stay_positional() {
     let variant = Variant::new(Opt::O2, true).with_flags(M32);
     let (mut t, frames) = dwarf32_frames(variant, &DWARF32_FUNCTIONS);
     for (function, frame) in &frames {
-        assert_eq!(frame["params"], serde_json::json!([]), "{variant}: {frame:#}");
+        assert_eq!(
+            frame["params"],
+            serde_json::json!([]),
+            "{variant}: {frame:#}"
+        );
         assert!(frame["file"].is_null(), "{variant}: {frame:#}");
         let args = frame["args"].as_array().unwrap();
         for (_, place, value) in dwarf32_expected(function) {
