@@ -408,38 +408,8 @@ impl Unwind {
             let Some(st) = &states[i] else { continue };
             let st = &self.with_entry_values(st, frames.get(i + 1), states.get(i + 1), mem);
             let f = &mut frames[i];
-            let debug = self.debug_for(st.pc);
-            let mut source = debug.map(|d| d.frames(st.pc)).unwrap_or_default();
-            let physical = source.pop();
-            // MiniDebugInfo is the module's full symbol table: it wins over `.dynsym`.
-            match (&f.function, debug.and_then(|d| d.mini_symbol(st.pc))) {
-                (_, Some((s, off))) if f.kind == FrameKind::Normal => {
-                    f.function = Some(crate::debuginfo::demangle(&s.name));
-                    f.offset = off + (f.pc - st.pc);
-                }
-                (Some(name), _) => f.function = Some(crate::debuginfo::demangle(name)),
-                (None, _) => {}
-            }
-            if let Some(p) = &physical {
-                f.source_function = p.function.clone();
-                f.file = p.file.clone();
-                f.line = p.line;
-            }
+            let physical = add_source(f, self.debug_for(st.pc), st, mem);
             let info = physical.as_ref().and_then(|p| p.info.as_ref());
-            let frame_base = info.map(|i| i.frame_base.clone()).unwrap_or_default();
-            f.inlined = source
-                .into_iter()
-                .map(|s| InlinedFrame {
-                    args: s
-                        .info
-                        .as_ref()
-                        .map(|i| dwarf_values(i, &frame_base, st, mem))
-                        .unwrap_or_default(),
-                    function: s.function,
-                    file: s.file,
-                    line: s.line,
-                })
-                .collect();
             f.args = match (&f.stash, info) {
                 (Some(stash), Some(i)) => {
                     stashed_values_with_xmm(i, &stash.registers, &stash.stack, &stash.xmm, mem)
@@ -682,6 +652,49 @@ pub fn thread_ids(pid: i32) -> Result<Vec<i32>, Error> {
     Ok(tids)
 }
 
+/// Names `f` from `debug` at the frame's lookup pc (`st.pc`): the demangled (or
+/// MiniDebugInfo) function, source function, file, line and inlined calls with
+/// their DWARF arguments. Returns the physical function's source frame, if any.
+pub(crate) fn add_source(
+    f: &mut Frame,
+    debug: Option<&ModuleDebug>,
+    st: &FrameState,
+    mem: &dyn Memory,
+) -> Option<crate::debuginfo::SourceFrame> {
+    let mut source = debug.map(|d| d.frames(st.pc)).unwrap_or_default();
+    let physical = source.pop();
+    // MiniDebugInfo is the module's full symbol table: it wins over `.dynsym`.
+    match (&f.function, debug.and_then(|d| d.mini_symbol(st.pc))) {
+        (_, Some((s, off))) if f.kind == FrameKind::Normal => {
+            f.function = Some(crate::debuginfo::demangle(&s.name));
+            f.offset = off + (f.pc - st.pc);
+        }
+        (Some(name), _) => f.function = Some(crate::debuginfo::demangle(name)),
+        (None, _) => {}
+    }
+    if let Some(p) = &physical {
+        f.source_function = p.function.clone();
+        f.file = p.file.clone();
+        f.line = p.line;
+    }
+    let info = physical.as_ref().and_then(|p| p.info.as_ref());
+    let frame_base = info.map(|i| i.frame_base.clone()).unwrap_or_default();
+    f.inlined = source
+        .into_iter()
+        .map(|s| InlinedFrame {
+            args: s
+                .info
+                .as_ref()
+                .map(|i| dwarf_values(i, &frame_base, st, mem))
+                .unwrap_or_default(),
+            function: s.function,
+            file: s.file,
+            line: s.line,
+        })
+        .collect();
+    physical
+}
+
 /// The hook whose trampoline or relocated prologue holds `pc`, in any of `arenas`.
 pub(crate) fn hook_at(arenas: &[Arena], pc: u64) -> Option<&HookRecord> {
     arenas
@@ -797,7 +810,7 @@ impl ProcessReader {
         let pid = self.pid;
         crate::target::check_target(pid, crate::target::Access::Stop)?;
         if crate::arch::Arch::of_process(pid) == crate::arch::Arch::I386 {
-            return crate::backtrace_i386::backtrace(pid, opts);
+            return crate::backtrace_i386::backtrace_with_search(pid, opts, &self.search);
         }
         let maps = read_maps(pid).map_err(|source| Error::Proc {
             path: format!("/proc/{pid}/maps"),

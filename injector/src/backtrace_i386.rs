@@ -8,6 +8,14 @@
 //! `eax`/`edx`/`ecx` and copied stack words become the hooked frame's arguments,
 //! the stack words labelled by their offset from the entry `esp` (`stack+4` is the
 //! first cdecl argument). The output types are those of [`crate::backtrace`].
+//!
+//! Modules with DWARF name their frames (source function, file, line, inlined
+//! calls) like the x86-64 reader, and hooked frames' stashed words become named,
+//! typed arguments where the parameters' entry places can be decided
+//! ([`crate::args_i386`]); otherwise they stay positional.
+
+use std::cell::OnceCell;
+use std::path::Path;
 
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, ParsedEhFrameHdr, Register,
@@ -18,10 +26,13 @@ use trampolines::i386::{StashFrame, StashLayout, STASHED_REGS};
 use trampolines::i386::{EPILOGUE_POP_EAX, MAX_STACK_WORDS};
 
 use crate::arena::discover;
+use crate::args::FrameState;
+use crate::args_i386::{signature_values_i386, stashed_values_i386};
 use crate::backtrace::{
-    hook_at, stack_range, symbolize, thread_ids, Backtrace, BacktraceOptions, Frame, FrameKind,
-    StackSnapshot, StashedArgs, ThreadBacktrace, MAX_FRAMES,
+    add_source, hook_at, stack_range, symbolize, thread_ids, Backtrace, BacktraceOptions, Frame,
+    FrameKind, StackSnapshot, StashedArgs, ThreadBacktrace, MAX_FRAMES,
 };
+use crate::debuginfo::{DebugSearch, ModuleDebug};
 use crate::error::Error;
 use crate::maps::read_maps;
 use crate::memory::{Memory, ProcessMemory};
@@ -128,6 +139,9 @@ pub struct Unwind32 {
     modules: Vec<ModuleCfi>,
     symbols: ProcessSymbols,
     arenas: Vec<Arena>,
+    /// Debug info per module (same order as `symbols.modules`), loaded on first use.
+    debug: Vec<OnceCell<ModuleDebug>>,
+    search: DebugSearch,
 }
 
 impl Unwind32 {
@@ -160,10 +174,78 @@ impl Unwind32 {
                 })
             })
             .collect();
+        let debug = symbols.modules.iter().map(|_| OnceCell::new()).collect();
         Unwind32 {
             modules,
             symbols,
             arenas,
+            debug,
+            search: DebugSearch::default(),
+        }
+    }
+
+    /// Sets where separate debug files are looked for (before any is loaded).
+    pub fn set_debug_search(&mut self, search: DebugSearch) {
+        self.search = search;
+        self.debug = self
+            .symbols
+            .modules
+            .iter()
+            .map(|_| OnceCell::new())
+            .collect();
+    }
+
+    /// The debug info of the module containing runtime address `addr`, loaded on first use.
+    fn debug_for(&self, addr: u64) -> Option<&ModuleDebug> {
+        let i = self
+            .symbols
+            .modules
+            .iter()
+            .position(|m| m.range.contains(&addr))?;
+        let m = &self.symbols.modules[i];
+        if !m.path.starts_with('/') {
+            return None;
+        }
+        Some(
+            self.debug
+                .get(i)?
+                .get_or_init(|| ModuleDebug::load(Path::new(&m.path), m.bias, &self.search)),
+        )
+    }
+
+    /// The user-given signature stored with the hook of the function at `entry`.
+    fn hook_signature(&self, entry: u64) -> Option<&str> {
+        self.arenas.iter().find_map(|a| {
+            a.hooks()
+                .find(|(_, r)| r.function == entry)
+                .and_then(|(slot, _)| a.signature(slot))
+        })
+    }
+
+    /// Adds source locations, inlined calls and named arguments to unwound frames.
+    fn annotate(&self, frames: &mut [Frame], states: &[Option<FrameState>], mem: &dyn Memory) {
+        for (f, st) in frames.iter_mut().zip(states) {
+            let Some(st) = st else { continue };
+            let physical = add_source(f, self.debug_for(st.pc), st, mem);
+            let info = physical.as_ref().and_then(|p| p.info.as_ref());
+            f.args = match (&f.stash, info) {
+                (Some(stash), Some(i)) => {
+                    let entry = match stash.function {
+                        0 => i.entry.unwrap_or(0),
+                        e => e,
+                    };
+                    stashed_values_i386(i, entry, &stash.registers, mem).unwrap_or_default()
+                }
+                (Some(stash), None) => self
+                    .hook_signature(stash.function)
+                    .and_then(|sig| crate::args::parse_params(sig).ok())
+                    .and_then(|sig| {
+                        signature_values_i386(&sig.to_function_info(None), &stash.registers, mem)
+                    })
+                    .unwrap_or_default(),
+                (None, Some(i)) => crate::args::dwarf_values(i, &i.frame_base, st, mem),
+                (None, None) => Vec::new(),
+            };
         }
     }
 
@@ -175,23 +257,32 @@ impl Unwind32 {
         symbolize(&self.symbols, pc, lookup, kind)
     }
 
-    /// Steps an ordinary frame: CFI of the module holding `lookup`, else the `ebp` chain.
-    fn step_normal(&self, lookup: u64, regs: &Regs32, mem: &dyn Memory) -> Option<Regs32> {
-        let by_cfi = self
-            .modules
+    /// Steps an ordinary frame: CFI of the module holding `lookup`, else the `ebp`
+    /// chain; says whether CFI stepped it (so its CFA and restored registers are
+    /// exact) rather than the `ebp` chain (a guess).
+    fn step_normal(&self, lookup: u64, regs: &Regs32, mem: &dyn Memory) -> Option<(Regs32, bool)> {
+        if let Some(r) = self.step_by_cfi(lookup, regs, mem) {
+            return Some((r, true));
+        }
+        self.step_by_ebp(regs, mem).map(|r| (r, false))
+    }
+
+    fn step_by_cfi(&self, lookup: u64, regs: &Regs32, mem: &dyn Memory) -> Option<Regs32> {
+        self.modules
             .iter()
             .find(|m| m.range.contains(&lookup))
-            .and_then(|m| m.step(lookup, regs, mem));
-        by_cfi.or_else(|| {
-            if regs.ebp == 0 {
-                return None;
-            }
-            let bp = u64::from(regs.ebp);
-            Some(Regs32 {
-                eip: read_u32(mem, bp + 4)?,
-                esp: regs.ebp.wrapping_add(8),
-                ebp: read_u32(mem, bp)?,
-            })
+            .and_then(|m| m.step(lookup, regs, mem))
+    }
+
+    fn step_by_ebp(&self, regs: &Regs32, mem: &dyn Memory) -> Option<Regs32> {
+        if regs.ebp == 0 {
+            return None;
+        }
+        let bp = u64::from(regs.ebp);
+        Some(Regs32 {
+            eip: read_u32(mem, bp + 4)?,
+            esp: regs.ebp.wrapping_add(8),
+            ebp: read_u32(mem, bp)?,
         })
     }
 
@@ -221,18 +312,37 @@ impl Unwind32 {
         })
     }
 
-    /// Unwinds one thread from its registers, reading memory from `mem`.
+    /// Unwinds one thread from its registers, reading memory from `mem`, then adds
+    /// source lines and named arguments from DWARF.
     pub fn unwind(
         &self,
         start: Regs32,
         mem: &dyn Memory,
         show_trampolines: bool,
     ) -> (Vec<Frame>, Option<String>) {
+        let mut states = Vec::new();
+        let (mut frames, truncated) = self.unwind_frames(start, mem, show_trampolines, &mut states);
+        self.annotate(&mut frames, &states, mem);
+        (frames, truncated)
+    }
+
+    /// Unwinds one thread; `states` gets, per frame, what DWARF evaluation needs
+    /// (`None` for trampoline frames).
+    fn unwind_frames(
+        &self,
+        start: Regs32,
+        mem: &dyn Memory,
+        show_trampolines: bool,
+        states: &mut Vec<Option<FrameState>>,
+    ) -> (Vec<Frame>, Option<String>) {
         let mut frames: Vec<Frame> = Vec::new();
         let mut regs = start;
+        // The registers of the frame at hand are exact (live, or restored by CFI).
+        let mut regs_exact = true;
         for depth in 0..MAX_FRAMES {
             let pc = u64::from(regs.eip);
             let first = depth == 0;
+            let shown_before = states.len();
             let lookup = if first { pc } else { pc.wrapping_sub(1) };
             let next = if let Some(hook) = self.hook_at(pc).filter(|h| h.in_trampoline(pc)) {
                 let step = if !first && pc == hook.after_call() {
@@ -256,13 +366,16 @@ impl Unwind32 {
                     if let Some(callee) = frames.last_mut() {
                         callee.stash = Some(stashed_args(&frame, hook.function));
                     }
-                    Some(Regs32 {
-                        eip: frame.return_address,
-                        esp: frame.caller_sp() as u32,
-                        ebp: frame.saved_ebp,
-                    })
+                    Some((
+                        Regs32 {
+                            eip: frame.return_address,
+                            esp: frame.caller_sp() as u32,
+                            ebp: frame.saved_ebp,
+                        },
+                        true,
+                    ))
                 } else {
-                    Self::step_in_trampoline(hook, &regs, mem)
+                    Self::step_in_trampoline(hook, &regs, mem).map(|r| (r, false))
                 };
                 if show_trampolines || first {
                     let mut f = Frame {
@@ -280,6 +393,7 @@ impl Unwind32 {
                         f.module = Some(hook.module.clone());
                     }
                     frames.push(f);
+                    states.push(None);
                 }
                 step
             } else if let Some(hook) = self.hook_at(pc).filter(|h| h.in_relocated(pc)) {
@@ -288,11 +402,25 @@ impl Unwind32 {
                 let mut f = self.symbolize(orig, orig, FrameKind::Relocated);
                 f.pc = pc;
                 frames.push(f);
+                states.push(Some(frame_state(orig, &regs, regs_exact)));
                 self.step_normal(orig, &regs, mem)
             } else {
                 frames.push(self.symbolize(pc, lookup, FrameKind::Normal));
+                states.push(Some(frame_state(lookup, &regs, regs_exact)));
                 self.step_normal(lookup, &regs, mem)
             };
+            // Exact: stepped by CFI, or out of a stash frame (registers at known places).
+            let (next, exact) = match next {
+                Some((r, exact)) => (Some(r), exact),
+                None => (None, false),
+            };
+            if let (Some(next), true) = (&next, states.len() > shown_before) {
+                // The frame's CFA is its caller's stack pointer, when CFI said so.
+                if let Some(Some(st)) = states.last_mut() {
+                    st.cfa = (exact && regs_exact).then_some(u64::from(next.esp));
+                }
+            }
+            regs_exact = exact;
             let Some(next) = next else {
                 return (frames, None);
             };
@@ -324,6 +452,22 @@ impl Unwind32 {
     }
 }
 
+/// What DWARF evaluation knows of an i386 frame at lookup pc `pc` (by i386
+/// DWARF register number: esp 4, ebp 5, eip 8); the CFA is set once stepped.
+/// Registers that were only guessed (stepped by the `ebp` chain) are left unknown.
+fn frame_state(pc: u64, regs: &Regs32, exact: bool) -> FrameState {
+    let mut st = FrameState {
+        pc,
+        ..FrameState::default()
+    };
+    if exact {
+        st.regs[4] = Some(u64::from(regs.esp));
+        st.regs[5] = Some(u64::from(regs.ebp));
+    }
+    st.regs[8] = Some(u64::from(regs.eip));
+    st
+}
+
 /// The arguments of an i386 stash frame: `eax`, `edx`, `ecx`, then the stack words by offset.
 fn stashed_args(frame: &StashFrame, function: u64) -> StashedArgs {
     let mut registers: Vec<(&'static str, u64)> = STASHED_REGS
@@ -348,12 +492,22 @@ fn stashed_args(frame: &StashFrame, function: u64) -> StashedArgs {
 
 /// Takes a backtrace of every thread (or one) of a live 32-bit process.
 pub fn backtrace(pid: i32, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
+    backtrace_with_search(pid, opts, &DebugSearch::default())
+}
+
+/// Like [`backtrace`], looking for separate debug files as `search` says.
+pub fn backtrace_with_search(
+    pid: i32,
+    opts: &BacktraceOptions,
+    search: &DebugSearch,
+) -> Result<Backtrace, Error> {
     let maps = read_maps(pid).map_err(|source| Error::Proc {
         path: format!("/proc/{pid}/maps"),
         source,
     })?;
     let mem = ProcessMemory::open(pid)?;
-    let unwind = Unwind32::new(ProcessSymbols::load(pid, &maps)?, discover(&maps, &mem)?);
+    let mut unwind = Unwind32::new(ProcessSymbols::load(pid, &maps)?, discover(&maps, &mem)?);
+    unwind.set_debug_search(search.clone());
     let tids = match opts.tid {
         Some(t) => {
             if !thread_ids(pid)?.contains(&t) {

@@ -119,11 +119,14 @@ const SHT_SYMTAB: u32 = 2;
 const SHF_COMPRESSED: u64 = 0x800;
 const ELFCOMPRESS_ZLIB: u32 = 1;
 
-/// A 64-bit little-endian ELF file's section table, parsed without trusting it.
+/// A little-endian ELF file's section table (64-bit, or 32-bit for i386), parsed
+/// without trusting it.
 pub struct ElfSections {
     path: String,
     bytes: Bytes,
     sections: Vec<SectionHeader>,
+    /// ELFCLASS32: 32-bit headers, section headers, symbols and compression headers.
+    class32: bool,
 }
 
 fn le_u16(b: &[u8], at: usize) -> Option<u16> {
@@ -171,39 +174,60 @@ impl ElfSections {
         if b.get(..4) != Some(b"\x7fELF".as_slice()) {
             return Err(bad("no ELF header"));
         }
-        if b.get(4) != Some(&2) || b.get(5) != Some(&1) {
-            return Err(bad("not a 64-bit little-endian ELF file"));
-        }
-        let shoff = le_u64(b, 0x28).ok_or_else(|| bad("truncated header"))?;
-        let shentsize = le_u16(b, 0x3a).ok_or_else(|| bad("truncated header"))? as u64;
-        let shnum = le_u16(b, 0x3c).ok_or_else(|| bad("truncated header"))? as u64;
-        let shstrndx = le_u16(b, 0x3e).ok_or_else(|| bad("truncated header"))? as u64;
+        let class32 = match (b.get(4), b.get(5)) {
+            (Some(2), Some(1)) => false,
+            (Some(1), Some(1)) => true,
+            _ => return Err(bad("not a 64-bit or 32-bit little-endian ELF file")),
+        };
+        // Header fields: (e_shoff, e_shentsize) and the size of one section header.
+        let (shoff, at_shentsize, min_shentsize) = if class32 {
+            (le_u32(b, 0x20).map(u64::from), 0x2e, 40)
+        } else {
+            (le_u64(b, 0x28), 0x3a, 64)
+        };
+        let shoff = shoff.ok_or_else(|| bad("truncated header"))?;
+        let field = |at: usize| le_u16(b, at).ok_or_else(|| bad("truncated header"));
+        let shentsize = field(at_shentsize)? as u64;
+        let shnum = field(at_shentsize + 2)? as u64;
+        let shstrndx = field(at_shentsize + 4)? as u64;
         if shnum == 0 {
             return Ok(ElfSections {
                 path,
                 bytes,
                 sections: Vec::new(),
+                class32,
             });
         }
-        if shentsize < 64 {
+        if shentsize < min_shentsize {
             return Err(bad("section header size"));
         }
         let header = |i: u64| -> Option<&[u8]> {
             let at = usize::try_from(shoff.checked_add(i.checked_mul(shentsize)?)?).ok()?;
-            b.get(at..at.checked_add(64)?)
+            b.get(at..at.checked_add(min_shentsize as usize)?)
         };
         let mut raw = Vec::with_capacity(shnum as usize);
         for i in 0..shnum {
             let h = header(i).ok_or_else(|| bad("section headers past the end of the file"))?;
+            let word32 = |at| le_u32(h, at).map(u64::from).unwrap_or(0);
+            let (flags, offset, size, link) = if class32 {
+                (word32(8), word32(16), word32(20), le_u32(h, 24))
+            } else {
+                (
+                    le_u64(h, 8).unwrap_or(0),
+                    le_u64(h, 24).unwrap_or(0),
+                    le_u64(h, 32).unwrap_or(0),
+                    le_u32(h, 40),
+                )
+            };
             raw.push((
                 le_u32(h, 0).unwrap_or(0),
                 SectionHeader {
                     name: String::new(),
                     kind: le_u32(h, 4).unwrap_or(0),
-                    flags: le_u64(h, 8).unwrap_or(0),
-                    offset: le_u64(h, 24).unwrap_or(0),
-                    size: le_u64(h, 32).unwrap_or(0),
-                    link: le_u32(h, 40).unwrap_or(0),
+                    flags,
+                    offset,
+                    size,
+                    link: link.unwrap_or(0),
                 },
             ));
         }
@@ -228,6 +252,7 @@ impl ElfSections {
             path,
             bytes,
             sections,
+            class32,
         })
     }
 
@@ -268,11 +293,16 @@ impl ElfSections {
         if s.flags & SHF_COMPRESSED == 0 {
             return Some(Arc::from(data));
         }
-        // Elf64_Chdr: type, reserved, size, alignment.
+        // Elf64_Chdr: type, reserved, size, alignment; Elf32_Chdr: type, size, alignment.
         if le_u32(data, 0)? != ELFCOMPRESS_ZLIB {
             return None;
         }
-        let size = usize::try_from(le_u64(data, 8)?).ok()?;
+        let (size, payload) = if self.class32 {
+            (u64::from(le_u32(data, 4)?), 12)
+        } else {
+            (le_u64(data, 8)?, 24)
+        };
+        let size = usize::try_from(size).ok()?;
         if size > MAX_DECOMPRESSED {
             return None;
         }
@@ -280,7 +310,7 @@ impl ElfSections {
         let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, size).collect();
         let n = miniz_oxide::inflate::decompress_slice_iter_to_slice(
             Arc::get_mut(&mut out)?,
-            std::iter::once(data.get(24..)?),
+            std::iter::once(data.get(payload..)?),
             true,
             true,
         )
@@ -323,16 +353,26 @@ impl ElfSections {
         ) else {
             return Vec::new();
         };
-        syms.chunks_exact(24)
+        // Elf64_Sym: name, info, other, shndx, value, size; Elf32_Sym: name, value,
+        // size, info, other, shndx.
+        let entry_size = if self.class32 { 16 } else { 24 };
+        syms.chunks_exact(entry_size)
             .filter_map(|e| {
-                let kind = e[4] & 0xf;
-                let shndx = le_u16(e, 6)?;
-                let value = le_u64(e, 8)?;
-                if kind != 2 || shndx == 0 || value == 0 {
+                let (info, shndx, value, size) = if self.class32 {
+                    (
+                        e[12],
+                        le_u16(e, 14)?,
+                        u64::from(le_u32(e, 4)?),
+                        u64::from(le_u32(e, 8)?),
+                    )
+                } else {
+                    (e[4], le_u16(e, 6)?, le_u64(e, 8)?, le_u64(e, 16)?)
+                };
+                if info & 0xf != 2 || shndx == 0 || value == 0 {
                     return None;
                 }
                 let name = c_string(strs, le_u32(e, 0)? as usize)?;
-                Some((name.to_string(), value, le_u64(e, 16)?))
+                Some((name.to_string(), value, size))
             })
             .collect()
     }

@@ -16,6 +16,7 @@ pub mod abi;
 pub mod arch;
 pub mod arena;
 pub mod args;
+pub mod args_i386;
 pub mod backtrace;
 pub mod backtrace_i386;
 pub mod core;

@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use argstash_tests::{
-    bt_thread, build, frame_named, maps, run_json, run_ok, symbol, wait_bt, Opt, Target, Variant,
-    E2E_TIMEOUT,
+    bt_thread, build, frame_named, maps, run_json, run_ok, symbol, wait_bt, wait_until, Opt,
+    Target, Variant, E2E_TIMEOUT,
 };
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, Register};
 use trampolines::i386::{pc_thunk_register, plan_patch};
@@ -386,4 +386,230 @@ fn bt_shows_the_exact_stashed_arguments_of_every_convention() {
         wait_rounds(&mut t, 2);
         t.assert_healthy();
     }
+}
+
+/// The arguments `dwarf32` is started with: int, long long (spanning two stack
+/// words), string, double.
+const DWARF32_A: i32 = 86;
+const DWARF32_B: i64 = 0x1_0000_0011;
+const DWARF32_S: &str = "stash-me";
+const DWARF32_D: f64 = 2.5;
+
+/// The expected `(name, stash place, value)` of each parameter of the hooked
+/// functions of `dwarf32.c`, from the values the test passes it.
+fn dwarf32_expected(function: &str) -> Vec<(&'static str, &'static str, u64)> {
+    let a = DWARF32_A as u32 as u64;
+    match function {
+        "mixed_cdecl" => vec![
+            ("a", "stack+4", a),
+            ("b", "stack+8", DWARF32_B as u64),
+            ("d", "stack+16", DWARF32_D.to_bits()),
+            ("s", "stack+24", 0), // a pointer: checked by its display
+        ],
+        "reg_three" => vec![
+            ("a", "eax", a),
+            ("b", "edx", a + 1),
+            ("c", "ecx", a + 2),
+            ("d", "stack+4", a + 3),
+        ],
+        "fast_two" => vec![
+            ("a", "ecx", a),
+            ("b", "edx", a + 1),
+            ("c", "stack+4", a + 2),
+        ],
+        other => panic!("no parameters for {other}"),
+    }
+}
+
+/// The three hooked functions of `dwarf32.c`.
+const DWARF32_FUNCTIONS: [&str; 3] = ["mixed_cdecl", "reg_three", "fast_two"];
+
+/// Starts `dwarf32` built as `variant`, hooks `specs` (`--func` values) and
+/// returns each one's hooked frame from `bt --json` (waiting until it is on the stack).
+fn dwarf32_frames(
+    variant: Variant,
+    specs: &[&'static str],
+) -> (Target, Vec<(&'static str, serde_json::Value)>) {
+    let exe = build("dwarf32", variant);
+    let a = DWARF32_A.to_string();
+    let b = DWARF32_B.to_string();
+    let d = DWARF32_D.to_string();
+    let mut t = Target::spawn_with_args(&exe, &[&a, &b, DWARF32_S, &d]);
+    let p = t.pid().to_string();
+    let mut args = vec!["inject", "--pid", &p];
+    for f in specs {
+        args.extend(["--func", f]);
+    }
+    run_ok(&args);
+    let mut frames = Vec::new();
+    for spec in specs {
+        let function = spec.split('(').next().unwrap();
+        let bt = wait_bt(t.pid(), None, E2E_TIMEOUT, |bt| {
+            bt_thread(bt, t.pid())
+                .and_then(|th| frame_named(th, function))
+                .is_some_and(|(_, f)| f["hooked"] == serde_json::json!(true))
+        });
+        let th = bt_thread(&bt, t.pid()).unwrap();
+        frames.push((function, frame_named(th, function).unwrap().1.clone()));
+    }
+    t.assert_healthy();
+    (t, frames)
+}
+
+/// Asserts that `frame` names every parameter of `function` with the value passed.
+fn assert_named(variant: Variant, function: &str, frame: &serde_json::Value) {
+    let params = frame["params"].as_array().expect("params");
+    let expected = dwarf32_expected(function);
+    assert_eq!(params.len(), expected.len(), "{variant}: {frame:#}");
+    for (p, (name, place, value)) in params.iter().zip(expected) {
+        assert_eq!(p["name"], name, "{variant} {function}: {p}");
+        assert_eq!(p["register"], place, "{variant} {function}: {p}");
+        assert_eq!(p["source"], "stash", "{variant} {function}: {p}");
+        if name == "s" {
+            assert_eq!(p["type"], "const char *", "{variant}: {p}");
+            let display = p["display"].as_str().unwrap();
+            assert!(
+                display.ends_with(&format!("\"{DWARF32_S}\"")),
+                "{variant}: {p}"
+            );
+        } else {
+            assert_eq!(
+                p["value"].as_u64(),
+                Some(value),
+                "{variant} {function}: {p}"
+            );
+        }
+    }
+    let shown: Vec<&str> = params
+        .iter()
+        .map(|p| p["display"].as_str().unwrap())
+        .collect();
+    if function == "mixed_cdecl" {
+        assert_eq!(shown[0], DWARF32_A.to_string());
+        assert_eq!(shown[1], DWARF32_B.to_string());
+        assert_eq!(shown[2], DWARF32_D.to_string());
+    }
+}
+
+/// Asserts the frame's source file is the fixture's, at a real line.
+fn assert_source(variant: Variant, function: &str, frame: &serde_json::Value) {
+    assert_eq!(frame["source_function"], function, "{variant}: {frame:#}");
+    let file = frame["file"].as_str().unwrap_or_default();
+    assert!(file.ends_with("dwarf32.c"), "{variant}: {frame:#}");
+    assert!(
+        frame["line"].as_u64().is_some_and(|l| l > 0),
+        "{variant}: {frame:#}"
+    );
+}
+
+#[test]
+fn o2_i386_frames_show_named_typed_arguments_and_source_lines() {
+    if !m32_available() {
+        return;
+    }
+    let variant = Variant::new(Opt::O2g, true).with_flags(M32);
+    let (mut t, frames) = dwarf32_frames(variant, &DWARF32_FUNCTIONS);
+    for (function, frame) in &frames {
+        assert_source(variant, function, frame);
+        assert_named(variant, function, frame);
+    }
+    // The text form reads like gdb's.
+    let p = t.pid().to_string();
+    let mut text = String::new();
+    let found = wait_until(E2E_TIMEOUT, || {
+        text = run_ok(&["bt", "--pid", &p]);
+        text.lines().any(|l| l.contains(" in reg_three ("))
+    });
+    assert!(found, "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains(" in reg_three ("))
+        .unwrap();
+    let a = DWARF32_A;
+    let want = format!(
+        "reg_three (a={a}, b={}, c={}, d={}) [stashed] at dwarf32.c:",
+        a + 1,
+        a + 2,
+        a + 3
+    );
+    assert!(line.contains(&want), "{line}");
+    t.assert_healthy();
+}
+
+#[test]
+fn o0_i386_frames_name_only_what_dwarf_decides() {
+    if !m32_available() {
+        return;
+    }
+    let variant = Variant::new(Opt::O0g, true).with_flags(M32);
+    let (mut t, frames) = dwarf32_frames(variant, &DWARF32_FUNCTIONS);
+    for (function, frame) in &frames {
+        assert_source(variant, function, frame);
+        if *function == "mixed_cdecl" {
+            // cdecl: gcc -O0 copies `b` and `d` to local slots, but `s` at its
+            // cdecl offset proves where they came in.
+            assert_named(variant, function, frame);
+        } else {
+            // gcc -O0 keeps regparm/fastcall arguments in local slots and says
+            // nothing of the convention: positions only, never a guessed name.
+            assert_eq!(
+                frame["params"],
+                serde_json::json!([]),
+                "{variant}: {frame:#}"
+            );
+            let args = frame["args"].as_array().unwrap();
+            assert!(args.iter().all(|a| a.get("name").is_none()), "{frame:#}");
+            for (_, place, value) in dwarf32_expected(function) {
+                assert!(
+                    args.iter()
+                        .any(|a| a["register"] == place && a["value"].as_u64() == Some(value)),
+                    "{variant} {function}: {place}={value} in {frame:#}"
+                );
+            }
+        }
+    }
+    t.assert_healthy();
+}
+
+#[test]
+fn stripped_i386_frames_stay_positional() {
+    if !m32_available() {
+        return;
+    }
+    let variant = Variant::new(Opt::O2, true).with_flags(M32);
+    let (mut t, frames) = dwarf32_frames(variant, &DWARF32_FUNCTIONS);
+    for (function, frame) in &frames {
+        assert_eq!(
+            frame["params"],
+            serde_json::json!([]),
+            "{variant}: {frame:#}"
+        );
+        assert!(frame["file"].is_null(), "{variant}: {frame:#}");
+        let args = frame["args"].as_array().unwrap();
+        for (_, place, value) in dwarf32_expected(function) {
+            if place == "stack+8" || place == "stack+16" || place == "stack+24" {
+                continue; // multi-word and pointer values: only named frames combine them
+            }
+            assert!(
+                args.iter()
+                    .any(|a| a["register"] == place && a["value"].as_u64() == Some(value)),
+                "{variant} {function}: {place}={value} in {frame:#}"
+            );
+        }
+    }
+    t.assert_healthy();
+}
+
+#[test]
+fn stripped_i386_frames_take_names_from_a_user_signature_in_cdecl_order() {
+    if !m32_available() {
+        return;
+    }
+    let variant = Variant::new(Opt::O2, true).with_flags(M32);
+    let spec = "mixed_cdecl(int a, long long b, double d, const char *s)";
+    let (mut t, frames) = dwarf32_frames(variant, &[spec]);
+    let (function, frame) = &frames[0];
+    assert!(frame["file"].is_null(), "{variant}: {frame:#}");
+    assert_named(variant, function, frame);
+    t.assert_healthy();
 }
