@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use argstash_tests::{Target, Variant};
 use common::Bus;
-use injector::backtrace::{backtrace, BacktraceOptions};
+use injector::backtrace::{backtrace, BacktraceOptions, ProcessReader};
 use injector::hooks::{eject, install, EjectWhat, InstallOptions};
 use injector::symbols::FuncSpec;
 
@@ -72,13 +72,19 @@ fn main() {
 
     let (mut lib_inj, mut lib_bt, mut bus_inj, mut bus_bt, mut cli_inj, mut cli_bt) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    // Cold: a fresh reader, as one CLI run has, with no parsed debug info to share.
+    let lib_cold: Vec<Duration> = (0..10)
+        .map(|_| time(|| drop(backtrace(pid, &BacktraceOptions::default()).unwrap())))
+        .collect();
+    // The daemon keeps a reader per process; so does the library side here.
+    let mut reader = ProcessReader::new(pid);
     let cli = cli();
     for _ in 0..ROUNDS {
         lib_inj.push(time(|| {
             install(pid, &spec, &InstallOptions::default()).unwrap();
         }));
         lib_bt.push(time(|| {
-            backtrace(pid, &BacktraceOptions::default()).unwrap();
+            reader.backtrace(&BacktraceOptions::default()).unwrap();
         }));
         eject(pid, &EjectWhat::All).unwrap();
 
@@ -132,10 +138,42 @@ fn main() {
     };
     row("Inject", &lib_inj, &bus_inj, &cli_inj);
     row("Backtrace", &lib_bt, &bus_bt, &cli_bt);
+    println!(
+        "  (Backtrace with a fresh reader and nothing parsed yet, as one CLI run: {}; \
+         the library and D-Bus rows reuse one reader per process)",
+        ms(median(lib_cold))
+    );
     drop(t);
+    drop(proxy);
+    drop(bus);
 
-    std::thread::sleep(Duration::from_secs(1));
-    let base = rss(bus.daemon_pid());
+    rss_with_50_processes(
+        "default debug directory (/usr/lib/debug; libc6-dbg is installed here)",
+        &[],
+    );
+    let none = std::env::temp_dir().join(format!("argstashd-bench-nodebug-{}", std::process::id()));
+    std::fs::create_dir_all(&none).unwrap();
+    rss_with_50_processes(
+        "no separate debug files (--debug-dir EMPTY)",
+        &["--debug-dir", none.to_str().unwrap()],
+    );
+    let _ = std::fs::remove_dir(&none);
+}
+
+/// Daemon RSS idle, after hooking 50 processes, and after one backtrace of each,
+/// on a fresh bus and daemon started with `daemon_args`.
+fn rss_with_50_processes(what: &str, daemon_args: &[&str]) {
+    let mut bus = Bus::start();
+    bus.kill_daemon();
+    bus.daemon_args = daemon_args.iter().map(|a| a.to_string()).collect();
+    bus.start_daemon();
+    let proxy = bus.proxy();
+    // RSS at rest: the daemon frees evicted caches and trims its heap once calls pause.
+    let at_rest = || {
+        std::thread::sleep(Duration::from_secs(1));
+        rss(bus.daemon_pid())
+    };
+    let base = at_rest();
     let targets: Vec<Target> = (0..50)
         .map(|_| Target::start("seed", Variant::O2G))
         .collect();
@@ -144,19 +182,14 @@ fn main() {
             .inject(t.pid() as u32, &["bar", "foo"], HashMap::new())
             .unwrap();
     }
-    // RSS at rest: the daemon frees evicted caches and trims its heap once calls pause.
-    let at_rest = || {
-        std::thread::sleep(Duration::from_secs(1));
-        rss(bus.daemon_pid())
-    };
     let injected = at_rest();
     for t in &targets {
         proxy.backtrace(t.pid() as u32, 0, HashMap::new()).unwrap();
     }
     assert_eq!(proxy.hook_count().unwrap(), 100);
     println!(
-        "  argstashd RSS: idle {base}\n    after injecting into 50 processes (100 hooks): {injected}\n    \
-         after one backtrace of each: {}",
+        "  argstashd RSS, {what}:\n    idle {base}\n    after injecting into 50 processes \
+         (100 hooks): {injected}\n    after one backtrace of each: {}",
         at_rest()
     );
 }

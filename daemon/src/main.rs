@@ -23,6 +23,7 @@ use zbus::connection::Builder;
 use crate::readers::ReaderCache;
 use crate::service::{Manager, Shared};
 use crate::worker::Workers;
+use injector::debuginfo::DebugSearch;
 
 /// Serve the argstash injector on D-Bus.
 #[derive(Parser)]
@@ -49,15 +50,25 @@ struct Args {
     reader_cache: usize,
     /// Keep a module's debug info between calls only when its DWARF is at most
     /// this many KiB; larger debug info is loaded again by each Backtrace.
-    #[arg(long, value_name = "KIB", default_value_t = 1024)]
+    #[arg(long, value_name = "KIB", default_value_t = 65536)]
     debug_cache_kib: usize,
+    /// Look for separate debug files (by build-id or .gnu_debuglink) in DIR
+    /// instead of /usr/lib/debug; repeat for several, in order.
+    #[arg(long, value_name = "DIR")]
+    debug_dir: Vec<PathBuf>,
 }
 
 async fn serve(args: Args) -> Result<()> {
     let shared = Shared::new(
         Workers::new(Duration::from_millis(args.timeout_ms)),
         args.state_dir.clone(),
-        ReaderCache::new(args.reader_cache, args.debug_cache_kib.saturating_mul(1024)),
+        ReaderCache::new(
+            args.reader_cache,
+            args.debug_cache_kib.saturating_mul(1024),
+            (!args.debug_dir.is_empty()).then(|| DebugSearch {
+                dirs: args.debug_dir.clone(),
+            }),
+        ),
     );
     let builder = if let Some(addr) = &args.address {
         Builder::address(addr.as_str()).with_context(|| format!("bad bus address {addr}"))?

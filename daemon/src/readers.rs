@@ -14,6 +14,7 @@ use std::sync::mpsc;
 use std::sync::Mutex;
 
 use injector::backtrace::{Backtrace, BacktraceOptions, ProcessReader};
+use injector::debuginfo::DebugSearch;
 
 /// One cached reader: a process is identified by its pid and start time.
 struct Entry {
@@ -30,12 +31,14 @@ pub struct ReaderCache {
     entries: Mutex<VecDeque<Entry>>,
     capacity: usize,
     debug_bytes: usize,
+    search: Option<DebugSearch>,
     janitor: mpsc::Sender<Garbage>,
 }
 
 impl ReaderCache {
-    /// Keeps up to `capacity` readers, each with debug info of at most `debug_bytes` per module.
-    pub fn new(capacity: usize, debug_bytes: usize) -> ReaderCache {
+    /// Keeps up to `capacity` readers, each with debug info of at most
+    /// `debug_bytes` per module, found through `search` (default places if `None`).
+    pub fn new(capacity: usize, debug_bytes: usize, search: Option<DebugSearch>) -> ReaderCache {
         let (janitor, garbage) = mpsc::channel::<Garbage>();
         let spawned = std::thread::Builder::new()
             .name("argstashd-janitor".into())
@@ -48,6 +51,7 @@ impl ReaderCache {
             entries: Mutex::new(VecDeque::new()),
             capacity,
             debug_bytes,
+            search,
             janitor,
         }
     }
@@ -102,7 +106,14 @@ impl ReaderCache {
                 stale.push(e.reader);
             }
         }
-        (found.unwrap_or_else(|| ProcessReader::new(pid)), stale)
+        let reader = found.unwrap_or_else(|| {
+            let mut r = ProcessReader::new(pid);
+            if let Some(s) = &self.search {
+                r.set_debug_search(s.clone());
+            }
+            r
+        });
+        (reader, stale)
     }
 
     /// Caches `entry` as the most recent; returns the readers that no longer fit.
@@ -177,7 +188,7 @@ mod tests {
 
     #[test]
     fn keeps_the_most_recent_readers_and_drops_other_processes_with_the_same_pid() {
-        let cache = ReaderCache::new(2, 0);
+        let cache = ReaderCache::new(2, 0, None);
         let mut kids: Vec<Child> = (0..3).map(|_| sleeper()).collect();
         // Give each child time to exec `sleep`.
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -210,7 +221,7 @@ mod tests {
 
     #[test]
     fn capacity_zero_caches_nothing() {
-        let cache = ReaderCache::new(0, 0);
+        let cache = ReaderCache::new(0, 0, None);
         let mut kid = sleeper();
         std::thread::sleep(std::time::Duration::from_millis(100));
         let pid = kid.id() as i32;

@@ -818,12 +818,14 @@ impl ProcessReader {
         })?;
         let key = code_key(&maps);
         let started = start_time(pid);
-        let unwind = match self.unwind.take() {
-            Some(u) if key == self.key && started == self.started => u,
-            _ => {
+        // A replaced context lives until this call ends, so the debug info it
+        // parsed is shared with the new one instead of parsed again.
+        let (unwind, _previous) = match self.unwind.take() {
+            Some(u) if key == self.key && started == self.started => (u, None),
+            previous => {
                 let mut u = Unwind::new(ProcessSymbols::load(pid, &maps)?, Vec::new());
                 u.set_debug_search(self.search.clone());
-                u
+                (u, previous)
             }
         };
         let unwind = self.unwind.insert(unwind);

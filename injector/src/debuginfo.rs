@@ -447,16 +447,41 @@ pub struct ModuleDebug {
     /// Files that were found but not trusted, and other problems, for the user.
     pub warnings: Vec<String>,
     bias: u64,
-    dwarf: Option<DwarfData>,
+    dwarf: Option<Arc<DwarfData>>,
     /// Function symbols from MiniDebugInfo (runtime addresses), sorted by address.
     mini_symbols: Vec<Symbol>,
 }
 
+/// Parsed DWARF of one file, shared by every [`ModuleDebug`] of that file in
+/// this process (libc's, for instance, serves all the processes a daemon reads).
 struct DwarfData {
-    context: addr2line::Context<DwarfReader>,
+    /// The addr2line context parses units lazily and caches them inside; the lock
+    /// makes that safe across threads.
+    context: std::sync::Mutex<addr2line::Context<DwarfReader>>,
     /// Bytes of the DWARF sections held (decompressed).
     section_bytes: usize,
 }
+
+impl DwarfData {
+    fn context(&self) -> std::sync::MutexGuard<'_, addr2line::Context<DwarfReader>> {
+        // A panic while parsing leaves the lazily filled caches consistent enough
+        // to keep answering (each cell is either filled or not).
+        self.context.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Identity of a file's contents: device, inode, size and modification time.
+type FileKey = (u64, u64, u64, i64, i64);
+
+fn file_key(path: &str) -> Option<FileKey> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
+/// The DWARF already parsed in this process, by file; entries die with their last user.
+static SHARED_DWARF: std::sync::Mutex<Vec<(FileKey, std::sync::Weak<DwarfData>)>> =
+    std::sync::Mutex::new(Vec::new());
 
 /// One source-level frame at a pc: a function, possibly inlined into the next one.
 #[derive(Debug, Clone)]
@@ -587,8 +612,9 @@ impl ModuleDebug {
         };
         let probe = pc.wrapping_sub(self.bias);
         let mut out = Vec::new();
-        let unit = d.context.find_dwarf_and_unit(probe).skip_all_loads();
-        let Ok(mut iter) = d.context.find_frames(probe).skip_all_loads() else {
+        let context = d.context();
+        let unit = context.find_dwarf_and_unit(probe).skip_all_loads();
+        let Ok(mut iter) = context.find_frames(probe).skip_all_loads() else {
             return out;
         };
         while let Ok(Some(f)) = iter.next() {
@@ -627,8 +653,8 @@ impl ModuleDebug {
         let Some(d) = &self.dwarf else {
             return Vec::new();
         };
-        let Some(unit) = d
-            .context
+        let context = d.context();
+        let Some(unit) = context
             .find_dwarf_and_unit(caller_pc.wrapping_sub(self.bias))
             .skip_all_loads()
         else {
@@ -779,7 +805,31 @@ fn read_sections(file: &ElfSections) -> Vec<(&'static str, Arc<[u8]>)> {
     })
 }
 
-fn load_dwarf(file: &ElfSections) -> Result<DwarfData, DebugInfoError> {
+/// The parsed DWARF of `file`, shared with any other user of the same file.
+fn load_dwarf(file: &ElfSections) -> Result<Arc<DwarfData>, DebugInfoError> {
+    let key = file_key(&file.path);
+    let shared = || SHARED_DWARF.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(key) = key {
+        let mut cache = shared();
+        cache.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(d) = cache
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(d);
+        }
+    }
+    // Parsed without holding the cache's lock: two threads may parse the same
+    // file at once, and both results are correct.
+    let data = Arc::new(parse_dwarf(file)?);
+    if let Some(key) = key {
+        shared().push((key, Arc::downgrade(&data)));
+    }
+    Ok(data)
+}
+
+fn parse_dwarf(file: &ElfSections) -> Result<DwarfData, DebugInfoError> {
     let sections = read_sections(file);
     let load = |id: gimli::SectionId| -> Result<DwarfReader, gimli::Error> {
         let data: Arc<[u8]> = sections
@@ -800,7 +850,7 @@ fn load_dwarf(file: &ElfSections) -> Result<DwarfData, DebugInfoError> {
     let dwarf = gimli::Dwarf::load(load).map_err(dwarf_err)?;
     let context = addr2line::Context::from_dwarf(dwarf).map_err(dwarf_err)?;
     Ok(DwarfData {
-        context,
+        context: std::sync::Mutex::new(context),
         section_bytes,
     })
 }

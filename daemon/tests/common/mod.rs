@@ -53,6 +53,8 @@ pub struct Bus {
     bus: Child,
     daemon: Option<Child>,
     timeout_ms: u64,
+    /// More `argstashd` arguments, used by the next [`Bus::start_daemon`].
+    pub daemon_args: Vec<String>,
 }
 
 fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
@@ -142,6 +144,7 @@ impl Bus {
             bus,
             daemon: None,
             timeout_ms,
+            daemon_args: Vec::new(),
         };
         b.start_daemon();
         b
@@ -162,6 +165,7 @@ impl Bus {
             .arg(self.state_dir())
             .arg("--timeout-ms")
             .arg(self.timeout_ms.to_string())
+            .args(&self.daemon_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(
