@@ -110,7 +110,7 @@ fn places(info: &FunctionInfo, entry: u64) -> Option<Vec<Vec<(Part, u64)>>> {
         })
         .collect();
     // cdecl offsets: each parameter takes its size rounded up to 4 bytes.
-    let mut next = if info.returns.as_ref().is_some_and(is_aggregate) {
+    let mut next: u64 = if info.returns.as_ref().is_some_and(is_aggregate) {
         8
     } else {
         4
@@ -121,7 +121,7 @@ fn places(info: &FunctionInfo, entry: u64) -> Option<Vec<Vec<(Part, u64)>>> {
             break;
         }
         cdecl.push(next);
-        next += p.ty.size.div_ceil(4) * 4;
+        next = next.saturating_add(p.ty.size.div_ceil(4).saturating_mul(4));
     }
     // The function is proven cdecl up to the last parameter found exactly at its
     // cdecl offset, when no parameter was passed in a register or elsewhere.
@@ -184,14 +184,14 @@ pub fn signature_values_i386(
     for p in &mut info.params {
         ilp32(&mut p.ty);
     }
-    let mut next = 4;
+    let mut next: u64 = 4;
     let mut places = Vec::new();
     for p in &info.params {
         if p.ty.size == 0 {
             return None;
         }
         places.push(vec![(Part::Stack(next), p.ty.size)]);
-        next += p.ty.size.div_ceil(4) * 4;
+        next = next.saturating_add(p.ty.size.div_ceil(4).saturating_mul(4));
     }
     values(&info, places, stash, mem)
 }
@@ -268,12 +268,14 @@ fn values(
                 }
                 Part::Stack(at) => {
                     labels.push(format!("stack+{at}"));
-                    for b in *at..at + len {
+                    // Saturating: a hostile size must not overflow; the stash ends long before.
+                    let end = at.saturating_add(*len);
+                    for b in *at..end {
                         let word = b & !3;
                         match word_at(word) {
                             Some(w) => bytes.push(w.to_le_bytes()[(b - word) as usize]),
                             None => {
-                                missing.get_or_insert((*at, (at + len - 4).div_ceil(4)));
+                                missing.get_or_insert((*at, end.saturating_sub(4).div_ceil(4)));
                                 break;
                             }
                         }
