@@ -307,15 +307,15 @@ impl ElfSections {
             return None;
         }
         // The header gives the exact size: inflate into it in one go (no regrowth).
+        // zlib-rs inflates about twice as fast as miniz_oxide, and a cold `bt`
+        // spends a third of its time here when libc's debug file is installed.
         let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, size).collect();
-        let n = miniz_oxide::inflate::decompress_slice_iter_to_slice(
+        let (written, code) = zlib_rs::decompress_slice(
             Arc::get_mut(&mut out)?,
-            std::iter::once(data.get(payload..)?),
-            true,
-            true,
-        )
-        .ok()?;
-        (n == size).then_some(out)
+            data.get(payload..)?,
+            zlib_rs::InflateConfig::default(),
+        );
+        (code == zlib_rs::ReturnCode::Ok && written.len() == size).then_some(out)
     }
 
     /// The GNU build-id note (`.note.gnu.build-id`), if any.
