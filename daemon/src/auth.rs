@@ -6,7 +6,7 @@ use argstash_dbus::{Error, ErrorKind};
 use injector::session::SessionError;
 use zbus::fdo::DBusProxy;
 use zbus::message::Header;
-use zbus::names::BusName;
+use zbus::names::{BusName, UniqueName};
 
 /// Who is calling: the identity the kernel's ptrace check would look at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +28,11 @@ pub async fn caller(dbus: &DBusProxy<'static>, hdr: &Header<'_>) -> Result<Calle
             "the call has no sender: cannot tell who is asking",
         )
     })?;
+    peer(dbus, sender).await
+}
+
+/// The identity of the bus connection `sender` (a unique name such as `:1.42`).
+pub async fn peer(dbus: &DBusProxy<'static>, sender: &UniqueName<'_>) -> Result<Caller, Error> {
     let creds = dbus
         .get_connection_credentials(BusName::Unique(sender.to_owned()))
         .await
@@ -77,18 +82,46 @@ fn status_ids(pid: i32, key: &str) -> Option<[u32; 3]> {
     Some([v.next()?.ok()?, v.next()?.ok()?, v.next()?.ok()?])
 }
 
+/// Who owns a process, as the kernel's ptrace check sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// Real, effective and saved uids.
+    pub uids: [u32; 3],
+    /// Real, effective and saved gids.
+    pub gids: [u32; 3],
+    /// Owner of `/proc/PID` (root for a process that is not dumpable).
+    pub proc_uid: u32,
+}
+
+/// The owner of `pid` now, or `None` when it is gone.
+pub fn owner_of(pid: i32) -> Option<Owner> {
+    Some(Owner {
+        uids: status_ids(pid, "Uid:")?,
+        gids: status_ids(pid, "Gid:")?,
+        proc_uid: std::fs::metadata(format!("/proc/{pid}")).ok()?.uid(),
+    })
+}
+
 /// Allows the call when `caller` could ptrace `pid` itself: uid 0, or the same
 /// real, effective and saved uid *and* gid (as the kernel compares them) and a
 /// dumpable target.
 pub fn may_trace(caller: Caller, pid: i32) -> Result<(), Error> {
-    let gone = || {
+    let owner = owner_of(pid).ok_or_else(|| {
         Error::new(
             ErrorKind::NoSuchProcess,
             SessionError::NoSuchProcess { pid }.to_string(),
         )
-    };
-    let uids = status_ids(pid, "Uid:").ok_or_else(gone)?;
-    let gids = status_ids(pid, "Gid:").ok_or_else(gone)?;
+    })?;
+    may_trace_owned(caller, pid, &owner)
+}
+
+/// [`may_trace`] against an `owner` read earlier (e.g. of a process that has exited since).
+pub fn may_trace_owned(caller: Caller, pid: i32, owner: &Owner) -> Result<(), Error> {
+    let Owner {
+        uids,
+        gids,
+        proc_uid,
+    } = *owner;
     let Caller { uid, gid } = caller;
     if uid == 0 {
         return Ok(());
@@ -114,10 +147,7 @@ pub fn may_trace(caller: Caller, pid: i32) -> Result<(), Error> {
     }
     // A process that is not dumpable (setuid, or prctl(PR_SET_DUMPABLE, 0)) has its
     // /proc/PID owned by root.
-    let owner = std::fs::metadata(format!("/proc/{pid}"))
-        .map(|m| m.uid())
-        .map_err(|_| gone())?;
-    if owner != uid {
+    if proc_uid != uid {
         return Err(deny(
             "it is not dumpable (setuid or set non-dumpable)".to_string(),
         ));

@@ -19,11 +19,12 @@ use injector::symbols::FuncSpec;
 use trampolines::arena::HookState;
 use zbus::fdo::DBusProxy;
 use zbus::message::Header;
+use zbus::names::{BusName, UniqueName};
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::{interface, Connection};
 
-use crate::auth::{caller, may_trace, Caller};
+use crate::auth::{caller, may_trace, may_trace_owned, owner_of, peer, Caller, Owner};
 use crate::convert;
 use crate::hints;
 use crate::readers::ReaderCache;
@@ -41,6 +42,18 @@ struct Proc {
     hooks: HashMap<OwnedObjectPath, HookInfo>,
     /// Start time (clock ticks after boot), to tell a reused pid apart.
     start: u64,
+    /// Who owned the process when it was first tracked: who may see its signals.
+    owner: Option<Owner>,
+}
+
+/// A signal of the manager object, about one process.
+enum Signal {
+    /// `HookInstalled`.
+    Installed(OwnedObjectPath),
+    /// `HookRemoved`.
+    Removed(OwnedObjectPath),
+    /// `ProcessExited`, with the hooks it took with it.
+    Exited(Vec<OwnedObjectPath>),
 }
 
 /// State shared by every object.
@@ -116,12 +129,72 @@ impl Shared {
             .get()
             .ok_or_else(|| Error::new(ErrorKind::Failed, "not connected yet"))?;
         let who = caller(dbus, hdr).await?;
+        self.remember(sender, who);
+        Ok(who)
+    }
+
+    /// The identity of the bus peer with unique name `name` (cached like callers).
+    async fn peer(&self, name: &UniqueName<'_>) -> Result<Caller, Error> {
+        if let Some(who) = lock(&self.callers).get(name.as_str()) {
+            return Ok(*who);
+        }
+        let dbus = self
+            .dbus
+            .get()
+            .ok_or_else(|| Error::new(ErrorKind::Failed, "not connected yet"))?;
+        let who = peer(dbus, name).await?;
+        self.remember(name.to_string(), who);
+        Ok(who)
+    }
+
+    fn remember(&self, name: String, who: Caller) {
         let mut callers = lock(&self.callers);
         if callers.len() >= MAX_CALLERS {
             callers.clear();
         }
-        callers.insert(sender, who);
-        Ok(who)
+        callers.insert(name, who);
+    }
+
+    /// Sends `signal` about process `pid` (owned by `owner`, as read while it was
+    /// tracked) to each bus peer that may trace it: root, or its owner. Signals go
+    /// to each peer by name rather than to the whole bus, so a hook's existence is
+    /// shown to no one who could not see it with `ListHooks`.
+    async fn signal(&self, conn: &Connection, pid: i32, owner: Option<&Owner>, signal: Signal) {
+        let Some(dbus) = self.dbus.get() else {
+            return;
+        };
+        let Ok(names) = dbus.list_names().await else {
+            return;
+        };
+        let me = conn.unique_name().map(|n| n.as_str().to_string());
+        for name in names {
+            let BusName::Unique(name) = name.inner() else {
+                continue;
+            };
+            if Some(name.as_str()) == me.as_deref() {
+                continue;
+            }
+            // A peer that left meanwhile, or whose identity cannot be told, gets nothing.
+            let Ok(who) = self.peer(name).await else {
+                continue;
+            };
+            let allowed =
+                who.uid == 0 || owner.is_some_and(|o| may_trace_owned(who, pid, o).is_ok());
+            if !allowed {
+                continue;
+            }
+            let Ok(emitter) = SignalEmitter::new(conn, MANAGER_PATH) else {
+                return;
+            };
+            let emitter = emitter.set_destination(BusName::Unique(name.clone()));
+            let _ = match &signal {
+                Signal::Installed(path) => Manager::hook_installed(&emitter, path.clone()).await,
+                Signal::Removed(path) => Manager::hook_removed(&emitter, path.clone()).await,
+                Signal::Exited(paths) => {
+                    Manager::process_exited(&emitter, pid as u32, paths.clone()).await
+                }
+            };
+        }
     }
 
     /// Active hooks and the processes that have them, counting only processes
@@ -200,15 +273,15 @@ impl Shared {
             return;
         };
         let _g = self.sync_lock.lock().await;
-        let (added, removed, is_new) = {
+        let (added, removed, is_new, owner) = {
             let mut procs = lock(&self.procs);
             if listed.is_empty() {
                 // No arenas (never hooked, or exec'd): nothing to track.
-                let removed: Vec<OwnedObjectPath> = procs
+                let (removed, owner) = procs
                     .remove(&pid)
-                    .map(|p| p.hooks.into_keys().collect())
+                    .map(|p| (p.hooks.into_keys().collect(), p.owner))
                     .unwrap_or_default();
-                (Vec::new(), removed, false)
+                (Vec::new(), removed, false, owner)
             } else {
                 let fresh: HashMap<OwnedObjectPath, HookInfo> = listed
                     .into_iter()
@@ -219,6 +292,7 @@ impl Shared {
                 let p = procs.entry(pid).or_insert_with(|| Proc {
                     hooks: HashMap::new(),
                     start: hints::start_time(pid).unwrap_or(0),
+                    owner: owner_of(pid),
                 });
                 let removed: Vec<OwnedObjectPath> = p
                     .hooks
@@ -232,25 +306,25 @@ impl Shared {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 p.hooks = fresh;
-                (added, removed, is_new)
+                (added, removed, is_new, p.owner)
             }
         };
         let server = conn.object_server();
         let changed = is_new || !added.is_empty() || !removed.is_empty();
-        if let Ok(emitter) = SignalEmitter::new(conn, MANAGER_PATH) {
-            for path in removed {
-                let _ = server.remove::<Hook, _>(&path).await;
-                let _ = Manager::hook_removed(&emitter, path).await;
-            }
-            for (path, info) in added {
-                let hook = Hook {
-                    shared: self.clone(),
-                    pid,
-                    info,
-                };
-                let _ = server.at(&path, hook).await;
-                let _ = Manager::hook_installed(&emitter, path).await;
-            }
+        for path in removed {
+            let _ = server.remove::<Hook, _>(&path).await;
+            self.signal(conn, pid, owner.as_ref(), Signal::Removed(path))
+                .await;
+        }
+        for (path, info) in added {
+            let hook = Hook {
+                shared: self.clone(),
+                pid,
+                info,
+            };
+            let _ = server.at(&path, hook).await;
+            self.signal(conn, pid, owner.as_ref(), Signal::Installed(path))
+                .await;
         }
         if is_new {
             self.watch(conn, pid);
@@ -362,9 +436,8 @@ impl Shared {
         for path in &paths {
             let _ = server.remove::<Hook, _>(path).await;
         }
-        if let Ok(emitter) = SignalEmitter::new(conn, MANAGER_PATH) {
-            let _ = Manager::process_exited(&emitter, pid as u32, paths).await;
-        }
+        self.signal(conn, pid, p.owner.as_ref(), Signal::Exited(paths))
+            .await;
         drop(g);
         self.workers.forget(pid);
         self.write_hints();

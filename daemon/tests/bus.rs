@@ -1102,3 +1102,123 @@ fn inject_options_signatures_float_args_and_a_forced_window() {
     assert_eq!(proxy.eject_all(pid).unwrap(), 2);
     t.assert_healthy();
 }
+
+/// Environment variable that turns [`signal_listener`] on (the bus address).
+const LISTENER_ADDRESS: &str = "ARGSTASH_TEST_SIGNAL_LISTENER";
+
+/// Not a test by itself: the other-uid client of
+/// `signals_reach_only_peers_that_may_trace_the_process`, which runs this test
+/// binary again under `setpriv`. Prints `listening`, then one line per signal.
+#[test]
+#[ignore = "helper process of signals_reach_only_peers_that_may_trace_the_process"]
+fn signal_listener() {
+    let Ok(address) = std::env::var(LISTENER_ADDRESS) else {
+        return;
+    };
+    let conn = zbus::blocking::connection::Builder::address(address.as_str())
+        .unwrap()
+        .build()
+        .unwrap();
+    let proxy = argstash_dbus::Injector1ProxyBlocking::new(&conn).unwrap();
+    let installed = proxy.receive_hook_installed().unwrap();
+    let exited = proxy.receive_process_exited().unwrap();
+    thread::spawn(move || {
+        for s in exited {
+            println!("exited {}", s.args().unwrap().pid);
+        }
+    });
+    println!("listening");
+    for s in installed {
+        println!("installed {}", s.args().unwrap().hook);
+    }
+}
+
+#[test]
+fn signals_reach_only_peers_that_may_trace_the_process() {
+    use std::io::BufRead;
+    let bus = Bus::start();
+    let mut root_target = seed();
+    let exe = argstash_tests::build("seed", Variant::O2G);
+    let mut own = Target::spawn_with_args(
+        std::path::Path::new("/usr/bin/setpriv"),
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            exe.to_str().unwrap(),
+        ],
+    );
+    // The listener: this test binary again, as nobody.
+    let mut listener = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "signal_listener", "--nocapture"])
+        .env(LISTENER_ADDRESS, &bus.address)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = mpsc::channel();
+    let stdout = listener.stdout.take().unwrap();
+    thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(15))
+            .unwrap_or_else(|_| panic!("the listener never printed {what}"));
+        if line.starts_with("listening")
+            || line.starts_with("installed ")
+            || line.starts_with("exited ")
+        {
+            return line;
+        }
+    };
+    assert_eq!(next("listening"), "listening");
+
+    // Root hooks root's process first, then nobody's: nobody hears only of its own.
+    let proxy = bus.proxy();
+    let root_hooks = proxy
+        .inject(root_target.pid() as u32, &["bar"], HashMap::new())
+        .unwrap();
+    let own_hooks = proxy
+        .inject(own.pid() as u32, &["bar"], HashMap::new())
+        .unwrap();
+    assert_eq!(
+        next("HookInstalled"),
+        format!("installed {}", own_hooks[0].as_str())
+    );
+    // Root's process exits first, and root hears of it before nobody's exits:
+    // signals to one peer arrive in the order they were sent, so had root's
+    // exit reached nobody, it would come first.
+    let root_exits = bus.proxy().receive_process_exited().unwrap();
+    let (exit_tx, exits) = mpsc::channel();
+    thread::spawn(move || {
+        for s in root_exits {
+            if s.args().is_ok_and(|a| exit_tx.send(a.pid).is_err()) {
+                break;
+            }
+        }
+    });
+    let root_pid = root_target.pid() as u32;
+    root_target.kill();
+    let heard = std::iter::from_fn(|| exits.recv_timeout(Duration::from_secs(15)).ok())
+        .any(|pid| pid == root_pid);
+    assert!(heard, "root never heard that process {root_pid} exited");
+    own.kill();
+    let exited = next("ProcessExited");
+    assert_eq!(
+        exited,
+        format!("exited {}", own.pid()),
+        "root's hook was {root_hooks:?}"
+    );
+    let _ = listener.kill();
+    let _ = listener.wait();
+}
