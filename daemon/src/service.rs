@@ -69,6 +69,8 @@ pub struct Shared {
     callers: Mutex<HashMap<String, Caller>>,
     /// Readers reused by `Backtrace`.
     pub readers: ReaderCache,
+    /// Signals waiting to be sent, in order, off the callers' path.
+    signals: OnceLock<async_channel::Sender<(i32, Option<Owner>, Signal)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -94,16 +96,34 @@ impl Shared {
             dbus: OnceLock::new(),
             callers: Mutex::new(HashMap::new()),
             readers,
+            signals: OnceLock::new(),
         })
     }
 
     /// Remembers the bus connection's `org.freedesktop.DBus` proxy (for credentials).
-    pub async fn connect(&self, conn: &Connection) -> zbus::Result<()> {
+    pub async fn connect(self: &Arc<Self>, conn: &Connection) -> zbus::Result<()> {
         let proxy = DBusProxy::builder(conn)
             .cache_properties(zbus::proxy::CacheProperties::No)
             .build()
             .await?;
         let _ = self.dbus.set(proxy);
+        // One task sends the signals, in the order they were raised, so that a
+        // method's reply never waits for them (each needs the list of bus peers).
+        let (tx, rx) = async_channel::unbounded();
+        if self.signals.set(tx).is_ok() {
+            let shared = self.clone();
+            let c = conn.clone();
+            conn.executor()
+                .spawn(
+                    async move {
+                        while let Ok((pid, owner, signal)) = rx.recv().await {
+                            shared.send_signal(&c, pid, owner.as_ref(), signal).await;
+                        }
+                    },
+                    "signal sender",
+                )
+                .detach();
+        }
         Ok(())
     }
 
@@ -155,11 +175,24 @@ impl Shared {
         callers.insert(name, who);
     }
 
-    /// Sends `signal` about process `pid` (owned by `owner`, as read while it was
-    /// tracked) to each bus peer that may trace it: root, or its owner. Signals go
-    /// to each peer by name rather than to the whole bus, so a hook's existence is
-    /// shown to no one who could not see it with `ListHooks`.
-    async fn signal(&self, conn: &Connection, pid: i32, owner: Option<&Owner>, signal: Signal) {
+    /// Queues `signal` about process `pid` (owned by `owner`, as read while it was tracked).
+    fn signal(&self, pid: i32, owner: Option<Owner>, signal: Signal) {
+        if let Some(tx) = self.signals.get() {
+            let _ = tx.try_send((pid, owner, signal));
+        }
+    }
+
+    /// Sends `signal` about process `pid` to each bus peer that may trace it:
+    /// root, or its owner. Signals go to each peer by name rather than to the
+    /// whole bus, so a hook's existence is shown to no one who could not see it
+    /// with `ListHooks`.
+    async fn send_signal(
+        &self,
+        conn: &Connection,
+        pid: i32,
+        owner: Option<&Owner>,
+        signal: Signal,
+    ) {
         let Some(dbus) = self.dbus.get() else {
             return;
         };
@@ -313,8 +346,7 @@ impl Shared {
         let changed = is_new || !added.is_empty() || !removed.is_empty();
         for path in removed {
             let _ = server.remove::<Hook, _>(&path).await;
-            self.signal(conn, pid, owner.as_ref(), Signal::Removed(path))
-                .await;
+            self.signal(pid, owner, Signal::Removed(path));
         }
         for (path, info) in added {
             let hook = Hook {
@@ -323,8 +355,7 @@ impl Shared {
                 info,
             };
             let _ = server.at(&path, hook).await;
-            self.signal(conn, pid, owner.as_ref(), Signal::Installed(path))
-                .await;
+            self.signal(pid, owner, Signal::Installed(path));
         }
         if is_new {
             self.watch(conn, pid);
@@ -436,8 +467,7 @@ impl Shared {
         for path in &paths {
             let _ = server.remove::<Hook, _>(path).await;
         }
-        self.signal(conn, pid, p.owner.as_ref(), Signal::Exited(paths))
-            .await;
+        self.signal(pid, p.owner, Signal::Exited(paths));
         drop(g);
         self.workers.forget(pid);
         self.write_hints();
