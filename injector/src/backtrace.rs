@@ -8,8 +8,6 @@
 //! function's frame. The unwinder reads memory only through [`Memory`], so the same
 //! code serves live processes and, later, core files.
 
-use std::cell::OnceCell;
-use std::path::Path;
 use std::time::Duration;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -19,7 +17,7 @@ use trampolines::x86_64::{StashFrame, ARGUMENT_REGS};
 
 use crate::arena::discover;
 use crate::args::{dwarf_values, stashed_values_with_xmm, ArgValue, FrameState};
-use crate::debuginfo::{DebugSearch, ModuleDebug};
+use crate::debuginfo::{DebugSearch, ModuleDebug, ModulesDebug};
 use crate::error::Error;
 use crate::maps::{read_maps, MapEntry};
 use crate::memory::{Memory, MemoryError, ProcessMemory};
@@ -188,9 +186,8 @@ pub struct Unwind {
     unwinder: UnwinderX86_64<Vec<u8>>,
     symbols: ProcessSymbols,
     arenas: Vec<Arena>,
-    /// Debug info per module (same order as `symbols.modules`), loaded on first use.
-    debug: Vec<OnceCell<ModuleDebug>>,
-    search: DebugSearch,
+    /// Debug info per module, loaded on first use.
+    debug: ModulesDebug,
 }
 
 impl Unwind {
@@ -215,63 +212,34 @@ impl Unwind {
             };
             unwinder.add_module(Module::new(m.path.clone(), m.range.clone(), m.bias, info));
         }
-        let debug = symbols.modules.iter().map(|_| OnceCell::new()).collect();
+        let debug = ModulesDebug::new(symbols.modules.len());
         Unwind {
             unwinder,
             symbols,
             arenas,
             debug,
-            search: DebugSearch::default(),
         }
     }
 
     /// Sets where separate debug files are looked for (forgets debug info loaded so far).
     pub fn set_debug_search(&mut self, search: DebugSearch) {
-        self.search = search;
-        self.debug = self
-            .symbols
-            .modules
-            .iter()
-            .map(|_| OnceCell::new())
-            .collect();
+        self.debug.set_search(search);
     }
 
     /// The debug info of the module containing runtime address `addr`, loaded on first use.
     pub fn debug_for(&self, addr: u64) -> Option<&ModuleDebug> {
-        let i = self
-            .symbols
-            .modules
-            .iter()
-            .position(|m| m.range.contains(&addr))?;
-        let m = &self.symbols.modules[i];
-        if !m.path.starts_with('/') {
-            return None;
-        }
-        Some(
-            self.debug
-                .get(i)?
-                .get_or_init(|| ModuleDebug::load(Path::new(&m.path), m.bias, &self.search)),
-        )
+        self.debug.for_addr(&self.symbols, addr)
     }
 
     /// Takes out the loaded debug info of every module holding more than
-    /// `max_bytes` of DWARF (it is loaded again when next needed). The caller
-    /// decides where to drop it: freeing a large module's DWARF takes milliseconds.
+    /// `max_bytes` of DWARF (see [`ModulesDebug::take_over`]).
     pub fn take_debug_over(&mut self, max_bytes: usize) -> Vec<ModuleDebug> {
-        self.debug
-            .iter_mut()
-            .filter(|cell| cell.get().is_some_and(|d| d.dwarf_bytes() > max_bytes))
-            .filter_map(OnceCell::take)
-            .collect()
+        self.debug.take_over(max_bytes)
     }
 
     /// Problems met while loading debug info so far (e.g. a debug file of another build).
     pub fn debug_warnings(&self) -> Vec<String> {
-        self.debug
-            .iter()
-            .filter_map(OnceCell::get)
-            .flat_map(|d| d.warnings.iter().cloned())
-            .collect()
+        self.debug.warnings()
     }
 
     /// `state` with the entry values its caller's call site gives, when the frame's

@@ -14,9 +14,6 @@
 //! typed arguments where the parameters' entry places can be decided
 //! ([`crate::args_i386`]); otherwise they stay positional.
 
-use std::cell::OnceCell;
-use std::path::Path;
-
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, ParsedEhFrameHdr, Register,
     RegisterRule, UnwindContext, UnwindSection,
@@ -32,7 +29,7 @@ use crate::backtrace::{
     add_source, hook_at, stack_range, symbolize, thread_ids, Backtrace, BacktraceOptions, Frame,
     FrameKind, StackSnapshot, StashedArgs, ThreadBacktrace, MAX_FRAMES,
 };
-use crate::debuginfo::{DebugSearch, ModuleDebug};
+use crate::debuginfo::{DebugSearch, ModuleDebug, ModulesDebug};
 use crate::error::Error;
 use crate::maps::read_maps;
 use crate::memory::{Memory, ProcessMemory};
@@ -139,9 +136,8 @@ pub struct Unwind32 {
     modules: Vec<ModuleCfi>,
     symbols: ProcessSymbols,
     arenas: Vec<Arena>,
-    /// Debug info per module (same order as `symbols.modules`), loaded on first use.
-    debug: Vec<OnceCell<ModuleDebug>>,
-    search: DebugSearch,
+    /// Debug info per module, loaded on first use.
+    debug: ModulesDebug,
 }
 
 impl Unwind32 {
@@ -174,43 +170,23 @@ impl Unwind32 {
                 })
             })
             .collect();
-        let debug = symbols.modules.iter().map(|_| OnceCell::new()).collect();
+        let debug = ModulesDebug::new(symbols.modules.len());
         Unwind32 {
             modules,
             symbols,
             arenas,
             debug,
-            search: DebugSearch::default(),
         }
     }
 
     /// Sets where separate debug files are looked for (before any is loaded).
     pub fn set_debug_search(&mut self, search: DebugSearch) {
-        self.search = search;
-        self.debug = self
-            .symbols
-            .modules
-            .iter()
-            .map(|_| OnceCell::new())
-            .collect();
+        self.debug.set_search(search);
     }
 
     /// The debug info of the module containing runtime address `addr`, loaded on first use.
     fn debug_for(&self, addr: u64) -> Option<&ModuleDebug> {
-        let i = self
-            .symbols
-            .modules
-            .iter()
-            .position(|m| m.range.contains(&addr))?;
-        let m = &self.symbols.modules[i];
-        if !m.path.starts_with('/') {
-            return None;
-        }
-        Some(
-            self.debug
-                .get(i)?
-                .get_or_init(|| ModuleDebug::load(Path::new(&m.path), m.bias, &self.search)),
-        )
+        self.debug.for_addr(&self.symbols, addr)
     }
 
     /// The user-given signature stored with the hook of the function at `entry`.

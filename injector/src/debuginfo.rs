@@ -440,6 +440,71 @@ fn candidates(
     out
 }
 
+/// The debug info of a process's modules, in the order of its
+/// [`ProcessSymbols::modules`](crate::symbols::ProcessSymbols), each loaded on first use.
+pub struct ModulesDebug {
+    cells: Vec<std::cell::OnceCell<ModuleDebug>>,
+    search: DebugSearch,
+}
+
+impl ModulesDebug {
+    /// Nothing loaded yet for `modules` modules; separate files are searched in the default places.
+    pub fn new(modules: usize) -> ModulesDebug {
+        ModulesDebug {
+            cells: (0..modules).map(|_| std::cell::OnceCell::new()).collect(),
+            search: DebugSearch::default(),
+        }
+    }
+
+    /// Sets where separate debug files are looked for (forgets what was loaded so far).
+    pub fn set_search(&mut self, search: DebugSearch) {
+        self.search = search;
+        let n = self.cells.len();
+        self.cells = (0..n).map(|_| std::cell::OnceCell::new()).collect();
+    }
+
+    /// The debug info of the module of `symbols` containing runtime address `addr`.
+    pub fn for_addr(
+        &self,
+        symbols: &crate::symbols::ProcessSymbols,
+        addr: u64,
+    ) -> Option<&ModuleDebug> {
+        let i = symbols
+            .modules
+            .iter()
+            .position(|m| m.range.contains(&addr))?;
+        let m = &symbols.modules[i];
+        if !m.path.starts_with('/') {
+            return None;
+        }
+        Some(
+            self.cells
+                .get(i)?
+                .get_or_init(|| ModuleDebug::load(Path::new(&m.path), m.bias, &self.search)),
+        )
+    }
+
+    /// Takes out the loaded debug info of every module holding more than
+    /// `max_bytes` of DWARF (it is loaded again when next needed). The caller
+    /// decides where to drop it: freeing a large module's DWARF takes milliseconds.
+    pub fn take_over(&mut self, max_bytes: usize) -> Vec<ModuleDebug> {
+        self.cells
+            .iter_mut()
+            .filter(|cell| cell.get().is_some_and(|d| d.dwarf_bytes() > max_bytes))
+            .filter_map(std::cell::OnceCell::take)
+            .collect()
+    }
+
+    /// Problems met while loading debug info so far (e.g. a debug file of another build).
+    pub fn warnings(&self) -> Vec<String> {
+        self.cells
+            .iter()
+            .filter_map(std::cell::OnceCell::get)
+            .flat_map(|d| d.warnings.iter().cloned())
+            .collect()
+    }
+}
+
 /// A module's debug information, loaded once and queried many times.
 pub struct ModuleDebug {
     /// Where the DWARF came from, if any was found.
