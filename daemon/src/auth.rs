@@ -5,7 +5,6 @@ use std::os::unix::fs::MetadataExt;
 use argstash_dbus::{Error, ErrorKind};
 use injector::session::SessionError;
 use zbus::fdo::DBusProxy;
-use zbus::message::Header;
 use zbus::names::{BusName, UniqueName};
 
 /// Who is calling: the identity the kernel's ptrace check would look at.
@@ -17,21 +16,11 @@ pub struct Caller {
     pub gid: u32,
 }
 
-/// The identity of the connection that sent `hdr`, asked of the bus itself.
+/// The identity of the bus connection `sender` (a unique name such as `:1.42`),
+/// asked of the bus itself.
 ///
-/// The uid comes from the bus; the gid from the calling process (the bus gives its
+/// The uid comes from the bus; the gid from the peer's process (the bus gives its
 /// pid), whose real uid must match the bus's record, so a reused pid is not believed.
-pub async fn caller(dbus: &DBusProxy<'static>, hdr: &Header<'_>) -> Result<Caller, Error> {
-    let sender = hdr.sender().ok_or_else(|| {
-        Error::new(
-            ErrorKind::AccessDenied,
-            "the call has no sender: cannot tell who is asking",
-        )
-    })?;
-    peer(dbus, sender).await
-}
-
-/// The identity of the bus connection `sender` (a unique name such as `:1.42`).
 pub async fn peer(dbus: &DBusProxy<'static>, sender: &UniqueName<'_>) -> Result<Caller, Error> {
     let creds = dbus
         .get_connection_credentials(BusName::Unique(sender.to_owned()))

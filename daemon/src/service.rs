@@ -24,7 +24,7 @@ use zbus::object_server::SignalEmitter;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::{interface, Connection};
 
-use crate::auth::{caller, may_trace, may_trace_owned, owner_of, peer, Caller, Owner};
+use crate::auth::{may_trace, may_trace_owned, owner_of, peer, Caller, Owner};
 use crate::convert;
 use crate::hints;
 use crate::readers::ReaderCache;
@@ -139,21 +139,19 @@ impl Shared {
         Ok(start)
     }
 
+    /// The identity of the connection that sent `hdr`.
     async fn caller(&self, hdr: &Header<'_>) -> Result<Caller, Error> {
-        let sender = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
-        if let Some(who) = lock(&self.callers).get(&sender) {
-            return Ok(*who);
-        }
-        let dbus = self
-            .dbus
-            .get()
-            .ok_or_else(|| Error::new(ErrorKind::Failed, "not connected yet"))?;
-        let who = caller(dbus, hdr).await?;
-        self.remember(sender, who);
-        Ok(who)
+        let sender = hdr.sender().ok_or_else(|| {
+            Error::new(
+                ErrorKind::AccessDenied,
+                "the call has no sender: cannot tell who is asking",
+            )
+        })?;
+        self.peer(sender).await
     }
 
-    /// The identity of the bus peer with unique name `name` (cached like callers).
+    /// The identity of the bus peer with unique name `name`, asked of the bus
+    /// once per name (a unique name is never reused on a bus).
     async fn peer(&self, name: &UniqueName<'_>) -> Result<Caller, Error> {
         if let Some(who) = lock(&self.callers).get(name.as_str()) {
             return Ok(*who);
@@ -163,16 +161,12 @@ impl Shared {
             .get()
             .ok_or_else(|| Error::new(ErrorKind::Failed, "not connected yet"))?;
         let who = peer(dbus, name).await?;
-        self.remember(name.to_string(), who);
-        Ok(who)
-    }
-
-    fn remember(&self, name: String, who: Caller) {
         let mut callers = lock(&self.callers);
         if callers.len() >= MAX_CALLERS {
             callers.clear();
         }
-        callers.insert(name, who);
+        callers.insert(name.to_string(), who);
+        Ok(who)
     }
 
     /// Queues `signal` about process `pid` (owned by `owner`, as read while it was tracked).
