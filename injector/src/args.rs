@@ -473,8 +473,13 @@ fn describe(
         kind: TypeKind::Void,
         size: 0,
     };
+    // C++ names a type by its scope, as gdb does (`shapes::Widget`); C by its tag.
+    let qualified = |n: &String| match cpp.then(|| scope_prefix(unit, off)).flatten() {
+        Some(scope) => format!("{scope}{n}"),
+        None => n.clone(),
+    };
     let tagged = |word: &str| match &name {
-        Some(n) if cpp => n.clone(),
+        Some(n) if cpp => qualified(n),
         Some(n) => format!("{word} {n}"),
         None => format!("{word} {{...}}"),
     };
@@ -535,8 +540,8 @@ fn describe(
         }
         gimli::DW_TAG_typedef => {
             let mut t = target(budget, depth)?.unwrap_or_else(void);
-            if let Some(n) = name {
-                t.name = n;
+            if let Some(n) = &name {
+                t.name = qualified(n);
             }
             t
         }

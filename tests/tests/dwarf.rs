@@ -400,6 +400,12 @@ fn cpp_names_are_demangled_and_inlined_frames_shown() {
     });
     let (_, poke) = frame_named(&bt["threads"][0], "shapes::Widget::poke").unwrap();
     assert_eq!(param(poke, "this")["source"], "stash");
+    // Types are named by their scope, as gdb names them.
+    let this_type = param(poke, "this")["type"].as_str().unwrap().to_string();
+    assert!(
+        this_type.starts_with("shapes::Widget *"),
+        "this has type {this_type}"
+    );
     assert!(param(poke, "this")["display"]
         .as_str()
         .unwrap()
