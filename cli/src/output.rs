@@ -222,38 +222,26 @@ fn arg_text(a: &ArgValue) -> String {
 }
 
 fn frame_json(index: usize, f: &Frame) -> Value {
-    let mut args = Vec::new();
-    if let Some(s) = &f.stash {
-        for (reg, value) in &s.registers {
-            args.push(json!({ "register": reg, "value": value }));
-        }
-        for (i, value) in s.stack.iter().enumerate() {
-            args.push(json!({ "register": format!("stack+{}", 8 * (i + 1)), "value": value }));
-        }
-        for (i, value) in s.xmm.iter().enumerate() {
-            let low = *value as u64;
-            args.push(json!({
-                "register": format!("xmm{i}"),
-                "value": low,
-                "double": f64::from_bits(low),
-                "raw": format!("0x{value:032x}"),
-            }));
-        }
-    }
-    // Each stashed register that holds a known parameter carries its name and type too.
-    for a in &mut args {
-        let reg = a["register"].as_str().unwrap_or_default().to_string();
-        let param = f.args.iter().find(|p| {
-            p.source == Some(injector::args::ArgSource::Stash)
-                && p.register.as_deref() == Some(reg.as_str())
-        });
-        if let Some(p) = param {
-            a["name"] = json!(p.name);
-            a["type"] = json!(p.ty);
-            a["display"] = json!(p.display);
-            a["source"] = json!("stash");
-        }
-    }
+    let slots = f.stash.as_ref().map(|s| s.slots()).unwrap_or_default();
+    let args: Vec<Value> = slots
+        .iter()
+        .map(|slot| {
+            let low = slot.value as u64;
+            let mut a = json!({ "register": slot.name, "value": low });
+            if slot.xmm {
+                a["double"] = json!(f64::from_bits(low));
+                a["raw"] = json!(format!("0x{:032x}", slot.value));
+            }
+            // A stashed register that holds a known parameter carries its name and type too.
+            if let Some(p) = f.stashed_param(&slot.name) {
+                a["name"] = json!(p.name);
+                a["type"] = json!(p.ty);
+                a["display"] = json!(p.display);
+                a["source"] = json!("stash");
+            }
+            a
+        })
+        .collect();
     let mut v = json!({
         "index": index,
         "pc": format!("0x{:x}", f.pc),
@@ -354,21 +342,18 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
             format!("({})", parts.join(", "))
         }
         Some(s) => {
-            let mut parts: Vec<String> = s
-                .registers
+            let parts: Vec<String> = s
+                .slots()
                 .iter()
-                .map(|(r, v)| format!("{r}={}", display_value(*v)))
+                .map(|slot| {
+                    let low = slot.value as u64;
+                    if slot.xmm {
+                        format!("{}={} [0x{low:x}]", slot.name, f64::from_bits(low))
+                    } else {
+                        format!("{}={}", slot.name, display_value(low))
+                    }
+                })
                 .collect();
-            parts.extend(
-                s.stack
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| format!("stack+{}={}", 8 * (i + 1), display_value(*v))),
-            );
-            parts.extend(s.xmm.iter().enumerate().map(|(i, v)| {
-                let low = *v as u64;
-                format!("xmm{i}={} [0x{low:x}]", f64::from_bits(low))
-            }));
             let variadic = if s.variadic { ", variadic" } else { "" };
             format!("({}) [stashed{variadic}]", parts.join(", "))
         }

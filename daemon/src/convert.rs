@@ -1,7 +1,7 @@
 //! Injector results and errors in their D-Bus form.
 
 use argstash_dbus::{hook_path, Arg, Error, ErrorKind, Frame, HookEntry, Inlined, Param, Thread};
-use injector::args::{ArgSource, ArgValue, SignatureError};
+use injector::args::{ArgValue, SignatureError};
 use injector::backtrace::{Backtrace, FrameKind};
 use injector::hooks::HookInfo;
 use injector::session::SessionError;
@@ -116,35 +116,18 @@ fn param(a: &ArgValue) -> Param {
 
 /// One frame in its wire form: the same fields, in the same order, as `bt --json`.
 fn frame(index: usize, f: &injector::backtrace::Frame) -> Frame {
-    let mut args = Vec::new();
-    if let Some(s) = &f.stash {
-        args.extend(s.registers.iter().map(|(r, v)| (r.to_string(), *v, 0)));
-        args.extend(
-            s.stack
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (format!("stack+{}", 8 * (i + 1)), *v, 0)),
-        );
-        args.extend(
-            s.xmm
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (format!("xmm{i}"), *v as u64, (*v >> 64) as u64)),
-        );
-    }
-    let args = args
+    let args = f
+        .stash
+        .as_ref()
+        .map(|s| s.slots())
+        .unwrap_or_default()
         .into_iter()
-        .map(|(register, value, value_high)| {
+        .map(|slot| Arg {
             // A stashed register that holds a known parameter carries its name and type.
-            let known = f.args.iter().find(|p| {
-                p.source == Some(ArgSource::Stash) && p.register.as_deref() == Some(&register)
-            });
-            Arg {
-                param: known.map(param).unwrap_or_default(),
-                register,
-                value,
-                value_high,
-            }
+            param: f.stashed_param(&slot.name).map(param).unwrap_or_default(),
+            register: slot.name,
+            value: slot.value as u64,
+            value_high: (slot.value >> 64) as u64,
         })
         .collect();
     Frame {

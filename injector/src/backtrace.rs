@@ -82,6 +82,46 @@ pub struct StashedArgs {
     pub function: u64,
 }
 
+/// One stashed value, as readers list them: see [`StashedArgs::slots`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StashSlot {
+    /// Register name, `stack+N` for a copied stack word, or `xmmN`.
+    pub name: String,
+    /// The value (128 bits for an xmm register, zero-extended otherwise).
+    pub value: u128,
+    /// True for an xmm register.
+    pub xmm: bool,
+}
+
+impl StashedArgs {
+    /// Every stashed value in the order readers show them: the registers, the
+    /// copied stack words (`stack+8`, `stack+16`, ...), then the xmm registers.
+    pub fn slots(&self) -> Vec<StashSlot> {
+        let int = |name: String, v: u64| StashSlot {
+            name,
+            value: u128::from(v),
+            xmm: false,
+        };
+        let mut out: Vec<StashSlot> = self
+            .registers
+            .iter()
+            .map(|(r, v)| int(r.to_string(), *v))
+            .collect();
+        out.extend(
+            self.stack
+                .iter()
+                .enumerate()
+                .map(|(i, v)| int(format!("stack+{}", 8 * (i + 1)), *v)),
+        );
+        out.extend(self.xmm.iter().enumerate().map(|(i, v)| StashSlot {
+            name: format!("xmm{i}"),
+            value: *v,
+            xmm: true,
+        }));
+        out
+    }
+}
+
 /// A function inlined at a frame's pc (gdb shows each as a frame of its own).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct InlinedFrame {
@@ -121,6 +161,16 @@ pub struct Frame {
     pub inlined: Vec<InlinedFrame>,
     /// Named, typed arguments (from DWARF or a user signature); empty when unknown.
     pub args: Vec<ArgValue>,
+}
+
+impl Frame {
+    /// The named parameter whose value was stashed from `register` (a [`StashSlot`] name).
+    pub fn stashed_param(&self, register: &str) -> Option<&ArgValue> {
+        self.args.iter().find(|p| {
+            p.source == Some(crate::args::ArgSource::Stash)
+                && p.register.as_deref() == Some(register)
+        })
+    }
 }
 
 /// One thread's backtrace.
@@ -361,15 +411,6 @@ impl Unwind {
         }
     }
 
-    /// The user-given signature stored with the hook of the function at `entry`.
-    fn hook_signature(&self, entry: u64) -> Option<&str> {
-        self.arenas.iter().find_map(|a| {
-            a.hooks()
-                .find(|(_, r)| r.function == entry)
-                .and_then(|(slot, _)| a.signature(slot))
-        })
-    }
-
     /// Adds source locations, inlined frames and typed arguments to unwound frames.
     fn annotate(&self, frames: &mut [Frame], states: &[Option<FrameState>], mem: &dyn Memory) {
         for i in 0..frames.len().min(states.len()) {
@@ -382,8 +423,7 @@ impl Unwind {
                 (Some(stash), Some(i)) => {
                     stashed_values_with_xmm(i, &stash.registers, &stash.stack, &stash.xmm, mem)
                 }
-                (Some(stash), None) => match self
-                    .hook_signature(stash.function)
+                (Some(stash), None) => match hook_signature(&self.arenas, stash.function)
                     .map(crate::args::parse_params)
                 {
                     Some(Ok(sig)) => stashed_values_with_xmm(
@@ -664,6 +704,15 @@ pub(crate) fn add_source(
 }
 
 /// The hook whose trampoline or relocated prologue holds `pc`, in any of `arenas`.
+/// The user-given signature stored with the hook of the function at `entry`.
+pub(crate) fn hook_signature(arenas: &[Arena], entry: u64) -> Option<&str> {
+    arenas.iter().find_map(|a| {
+        a.hooks()
+            .find(|(_, r)| r.function == entry)
+            .and_then(|(slot, _)| a.signature(slot))
+    })
+}
+
 pub(crate) fn hook_at(arenas: &[Arena], pc: u64) -> Option<&HookRecord> {
     arenas
         .iter()
@@ -860,4 +909,36 @@ fn read_threads(
         });
     }
     Ok(Backtrace { pid, threads })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_list_registers_then_stack_words_then_xmm() {
+        let s = StashedArgs {
+            registers: vec![("rdi", 1), ("rsi", 2)],
+            stack: vec![3, 4],
+            xmm: vec![(5u128 << 64) | 6],
+            variadic: false,
+            frame: 0,
+            function: 0,
+        };
+        let slots: Vec<(String, u128, bool)> = s
+            .slots()
+            .into_iter()
+            .map(|x| (x.name, x.value, x.xmm))
+            .collect();
+        assert_eq!(
+            slots,
+            [
+                ("rdi".to_string(), 1, false),
+                ("rsi".to_string(), 2, false),
+                ("stack+8".to_string(), 3, false),
+                ("stack+16".to_string(), 4, false),
+                ("xmm0".to_string(), (5u128 << 64) | 6, true),
+            ]
+        );
+    }
 }

@@ -26,8 +26,8 @@ use crate::arena::discover;
 use crate::args::FrameState;
 use crate::args_i386::{signature_values_i386, stashed_values_i386};
 use crate::backtrace::{
-    add_source, hook_at, stack_range, symbolize, thread_ids, Backtrace, BacktraceOptions, Frame,
-    FrameKind, StackSnapshot, StashedArgs, ThreadBacktrace, MAX_FRAMES,
+    add_source, hook_at, hook_signature, stack_range, symbolize, thread_ids, Backtrace,
+    BacktraceOptions, Frame, FrameKind, StackSnapshot, StashedArgs, ThreadBacktrace, MAX_FRAMES,
 };
 use crate::debuginfo::{DebugSearch, ModuleDebug, ModulesDebug};
 use crate::error::Error;
@@ -189,15 +189,6 @@ impl Unwind32 {
         self.debug.for_addr(&self.symbols, addr)
     }
 
-    /// The user-given signature stored with the hook of the function at `entry`.
-    fn hook_signature(&self, entry: u64) -> Option<&str> {
-        self.arenas.iter().find_map(|a| {
-            a.hooks()
-                .find(|(_, r)| r.function == entry)
-                .and_then(|(slot, _)| a.signature(slot))
-        })
-    }
-
     /// Adds source locations, inlined calls and named arguments to unwound frames.
     fn annotate(&self, frames: &mut [Frame], states: &[Option<FrameState>], mem: &dyn Memory) {
         for (f, st) in frames.iter_mut().zip(states) {
@@ -212,8 +203,7 @@ impl Unwind32 {
                     };
                     stashed_values_i386(i, entry, &stash.registers, mem).unwrap_or_default()
                 }
-                (Some(stash), None) => self
-                    .hook_signature(stash.function)
+                (Some(stash), None) => hook_signature(&self.arenas, stash.function)
                     .and_then(|sig| crate::args::parse_params(sig).ok())
                     .and_then(|sig| {
                         signature_values_i386(&sig.to_function_info(None), &stash.registers, mem)
