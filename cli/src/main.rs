@@ -15,7 +15,9 @@ use clap::{Args, Parser, Subcommand};
 use injector::backtrace::{BacktraceOptions, ProcessReader};
 use injector::core::{backtrace_core_with, CoreFile, CoreOptions};
 use injector::debuginfo::DebugSearch;
-use injector::hooks::{eject, install_with_signatures, list, EjectWhat, InstallOptions};
+use injector::hooks::{
+    eject_with_policy, install_with_signatures, list, EjectWhat, InstallOptions,
+};
 use injector::symbols::FuncSpec;
 
 /// Stash function arguments on the stack of a running process, then read them back from any unwind.
@@ -62,6 +64,16 @@ struct InjectArgs {
     /// Also stash xmm0-xmm7 (float and double arguments); `bt` shows them as doubles.
     #[arg(long)]
     float_args: bool,
+    /// Whether argstash may run the target's own functions after the stop, to register
+    /// the hooks' unwind information with libgcc (C++ exceptions) and load the gdb JIT
+    /// helper: `safe` (default) only on a thread proved to be outside the allocator,
+    /// the loader and libgcc (skipped, with a note, when none is found in time); `off`
+    /// never.
+    #[arg(long, value_name = "WHEN", default_value = "safe")]
+    unwind_registration: Registration,
+    /// How long to look for a thread at a safe point, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    safe_point_wait: u64,
 }
 
 #[derive(Args)]
@@ -80,6 +92,36 @@ struct EjectArgs {
     /// Remove every hook.
     #[arg(long)]
     all: bool,
+    /// Whether argstash may run the target's own functions after the stop, to register
+    /// the hooks' unwind information with libgcc (C++ exceptions) and load the gdb JIT
+    /// helper: `safe` (default) only on a thread proved to be outside the allocator,
+    /// the loader and libgcc (skipped, with a note, when none is found in time); `off`
+    /// never.
+    #[arg(long, value_name = "WHEN", default_value = "safe")]
+    unwind_registration: Registration,
+    /// How long to look for a thread at a safe point, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    safe_point_wait: u64,
+}
+
+/// `--unwind-registration` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Registration {
+    /// Only at a proved safe point.
+    Safe,
+    /// Never run code in the target.
+    Off,
+}
+
+/// The library's call policy for these options.
+fn call_policy(r: Registration, wait_ms: u64) -> injector::foreign_unwind::CallPolicy {
+    injector::foreign_unwind::CallPolicy {
+        calls: match r {
+            Registration::Safe => injector::foreign_unwind::RemoteCalls::AtSafePoints,
+            Registration::Off => injector::foreign_unwind::RemoteCalls::Off,
+        },
+        wait: std::time::Duration::from_millis(wait_ms),
+    }
 }
 
 #[derive(Args)]
@@ -151,6 +193,7 @@ fn run(cli: Cli) -> Result<()> {
                     stack_words: a.stack_args.unwrap_or(0),
                     force_stack_words: a.stack_args.is_some(),
                     float_args: a.float_args,
+                    calls: call_policy(a.unwind_registration, a.safe_point_wait),
                 },
             )?;
             output::print_install(&report);
@@ -161,7 +204,11 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 EjectWhat::Functions(a.funcs.iter().map(|f| FuncSpec::parse(f)).collect())
             };
-            let report = eject(a.pid, &what)?;
+            let report = eject_with_policy(
+                a.pid,
+                &what,
+                call_policy(a.unwind_registration, a.safe_point_wait),
+            )?;
             output::print_eject(&report);
         }
         Command::List(a) => {

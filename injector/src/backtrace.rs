@@ -441,6 +441,18 @@ impl Unwind {
         }
     }
 
+    /// The frames of one thread, named by ELF symbols only (no source lines or
+    /// arguments: cheap), trampolines included, and why unwinding stopped early
+    /// (`None`: it reached the thread's outermost frame).
+    pub(crate) fn walk(
+        &self,
+        regs: &libc::user_regs_struct,
+        mem: &dyn Memory,
+    ) -> (Vec<Frame>, Option<String>) {
+        let mut states = Vec::new();
+        self.unwind_frames(&dwarf_registers(regs), mem, true, &mut states)
+    }
+
     /// The hook records known to this context.
     pub fn hooks(&self) -> impl Iterator<Item = &HookRecord> {
         self.arenas.iter().flat_map(|a| a.hooks().map(|(_, r)| r))

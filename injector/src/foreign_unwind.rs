@@ -11,10 +11,13 @@
 //! - Install, after the stop: [`register`] calls `__register_frame_info(eh_frame,
 //!   object)` in the target (libgcc's own function, found in `libgcc_s.so.1` or the
 //!   executable) on one thread while the others keep running, so a lock held by
-//!   another thread is released in time; a call that does not return within
-//!   [`CALL_TIMEOUT`] is abandoned (it waits for the lock before changing anything),
-//!   the thread restored, and another thread tried. It also adds
-//!   `START SIZE argstash_trampoline.NAME` lines to `/tmp/perf-PID.map`.
+//!   another thread is released in time. The thread is borrowed only at a proved safe
+//!   point ([`crate::safe_point`]); when none is found within the wait allowed, the
+//!   call is skipped and the report says so. A call that does not return within
+//!   [`CALL_TIMEOUT`] is never abandoned half-way: the thread is released to finish it
+//!   by itself ([`crate::remote_call`]). With [`RemoteCalls::Off`] nothing runs in the
+//!   target at all. It also adds `START SIZE argstash_trampoline.NAME` lines to
+//!   `/tmp/perf-PID.map`.
 //! - Eject, after the stop: [`unregister`] calls `__deregister_frame_info(eh_frame)`
 //!   and removes the perf map lines, keeping other tools' lines.
 //!
@@ -42,8 +45,43 @@ use crate::symbols::{FuncSpec, ProcessSymbols};
 /// How long one registration call may take before it is abandoned.
 pub const CALL_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Threads tried before registration gives up.
-const MAX_THREADS_TRIED: usize = 3;
+/// How long [`register`] and [`unregister`] look for a thread at a safe point by default.
+pub const SAFE_POINT_WAIT: Duration = Duration::from_millis(500);
+
+/// `registered` value of a slot whose registration call was released unfinished: it
+/// may or may not complete, so it is never deregistered (the area is never unmapped).
+const REGISTRATION_PENDING: u64 = u64::MAX;
+
+/// Whether argstash may run functions of the target after the stop (libgcc's frame
+/// registration, the loader's `dlopen`/`dlclose` for the gdb JIT helper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RemoteCalls {
+    /// Only on a thread proved to be at a safe point ([`crate::safe_point`]), found
+    /// within the wait allowed; otherwise the call is skipped and reported.
+    #[default]
+    AtSafePoints,
+    /// Never: no code of the target runs (no C++ exception support through hooks, no
+    /// gdb JIT helper; the symbol file and perf files are still written).
+    Off,
+}
+
+/// How [`register`] and [`unregister`] may run code in the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallPolicy {
+    /// Whether calls run at all.
+    pub calls: RemoteCalls,
+    /// How long to look for a thread at a safe point.
+    pub wait: Duration,
+}
+
+impl Default for CallPolicy {
+    fn default() -> Self {
+        CallPolicy {
+            calls: RemoteCalls::AtSafePoints,
+            wait: SAFE_POINT_WAIT,
+        }
+    }
+}
 
 /// libgcc's registration functions in the target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,7 +282,7 @@ pub(crate) fn set_flags(mem: &dyn Memory, hook: &UnwindHook, flags: u32) -> Resu
 /// Threads of `pid`, the best to borrow for a call first: those asleep in a system
 /// call other than `futex` or a memory-management one (unlikely to hold a user-space
 /// lock), then those running user code, then the rest.
-fn call_candidates(pid: i32) -> Vec<i32> {
+pub(crate) fn call_candidates(pid: i32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return vec![pid];
     };
@@ -280,13 +318,14 @@ fn call_candidates(pid: i32) -> Vec<i32> {
     tids.into_iter().map(|(_, t)| t).collect()
 }
 
-/// Runs `call` for each hook on one borrowed thread, trying other threads when a call times out.
-pub(crate) fn with_borrowed_thread(
+/// Runs `call` on one stopped thread (the others keep running), for raw system calls
+/// only: they take no user-space lock, so any thread will do.
+pub(crate) fn with_any_thread(
     pid: i32,
-    mut call: impl FnMut(&mut Session, i32) -> Result<(), RemoteCallError>,
+    call: impl FnOnce(&mut Session, i32) -> Result<(), RemoteCallError>,
 ) -> Result<(), String> {
     let mut last = String::from("no thread could be stopped");
-    for tid in call_candidates(pid).into_iter().take(MAX_THREADS_TRIED) {
+    for tid in call_candidates(pid) {
         let mut session = match Session::attach_thread(pid, tid) {
             Ok(s) => s,
             Err(e) => {
@@ -296,26 +335,147 @@ pub(crate) fn with_borrowed_thread(
         };
         let result = call(&mut session, tid);
         let detached = session.detach();
-        match result {
-            Ok(()) => return detached.map(drop).map_err(|e| e.to_string()),
-            Err(e @ RemoteCallError::TimedOut { .. }) => last = e.to_string(),
-            Err(e) => return Err(e.to_string()),
-        }
+        return match result {
+            Ok(()) => detached.map(drop).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
     }
     Err(last)
+}
+
+/// Why a call in the target was not made or not finished.
+#[derive(Debug)]
+pub(crate) enum CallSkipped {
+    /// [`RemoteCalls::Off`].
+    Off,
+    /// No thread was at a safe point in time.
+    NoSafePoint(crate::safe_point::NoSafePoint),
+    /// The call did not return in time; the thread finishes it by itself.
+    Released(RemoteCallError),
+    /// Something else failed (the thread was restored).
+    Failed(String),
+}
+
+impl std::fmt::Display for CallSkipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallSkipped::Off => write!(f, "calls in the target are turned off"),
+            CallSkipped::NoSafePoint(e) => write!(f, "{e}"),
+            CallSkipped::Released(e) => write!(f, "{e}"),
+            CallSkipped::Failed(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Lends threads of one process, each only at a safe point, for calls in the target.
+pub(crate) struct Borrower {
+    pid: i32,
+    policy: CallPolicy,
+    /// Built on first use: unwinding context, module roles, memory.
+    ctx: Option<(
+        crate::backtrace::Unwind,
+        crate::safe_point::Guard,
+        ProcessMemory,
+    )>,
+}
+
+impl Borrower {
+    /// A borrower for `pid` under `policy`.
+    pub(crate) fn new(pid: i32, policy: CallPolicy) -> Borrower {
+        Borrower {
+            pid,
+            policy,
+            ctx: None,
+        }
+    }
+
+    fn context(
+        &mut self,
+    ) -> Result<
+        &(
+            crate::backtrace::Unwind,
+            crate::safe_point::Guard,
+            ProcessMemory,
+        ),
+        String,
+    > {
+        if self.ctx.is_none() {
+            let pid = self.pid;
+            let maps = crate::maps::read_maps(pid).map_err(|e| e.to_string())?;
+            let symbols = ProcessSymbols::load(pid, &maps).map_err(|e| e.to_string())?;
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .ok()
+                .and_then(|p| p.to_str().map(str::to_string));
+            let guard = crate::safe_point::Guard::new(&symbols, exe.as_deref());
+            let mem = ProcessMemory::open(pid).map_err(|e| e.to_string())?;
+            let arenas = crate::arena::discover(&maps, &mem).map_err(|e| e.to_string())?;
+            let unwind = crate::backtrace::Unwind::new(symbols, arenas);
+            self.ctx = Some((unwind, guard, mem));
+        }
+        Ok(self.ctx.as_ref().expect("just built"))
+    }
+
+    /// Runs `call` on a thread borrowed at a safe point (the others keep running).
+    pub(crate) fn with_thread(
+        &mut self,
+        call: impl FnOnce(&mut Session, i32) -> Result<(), RemoteCallError>,
+    ) -> Result<(), CallSkipped> {
+        if self.policy.calls == RemoteCalls::Off {
+            return Err(CallSkipped::Off);
+        }
+        let (pid, wait) = (self.pid, self.policy.wait);
+        let (unwind, guard, mem) = self.context().map_err(CallSkipped::Failed)?;
+        let (mut session, tid) =
+            crate::safe_point::borrow_at_safe_point(pid, unwind, guard, mem, wait)
+                .map_err(CallSkipped::NoSafePoint)?;
+        let result = call(&mut session, tid);
+        let detached = session.detach();
+        match result {
+            Ok(()) => detached
+                .map(drop)
+                .map_err(|e| CallSkipped::Failed(e.to_string())),
+            Err(e @ RemoteCallError::Released { .. }) => Err(CallSkipped::Released(e)),
+            Err(e) => Err(CallSkipped::Failed(e.to_string())),
+        }
+    }
 }
 
 /// Registers every hook's `.eh_frame` with the target's unwinder and writes perf map lines.
 ///
 /// Never fails the install: what could not be done is described in the report's notes.
-pub fn register(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> UnwindReport {
+pub fn register(
+    pid: i32,
+    unwinders: &Unwinders,
+    hooks: &[UnwindHook],
+    policy: CallPolicy,
+) -> UnwindReport {
     let started = std::time::Instant::now();
-    let mut report = register_timed(pid, unwinders, hooks);
+    let mut report = register_timed(pid, unwinders, hooks, policy);
     report.elapsed = started.elapsed();
     report
 }
 
-fn register_timed(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> UnwindReport {
+/// The note for a registration call that was not made or not finished.
+fn skipped_note(what: &str, count: usize, why: &CallSkipped, consequence: &str) -> String {
+    match why {
+        CallSkipped::Off => {
+            format!("{what} skipped for {count} hooks (calls in the target are off): {consequence}")
+        }
+        CallSkipped::NoSafePoint(e) => format!(
+            "{what} skipped for {count} hooks: {e}; running code there could corrupt the \
+             program's heap or deadlock it: {consequence} (eject and inject again to retry)"
+        ),
+        CallSkipped::Released(e) => format!("{what} for {count} hooks not confirmed: {e}"),
+        CallSkipped::Failed(e) => format!("{what} failed for {count} hooks: {e}"),
+    }
+}
+
+fn register_timed(
+    pid: i32,
+    unwinders: &Unwinders,
+    hooks: &[UnwindHook],
+    policy: CallPolicy,
+) -> UnwindReport {
     let unwinder = unwinders.libgcc.as_ref();
     let mut report = UnwindReport {
         unwinder: unwinder.map(|u| u.module.clone()),
@@ -337,7 +497,15 @@ fn register_timed(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> Unwi
     crate::perf_jit::register(pid, &mem, hooks, &mut report);
     report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
-    crate::gdb_jit::register(pid, &mem, unwinders.loader.as_ref(), hooks, &mut report);
+    let mut borrower = Borrower::new(pid, policy);
+    crate::gdb_jit::register(
+        pid,
+        &mem,
+        unwinders.loader.as_ref(),
+        hooks,
+        &mut report,
+        &mut borrower,
+    );
     let Some(unwinder) = unwinder else {
         report.notes.push(
             "no in-process unwinder to register with (the process has not loaded libgcc_s): \
@@ -356,9 +524,19 @@ fn register_timed(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> Unwi
         return report;
     }
     let mut done = 0usize;
-    let outcome = with_borrowed_thread(pid, |session, tid| {
-        for hook in &todo[done..] {
-            session.remote_call(
+    let outcome = borrower.with_thread(|session, tid| {
+        for hook in &todo {
+            // Marked first: a call released unfinished must never be deregistered.
+            let mark = |value: u64| {
+                set_registered(&mem, hook, value).map_err(|e| {
+                    RemoteCallError::Session(crate::session::SessionError::Unexpected {
+                        tid,
+                        status: e.to_string(),
+                    })
+                })
+            };
+            mark(REGISTRATION_PENDING)?;
+            let called = session.remote_call(
                 tid,
                 unwinder.register,
                 "__register_frame_info",
@@ -367,38 +545,41 @@ fn register_timed(pid: i32, unwinders: &Unwinders, hooks: &[UnwindHook]) -> Unwi
                     hook.area.object_addr(hook.slot),
                 ],
                 CALL_TIMEOUT,
-            )?;
-            set_registered(&mem, hook, unwinder.deregister).map_err(|e| {
-                RemoteCallError::Session(crate::session::SessionError::Unexpected {
-                    tid,
-                    status: e.to_string(),
-                })
-            })?;
+            );
+            match called {
+                Ok(()) => mark(unwinder.deregister)?,
+                Err(e @ RemoteCallError::Released { .. }) => return Err(e),
+                Err(e) => {
+                    mark(0)?;
+                    return Err(e);
+                }
+            }
             done += 1;
         }
         Ok(())
     });
     report.registered = done;
-    if let Err(e) = outcome {
-        report.notes.push(format!(
-            "{} of {} hooks not registered with {}: {e}",
+    if let Err(why) = outcome {
+        report.notes.push(skipped_note(
+            &format!("registration with {}", unwinder.module),
             todo.len() - done,
-            todo.len(),
-            unwinder.module
+            &why,
+            "a C++ exception thrown through those hooked functions would end the program \
+             (std::terminate)",
         ));
     }
     report
 }
 
 /// Deregisters the hooks' `.eh_frame` from the target's unwinder and removes their perf map lines.
-pub fn unregister(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
+pub fn unregister(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> UnwindReport {
     let started = std::time::Instant::now();
-    let mut report = unregister_timed(pid, hooks);
+    let mut report = unregister_timed(pid, hooks, policy);
     report.elapsed = started.elapsed();
     report
 }
 
-fn unregister_timed(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
+fn unregister_timed(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> UnwindReport {
     let mut report = UnwindReport::default();
     if hooks.is_empty() {
         return report;
@@ -412,48 +593,65 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook]) -> UnwindReport {
             return report;
         }
     };
+    let mut pending = 0;
     let todo: Vec<(&UnwindHook, u64)> = hooks
         .iter()
         .filter_map(|h| match read_slot(&mem, h) {
+            Ok(s) if s.registered == REGISTRATION_PENDING => {
+                pending += 1;
+                None
+            }
             Ok(s) if s.registered != 0 => Some((h, s.registered)),
             _ => None,
         })
         .collect();
+    if pending > 0 {
+        report.notes.push(format!(
+            "{pending} hooks stay registered with libgcc (their registration was never \
+             confirmed; the unwind information stays mapped, so this is harmless)"
+        ));
+    }
+    let mut borrower = Borrower::new(pid, policy);
     let mut done = 0usize;
     if !todo.is_empty() {
-        let outcome = with_borrowed_thread(pid, |session, tid| {
-            for (hook, deregister) in &todo[done..] {
-                let object = session.remote_call(
+        let outcome = borrower.with_thread(|session, tid| {
+            for (hook, deregister) in &todo {
+                // Cleared first: a deregistration released unfinished is not retried.
+                set_registered(&mem, hook, 0).map_err(|e| {
+                    RemoteCallError::Session(crate::session::SessionError::Unexpected {
+                        tid,
+                        status: e.to_string(),
+                    })
+                })?;
+                let called = session.remote_call(
                     tid,
                     *deregister,
                     "__deregister_frame_info",
                     &[hook.area.eh_frame_addr(hook.slot)],
                     CALL_TIMEOUT,
-                )?;
-                if object != hook.area.object_addr(hook.slot) {
-                    return Err(RemoteCallError::Session(
-                        crate::session::SessionError::Unexpected {
-                            tid,
-                            status: format!(
-                                "__deregister_frame_info returned 0x{object:x}, not our object 0x{:x}",
-                                hook.area.object_addr(hook.slot)
-                            ),
-                        },
-                    ));
+                );
+                if let Err(e) = called {
+                    if !matches!(e, RemoteCallError::Released { .. }) {
+                        let _ = set_registered(&mem, hook, *deregister);
+                    }
+                    return Err(e);
                 }
-                let _ = set_registered(&mem, hook, 0);
                 done += 1;
             }
             Ok(())
         });
-        if let Err(e) = outcome {
-            report
-                .notes
-                .push(format!("{} hooks still registered: {e}", todo.len() - done));
+        if let Err(why) = outcome {
+            report.notes.push(skipped_note(
+                "deregistration from libgcc",
+                todo.len() - done,
+                &why,
+                "their unwind information stays registered and mapped (harmless: the \
+                 trampolines stay mapped too)",
+            ));
         }
     }
     report.registered = done;
-    crate::gdb_jit::unregister(pid, &mem, hooks, &mut report);
+    crate::gdb_jit::unregister(pid, &mem, hooks, &mut report, &mut borrower);
     perf_map_remove(pid, &mem, hooks, &mut report);
     let jit_started = std::time::Instant::now();
     crate::perf_jit::unregister(pid, &mem, &mut report);

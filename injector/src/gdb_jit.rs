@@ -4,7 +4,8 @@
 //! `__jit_debug_descriptor` in any loaded object that also defines
 //! `__jit_debug_register_code`. Ordinary programs have neither, so argstash loads a
 //! tiny shared object providing them (built from `src/jit_helper.c`: no code runs at
-//! load, no relocations) with a remote `dlopen` on a borrowed thread, then links one
+//! load, no relocations) with a remote `dlopen` on a thread borrowed at a safe point
+//! ([`crate::safe_point`]; skipped, with a note, when none is found), then links one
 //! entry per hook into the descriptor: an ELF file in the unwind area naming the
 //! trampoline (`argstash_trampoline.NAME`) and relocated prologue, with their
 //! `.eh_frame`. `gdb -p PID` then names and unwinds through the hook frames with no
@@ -19,7 +20,7 @@ use trampolines::symbol_file::{symbol_file, SymbolFileHook};
 use trampolines::unwind_area::{FLAG_GDB_JIT, MAX_JIT_ELF};
 
 use crate::foreign_unwind::{
-    read_slot, set_flags, with_borrowed_thread, UnwindHook, UnwindReport, CALL_TIMEOUT,
+    read_slot, set_flags, Borrower, CallSkipped, UnwindHook, UnwindReport, CALL_TIMEOUT,
 };
 use crate::memory::Memory;
 use crate::symbols::{FuncSpec, ProcessSymbols};
@@ -91,11 +92,80 @@ fn loaded_helper(pid: i32) -> Option<Helper> {
     })
 }
 
+/// `AT_PHDR`, `AT_PHNUM` and `AT_NULL` in the auxiliary vector.
+const AT_PHDR: u64 = 3;
+const AT_PHNUM: u64 = 5;
+/// `PT_PHDR`, `PT_DYNAMIC`, `DT_DEBUG`.
+const PT_PHDR: u32 = 6;
+const PT_DYNAMIC: u32 = 2;
+const DT_DEBUG: u64 = 21;
+
+/// The loader's `struct link_map` of the object mapped from `path` (what `dlopen`
+/// returned for it), found from memory only: the executable's program headers (from
+/// the auxiliary vector) give its dynamic section, whose `DT_DEBUG` entry points at
+/// the loader's `r_debug` and its list of loaded objects.
+pub(crate) fn link_map_of(pid: i32, mem: &dyn Memory, path: &str) -> Option<u64> {
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    let aux = |key: u64| {
+        auxv.chunks_exact(16)
+            .map(|c| {
+                let w = |i: usize| u64::from_le_bytes(c[i..i + 8].try_into().unwrap_or([0; 8]));
+                (w(0), w(8))
+            })
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    };
+    let (phdr, phnum) = (aux(AT_PHDR)?, aux(AT_PHNUM)?.min(256));
+    let headers = mem.read_vec(phdr, 56 * phnum as usize).ok()?;
+    let field =
+        |h: &[u8], at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap_or([0; 8]));
+    let kind = |h: &[u8]| u32::from_le_bytes(h[0..4].try_into().unwrap_or([0; 4]));
+    let bias = headers
+        .chunks_exact(56)
+        .find(|h| kind(h) == PT_PHDR)
+        .map_or(0, |h| phdr.wrapping_sub(field(h, 16)));
+    let dynamic = headers
+        .chunks_exact(56)
+        .find(|h| kind(h) == PT_DYNAMIC)
+        .map(|h| field(h, 16).wrapping_add(bias))?;
+    let mut r_debug = 0;
+    for i in 0..512u64 {
+        let tag = mem.read_u64(dynamic + i * 16).ok()?;
+        if tag == 0 {
+            break;
+        }
+        if tag == DT_DEBUG {
+            r_debug = mem.read_u64(dynamic + i * 16 + 8).ok()?;
+            break;
+        }
+    }
+    if r_debug == 0 {
+        return None;
+    }
+    let mut map = mem.read_u64(r_debug + 8).ok()?;
+    for _ in 0..4096 {
+        if map == 0 {
+            return None;
+        }
+        let name_at = mem.read_u64(map + 8).ok()?;
+        let mut name = [0u8; 256];
+        if name_at != 0 && mem.read(name_at, &mut name).is_ok() {
+            let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
+            if &name[..end] == path.as_bytes() {
+                return Some(map);
+            }
+        }
+        map = mem.read_u64(map + 24).ok()?;
+    }
+    None
+}
+
 fn load_helper(
     pid: i32,
     loader: &Loader,
     scratch: (u64, usize),
     mem: &dyn Memory,
+    borrower: &mut Borrower,
 ) -> Result<Helper, String> {
     let path = helper_path(pid);
     let text = path.to_str().ok_or("helper path is not UTF-8")?;
@@ -110,23 +180,37 @@ fn load_helper(
         return Err("no room for the helper's path in the unwind area".into());
     }
     mem.write(scratch.0, &cstr).map_err(|e| e.to_string())?;
-    let mut handle = 0;
-    with_borrowed_thread(pid, |session, tid| {
-        handle = session.remote_call(
+    let called = borrower.with_thread(|session, tid| {
+        session.remote_call(
             tid,
             loader.dlopen,
             "dlopen",
             &[scratch.0, (libc::RTLD_NOW | libc::RTLD_LOCAL) as u64],
             CALL_TIMEOUT,
-        )?;
-        Ok(())
-    })?;
-    let _ = mem.write(scratch.0, &vec![0u8; cstr.len()]);
-    if handle == 0 {
+        )
+    });
+    match called {
+        // The path must stay readable for a dlopen that goes on by itself.
+        Err(e @ CallSkipped::Released(_)) => return Err(e.to_string()),
+        Err(e) => {
+            let _ = mem.write(scratch.0, &vec![0u8; cstr.len()]);
+            return Err(match e {
+                CallSkipped::NoSafePoint(_) => format!(
+                    "not loaded: {e}; gdb can still read the hooks with add-symbol-file {}",
+                    crate::foreign_unwind::symbol_file_path(pid).display()
+                ),
+                _ => e.to_string(),
+            });
+        }
+        Ok(()) => {
+            let _ = mem.write(scratch.0, &vec![0u8; cstr.len()]);
+        }
+    }
+    let Some(helper) = loaded_helper(pid) else {
         let _ = std::fs::remove_file(&path);
         return Err(format!("dlopen of {} failed in the target", path.display()));
-    }
-    let helper = loaded_helper(pid).ok_or("the helper is not mapped after dlopen")?;
+    };
+    let handle = link_map_of(pid, mem, text).ok_or("the helper is not in the loader's list")?;
     mem.write(helper.handle, &handle.to_le_bytes())
         .and_then(|()| mem.write(helper.dlclose, &loader.dlclose.to_le_bytes()))
         .map_err(|e| e.to_string())?;
@@ -134,12 +218,13 @@ fn load_helper(
 }
 
 /// Links every hook's symbol file into the target's JIT descriptor (loading the helper first).
-pub fn register(
+pub(crate) fn register(
     pid: i32,
     mem: &dyn Memory,
     loader: Option<&Loader>,
     hooks: &[UnwindHook],
     report: &mut UnwindReport,
+    borrower: &mut Borrower,
 ) {
     let mut files = Vec::new();
     for hook in hooks {
@@ -181,7 +266,7 @@ pub fn register(
                 );
                 return;
             };
-            match load_helper(pid, loader, files[0].0.area.scratch(), mem) {
+            match load_helper(pid, loader, files[0].0.area.scratch(), mem, borrower) {
                 Ok(h) => h,
                 Err(e) => {
                     report.notes.push(format!("gdb JIT interface: {e}"));
@@ -219,7 +304,13 @@ pub fn register(
 }
 
 /// Unlinks the hooks' entries; `dlclose`s the helper and removes its file once none is left.
-pub fn unregister(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut UnwindReport) {
+pub(crate) fn unregister(
+    pid: i32,
+    mem: &dyn Memory,
+    hooks: &[UnwindHook],
+    report: &mut UnwindReport,
+    borrower: &mut Borrower,
+) {
     let Some(helper) = loaded_helper(pid) else {
         return;
     };
@@ -257,20 +348,26 @@ pub fn unregister(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut
     if mem.read_u64(helper.descriptor + 16).ok() != Some(0) {
         return;
     }
-    let (Ok(handle), Ok(dlclose)) = (mem.read_u64(helper.handle), mem.read_u64(helper.dlclose))
-    else {
+    let Ok(dlclose) = mem.read_u64(helper.dlclose) else {
         return;
+    };
+    let path = helper_path(pid);
+    let handle = match mem.read_u64(helper.handle) {
+        Ok(h) if h != 0 => h,
+        _ => path
+            .to_str()
+            .and_then(|p| link_map_of(pid, mem, p))
+            .unwrap_or(0),
     };
     if handle == 0 || dlclose == 0 {
         return;
     }
-    let closed = with_borrowed_thread(pid, |session, tid| {
-        session.remote_call(tid, dlclose, "dlclose", &[handle], CALL_TIMEOUT)?;
-        Ok(())
+    let closed = borrower.with_thread(|session, tid| {
+        session.remote_call(tid, dlclose, "dlclose", &[handle], CALL_TIMEOUT)
     });
     match closed {
         Ok(()) => {
-            let _ = std::fs::remove_file(helper_path(pid));
+            let _ = std::fs::remove_file(path);
         }
         Err(e) => report
             .notes

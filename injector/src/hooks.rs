@@ -39,6 +39,9 @@ pub struct InstallOptions {
     pub force_stack_words: bool,
     /// Stash xmm0-xmm7 for every hooked function (`--float-args`).
     pub float_args: bool,
+    /// Whether and how functions of the target may run after the stop (unwind
+    /// registration with libgcc, the gdb JIT helper).
+    pub calls: crate::foreign_unwind::CallPolicy,
 }
 
 impl InstallOptions {
@@ -888,7 +891,8 @@ pub fn install_with_signatures(
         Ok((hooks, moved_threads)) => {
             let stopped = session.detach()?;
             let new_arenas = new_arenas.iter().map(|n| n.header().base).collect();
-            let mut unwind = crate::foreign_unwind::register(pid, &unwinders, &unwind_hooks);
+            let mut unwind =
+                crate::foreign_unwind::register(pid, &unwinders, &unwind_hooks, opts.calls);
             if arch == Arch::I386 {
                 unwind.notes.push(
                     "32-bit process: no unwind information is generated for i386 trampolines \
@@ -959,6 +963,15 @@ fn spec_matches(spec: &FuncSpec, r: &HookRecord) -> bool {
 ///
 /// Trampoline code is never unmapped: a thread may still return into it.
 pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
+    eject_with_policy(pid, what, crate::foreign_unwind::CallPolicy::default())
+}
+
+/// [`eject`], with a policy for the calls in the target that deregistration makes.
+pub fn eject_with_policy(
+    pid: i32,
+    what: &EjectWhat,
+    calls: crate::foreign_unwind::CallPolicy,
+) -> Result<EjectReport, Error> {
     crate::target::check_target(pid, crate::target::Access::Stop)?;
     let maps = maps_of(pid)?;
     let mem = ProcessMemory::open(pid)?;
@@ -1137,7 +1150,7 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
     match result {
         Ok((hooks, moved_threads)) => {
             let stopped = session.detach()?;
-            let unwind = crate::foreign_unwind::unregister(pid, &unwind_hooks);
+            let unwind = crate::foreign_unwind::unregister(pid, &unwind_hooks, calls);
             Ok(EjectReport {
                 hooks,
                 stopped,

@@ -30,7 +30,9 @@ pub mod memory;
 pub mod perf_jit;
 pub mod remote;
 pub mod remote_call;
+pub mod safe_point;
 pub mod session;
+pub mod sigframe;
 pub mod symbols;
 pub mod target;
 

@@ -32,7 +32,7 @@ use trampolines::arena::{HookState, SLOT_LEN};
 use trampolines::unwind_area::FLAG_PERF_JIT;
 
 use crate::foreign_unwind::{
-    hook_of, read_area, read_slot, set_flags, with_borrowed_thread, UnwindHook, UnwindReport,
+    hook_of, read_area, read_slot, set_flags, with_any_thread, UnwindHook, UnwindReport,
 };
 use crate::memory::Memory;
 use crate::remote_call::RemoteCallError;
@@ -352,7 +352,7 @@ fn map_marker(pid: i32, mem: &dyn Memory, scratch: (u64, usize)) -> Result<u64, 
     }
     mem.write(scratch.0, &cstr).map_err(|e| e.to_string())?;
     let mut addr = 0u64;
-    let outcome = with_borrowed_thread(pid, |session, tid| {
+    let outcome = with_any_thread(pid, |session, tid| {
         let fd = session
             .remote_syscall_on(
                 tid,
@@ -394,7 +394,7 @@ fn map_marker(pid: i32, mem: &dyn Memory, scratch: (u64, usize)) -> Result<u64, 
 
 /// Unmaps the jitdump marker from the target.
 fn unmap_marker(pid: i32, (addr, len): (u64, u64)) -> Result<(), String> {
-    with_borrowed_thread(pid, |session, tid| {
+    with_any_thread(pid, |session, tid| {
         let r = session
             .remote_syscall_on(tid, libc::SYS_munmap, [addr, len, 0, 0, 0, 0])
             .map_err(RemoteCallError::Session)?;

@@ -44,6 +44,12 @@ pub fn find_syscall_gadget(pid: i32) -> Result<Option<u64>, SessionError> {
         std::fs::read_to_string(&path).map_err(|source| SessionError::Proc { path, source })?;
     let mem = ProcessMemory::open(pid)?;
     let insn = Arch::of_process(pid).syscall_instruction();
+    if Arch::of_process(pid) == Arch::X86_64 {
+        if let Some((_, start)) = stat_flags_and_start(pid) {
+            // Remembered for the process, so the stop window does not pay for the search.
+            crate::sigframe::find(pid, start, &mem);
+        }
+    }
     let found = search_gadget(&parse_maps(&text), &mem, insn);
     if let (Some((addr, 0)), Some((_, start))) = (found, stat_flags_and_start(pid)) {
         remember_gadget(pid, start, addr);
@@ -169,6 +175,53 @@ impl Session {
         Ok(())
     }
 
+    /// libc's gadgets for self-restoring borrowed runs ([`crate::sigframe`]), x86-64 only.
+    pub(crate) fn sigreturn_gadgets(
+        &mut self,
+    ) -> Result<Option<crate::sigframe::SigreturnGadgets>, SessionError> {
+        if let Some(g) = self.sigreturn {
+            return Ok(g);
+        }
+        let found = if Arch::of_process(self.pid) == Arch::X86_64 {
+            let (pid, start) = (self.pid, self.start_time);
+            crate::sigframe::find(pid, start, self.memory()?)
+        } else {
+            None
+        };
+        self.sigreturn = Some(found);
+        Ok(found)
+    }
+
+    /// Writes a frame holding `regs`, the thread's FPU state and `mask` below the
+    /// stack pointer of the stopped thread `tid` ([`crate::sigframe`]); returns the
+    /// gadgets and the stack pointer a borrowed run starts with, or `None` when the
+    /// process has no such gadgets or the stack has no room (the caller then runs
+    /// without the frame).
+    pub(crate) fn write_sigframe(
+        &mut self,
+        tid: i32,
+        regs: &libc::user_regs_struct,
+        mask: u64,
+    ) -> Result<Option<(crate::sigframe::SigreturnGadgets, u64)>, SessionError> {
+        let Some(gadgets) = self.sigreturn_gadgets()? else {
+            return Ok(None);
+        };
+        let fp = crate::remote_call::get_fpregs(tid)
+            .map_err(|e| self.ptrace_error("PTRACE_GETFPREGS", tid, e))?;
+        let ctx = crate::sigframe::SavedContext {
+            regs: *regs,
+            fp,
+            xstate: crate::remote_call::get_xstate(tid),
+            mask,
+        };
+        let frame = crate::sigframe::build(&ctx, &gadgets);
+        Ok(self
+            .memory()?
+            .write(frame.addr, &frame.bytes)
+            .ok()
+            .map(|()| (gadgets, frame.addr)))
+    }
+
     /// The `syscall` gadget: remembered for the process, or searched for once per session.
     fn gadget(&mut self) -> Result<Option<u64>, SessionError> {
         if let Some(g) = self.gadget {
@@ -242,30 +295,44 @@ impl Session {
         // kernel reports saved_sigmask while a ppoll/sigsuspend mask is in force).
         let real_mask =
             get_sigmask(tid).map_err(|e| self.ptrace_error("PTRACE_GETSIGMASK", tid, e))?;
+        // Self-restoring when possible: should argstash die while the thread runs our
+        // system call, the thread returns to its own context by itself.
+        let framed = match arch {
+            Arch::X86_64 => self.write_sigframe(tid, &saved, real_mask)?,
+            _ => None,
+        };
         let mut patched = None;
-        let entry = match self.gadget()? {
-            Some(g) => g,
-            None => {
-                if !self.all_threads {
-                    return Err(SessionError::NoSyscallGadget { pid: self.pid });
+        let entry = match framed {
+            Some((gadgets, _)) => gadgets.syscall_ret,
+            None => match self.gadget()? {
+                Some(g) => g,
+                None => {
+                    if !self.all_threads {
+                        return Err(SessionError::NoSyscallGadget { pid: self.pid });
+                    }
+                    let mem = self.memory()?;
+                    let mut original = [0u8; 2];
+                    mem.read(saved.rip, &mut original)?;
+                    mem.write(saved.rip, &arch.syscall_instruction())?;
+                    patched = Some(original);
+                    saved.rip
                 }
-                let mem = self.memory()?;
-                let mut original = [0u8; 2];
-                mem.read(saved.rip, &mut original)?;
-                mem.write(saved.rip, &arch.syscall_instruction())?;
-                patched = Some(original);
-                saved.rip
-            }
+            },
         };
         let mut regs = saved;
         regs.rip = entry;
+        if let Some((_, sp)) = framed {
+            regs.rsp = sp;
+        }
         arch.load_syscall(&mut regs, nr, args);
         // Block signals while the thread runs our instruction, or every pending one
         // would be dequeued on the way (a flood of queued signals means a stop each).
         // Stepping needs SIGTRAP deliverable: a blocked or ignored SIGTRAP is reset to
         // SIG_DFL by the kernel when it forces the trap. A process that ignores SIGTRAP
         // is therefore driven through syscall-stops instead of a single-step.
-        let by_syscall_stops = self.sigtrap_ignored;
+        // A framed run is never single-stepped: a trap flag left set by a dead tracer
+        // would kill the process with SIGTRAP after the step.
+        let by_syscall_stops = self.sigtrap_ignored || framed.is_some();
         let step_mask = if by_syscall_stops {
             !0
         } else {
@@ -430,7 +497,7 @@ impl Session {
 
     /// From a syscall-stop, lets the thread leave the kernel and stop again in its
     /// signal path (where every held thread waits), with the registers already restored.
-    fn back_to_signal_path(&mut self, tid: i32) -> Result<(), SessionError> {
+    pub(crate) fn back_to_signal_path(&mut self, tid: i32) -> Result<(), SessionError> {
         let child = Pid::from_raw(tid);
         ptrace::interrupt(child).map_err(|e| self.ptrace_error("PTRACE_INTERRUPT", tid, e))?;
         ptrace::cont(child, None).map_err(|e| self.ptrace_error("PTRACE_CONT", tid, e))?;
@@ -614,13 +681,16 @@ int main(void) {
             .collect()
     }
 
-    fn registers_identical(by_syscall_stops: bool) {
+    fn registers_identical(by_syscall_stops: bool, framed: bool) {
         let mut child = TestChild::spawn("readers", READERS, &[]);
         let pid = child.pid;
         wait_all_blocked(pid);
         let signals = signal_state(pid);
         let mut s = Session::attach_all(pid).unwrap();
         s.sigtrap_ignored = by_syscall_stops;
+        if !framed {
+            s.sigreturn = Some(None);
+        }
         let tids = s.tids();
         assert_eq!(tids.len(), 9);
         let before: Vec<_> = tids
@@ -668,14 +738,74 @@ int main(void) {
         );
     }
 
+    /// The tracer dies (its thread exits while it holds the session) right after
+    /// giving every thread a framed remote system call: each thread runs the call,
+    /// returns through `__restore_rt` into its own context, and its `read` starts again.
+    #[test]
+    fn a_dead_tracer_leaves_framed_threads_whole() {
+        let mut child = TestChild::spawn("deadtracer", READERS, &[]);
+        let pid = child.pid;
+        wait_all_blocked(pid);
+        let signals = signal_state(pid);
+        let before: Vec<_> = {
+            let s = Session::attach_all(pid).unwrap();
+            let r = s
+                .tids()
+                .iter()
+                .map(|t| regs_words(&s.regs(*t).unwrap()))
+                .collect();
+            s.detach().unwrap();
+            r
+        };
+        wait_all_blocked(pid);
+        std::thread::spawn(move || {
+            let mut s = Session::attach_all(pid).unwrap();
+            for tid in s.tids() {
+                let saved = s.regs(tid).unwrap();
+                let mask = get_sigmask(tid).unwrap();
+                let (g, sp) = s
+                    .write_sigframe(tid, &saved, mask)
+                    .unwrap()
+                    .expect("libc has the gadgets and the stack has room");
+                let mut regs = saved;
+                regs.rip = g.syscall_ret;
+                regs.rsp = sp;
+                Arch::X86_64.load_syscall(&mut regs, libc::SYS_getpid, [0; 6]);
+                set_sigmask(tid, !0).unwrap();
+                s.set_regs(tid, &regs).unwrap();
+            }
+            // As if argstash were killed here: no restore, no detach.
+            std::mem::forget(s);
+        })
+        .join()
+        .unwrap();
+        wait_all_blocked(pid);
+        assert_eq!(signal_state(pid), signals);
+        let s = Session::attach_all(pid).unwrap();
+        let after: Vec<_> = s
+            .tids()
+            .iter()
+            .map(|t| regs_words(&s.regs(*t).unwrap()))
+            .collect();
+        s.detach().unwrap();
+        assert_eq!(before, after);
+        child.send("still here\n");
+        assert_eq!(child.line(), "echo still here");
+    }
+
     #[test]
     fn registers_identical_before_and_after() {
-        registers_identical(false);
+        registers_identical(false, false);
     }
 
     #[test]
     fn registers_identical_with_syscall_stops() {
-        registers_identical(true);
+        registers_identical(true, false);
+    }
+
+    #[test]
+    fn registers_identical_with_a_sigframe() {
+        registers_identical(false, true);
     }
 
     /// A thread whose real mask blocks SIGUSR1 waits in ppoll with a temporary mask that
@@ -915,6 +1045,7 @@ int main(void) {
         wait_all_blocked(pid);
         let mut s = Session::attach_all(pid).unwrap();
         s.gadget = Some(None);
+        s.sigreturn = Some(None);
         let rip = s.regs(pid).unwrap().rip;
         let code = s.memory().unwrap().read_vec(rip - 2, 8).unwrap();
         let a = s
@@ -935,6 +1066,7 @@ int main(void) {
         let tid = tasks(pid)[1];
         let mut s = Session::attach_thread(pid, tid).unwrap();
         s.gadget = Some(None);
+        s.sigreturn = Some(None);
         let e = s
             .remote_mmap(
                 0,

@@ -1,21 +1,25 @@
 //! Function calls run inside the target on one stopped thread, with a time limit.
 //!
-//! The thread's general-purpose registers, its extended state (XSAVE area, or
-//! x87/SSE where the kernel does not take the XSAVE area back) and its signal mask
-//! are saved;
-//! RIP is pointed at the function, the arguments are loaded, `orig_rax` is set to -1
-//! (no restart of an interrupted system call into our call), and a return address of 0
-//! is pushed on a 16-byte-aligned stack well below the red zone. The thread then runs
-//! until the function returns to address 0 and faults: the `SIGSEGV` is caught in its
-//! signal-delivery-stop and never delivered. Everything is put back afterwards.
+//! Call only on a thread proved to be at a safe point ([`crate::safe_point`]): the
+//! callee may allocate and take the loader's or libgcc's locks.
 //!
-//! While the call runs only `SIGSEGV` is unblocked (a fault with `SIGSEGV` blocked or
-//! ignored would make the kernel reset the process's handler to `SIG_DFL`; a process
-//! that ignores `SIGSEGV` is refused). The callee may block on a lock: when it has not
-//! returned within the time limit, the thread is interrupted and restored exactly, and
-//! [`RemoteCallError::TimedOut`] tells the caller to try another thread or give up.
-//! Call only functions that are safe to abandon while they wait for a lock (they have
-//! changed nothing shared before taking it), such as libgcc's frame registration.
+//! The thread's whole context (registers, XSAVE area, signal mask) is saved, and also
+//! written below its stack pointer as a signal frame ([`crate::sigframe`]) whose
+//! return address, `__restore_rt`, is the callee's return address. RIP is pointed at
+//! the function, the arguments are loaded and `orig_rax` is set to -1 (no restart of an
+//! interrupted system call into our call). The thread runs under `PTRACE_SYSCALL`
+//! until the callee returns into `__restore_rt` and its `rt_sigreturn` gives the
+//! thread its context back; then argstash puts back the exact saved state (so an
+//! interrupted system call restarts as it would have). The callee's return value is
+//! lost on the way (`__restore_rt` loads `rax`): callers read what they need from memory.
+//!
+//! Nothing is ever abandoned half-way: a callee that has not returned within the time
+//! limit (it waits for a lock another thread holds) is *released* — the thread is let
+//! go as it is and finishes the call by itself, returning through the frame into its
+//! own context ([`RemoteCallError::Released`]). The same happens if argstash dies
+//! while the call runs. While it runs only `SIGSEGV` is unblocked (a fault with
+//! `SIGSEGV` blocked or ignored would make the kernel reset the process's handler to
+//! `SIG_DFL`; a process that ignores `SIGSEGV` is refused).
 
 use std::time::{Duration, Instant};
 
@@ -23,15 +27,11 @@ use nix::sys::ptrace;
 use nix::unistd::Pid;
 use thiserror::Error;
 
-use crate::memory::Memory;
 use crate::remote::{get_sigmask, set_sigmask, sigbit};
 use crate::session::{describe_status, wait_tid, Current, Session, SessionError, Waited};
 
 /// The user code segment selector of 64-bit code on Linux x86-64.
 const USER_CS_64: u64 = 0x33;
-
-/// Bytes left untouched below the thread's stack pointer (red zone and margin).
-const STACK_GAP: u64 = 1024;
 
 /// A remote function call failed; the thread's registers and mask were put back.
 #[derive(Debug, Error)]
@@ -39,10 +39,10 @@ pub enum RemoteCallError {
     /// Stopping, resuming or inspecting the thread failed.
     #[error(transparent)]
     Session(#[from] SessionError),
-    /// The function did not return in time: it probably waits for a lock that a
-    /// stopped thread (or the calling thread itself) holds.
-    #[error("{function} did not return within {waited:?} on thread {tid} (it probably waits for a lock held by a stopped thread); the thread was interrupted and restored")]
-    TimedOut {
+    /// The function did not return in time (it waits for a lock another thread
+    /// holds); the thread was let go to finish the call by itself.
+    #[error("{function} did not return within {waited:?} on thread {tid} (it waits for a lock another thread holds); the thread was let go to finish the call and return to its own code by itself")]
+    Released {
         /// The function's name.
         function: String,
         /// The thread it ran on.
@@ -68,6 +68,13 @@ pub enum RemoteCallError {
         /// The process.
         pid: i32,
     },
+    /// The process has no `syscall; ret` and `__restore_rt` in its libc (a static or
+    /// non-glibc program), so a call could not be made self-restoring.
+    #[error("process {pid} has no glibc signal-return code to make a call in it safe if argstash is interrupted")]
+    NoSigreturn {
+        /// The process.
+        pid: i32,
+    },
     /// Too many more function arguments than registers.
     #[error("a remote call takes at most 6 arguments, {0} given")]
     TooManyArgs(usize),
@@ -85,7 +92,7 @@ fn segv_ignored(pid: i32) -> bool {
 }
 
 /// `PTRACE_GETFPREGS`: x87, MXCSR and the SSE registers.
-fn get_fpregs(tid: i32) -> Result<libc::user_fpregs_struct, nix::errno::Errno> {
+pub(crate) fn get_fpregs(tid: i32) -> Result<libc::user_fpregs_struct, nix::errno::Errno> {
     let mut fp = std::mem::MaybeUninit::<libc::user_fpregs_struct>::zeroed();
     // SAFETY: the kernel writes exactly sizeof(user_fpregs_struct) bytes through `data`,
     // which points to a live, zero-initialised struct of that type.
@@ -121,7 +128,7 @@ fn set_fpregs(tid: i32, fp: &libc::user_fpregs_struct) -> Result<(), nix::errno:
 const NT_X86_XSTATE: libc::c_int = 0x202;
 
 /// `PTRACE_GETREGSET(NT_X86_XSTATE)`: the thread's whole extended state, if the kernel gives it.
-fn get_xstate(tid: i32) -> Option<Vec<u8>> {
+pub(crate) fn get_xstate(tid: i32) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; 1 << 14];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -198,16 +205,20 @@ fn poll_tid(tid: i32) -> Result<Option<Waited>, SessionError> {
 
 /// How the called function ended.
 enum Ended {
-    Returned(u64),
+    /// It returned and the thread went through `rt_sigreturn` (now in a syscall-exit stop).
+    Returned,
+    /// It faulted at this pc with this signal.
     Crashed(u64, i32),
+    /// It did not return in time; the thread is stopped somewhere inside the call.
     TimedOut,
 }
 
 impl Session {
-    /// Calls `function(args...)` on the stopped thread `tid` and returns `rax`, giving up after `timeout`.
+    /// Calls `function(args...)` on the stopped thread `tid`, giving up waiting after
+    /// `timeout` (the thread is then released to finish by itself).
     ///
-    /// `name` names the function in errors. The thread is restored exactly (registers,
-    /// FPU/SSE state, signal mask) whatever happens.
+    /// `name` names the function in errors. Whatever happens short of a release, the
+    /// thread is restored exactly (registers, FPU/SSE/AVX state, signal mask).
     pub fn remote_call(
         &mut self,
         tid: i32,
@@ -215,7 +226,7 @@ impl Session {
         name: &str,
         args: &[u64],
         timeout: Duration,
-    ) -> Result<u64, RemoteCallError> {
+    ) -> Result<(), RemoteCallError> {
         if args.len() > 6 {
             return Err(RemoteCallError::TooManyArgs(args.len()));
         }
@@ -231,8 +242,10 @@ impl Session {
         let xstate = get_xstate(tid);
         let real_mask =
             get_sigmask(tid).map_err(|e| self.ptrace_error("PTRACE_GETSIGMASK", tid, e))?;
+        let Some((gadgets, sp)) = self.write_sigframe(tid, &saved, real_mask)? else {
+            return Err(RemoteCallError::NoSigreturn { pid: self.pid });
+        };
         let mut regs = saved;
-        let sp = ((saved.rsp - STACK_GAP) & !15) - 8;
         regs.rip = function;
         regs.rsp = sp;
         regs.rax = 0;
@@ -247,21 +260,30 @@ impl Session {
         regs.r9 = slots[5];
         // Clear the direction flag, as the ABI requires at a call.
         regs.eflags &= !0x400;
-
-        let outcome = self
-            .memory()
-            .and_then(|m| m.write(sp, &0u64.to_le_bytes()).map_err(SessionError::from))
-            .and_then(|()| {
-                set_sigmask(tid, !sigbit(libc::SIGSEGV))
-                    .map_err(|e| self.ptrace_error("PTRACE_SETSIGMASK", tid, e))
-            })
-            .and_then(|()| self.set_regs(tid, &regs))
-            .and_then(|()| self.run_call(tid, timeout));
-
+        // The registers first: from then on the thread finds its way back by itself.
+        self.set_regs(tid, &regs)?;
+        let sigreturn_at = (
+            gadgets.restore_rt + crate::sigframe::RESTORE_RT_SYSCALL_END,
+            sp + 8,
+        );
+        let outcome = set_sigmask(tid, !sigbit(libc::SIGSEGV))
+            .map_err(|e| self.ptrace_error("PTRACE_SETSIGMASK", tid, e))
+            .and_then(|()| self.run_framed_call(tid, sigreturn_at, timeout));
+        if let Ok(Ended::TimedOut) = outcome {
+            // Released: the frame brings the thread back when the call is done.
+            return Err(RemoteCallError::Released {
+                function: name.to_string(),
+                tid,
+                waited: timeout,
+            });
+        }
         let mut restored: Result<(), SessionError> = Ok(());
-        if self.index(tid).is_ok() {
-            restored = self
-                .set_regs(tid, &saved)
+        if let Ok(i) = self.index(tid) {
+            restored = self.set_regs(tid, &saved);
+            if self.threads[i].current == Current::SyscallStop {
+                restored = restored.and_then(|()| self.back_to_signal_path(tid));
+            }
+            restored = restored
                 .and_then(|()| {
                     // The full XSAVE area when the kernel takes it back, else x87/SSE.
                     if xstate.as_deref().is_some_and(|x| set_xstate(tid, x)) {
@@ -277,30 +299,41 @@ impl Session {
         let ended = outcome?;
         restored?;
         match ended {
-            Ended::Returned(rax) => Ok(rax),
+            Ended::Returned | Ended::TimedOut => Ok(()),
             Ended::Crashed(rip, signal) => Err(RemoteCallError::Crashed {
                 function: name.to_string(),
                 tid,
                 rip,
                 signal,
             }),
-            Ended::TimedOut => Err(RemoteCallError::TimedOut {
-                function: name.to_string(),
-                tid,
-                waited: timeout,
-            }),
         }
     }
 
-    /// Lets `tid` run until the call returns to 0, faults, or `timeout` passes (then interrupts it).
-    fn run_call(&mut self, tid: i32, timeout: Duration) -> Result<Ended, SessionError> {
+    /// Runs `tid` under `PTRACE_SYSCALL` until it enters `rt_sigreturn` at
+    /// `sigreturn_at` (rip after the `syscall`, rsp on the frame) and leaves it again,
+    /// faults, or `timeout` passes (then it is stopped wherever it is).
+    fn run_framed_call(
+        &mut self,
+        tid: i32,
+        sigreturn_at: (u64, u64),
+        timeout: Duration,
+    ) -> Result<Ended, SessionError> {
         let child = Pid::from_raw(tid);
+        let base = if self.all_threads {
+            ptrace::Options::PTRACE_O_TRACECLONE
+        } else {
+            ptrace::Options::empty()
+        };
+        ptrace::setoptions(child, base | ptrace::Options::PTRACE_O_TRACESYSGOOD)
+            .map_err(|e| self.ptrace_error("PTRACE_SETOPTIONS", tid, e))?;
         let deadline = Instant::now() + timeout;
-        let mut nap = Duration::from_micros(20);
-        loop {
+        let mut returning = false;
+        let ended = loop {
             let i = self.index(tid)?;
-            ptrace::cont(child, None).map_err(|e| self.ptrace_error("PTRACE_CONT", tid, e))?;
+            ptrace::syscall(child, None)
+                .map_err(|e| self.ptrace_error("PTRACE_SYSCALL", tid, e))?;
             self.threads[i].resumed = true;
+            let mut nap = Duration::from_micros(10);
             let waited = loop {
                 if let Some(w) = poll_tid(tid)? {
                     break w;
@@ -309,57 +342,62 @@ impl Session {
                     ptrace::interrupt(child)
                         .map_err(|e| self.ptrace_error("PTRACE_INTERRUPT", tid, e))?;
                     match wait_tid(tid)? {
-                        Waited::Stop { sig, event: 0, .. } if sig == libc::SIGSEGV => {
-                            // It returned just before the interrupt; the interrupt stays pending
-                            // and is collected by the next resume of the session.
-                            break Waited::Stop {
-                                sig,
-                                event: 0,
-                                raw: 0,
-                            };
-                        }
-                        Waited::Stop { event: 0, .. } => {
-                            self.threads[i].current = Current::SignalStop;
-                            self.hold_signal(i)?;
-                            return Ok(Ended::TimedOut);
-                        }
-                        Waited::Stop { .. } => {
-                            self.threads[i].current = Current::Event;
-                            return Ok(Ended::TimedOut);
-                        }
                         Waited::Gone => {
                             self.threads.remove(i);
                             return Err(SessionError::Exited { pid: self.pid });
                         }
+                        Waited::Stop { event: 0, sig, .. } if sig == libc::SIGTRAP | 0x80 => {
+                            self.threads[i].current = Current::SyscallStop;
+                        }
+                        Waited::Stop { event: 0, .. } => {
+                            self.threads[i].current = Current::SignalStop;
+                            self.hold_signal(i)?;
+                        }
+                        Waited::Stop { .. } => self.threads[i].current = Current::Event,
                     }
+                    return Ok(Ended::TimedOut);
                 }
                 std::thread::sleep(nap);
-                nap = (nap * 2).min(Duration::from_millis(2));
+                nap = (nap * 2).min(Duration::from_millis(1));
             };
-            match waited {
+            let (sig, event) = match waited {
                 Waited::Gone => {
                     self.threads.remove(i);
                     return Err(SessionError::Exited { pid: self.pid });
                 }
-                Waited::Stop { sig, event: 0, .. }
-                    if sig == libc::SIGSEGV || sig == libc::SIGBUS || sig == libc::SIGILL =>
-                {
+                Waited::Stop { sig, event, .. } => (sig, event),
+            };
+            match (event, sig) {
+                (0, s) if s == libc::SIGTRAP | 0x80 => {
+                    self.threads[i].current = Current::SyscallStop;
+                    if returning {
+                        // The exit stop of rt_sigreturn: the thread has its context back.
+                        break Ended::Returned;
+                    }
+                    let now = ptrace::getregs(child)
+                        .map_err(|e| self.ptrace_error("PTRACE_GETREGS", tid, e))?;
+                    returning = now.orig_rax == crate::sigframe::NR_RT_SIGRETURN
+                        && (now.rip, now.rsp) == sigreturn_at;
+                }
+                (0, s) if s == libc::SIGSEGV || s == libc::SIGBUS || s == libc::SIGILL => {
                     self.threads[i].current = Current::SignalStop;
                     let now = ptrace::getregs(child)
                         .map_err(|e| self.ptrace_error("PTRACE_GETREGS", tid, e))?;
-                    if sig == libc::SIGSEGV && now.rip == 0 {
-                        return Ok(Ended::Returned(now.rax));
-                    }
-                    return Ok(Ended::Crashed(now.rip, sig));
+                    break Ended::Crashed(now.rip, s);
                 }
                 // A signal that cannot be blocked: hold it for detach, keep running.
-                Waited::Stop { event: 0, .. } => {
+                (0, _) => {
                     self.threads[i].current = Current::SignalStop;
                     self.hold_signal(i)?;
                 }
                 // A group-stop or a stray interrupt: nothing to deliver, keep running.
-                Waited::Stop { .. } => self.threads[i].current = Current::Event,
+                _ => self.threads[i].current = Current::Event,
             }
+        };
+        if self.index(tid).is_ok() {
+            ptrace::setoptions(child, base)
+                .map_err(|e| self.ptrace_error("PTRACE_SETOPTIONS", tid, e))?;
         }
+        Ok(ended)
     }
 }

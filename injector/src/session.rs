@@ -238,6 +238,9 @@ pub struct Session {
     detached: bool,
     /// `None`: not searched yet; `Some(None)`: searched, nothing found.
     pub(crate) gadget: Option<Option<u64>>,
+    /// libc's `syscall; ret` and `__restore_rt`, for self-restoring borrowed runs
+    /// (`None`: not searched yet; `Some(None)`: not available).
+    pub(crate) sigreturn: Option<Option<crate::sigframe::SigreturnGadgets>>,
     /// The thread remote system calls ran on last.
     pub(crate) syscall_tid: Option<i32>,
     memory: Option<ProcessMemory>,
@@ -428,13 +431,23 @@ pub(crate) enum Waited {
     Stop { sig: i32, event: i32, raw: i32 },
 }
 
-/// Blocks until `tid` changes state.
+/// Blocks until `tid` changes state; [`Waited::Gone`] when it died and cannot report.
+///
+/// A plain blocking `waitpid` can hang forever when the process is killed: a traced
+/// thread-group leader that is a zombie is not reported while other threads of its
+/// group are still unreaped, and those may be ours to reap later (or the real
+/// parent's). So the wait polls (spinning briefly, then sleeping up to 1 ms) and,
+/// between polls, treats a thread that `/proc` shows as a zombie, dead or gone as
+/// [`Waited::Gone`].
 pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
+    let started = Instant::now();
+    let mut nap = Duration::from_micros(5);
+    let mut next_check = started;
     loop {
         let mut status: libc::c_int = 0;
         // SAFETY: waitpid only writes the status word through the pointer, which points
         // to a live local.
-        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
         if r == tid {
             if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
                 return Ok(Waited::Gone);
@@ -451,17 +464,43 @@ pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
                 status: describe_status(status),
             });
         }
-        match Errno::last() {
-            Errno::EINTR => continue,
-            Errno::ECHILD => return Ok(Waited::Gone),
-            source => {
-                return Err(SessionError::Ptrace {
-                    op: "waitpid",
-                    tid,
-                    source,
-                })
+        if r < 0 {
+            match Errno::last() {
+                Errno::EINTR => continue,
+                Errno::ECHILD => return Ok(Waited::Gone),
+                source => {
+                    return Err(SessionError::Ptrace {
+                        op: "waitpid",
+                        tid,
+                        source,
+                    })
+                }
             }
         }
+        let now = Instant::now();
+        if now >= next_check {
+            if thread_is_dead(tid) {
+                return Ok(Waited::Gone);
+            }
+            next_check = now + Duration::from_millis(2);
+        }
+        if now - started < Duration::from_micros(200) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+    }
+}
+
+/// True when `/proc` shows thread `tid` as a zombie, dead, or not at all.
+pub(crate) fn thread_is_dead(tid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{tid}/stat")) {
+        Ok(text) => text
+            .rfind(')')
+            .and_then(|i| text[i + 1..].split_whitespace().next())
+            .is_none_or(|state| matches!(state, "Z" | "X" | "x")),
+        Err(_) => true,
     }
 }
 
@@ -556,6 +595,7 @@ impl Session {
             stopped_at: Instant::now(),
             detached: false,
             gadget: None,
+            sigreturn: None,
             syscall_tid: None,
             memory: None,
             pending: HashSet::new(),
@@ -909,6 +949,13 @@ impl Session {
         for t in &threads {
             if let Err(e) = self.detach_one(t) {
                 first_err.get_or_insert(e);
+            }
+        }
+        // A killed process: a traced group leader is reportable (and reaped by us,
+        // which hands it back to its parent) only after every other thread was.
+        for t in &threads {
+            if thread_is_dead(t.tid) {
+                reap(t.tid);
             }
         }
         let held = self.stopped_at.elapsed();

@@ -553,28 +553,57 @@ fn check_gdb_chain(text: &str) {
     }
 }
 
+/// A call that does not return in time is never abandoned half-way: the thread is let
+/// go inside it, finishes it by itself, and returns through the signal frame into its
+/// own context (registers and XSAVE state exactly as before, its `read` issued again).
 #[test]
-fn blocked_remote_call_times_out_and_restores_the_thread() {
+fn blocked_remote_call_is_released_and_returns_by_itself() {
     use injector::session::Session;
     let exe = build_throws();
     let mut t = Target::spawn(&exe);
     throw_round(&mut t, 5);
-    let pause = runtime_addr_in(t.pid(), "libc.so.6", "pause");
-    let mut s = Session::attach_thread(t.pid(), t.pid()).expect("attach");
-    let before = s.regs(t.pid()).unwrap();
-    let xstate_before = xstate(t.pid());
+    let pid = t.pid();
+    let usleep = runtime_addr_in(pid, "libc.so.6", "usleep");
+    let mut s = Session::attach_thread(pid, pid).expect("attach");
+    let before = s.regs(pid).unwrap();
+    let xstate_before = xstate(pid);
     let err = s
-        .remote_call(t.pid(), pause, "pause", &[], Duration::from_millis(200))
-        .expect_err("pause never returns");
+        .remote_call(
+            pid,
+            usleep,
+            "usleep",
+            &[400_000],
+            Duration::from_millis(100),
+        )
+        .expect_err("usleep(400 ms) outlasts a 100 ms limit");
     assert!(
-        matches!(err, injector::remote_call::RemoteCallError::TimedOut { .. }),
+        matches!(err, injector::remote_call::RemoteCallError::Released { .. }),
         "{err}"
     );
     assert!(err.to_string().contains("did not return within"), "{err}");
-    let after = s.regs(t.pid()).unwrap();
+    s.detach().unwrap();
+    // Inside usleep (nanosleep) now; back in its own read() of stdin once it is over.
+    let in_read = || {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| s.split_whitespace().next() == Some("0"))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!in_read(), "the thread is still running the call");
     assert!(
-        xstate_before == xstate(t.pid()),
-        "vector and x87 state restored exactly"
+        wait_until(Duration::from_secs(5), in_read),
+        "the thread returned to its read()"
+    );
+    let s = Session::attach_thread(pid, pid).expect("attach again");
+    let after = s.regs(pid).unwrap();
+    let xstate_after = xstate(pid);
+    let differ: Vec<usize> = (0..xstate_before.len().min(xstate_after.len()))
+        .filter(|i| xstate_before[*i] != xstate_after[*i])
+        .collect();
+    assert!(
+        xstate_before == xstate_after,
+        "vector and x87 state restored exactly by rt_sigreturn; bytes differ at {differ:?} (len {} vs {})",
+        xstate_before.len(),
+        xstate_after.len()
     );
     assert_eq!(
         format!("{before:?}"),

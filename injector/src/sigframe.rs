@@ -1,0 +1,308 @@
+//! Signal frames that give a borrowed thread its own context back by itself.
+//!
+//! A thread borrowed for a remote system call or function call has its registers (and
+//! its signal mask) changed by argstash. If argstash died at that instant (SIGKILL,
+//! OOM, a crash), the kernel would let the thread go with whatever it had been given:
+//! run on from a `syscall` instruction into unrelated code, or keep a mask that blocks
+//! every signal. So before the registers change, the thread's complete context
+//! (general registers, the XSAVE area, the signal mask) is written below its stack
+//! pointer as an `rt_sigframe`, and the borrowed run is arranged to end in glibc's
+//! `__restore_rt` (`mov rax, 15; syscall`: `rt_sigreturn`):
+//!
+//! - a system call runs at a `syscall; ret` sequence of libc with the stack pointer
+//!   on the frame, whose first word is `__restore_rt`'s address: after the system
+//!   call, `ret` enters `__restore_rt`;
+//! - a function call gets `__restore_rt` as its return address.
+//!
+//! Normally argstash stops the thread first and restores the context itself, exactly
+//! (so an interrupted system call restarts as it would have). If argstash is gone, the
+//! kernel's `rt_sigreturn` restores the same context from the frame: the thread then
+//! behaves as after a signal handler ran, which every program already handles. An
+//! interrupted system call that the kernel would restart transparently
+//! (`ERESTARTSYS`, `ERESTARTNOINTR`, `ERESTARTNOHAND`) is set up in the frame to be
+//! issued again; one restarted through `restart_syscall` (`nanosleep`, `poll` with a
+//! timeout: `ERESTART_RESTARTBLOCK`) returns `EINTR`, as after a handled signal.
+
+use std::sync::Mutex;
+
+use crate::maps::parse_maps;
+use crate::memory::Memory;
+
+/// `syscall; ret`.
+const SYSCALL_RET: [u8; 3] = [0x0f, 0x05, 0xc3];
+/// glibc's `__restore_rt`: `mov rax, 15; syscall`.
+const RESTORE_RT: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+/// Where `rip` is at the syscall-entry stop of `__restore_rt`'s `rt_sigreturn`.
+pub const RESTORE_RT_SYSCALL_END: u64 = 9;
+/// `rt_sigreturn` on x86-64.
+pub const NR_RT_SIGRETURN: u64 = 15;
+
+/// Size of `struct ucontext` (x86-64 kernel layout).
+const UCONTEXT_LEN: usize = 304;
+/// Offset of `uc_mcontext` (`struct sigcontext`) in the ucontext.
+const MCONTEXT_AT: usize = 40;
+/// Offset of `uc_sigmask` in the ucontext.
+const SIGMASK_AT: usize = 296;
+/// `UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS`.
+const UC_FLAGS_XSTATE: u64 = 1 | 2 | 4;
+/// `UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS` (an FXSAVE-only area).
+const UC_FLAGS_FX: u64 = 2 | 4;
+/// `FP_XSTATE_MAGIC1`, in the software-reserved bytes of the FXSAVE area.
+const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
+/// `FP_XSTATE_MAGIC2`, right after the XSAVE area in a signal frame.
+const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
+/// Offset of the software-reserved bytes in the FXSAVE area.
+const SW_RESERVED_AT: usize = 464;
+/// Bytes of the FXSAVE area.
+const FXSAVE_LEN: usize = 512;
+/// The x86-64 red zone below the stack pointer, plus a margin.
+const BELOW_SP: u64 = 128 + 128;
+
+/// The two code sequences of libc that the frames rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SigreturnGadgets {
+    /// A `syscall; ret` sequence.
+    pub syscall_ret: u64,
+    /// `__restore_rt` (`mov rax, 15; syscall`).
+    pub restore_rt: u64,
+}
+
+/// Searches `code` (mapped at `start`) for both sequences.
+fn search(code: &[u8], start: u64) -> Option<SigreturnGadgets> {
+    let find = |pat: &[u8]| {
+        code.windows(pat.len())
+            .position(|w| w == pat)
+            .map(|i| start + i as u64)
+    };
+    Some(SigreturnGadgets {
+        syscall_ret: find(&SYSCALL_RET)?,
+        restore_rt: find(&RESTORE_RT)?,
+    })
+}
+
+/// Gadgets per process, keyed by pid and start time (libc is never unmapped).
+static REMEMBERED: Mutex<Vec<(i32, u64, SigreturnGadgets)>> = Mutex::new(Vec::new());
+
+/// Finds the gadgets in the executable mapping of libc of a 64-bit process `pid`
+/// (remembered per process; call it before stopping the process).
+pub fn find(pid: i32, start_time: u64, mem: &dyn Memory) -> Option<SigreturnGadgets> {
+    if let Some(g) = remembered(pid, start_time, mem) {
+        return Some(g);
+    }
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let maps = parse_maps(&text);
+    let libc = maps.iter().find(|m| {
+        let name = m.file_path().rsplit('/').next().unwrap_or("");
+        m.perms.exec && m.is_file() && (name.starts_with("libc.so") || name.starts_with("libc-"))
+    })?;
+    let mut code = vec![0u8; usize::try_from(libc.end - libc.start).ok()?];
+    mem.read(libc.start, &mut code).ok()?;
+    let found = search(&code, libc.start)?;
+    let mut cache = REMEMBERED.lock().unwrap_or_else(|e| e.into_inner());
+    cache.retain(|(p, _, _)| *p != pid);
+    if cache.len() >= 64 {
+        cache.remove(0);
+    }
+    cache.push((pid, start_time, found));
+    Some(found)
+}
+
+fn remembered(pid: i32, start_time: u64, mem: &dyn Memory) -> Option<SigreturnGadgets> {
+    let g = REMEMBERED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(p, s, _)| (*p, *s) == (pid, start_time))
+        .map(|(_, _, g)| *g)?;
+    let mut a = [0u8; 3];
+    let mut b = [0u8; 9];
+    (mem.read(g.syscall_ret, &mut a).is_ok()
+        && a == SYSCALL_RET
+        && mem.read(g.restore_rt, &mut b).is_ok()
+        && b == RESTORE_RT)
+        .then_some(g)
+}
+
+/// Everything of a thread that a borrowed run changes, as saved before it.
+#[derive(Clone)]
+pub struct SavedContext {
+    /// General-purpose registers.
+    pub regs: libc::user_regs_struct,
+    /// x87/SSE state.
+    pub fp: libc::user_fpregs_struct,
+    /// The XSAVE area (`NT_X86_XSTATE`), when the kernel gives it.
+    pub xstate: Option<Vec<u8>>,
+    /// The signal mask the thread returns to.
+    pub mask: u64,
+}
+
+/// A frame to write at `addr`; a borrowed run starts with `rsp = addr`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigFrame {
+    /// Lowest address of the frame: the word holding `__restore_rt`'s address.
+    pub addr: u64,
+    /// The bytes to write there.
+    pub bytes: Vec<u8>,
+}
+
+/// The registers a thread should have after `rt_sigreturn`: `saved`, with a system
+/// call the thread was stopped in set up to be issued again where the kernel would
+/// have restarted it, or to return `EINTR` where it restarts through `restart_syscall`.
+fn resumed_registers(saved: &libc::user_regs_struct) -> libc::user_regs_struct {
+    let mut r = *saved;
+    if (saved.orig_rax as i64) >= 0 {
+        match saved.rax as i64 {
+            // ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND: issue the system call again.
+            -514..=-512 => {
+                r.rax = saved.orig_rax;
+                r.rip = saved.rip.wrapping_sub(2);
+            }
+            // ERESTART_RESTARTBLOCK: rt_sigreturn cancels the restart block.
+            -516 => r.rax = (-libc::EINTR) as i64 as u64,
+            _ => {}
+        }
+    }
+    r
+}
+
+/// The floating-point area of the frame and the `uc_flags` that describe it.
+fn fp_area(ctx: &SavedContext) -> (Vec<u8>, u64) {
+    if let Some(x) = ctx.xstate.as_deref() {
+        // For ptrace the kernel puts XCR0 (the enabled features) where a signal frame
+        // has its software bytes (`struct _fpx_sw_bytes`); those are written here: the
+        // magic, the sizes of this thread's area, and the features to restore.
+        let size = x.len();
+        if size >= FXSAVE_LEN + 64 {
+            let xcr0 = u64::from_le_bytes(
+                x[SW_RESERVED_AT..SW_RESERVED_AT + 8]
+                    .try_into()
+                    .unwrap_or([0; 8]),
+            );
+            let mut area = x.to_vec();
+            let sw = &mut area[SW_RESERVED_AT..FXSAVE_LEN];
+            sw.fill(0);
+            sw[0..4].copy_from_slice(&FP_XSTATE_MAGIC1.to_le_bytes());
+            sw[4..8].copy_from_slice(&((size + 4) as u32).to_le_bytes());
+            sw[8..16].copy_from_slice(&xcr0.to_le_bytes());
+            sw[16..20].copy_from_slice(&(size as u32).to_le_bytes());
+            area.extend_from_slice(&FP_XSTATE_MAGIC2.to_le_bytes());
+            return (area, UC_FLAGS_XSTATE);
+        }
+    }
+    // SAFETY: user_fpregs_struct is plain old data of exactly FXSAVE_LEN bytes; the
+    // slice covers it and lives no longer than the borrow of `ctx`.
+    let fx = unsafe {
+        std::slice::from_raw_parts(
+            (&ctx.fp as *const libc::user_fpregs_struct).cast::<u8>(),
+            std::mem::size_of::<libc::user_fpregs_struct>(),
+        )
+    };
+    let mut area = fx.to_vec();
+    area.resize(FXSAVE_LEN, 0);
+    // No software-reserved magic: the kernel restores it as a plain FXSAVE image.
+    area[SW_RESERVED_AT..FXSAVE_LEN].fill(0);
+    (area, UC_FLAGS_FX)
+}
+
+/// Builds the frame for `ctx` below its stack pointer (red zone and margin kept).
+pub fn build(ctx: &SavedContext, gadgets: &SigreturnGadgets) -> SigFrame {
+    let (fp, uc_flags) = fp_area(ctx);
+    let top = ctx.regs.rsp - BELOW_SP;
+    let fp_addr = (top - fp.len() as u64) & !63;
+    let uc_addr = (fp_addr - UCONTEXT_LEN as u64) & !15;
+    let addr = uc_addr - 8;
+    let mut bytes = vec![0u8; (fp_addr + fp.len() as u64 - addr) as usize];
+    let put = |b: &mut Vec<u8>, at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    put(&mut bytes, 0, gadgets.restore_rt);
+    let uc = 8;
+    put(&mut bytes, uc, uc_flags);
+    // uc_link 0; uc_stack all zero: rt_sigreturn leaves the alternate stack as it is.
+    let r = resumed_registers(&ctx.regs);
+    let mc = uc + MCONTEXT_AT;
+    let gprs = [
+        r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rdi, r.rsi, r.rbp, r.rbx, r.rdx,
+        r.rax, r.rcx, r.rsp, r.rip, r.eflags,
+    ];
+    for (i, v) in gprs.iter().enumerate() {
+        put(&mut bytes, mc + i * 8, *v);
+    }
+    // cs, gs, fs, ss (16 bits each); the kernel takes cs and ss from here.
+    let segs = [r.cs as u16, 0, 0, r.ss as u16];
+    for (i, s) in segs.iter().enumerate() {
+        bytes[mc + 144 + i * 2..mc + 146 + i * 2].copy_from_slice(&s.to_le_bytes());
+    }
+    put(&mut bytes, mc + 184, fp_addr);
+    put(&mut bytes, uc + SIGMASK_AT, ctx.mask);
+    let fp_at = (fp_addr - addr) as usize;
+    bytes[fp_at..fp_at + fp.len()].copy_from_slice(&fp);
+    SigFrame { addr, bytes }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> SavedContext {
+        // SAFETY: both are plain old data for which all-zero bytes are valid.
+        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        regs.rsp = 0x7fff_0000_1008;
+        regs.rip = 0x4000_1234;
+        regs.cs = 0x33;
+        regs.ss = 0x2b;
+        regs.rax = (-514i64) as u64;
+        regs.orig_rax = 34;
+        regs.rdi = 7;
+        SavedContext {
+            regs,
+            // SAFETY: as above.
+            fp: unsafe { std::mem::zeroed() },
+            xstate: None,
+            mask: 0x1234,
+        }
+    }
+
+    #[test]
+    fn frame_layout() {
+        let g = SigreturnGadgets {
+            syscall_ret: 0x1000,
+            restore_rt: 0x2000,
+        };
+        let f = build(&ctx(), &g);
+        // The ucontext starts 16-byte aligned right after the return address, so a
+        // function entered with rsp = addr sees an ABI-aligned stack.
+        assert_eq!((f.addr + 8) % 16, 0);
+        assert!(f.addr + (f.bytes.len() as u64) <= 0x7fff_0000_1008 - 128);
+        let word = |at: usize| u64::from_le_bytes(f.bytes[at..at + 8].try_into().unwrap());
+        assert_eq!(word(0), 0x2000);
+        let mc = 8 + MCONTEXT_AT;
+        // pause() (ERESTARTNOHAND) is issued again: rax = its number, rip back on `syscall`.
+        assert_eq!(word(mc + 13 * 8), 34);
+        assert_eq!(word(mc + 16 * 8), 0x4000_1232);
+        assert_eq!(word(mc + 8 * 8), 7);
+        assert_eq!(word(8 + SIGMASK_AT), 0x1234);
+        let fp = word(mc + 184);
+        assert_eq!(fp % 64, 0);
+        assert_eq!(fp + FXSAVE_LEN as u64, f.addr + f.bytes.len() as u64);
+    }
+
+    #[test]
+    fn restart_block_returns_eintr() {
+        let mut c = ctx();
+        c.regs.rax = (-516i64) as u64;
+        let r = resumed_registers(&c.regs);
+        assert_eq!(r.rax as i64, -(libc::EINTR as i64));
+        assert_eq!(r.rip, c.regs.rip);
+        // Not in a system call: nothing changes.
+        c.regs.orig_rax = u64::MAX;
+        c.regs.rax = 5;
+        assert_eq!(resumed_registers(&c.regs).rax, 5);
+    }
+
+    #[test]
+    fn gadgets_are_found_in_our_own_libc() {
+        let pid = std::process::id() as i32;
+        let mem = crate::memory::ProcessMemory::open(pid).unwrap();
+        let g = find(pid, 0, &mem).expect("libc has syscall; ret and __restore_rt");
+        assert_ne!(g.syscall_ret, g.restore_rt);
+    }
+}
