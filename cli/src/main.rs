@@ -173,6 +173,18 @@ fn parse_addr(s: &str) -> Result<u64, String> {
 
 fn run(cli: Cli) -> Result<()> {
     if let Some(bus) = &cli.bus {
+        let registration = match &cli.command {
+            Command::Inject(a) => Some((a.unwind_registration, a.safe_point_wait)),
+            Command::Eject(a) => Some((a.unwind_registration, a.safe_point_wait)),
+            _ => None,
+        };
+        if registration.is_some_and(|r| r != (Registration::Safe, 500)) {
+            anyhow::bail!(
+                "--unwind-registration and --safe-point-wait are not carried over D-Bus: \
+                 argstashd registers at safe points found within 500 ms; run argstash \
+                 without --bus to choose"
+            );
+        }
         return bus::run(bus, cli.command);
     }
     match cli.command {

@@ -11,6 +11,14 @@ use crate::symbols::SymbolError;
 /// Everything an injector operation can fail with.
 #[derive(Debug, Error)]
 pub enum Error {
+    /// The process ended (exited or was killed) while the operation ran.
+    #[error("process {pid} exited during {operation} (it ended or was killed meanwhile); nothing of argstash is left to undo in it")]
+    ExitedDuring {
+        /// The process.
+        pid: i32,
+        /// What argstash was doing.
+        operation: Operation,
+    },
     /// Attaching, stopping or resuming the process failed.
     #[error(transparent)]
     Session(#[from] SessionError),
@@ -185,4 +193,50 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// An operation on a process, for errors that name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// Installing hooks.
+    Inject,
+    /// Removing hooks.
+    Eject,
+    /// Reading backtraces.
+    Backtrace,
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Operation::Inject => "inject",
+            Operation::Eject => "eject",
+            Operation::Backtrace => "bt",
+        })
+    }
+}
+
+/// True when every thread of `pid` is gone or a zombie: the process has ended.
+pub fn process_ended(pid: i32) -> bool {
+    match std::fs::read_dir(format!("/proc/{pid}/task")) {
+        Ok(dir) => dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .all(crate::session::thread_is_dead),
+        Err(_) => true,
+    }
+}
+
+/// `error`, or [`Error::ExitedDuring`] when the process ended meanwhile (whatever
+/// failed first then only reflects the process vanishing under the operation).
+pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
+    let refusal = matches!(
+        error,
+        Error::Session(crate::session::SessionError::NoSuchProcess { .. })
+    );
+    if !refusal && pid > 0 && process_ended(pid) {
+        Error::ExitedDuring { pid, operation }
+    } else {
+        error
+    }
 }

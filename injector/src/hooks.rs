@@ -383,6 +383,16 @@ pub fn install_with_signatures(
     signatures: &[Option<crate::args::Signature>],
     opts: &InstallOptions,
 ) -> Result<InstallReport, Error> {
+    install_inner(pid, specs, signatures, opts)
+        .map_err(|e| crate::error::exited_during(pid, crate::error::Operation::Inject, e))
+}
+
+fn install_inner(
+    pid: i32,
+    specs: &[FuncSpec],
+    signatures: &[Option<crate::args::Signature>],
+    opts: &InstallOptions,
+) -> Result<InstallReport, Error> {
     for sig in signatures.iter().flatten() {
         if sig.text.len() > trampolines::arena::MAX_SIGNATURE {
             return Err(Error::Signature(crate::args::SignatureError::TooLong {
@@ -968,6 +978,15 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
 
 /// [`eject`], with a policy for the calls in the target that deregistration makes.
 pub fn eject_with_policy(
+    pid: i32,
+    what: &EjectWhat,
+    calls: crate::foreign_unwind::CallPolicy,
+) -> Result<EjectReport, Error> {
+    eject_inner(pid, what, calls)
+        .map_err(|e| crate::error::exited_during(pid, crate::error::Operation::Eject, e))
+}
+
+fn eject_inner(
     pid: i32,
     what: &EjectWhat,
     calls: crate::foreign_unwind::CallPolicy,
