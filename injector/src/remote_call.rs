@@ -266,7 +266,9 @@ impl Session {
             gadgets.restore_rt + crate::sigframe::RESTORE_RT_SYSCALL_END,
             sp + 8,
         );
-        let outcome = set_sigmask(tid, !sigbit(libc::SIGSEGV))
+        // SIGSEGV: a fault of the callee is seen, not turned into a disposition reset;
+        // SIGTRAP: see `Session::back_to_signal_path`.
+        let outcome = set_sigmask(tid, !(sigbit(libc::SIGSEGV) | sigbit(libc::SIGTRAP)))
             .map_err(|e| self.ptrace_error("PTRACE_SETSIGMASK", tid, e))
             .and_then(|()| self.run_framed_call(tid, sigreturn_at, timeout));
         if let Ok(Ended::TimedOut) = outcome {
