@@ -127,6 +127,7 @@ fn frame(f: &argstash_dbus::Frame) -> Frame {
         variadic: f.variadic,
         frame: f.stash_frame,
         function: 0,
+        hook: f.hook.clone(),
     });
     Frame {
         pc: f.pc,

@@ -160,6 +160,7 @@ fn frame(index: usize, f: &injector::backtrace::Frame) -> Frame {
                 params: i.args.iter().map(param).collect(),
             })
             .collect(),
+        hook: f.stash.as_ref().map(|s| s.hook.clone()).unwrap_or_default(),
     }
 }
 

@@ -165,6 +165,10 @@ pub struct Frame {
     pub params: Vec<Param>,
     /// Functions inlined at the pc, innermost first.
     pub inlined: Vec<Inlined>,
+    /// Name of the hooked function whose stash this frame carries (`hook` in
+    /// `bt --json`); it differs from `function` when the hooked function
+    /// tail-called this one. Empty when not hooked.
+    pub hook: String,
 }
 
 /// One thread: a `threads[]` element of `bt --json`.
@@ -450,7 +454,7 @@ mod tests {
         assert_eq!(Param::SIGNATURE.to_string(), param);
         assert_eq!(Arg::SIGNATURE.to_string(), format!("(stt{param})"));
         assert_eq!(Inlined::SIGNATURE.to_string(), format!("(ssua{param})"));
-        let frame = format!("(utstsbsta(stt{param})bssua{param}a(ssua{param}))");
+        let frame = format!("(utstsbsta(stt{param})bssua{param}a(ssua{param})s)");
         assert_eq!(Frame::SIGNATURE.to_string(), frame);
         assert_eq!(Thread::SIGNATURE.to_string(), format!("(ustsa{frame})"));
         assert_eq!(HookEntry::SIGNATURE.to_string(), "(oussttuttuqstbbs)");
