@@ -1013,13 +1013,14 @@ fn a_tail_call_names_its_hook_through_the_daemon() {
     }
     let frame = frame.expect("tail_target hooked on the stack");
     assert_eq!(frame["hook"], "tail_entry", "{frame:#}");
-    assert_eq!(frame["params"][0]["name"], "a", "{frame:#}");
+    assert_eq!(frame["params"][0]["name"], "x", "{frame:#}");
     assert_eq!(frame["params"][0]["display"], "7", "{frame:#}");
     let shown = (0..100).any(|_| {
         let out = cli(Some(&bus), &["bt", "--pid", &p]);
         assert!(out.status.success(), "{}", text(&out));
         thread::sleep(Duration::from_millis(7));
-        text(&out).contains("in tail_target (a=7, b=9) [stashed by hook tail_entry] at tailcall.c:")
+        text(&out)
+            .contains("in tail_target (x=7, y=9, z=0) [stashed by hook tail_entry] at tailcall.c:")
     });
     assert!(shown, "bt through the daemon never named the hook");
     run_ok_eject(&bus, &p);
