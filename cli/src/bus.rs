@@ -1,7 +1,8 @@
 //! `--bus`: the same subcommands, sent through `argstashd` over D-Bus.
 //!
 //! Results come back as the `argstash-dbus` wire types and are turned into the
-//! injector's types, so `list` and `bt` print exactly what the standalone CLI prints.
+//! injector's types, then printed by the same functions as the standalone CLI's
+//! results, so `inject`, `eject`, `list` and `bt` print exactly what it prints.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,7 +14,8 @@ use injector::args::{ArgSource, ArgValue};
 use injector::backtrace::{
     Backtrace, Frame, FrameKind, InlinedFrame, StashedArgs, ThreadBacktrace,
 };
-use injector::hooks::HookInfo;
+use injector::foreign_unwind::{HookUnwindStatus, UnwindReport};
+use injector::hooks::{EjectReport, HookInfo, InstallReport};
 use trampolines::arena::HookState;
 use zbus::blocking::{connection, Connection};
 use zbus::zvariant::Value;
@@ -60,6 +62,89 @@ fn hook_info(e: &HookEntry) -> HookInfo {
         // Known at install only, as in the standalone listing.
         window_source: None,
     }
+}
+
+fn path(s: Option<String>) -> Option<std::path::PathBuf> {
+    s.filter(|s| !s.is_empty()).map(std::path::PathBuf::from)
+}
+
+fn micros(us: Option<u64>) -> Duration {
+    Duration::from_micros(us.unwrap_or(0))
+}
+
+/// The injector's unwind report back from its wire form, every field named (no
+/// `..`): a field added to the injector's report does not compile here until it
+/// is carried, so `--bus` cannot print less than the standalone CLI.
+fn unwind_report(u: argstash_dbus::UnwindReport) -> UnwindReport {
+    UnwindReport {
+        registered: u.registered.unwrap_or(0) as usize,
+        unwinder: u.unwinder,
+        notes: u.notes.unwrap_or_default(),
+        perf_map: path(u.perf_map),
+        perf_jitdump: path(u.perf_jitdump),
+        perf_jitdump_elapsed: micros(u.perf_jitdump_elapsed_us),
+        symbol_file: path(u.symbol_file),
+        gdb_jit: u.gdb_jit.unwrap_or(0) as usize,
+        elapsed: micros(u.elapsed_us),
+    }
+}
+
+/// What an install did, back from `InjectWithReport`.
+fn install_report(r: argstash_dbus::InstallReport) -> InstallReport {
+    let sources = r.window_sources.unwrap_or_default();
+    InstallReport {
+        hooks: r
+            .hooks
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(|(i, e)| HookInfo {
+                window_source: sources
+                    .get(i)
+                    .and_then(|s| injector::abi::WindowSource::from_name(s)),
+                ..hook_info(e)
+            })
+            .collect(),
+        stopped: micros(r.stopped_us),
+        threads: r.threads.unwrap_or(0) as usize,
+        new_arenas: r.new_arenas.unwrap_or_default(),
+        moved_threads: r.moved_threads.unwrap_or_default(),
+        unwind: unwind_report(r.unwind.unwrap_or_default()),
+        // Not printed, not carried.
+        rip_census: Default::default(),
+    }
+}
+
+/// What an eject did, back from `EjectWithReport`/`EjectAllWithReport`.
+fn eject_report(r: argstash_dbus::EjectReport) -> EjectReport {
+    EjectReport {
+        hooks: r.hooks.unwrap_or_default().iter().map(hook_info).collect(),
+        stopped: micros(r.stopped_us),
+        moved_threads: r.moved_threads.unwrap_or_default(),
+        // Not printed, not carried.
+        rip_census: Default::default(),
+        unwind: unwind_report(r.unwind.unwrap_or_default()),
+    }
+}
+
+/// The unwind rows of `list`, back from `UnwindStatus`.
+fn unwind_status(s: argstash_dbus::UnwindStatus) -> (Vec<HookUnwindStatus>, bool) {
+    let rows = s
+        .hooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|h| HookUnwindStatus {
+            name: h.function,
+            arena: h.arena,
+            slot: h.slot,
+            described: h.described,
+            libgcc: h.libgcc,
+            gdb_jit: h.gdb_jit,
+            perf_map: h.perf_map,
+            perf_jit: h.perf_jit,
+        })
+        .collect();
+    (rows, s.has_libgcc.unwrap_or(false))
 }
 
 /// The injector's static name for a register or stack slot the wire names
@@ -127,6 +212,7 @@ fn frame(f: &argstash_dbus::Frame) -> Frame {
         variadic: f.variadic,
         frame: f.stash_frame,
         function: 0,
+        hook: f.hook.clone(),
     });
     Frame {
         pc: f.pc,
@@ -175,44 +261,18 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             if let Some(n) = a.stack_args {
                 opts.insert(OPT_STACK_ARGS, Value::from(n));
             }
-            let paths = proxy.inject(pid, &names, opts)?;
-            for e in proxy
-                .list_hooks(pid)?
-                .iter()
-                .filter(|e| paths.contains(&e.path))
-            {
-                println!(
-                    "hooked {} in {} at 0x{:x} ({} bytes patched at 0x{:x}, trampoline 0x{:x}, stack window {} words{}{}) as {}",
-                    e.function,
-                    e.module,
-                    e.address,
-                    e.patch_len,
-                    e.patch_address,
-                    e.trampoline,
-                    e.stack_words,
-                    if e.variadic {
-                        ", variadic: configured window (--stack-args N)"
-                    } else {
-                        ""
-                    },
-                    if e.xmm { ", xmm0-7 stashed" } else { "" },
-                    e.path.as_str()
-                );
-            }
+            let report = proxy.inject_with_report(pid, &names, opts)?;
+            output::print_install(&install_report(report));
         }
         Command::Eject(a) => {
             let pid = pid_arg(a.pid)?;
-            let n = if a.all {
-                proxy.eject_all(pid)?
+            let report = if a.all {
+                proxy.eject_all_with_report(pid)?
             } else {
                 let names: Vec<&str> = a.funcs.iter().map(String::as_str).collect();
-                proxy.eject(pid, &names)?
+                proxy.eject_with_report(pid, &names)?
             };
-            if n == 0 {
-                println!("no active hooks: nothing to eject");
-            } else {
-                println!("ejected {n} hook(s)");
-            }
+            output::print_eject(&eject_report(report));
         }
         Command::List(a) => {
             let hooks: Vec<HookInfo> = proxy
@@ -221,6 +281,13 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
                 .map(hook_info)
                 .collect();
             output::print_list(a.pid, &hooks, a.json);
+            if !a.json {
+                // As standalone: the rows are extra, a failure to read them is not an error.
+                if let Ok(status) = proxy.unwind_status(pid_arg(a.pid)?) {
+                    let (status, has_libgcc) = unwind_status(status);
+                    output::print_unwind_status(&status, has_libgcc);
+                }
+            }
         }
         Command::Bt(a) => {
             let Some(pid) = a.pid else {

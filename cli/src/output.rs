@@ -261,6 +261,7 @@ fn frame_json(index: usize, f: &Frame) -> Value {
     }
     if let Some(s) = &f.stash {
         v["stash_frame"] = json!(format!("0x{:x}", s.frame));
+        v["hook"] = json!(s.hook);
     }
     v["source_function"] = json!(f.source_function);
     v["file"] = json!(f.file);
@@ -332,10 +333,15 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
         (Some(file), Some(line)) => format!(" at {}:{line}", short_file(file)),
         _ => String::new(),
     };
+    // `[stashed by hook NAME]` when the hooked function is not the frame's (a tail call).
+    let stashed = match f.foreign_hook() {
+        Some(hook) => format!("stashed by hook {hook}"),
+        None => "stashed".to_string(),
+    };
     let args = match &f.stash {
         Some(_) if !f.args.is_empty() => {
             let parts: Vec<String> = f.args.iter().map(arg_text).collect();
-            format!("({}) [stashed]", parts.join(", "))
+            format!("({}) [{stashed}]", parts.join(", "))
         }
         None if !f.args.is_empty() => {
             let parts: Vec<String> = f.args.iter().map(arg_text).collect();
@@ -355,7 +361,7 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
                 })
                 .collect();
             let variadic = if s.variadic { ", variadic" } else { "" };
-            format!("({}) [stashed{variadic}]", parts.join(", "))
+            format!("({}) [{stashed}{variadic}]", parts.join(", "))
         }
         None => "()".to_string(),
     };

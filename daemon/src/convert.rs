@@ -1,6 +1,9 @@
 //! Injector results and errors in their D-Bus form.
 
-use argstash_dbus::{hook_path, Arg, Error, ErrorKind, Frame, HookEntry, Inlined, Param, Thread};
+use argstash_dbus::{
+    hook_path, Arg, Error, ErrorKind, Frame, HookEntry, HookUnwind, Inlined, Param, Thread,
+    UnwindStatus,
+};
 use injector::args::{ArgValue, SignatureError};
 use injector::backtrace::{Backtrace, FrameKind};
 use injector::hooks::HookInfo;
@@ -101,6 +104,137 @@ pub fn hook_entry(pid: i32, h: &HookInfo) -> HookEntry {
     }
 }
 
+fn path_text(p: &Option<std::path::PathBuf>) -> Option<String> {
+    p.as_ref().map(|p| p.display().to_string())
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// An unwind report in its wire form.
+///
+/// Every field is named (no `..`): a field added to the injector's report does not
+/// compile here until it is carried, so `--bus` cannot silently print less than the
+/// standalone CLI. Notes are carried as they are, whatever they say.
+pub fn unwind_report(u: &injector::foreign_unwind::UnwindReport) -> argstash_dbus::UnwindReport {
+    let injector::foreign_unwind::UnwindReport {
+        registered,
+        unwinder,
+        notes,
+        perf_map,
+        perf_jitdump,
+        perf_jitdump_elapsed,
+        symbol_file,
+        gdb_jit,
+        elapsed,
+    } = u;
+    argstash_dbus::UnwindReport {
+        registered: Some(count(*registered)),
+        unwinder: unwinder.clone(),
+        notes: Some(notes.clone()),
+        perf_map: path_text(perf_map),
+        perf_jitdump: path_text(perf_jitdump),
+        perf_jitdump_elapsed_us: Some(micros(*perf_jitdump_elapsed)),
+        symbol_file: path_text(symbol_file),
+        gdb_jit: Some(count(*gdb_jit)),
+        elapsed_us: Some(micros(*elapsed)),
+    }
+}
+
+/// An install report as `InjectWithReport` returns it (every field named, as in [`unwind_report`]).
+pub fn install_report(
+    pid: i32,
+    r: &injector::hooks::InstallReport,
+) -> argstash_dbus::InstallReport {
+    let injector::hooks::InstallReport {
+        hooks,
+        stopped,
+        threads,
+        new_arenas,
+        moved_threads,
+        unwind,
+        rip_census: _,
+    } = r;
+    argstash_dbus::InstallReport {
+        hooks: Some(hooks.iter().map(|h| hook_entry(pid, h)).collect()),
+        window_sources: Some(
+            hooks
+                .iter()
+                .map(|h| {
+                    h.window_source
+                        .map(|s| s.name())
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect(),
+        ),
+        stopped_us: Some(micros(*stopped)),
+        threads: Some(count(*threads)),
+        new_arenas: Some(new_arenas.clone()),
+        moved_threads: Some(moved_threads.clone()),
+        unwind: Some(unwind_report(unwind)),
+    }
+}
+
+/// An eject report as `EjectWithReport` returns it (every field named, as in [`unwind_report`]).
+pub fn eject_report(pid: i32, r: &injector::hooks::EjectReport) -> argstash_dbus::EjectReport {
+    let injector::hooks::EjectReport {
+        hooks,
+        stopped,
+        moved_threads,
+        rip_census: _,
+        unwind,
+    } = r;
+    argstash_dbus::EjectReport {
+        hooks: Some(hooks.iter().map(|h| hook_entry(pid, h)).collect()),
+        stopped_us: Some(micros(*stopped)),
+        moved_threads: Some(moved_threads.clone()),
+        unwind: Some(unwind_report(unwind)),
+    }
+}
+
+/// The unwind rows of `list` as `UnwindStatus` returns them.
+pub fn unwind_status(
+    status: &[injector::foreign_unwind::HookUnwindStatus],
+    has_libgcc: bool,
+) -> UnwindStatus {
+    UnwindStatus {
+        has_libgcc: Some(has_libgcc),
+        hooks: Some(
+            status
+                .iter()
+                .map(|s| {
+                    let injector::foreign_unwind::HookUnwindStatus {
+                        name,
+                        arena,
+                        slot,
+                        described,
+                        libgcc,
+                        gdb_jit,
+                        perf_map,
+                        perf_jit,
+                    } = s;
+                    HookUnwind {
+                        function: name.clone(),
+                        arena: *arena,
+                        slot: *slot,
+                        described: *described,
+                        libgcc: *libgcc,
+                        gdb_jit: *gdb_jit,
+                        perf_map: *perf_map,
+                        perf_jit: *perf_jit,
+                    }
+                })
+                .collect(),
+        ),
+    }
+}
+
 /// A named, typed argument in its wire form.
 fn param(a: &ArgValue) -> Param {
     Param {
@@ -160,6 +294,7 @@ fn frame(index: usize, f: &injector::backtrace::Frame) -> Frame {
                 params: i.args.iter().map(param).collect(),
             })
             .collect(),
+        hook: f.stash.as_ref().map(|s| s.hook.clone()).unwrap_or_default(),
     }
 }
 

@@ -13,7 +13,10 @@ use async_io::{Async, Timer};
 use futures_lite::future;
 use injector::args::{parse_params, split_signature, Signature};
 use injector::backtrace::BacktraceOptions;
-use injector::hooks::{eject, install_with_signatures, list, EjectWhat, HookInfo, InstallOptions};
+use injector::hooks::{
+    eject, install_with_signatures, list, EjectReport, EjectWhat, HookInfo, InstallOptions,
+    InstallReport,
+};
 use injector::session::SessionError;
 use injector::symbols::FuncSpec;
 use trampolines::arena::HookState;
@@ -491,7 +494,7 @@ impl Shared {
         pid: i32,
         start: Option<u64>,
         what: EjectWhat,
-    ) -> Result<u32, Error> {
+    ) -> Result<EjectReport, Error> {
         let (res, listed) = self
             .workers
             .run(pid, "Eject", move || {
@@ -503,8 +506,37 @@ impl Shared {
             })
             .await?;
         self.sync(conn, pid, listed).await;
-        let report = res.map_err(convert::error)?;
-        Ok(report.hooks.len() as u32)
+        res.map_err(convert::error)
+    }
+
+    /// Installs the hooks an `Inject` call asks for and brings the hook objects in line.
+    async fn inject_and_sync(
+        self: &Arc<Self>,
+        hdr: &Header<'_>,
+        conn: &Connection,
+        pid: u32,
+        functions: Vec<String>,
+        options: HashMap<String, OwnedValue>,
+    ) -> Result<(i32, InstallReport), Error> {
+        let pid = pid_arg(pid)?;
+        let start = self.authorize(hdr, pid).await?;
+        let InjectRequest { opts, signatures } = inject_options(&options)?;
+        if functions.is_empty() {
+            return Err(invalid("name at least one function to hook".to_string()));
+        }
+        let (specs, signatures) = inject_specs(&functions, signatures)?;
+        let (res, listed) = self
+            .workers
+            .run(pid, "Inject", move || {
+                if let Err(e) = same_process(pid, start) {
+                    return (Err(e), Err(SessionError::NoSuchProcess { pid }.into()));
+                }
+                let r = install_with_signatures(pid, &specs, &signatures, &opts);
+                (r, list(pid))
+            })
+            .await?;
+        self.sync(conn, pid, listed).await;
+        Ok((pid, res.map_err(convert::error)?))
     }
 }
 
@@ -670,31 +702,32 @@ impl Manager {
         functions: Vec<String>,
         options: HashMap<String, OwnedValue>,
     ) -> Result<Vec<OwnedObjectPath>, Error> {
-        let pid = pid_arg(pid)?;
-        let start = self.shared.authorize(&hdr, pid).await?;
-        let InjectRequest { opts, signatures } = inject_options(&options)?;
-        if functions.is_empty() {
-            return Err(invalid("name at least one function to hook".to_string()));
-        }
-        let (specs, signatures) = inject_specs(&functions, signatures)?;
-        let (res, listed) = self
+        let (pid, report) = self
             .shared
-            .workers
-            .run(pid, "Inject", move || {
-                if let Err(e) = same_process(pid, start) {
-                    return (Err(e), Err(SessionError::NoSuchProcess { pid }.into()));
-                }
-                let r = install_with_signatures(pid, &specs, &signatures, &opts);
-                (r, list(pid))
-            })
+            .inject_and_sync(&hdr, conn, pid, functions, options)
             .await?;
-        self.shared.sync(conn, pid, listed).await;
-        let report = res.map_err(convert::error)?;
         Ok(report
             .hooks
             .iter()
             .map(|h| convert::path_of(pid, h))
             .collect())
+    }
+
+    /// Like `Inject`, and returns what the install did: the new hooks, where each
+    /// stack window came from, the stop, and the unwind registration with its notes.
+    async fn inject_with_report(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        pid: u32,
+        functions: Vec<String>,
+        options: HashMap<String, OwnedValue>,
+    ) -> Result<argstash_dbus::InstallReport, Error> {
+        let (pid, report) = self
+            .shared
+            .inject_and_sync(&hdr, conn, pid, functions, options)
+            .await?;
+        Ok(convert::install_report(pid, &report))
     }
 
     /// Removes the hooks of `functions` in `pid`; returns how many were removed.
@@ -713,7 +746,64 @@ impl Manager {
             ));
         }
         let what = EjectWhat::Functions(functions.iter().map(|f| FuncSpec::parse(f)).collect());
-        self.shared.eject_and_sync(conn, pid, start, what).await
+        let report = self.shared.eject_and_sync(conn, pid, start, what).await?;
+        Ok(report.hooks.len() as u32)
+    }
+
+    /// Like `Eject`, and returns what the eject did.
+    async fn eject_with_report(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        pid: u32,
+        functions: Vec<String>,
+    ) -> Result<argstash_dbus::EjectReport, Error> {
+        let pid = pid_arg(pid)?;
+        let start = self.shared.authorize(&hdr, pid).await?;
+        if functions.is_empty() {
+            return Err(invalid(
+                "name at least one function to eject (or call EjectAllWithReport)".to_string(),
+            ));
+        }
+        let what = EjectWhat::Functions(functions.iter().map(|f| FuncSpec::parse(f)).collect());
+        let report = self.shared.eject_and_sync(conn, pid, start, what).await?;
+        Ok(convert::eject_report(pid, &report))
+    }
+
+    /// Like `EjectAll`, and returns what the eject did.
+    async fn eject_all_with_report(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        pid: u32,
+    ) -> Result<argstash_dbus::EjectReport, Error> {
+        let pid = pid_arg(pid)?;
+        let start = self.shared.authorize(&hdr, pid).await?;
+        let report = self
+            .shared
+            .eject_and_sync(conn, pid, start, EjectWhat::All)
+            .await?;
+        Ok(convert::eject_report(pid, &report))
+    }
+
+    /// Which other unwinders (libgcc, gdb JIT, perf) know each active hook of `pid`.
+    async fn unwind_status(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        pid: u32,
+    ) -> Result<argstash_dbus::UnwindStatus, Error> {
+        let pid = pid_arg(pid)?;
+        let start = self.shared.authorize(&hdr, pid).await?;
+        let (status, has_libgcc) = self
+            .shared
+            .workers
+            .run(pid, "UnwindStatus", move || {
+                same_process(pid, start)?;
+                injector::foreign_unwind::list_status(pid)
+            })
+            .await?
+            .map_err(convert::error)?;
+        Ok(convert::unwind_status(&status, has_libgcc))
     }
 
     /// Removes every active hook in `pid`; returns how many were removed.
@@ -725,9 +815,11 @@ impl Manager {
     ) -> Result<u32, Error> {
         let pid = pid_arg(pid)?;
         let start = self.shared.authorize(&hdr, pid).await?;
-        self.shared
+        let report = self
+            .shared
             .eject_and_sync(conn, pid, start, EjectWhat::All)
-            .await
+            .await?;
+        Ok(report.hooks.len() as u32)
     }
 
     /// Lists the hooks recorded in `pid` (0: every tracked process the caller may see).

@@ -188,6 +188,10 @@ fn introspection_lists_everything() {
         (".EjectAll", "method"),
         (".ListHooks", "method"),
         (".Backtrace", "method"),
+        (".InjectWithReport", "method"),
+        (".EjectWithReport", "method"),
+        (".EjectAllWithReport", "method"),
+        (".UnwindStatus", "method"),
         (".Version", "property"),
         (".HookCount", "property"),
         (".Pids", "property"),
@@ -808,7 +812,218 @@ fn cli_over_the_bus_prints_what_the_standalone_cli_prints() {
     );
     let out = cli(Some(&bus), &["eject", "--pid", &p, "--all"]);
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(text(&out).trim(), "ejected 1 hook(s)");
+    assert!(text(&out).starts_with("ejected bar in "), "{}", text(&out));
+    t.assert_healthy();
+}
+
+/// `text` with what legitimately differs between two runs on two processes of
+/// the same program made equal: the target's pid (`/tmp/perf-PID.map`, ...),
+/// addresses (ASLR), durations (`target stopped for N us`) and install times.
+fn normalise(text: &str, pid: i32) -> String {
+    let mut text = text.to_string();
+    // `list --json`: each process's install time.
+    while let Some(i) = text.find("\"installed_ns\":") {
+        let start = i + "\"installed_ns\":".len();
+        let end = text[start..]
+            .find(|c: char| !c.is_ascii_digit())
+            .map_or(text.len(), |n| start + n);
+        text.replace_range(i..end, "\"installed\":N");
+    }
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("0x") {
+        out.push_str(&rest[..i]);
+        let hex = rest[i + 2..]
+            .find(|c: char| !c.is_ascii_hexdigit())
+            .unwrap_or(rest.len() - i - 2);
+        out.push_str("0x?");
+        // Addresses are column-padded in `list`: drop the padding with them.
+        rest = rest[i + 2 + hex..].trim_start_matches(' ');
+        if hex > 0 && !rest.starts_with('\n') {
+            out.push(' ');
+        }
+    }
+    out.push_str(rest);
+    // Durations: the digits before each ` us`.
+    let mut done = String::new();
+    let mut rest = out.as_str();
+    while let Some(i) = rest.find(" us") {
+        let digits = rest[..i].len()
+            - rest[..i]
+                .trim_end_matches(|c: char| c.is_ascii_digit())
+                .len();
+        done.push_str(&rest[..i - digits]);
+        done.push_str(if digits > 0 { "N us" } else { " us" });
+        rest = &rest[i + 3..];
+    }
+    done.push_str(rest);
+    // The pid, as a whole number (not digits inside another number or a name).
+    let pid = pid.to_string();
+    let mut out = String::new();
+    let mut run = String::new();
+    for c in done.chars().chain(std::iter::once('\0')) {
+        if c.is_ascii_digit() {
+            run.push(c);
+            continue;
+        }
+        let whole = !out.ends_with(char::is_alphanumeric) && !c.is_alphanumeric();
+        out.push_str(if run == pid && whole { "PID" } else { &run });
+        run.clear();
+        if c != '\0' {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Runs `args` (with `{pid}` for the target's pid) standalone on `direct` and
+/// through the daemon on `via`; asserts both succeed and print the same,
+/// normalised; returns the standalone output.
+fn same_both_ways(bus: &Bus, direct: &Target, via: &Target, args: &[&str]) -> String {
+    let run = |b: Option<&Bus>, t: &Target| {
+        let pid = t.pid().to_string();
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| if *a == "{pid}" { pid.as_str() } else { a })
+            .collect();
+        let out = cli(b, &args);
+        assert!(
+            out.status.success(),
+            "argstash {args:?} (bus: {}): {}",
+            b.is_some(),
+            text(&out)
+        );
+        normalise(&text(&out), t.pid())
+    };
+    let a = run(None, direct);
+    let b = run(Some(bus), via);
+    assert_eq!(
+        a, b,
+        "argstash {args:?}: standalone, then through the daemon"
+    );
+    println!("argstash {args:?}, both ways:\n{a}");
+    a
+}
+
+/// Compiles tests/fixtures/throws.cpp (C++: libgcc's unwinder is loaded) at -O2.
+fn build_throws() -> std::path::PathBuf {
+    let src = argstash_tests::fixtures_dir().join("throws.cpp");
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("throws-bus-{}", std::process::id()));
+    let st = std::process::Command::new("c++")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("c++");
+    assert!(st.success(), "c++ throws.cpp failed");
+    out
+}
+
+#[test]
+fn inject_list_eject_print_the_same_through_the_daemon() {
+    let bus = Bus::start();
+    // A C program (no libgcc: the unwind report carries a note) and a C++ one
+    // (libgcc's unwinder: registration counts and `libgcc yes` rows).
+    let cases = [
+        (argstash_tests::build("seed", Variant::O2G), "bar", false),
+        (build_throws(), "relay", true),
+    ];
+    for (exe, func, cpp) in cases {
+        let mut direct = Target::spawn(&exe);
+        let mut via = Target::spawn(&exe);
+        let inject = same_both_ways(
+            &bus,
+            &direct,
+            &via,
+            &["inject", "--pid", "{pid}", "--func", func],
+        );
+        assert!(
+            inject.contains(&format!("hooked {func} in ")) && inject.contains(" words from "),
+            "{inject}"
+        );
+        assert!(inject.contains("target stopped for N us"), "{inject}");
+        if cpp {
+            assert!(inject.contains("unwind info registered with "), "{inject}");
+        } else {
+            assert!(inject.contains("note: "), "{inject}");
+        }
+        let list = same_both_ways(&bus, &direct, &via, &["list", "--pid", "{pid}"]);
+        assert!(list.contains(&format!("unwind   {func}")), "{list}");
+        if cpp {
+            assert!(list.contains("libgcc yes"), "{list}");
+        } else {
+            assert!(list.contains("no in-process unwinder"), "{list}");
+        }
+        same_both_ways(&bus, &direct, &via, &["list", "--pid", "{pid}", "--json"]);
+        let eject = same_both_ways(&bus, &direct, &via, &["eject", "--pid", "{pid}", "--all"]);
+        assert!(eject.contains(&format!("ejected {func} in ")), "{eject}");
+        assert!(
+            eject.contains("gdb JIT interface: removed 1 hooks"),
+            "{eject}"
+        );
+        // eject by name, and nothing left to eject, also alike.
+        same_both_ways(
+            &bus,
+            &direct,
+            &via,
+            &["inject", "--pid", "{pid}", "--func", func],
+        );
+        same_both_ways(
+            &bus,
+            &direct,
+            &via,
+            &["eject", "--pid", "{pid}", "--func", func],
+        );
+        let none = same_both_ways(&bus, &direct, &via, &["eject", "--pid", "{pid}", "--all"]);
+        assert_eq!(none.trim(), "no active hooks: nothing to eject");
+        let list = same_both_ways(&bus, &direct, &via, &["list", "--pid", "{pid}"]);
+        assert!(list.contains("ejected"), "{list}");
+        if !cpp {
+            direct.assert_healthy();
+            via.assert_healthy();
+        }
+        direct.kill();
+        via.kill();
+    }
+}
+
+#[test]
+fn a_tail_call_names_its_hook_through_the_daemon() {
+    let bus = Bus::start();
+    let mut t = Target::start("tailcall", Variant::O2G);
+    let p = t.pid().to_string();
+    let out = cli(Some(&bus), &["inject", "--pid", &p, "--func", "tail_entry"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut frame = None;
+    for _ in 0..100 {
+        let out = cli(Some(&bus), &["bt", "--pid", &p, "--json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        frame = v["threads"][0]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["function"] == "tail_target" && f["hooked"] == true)
+            .cloned();
+        if frame.is_some() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(7));
+    }
+    let frame = frame.expect("tail_target hooked on the stack");
+    assert_eq!(frame["hook"], "tail_entry", "{frame:#}");
+    assert_eq!(frame["params"][0]["name"], "x", "{frame:#}");
+    assert_eq!(frame["params"][0]["display"], "7", "{frame:#}");
+    let shown = (0..100).any(|_| {
+        let out = cli(Some(&bus), &["bt", "--pid", &p]);
+        assert!(out.status.success(), "{}", text(&out));
+        thread::sleep(Duration::from_millis(7));
+        text(&out)
+            .contains("in tail_target (x=7, y=9, z=0) [stashed by hook tail_entry] at tailcall.c:")
+    });
+    assert!(shown, "bt through the daemon never named the hook");
+    run_ok_eject(&bus, &p);
     t.assert_healthy();
 }
 

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use zbus::message::{Header, Message};
 use zbus::names::ErrorName;
 use zbus::proxy;
-use zbus::zvariant::{OwnedObjectPath, Type, Value};
+use zbus::zvariant::{DeserializeDict, OwnedObjectPath, SerializeDict, Type, Value};
 use zbus::DBusError;
 
 /// Well-known bus name of the daemon.
@@ -165,6 +165,10 @@ pub struct Frame {
     pub params: Vec<Param>,
     /// Functions inlined at the pc, innermost first.
     pub inlined: Vec<Inlined>,
+    /// Name of the hooked function whose stash this frame carries (`hook` in
+    /// `bt --json`); it differs from `function` when the hooked function
+    /// tail-called this one. Empty when not hooked.
+    pub hook: String,
 }
 
 /// One thread: a `threads[]` element of `bt --json`.
@@ -180,6 +184,103 @@ pub struct Thread {
     pub truncated: String,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
+}
+
+/// What other unwinders (libgcc, gdb, perf) were told about the hooks at an
+/// install, or what was taken back at an eject: the injector's unwind report.
+///
+/// A dictionary (`a{sv}`, keys in kebab-case: `registered`, `unwinder`, `notes`,
+/// ...) so that keys can be added without breaking older clients, which ignore
+/// keys they do not know; a key an older daemon does not send reads as `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, SerializeDict, DeserializeDict, Type)]
+#[zvariant(signature = "a{sv}", rename_all = "kebab-case")]
+pub struct UnwindReport {
+    /// Hooks (un)registered with the in-process unwinder.
+    pub registered: Option<u32>,
+    /// The module providing the in-process unwinder, when there is one.
+    pub unwinder: Option<String>,
+    /// Why some hooks are not (un)registered, or what was skipped and how to get it.
+    pub notes: Option<Vec<String>>,
+    /// The perf map file written or cleaned.
+    pub perf_map: Option<String>,
+    /// The perf jitdump written and mapped, or unmapped and removed.
+    pub perf_jitdump: Option<String>,
+    /// Microseconds spent on the perf jitdump.
+    pub perf_jitdump_elapsed_us: Option<u64>,
+    /// The gdb symbol file describing the active hooks.
+    pub symbol_file: Option<String>,
+    /// Hooks linked into (or unlinked from) the target's GDB JIT descriptor.
+    pub gdb_jit: Option<u32>,
+    /// Microseconds spent on all of it.
+    pub elapsed_us: Option<u64>,
+}
+
+/// What `InjectWithReport` did: everything the CLI's `inject` prints (`a{sv}`,
+/// keys in kebab-case; see [`UnwindReport`] on adding keys).
+#[derive(Debug, Clone, Default, PartialEq, SerializeDict, DeserializeDict, Type)]
+#[zvariant(signature = "a{sv}", rename_all = "kebab-case")]
+pub struct InstallReport {
+    /// The new hooks, as `ListHooks` lists them.
+    pub hooks: Option<Vec<HookEntry>>,
+    /// Where each new hook's stack window came from, in the order of `hooks`:
+    /// `user`, `signature`, `code` or `variadic-default` (empty when unknown).
+    pub window_sources: Option<Vec<String>>,
+    /// Microseconds the target's threads were stopped.
+    pub stopped_us: Option<u64>,
+    /// Threads stopped.
+    pub threads: Option<u32>,
+    /// Arenas created for this install.
+    pub new_arenas: Option<Vec<u64>>,
+    /// Threads moved out of the patched bytes.
+    pub moved_threads: Option<Vec<i32>>,
+    /// Registration of the hooks' unwind information with other unwinders.
+    pub unwind: Option<UnwindReport>,
+}
+
+/// What `EjectWithReport` or `EjectAllWithReport` did: everything the CLI's
+/// `eject` prints (`a{sv}`, keys in kebab-case).
+#[derive(Debug, Clone, Default, PartialEq, SerializeDict, DeserializeDict, Type)]
+#[zvariant(signature = "a{sv}", rename_all = "kebab-case")]
+pub struct EjectReport {
+    /// The hooks ejected (their records as they were before the eject).
+    pub hooks: Option<Vec<HookEntry>>,
+    /// Microseconds the target's threads were stopped.
+    pub stopped_us: Option<u64>,
+    /// Threads moved from relocated code back to the original function.
+    pub moved_threads: Option<Vec<i32>>,
+    /// Removal of the hooks' unwind information from other unwinders.
+    pub unwind: Option<UnwindReport>,
+}
+
+/// Which other unwinders know about one active hook: a `hooks` element of [`UnwindStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct HookUnwind {
+    /// Function name.
+    pub function: String,
+    /// Arena address.
+    pub arena: u64,
+    /// Slot in the arena.
+    pub slot: u32,
+    /// The arena has an unwind area and the hook an `.eh_frame`.
+    pub described: bool,
+    /// Registered with the in-process unwinder (libgcc).
+    pub libgcc: bool,
+    /// Linked into the GDB JIT descriptor.
+    pub gdb_jit: bool,
+    /// Has lines in `/tmp/perf-PID.map`.
+    pub perf_map: bool,
+    /// Described in the mapped perf jitdump.
+    pub perf_jit: bool,
+}
+
+/// What `UnwindStatus` returns: the unwind rows of the CLI's `list` (`a{sv}`).
+#[derive(Debug, Clone, Default, PartialEq, SerializeDict, DeserializeDict, Type)]
+#[zvariant(signature = "a{sv}", rename_all = "kebab-case")]
+pub struct UnwindStatus {
+    /// The process has libgcc's in-process unwinder loaded.
+    pub has_libgcc: Option<bool>,
+    /// One row per active hook.
+    pub hooks: Option<Vec<HookUnwind>>,
 }
 
 /// What kind of failure an [`Error::Service`] is; each has its own D-Bus error name.
@@ -358,8 +459,25 @@ pub trait Injector1 {
         options: Options<'_>,
     ) -> Result<Vec<OwnedObjectPath>, Error>;
 
+    /// Like `Inject`, and returns what the install did (the CLI's `inject` output).
+    fn inject_with_report(
+        &self,
+        pid: u32,
+        functions: &[&str],
+        options: Options<'_>,
+    ) -> Result<InstallReport, Error>;
+
     /// Removes the hooks of `functions` in `pid`; returns how many were removed.
     fn eject(&self, pid: u32, functions: &[&str]) -> Result<u32, Error>;
+
+    /// Like `Eject`, and returns what the eject did (the CLI's `eject` output).
+    fn eject_with_report(&self, pid: u32, functions: &[&str]) -> Result<EjectReport, Error>;
+
+    /// Like `EjectAll`, and returns what the eject did (the CLI's `eject --all` output).
+    fn eject_all_with_report(&self, pid: u32) -> Result<EjectReport, Error>;
+
+    /// Which other unwinders (libgcc, gdb JIT, perf) know each active hook of `pid`.
+    fn unwind_status(&self, pid: u32) -> Result<UnwindStatus, Error>;
 
     /// Removes every active hook in `pid`; returns how many were removed.
     fn eject_all(&self, pid: u32) -> Result<u32, Error>;
@@ -445,12 +563,43 @@ mod tests {
     }
 
     #[test]
+    fn reports_are_dictionaries_that_tolerate_unknown_and_missing_keys() {
+        use zbus::zvariant::{serialized::Context, to_bytes, LE};
+        assert_eq!(UnwindReport::SIGNATURE.to_string(), "a{sv}");
+        assert_eq!(InstallReport::SIGNATURE.to_string(), "a{sv}");
+        assert_eq!(EjectReport::SIGNATURE.to_string(), "a{sv}");
+        assert_eq!(UnwindStatus::SIGNATURE.to_string(), "a{sv}");
+        let report = InstallReport {
+            stopped_us: Some(12),
+            new_arenas: Some(vec![0x7f00]),
+            unwind: Some(UnwindReport {
+                notes: Some(vec!["skipped".into()]),
+                registered: Some(1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let ctxt = Context::new_dbus(LE, 0);
+        let bytes = to_bytes(ctxt, &report).unwrap();
+        let back: InstallReport = bytes.deserialize().unwrap().0;
+        assert_eq!(back, report);
+        // A newer daemon's key is ignored; a key it does not send reads as None.
+        let mut dict: HashMap<&str, Value> = HashMap::new();
+        dict.insert("stopped-us", Value::from(5u64));
+        dict.insert("some-future-key", Value::from("x"));
+        let bytes = to_bytes(ctxt, &dict).unwrap();
+        let back: EjectReport = bytes.deserialize().unwrap().0;
+        assert_eq!(back.stopped_us, Some(5));
+        assert_eq!(back.hooks, None);
+    }
+
+    #[test]
     fn signatures_are_readable_structs() {
         let param = "(sssssbt)";
         assert_eq!(Param::SIGNATURE.to_string(), param);
         assert_eq!(Arg::SIGNATURE.to_string(), format!("(stt{param})"));
         assert_eq!(Inlined::SIGNATURE.to_string(), format!("(ssua{param})"));
-        let frame = format!("(utstsbsta(stt{param})bssua{param}a(ssua{param}))");
+        let frame = format!("(utstsbsta(stt{param})bssua{param}a(ssua{param})s)");
         assert_eq!(Frame::SIGNATURE.to_string(), frame);
         assert_eq!(Thread::SIGNATURE.to_string(), format!("(ustsa{frame})"));
         assert_eq!(HookEntry::SIGNATURE.to_string(), "(oussttuttuqstbbs)");

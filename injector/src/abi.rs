@@ -50,6 +50,19 @@ pub enum WindowSource {
 }
 
 impl WindowSource {
+    /// Every source.
+    pub const ALL: [WindowSource; 4] = [
+        WindowSource::User,
+        WindowSource::Signature,
+        WindowSource::Code,
+        WindowSource::VariadicDefault,
+    ];
+
+    /// The source whose [`WindowSource::name`] is `name`.
+    pub fn from_name(name: &str) -> Option<WindowSource> {
+        WindowSource::ALL.into_iter().find(|s| s.name() == name)
+    }
+
     /// Lower-case name for listings.
     pub fn name(self) -> &'static str {
         match self {

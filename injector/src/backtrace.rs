@@ -80,6 +80,9 @@ pub struct StashedArgs {
     pub frame: u64,
     /// Entry address of the hooked function (0 when unknown).
     pub function: u64,
+    /// Name of the hooked function (the hook's name, as `list` shows it). It differs
+    /// from the frame's function when the hooked function tail-called that one.
+    pub hook: String,
 }
 
 /// One stashed value, as readers list them: see [`StashedArgs::slots`].
@@ -164,6 +167,24 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// The hook's name when it is not the name of the frame's function: the hooked
+    /// function tail-called (jumped to) the function the pc is in, so the frame shows
+    /// the callee with the hooked function's stashed arguments. `None` for frames
+    /// without a stash and when the hook is the frame's function (by its symbol,
+    /// DWARF or demangled name).
+    pub fn foreign_hook(&self) -> Option<&str> {
+        let hook = self.stash.as_ref()?.hook.as_str();
+        if hook.is_empty() {
+            return None;
+        }
+        let demangled = crate::debuginfo::demangle(hook);
+        let same = [self.function.as_deref(), self.source_function.as_deref()]
+            .into_iter()
+            .flatten()
+            .any(|name| name == hook || name == demangled);
+        (!same).then_some(hook)
+    }
+
     /// The named parameter whose value was stashed from `register` (a [`StashSlot`] name).
     pub fn stashed_param(&self, register: &str) -> Option<&ArgValue> {
         self.args.iter().find(|p| {
@@ -419,6 +440,11 @@ impl Unwind {
             let f = &mut frames[i];
             let physical = add_source(f, self.debug_for(st.pc), st, mem);
             let info = physical.as_ref().and_then(|p| p.info.as_ref());
+            let tail_info = f
+                .stash
+                .as_ref()
+                .and_then(|s| hooked_info(s, info, |a| self.debug_for(a)));
+            let info = tail_info.as_ref().or(info);
             f.args = match (&f.stash, info) {
                 (Some(stash), Some(i)) => {
                     stashed_values_with_xmm(i, &stash.registers, &stash.stack, &stash.xmm, mem)
@@ -556,6 +582,7 @@ impl Unwind {
                             variadic: hook.variadic,
                             frame: base,
                             function: hook.function,
+                            hook: hook.name.clone(),
                         });
                     }
                     (frame.return_address, base + 16, frame.saved_rbp)
@@ -715,7 +742,27 @@ pub(crate) fn add_source(
     physical
 }
 
-/// The hook whose trampoline or relocated prologue holds `pc`, in any of `arenas`.
+/// The hooked function's own description, when the frame holding `stash` is
+/// another function (`frame_info`'s entry is not the hook's): the hooked function
+/// tail-called it, and the stashed registers hold the hooked function's
+/// parameters, not the frame's. `None` when `frame_info` is the right one (or
+/// nothing better is known): then the frame's own description names the values.
+pub(crate) fn hooked_info<'d>(
+    stash: &StashedArgs,
+    frame_info: Option<&crate::args::FunctionInfo>,
+    debug_for: impl Fn(u64) -> Option<&'d ModuleDebug>,
+) -> Option<crate::args::FunctionInfo> {
+    if stash.function == 0 {
+        return None;
+    }
+    match frame_info.and_then(|i| i.entry) {
+        Some(entry) if entry == stash.function => None,
+        _ => debug_for(stash.function)?
+            .function_info(stash.function)
+            .filter(|i| i.entry == Some(stash.function)),
+    }
+}
+
 /// The user-given signature stored with the hook of the function at `entry`.
 pub(crate) fn hook_signature(arenas: &[Arena], entry: u64) -> Option<&str> {
     arenas.iter().find_map(|a| {
@@ -725,6 +772,7 @@ pub(crate) fn hook_signature(arenas: &[Arena], entry: u64) -> Option<&str> {
     })
 }
 
+/// The hook whose trampoline or relocated prologue holds `pc`, in any of `arenas`.
 pub(crate) fn hook_at(arenas: &[Arena], pc: u64) -> Option<&HookRecord> {
     arenas
         .iter()
@@ -936,6 +984,7 @@ mod tests {
             variadic: false,
             frame: 0,
             function: 0,
+            hook: String::new(),
         };
         let slots: Vec<(String, u128, bool)> = s
             .slots()

@@ -26,8 +26,9 @@ use crate::arena::discover;
 use crate::args::FrameState;
 use crate::args_i386::{signature_values_i386, stashed_values_i386};
 use crate::backtrace::{
-    add_source, hook_at, hook_signature, stack_range, symbolize, thread_ids, Backtrace,
-    BacktraceOptions, Frame, FrameKind, StackSnapshot, StashedArgs, ThreadBacktrace, MAX_FRAMES,
+    add_source, hook_at, hook_signature, hooked_info, stack_range, symbolize, thread_ids,
+    Backtrace, BacktraceOptions, Frame, FrameKind, StackSnapshot, StashedArgs, ThreadBacktrace,
+    MAX_FRAMES,
 };
 use crate::debuginfo::{DebugSearch, ModuleDebug, ModulesDebug};
 use crate::error::Error;
@@ -195,6 +196,11 @@ impl Unwind32 {
             let Some(st) = st else { continue };
             let physical = add_source(f, self.debug_for(st.pc), st, mem);
             let info = physical.as_ref().and_then(|p| p.info.as_ref());
+            let tail_info = f
+                .stash
+                .as_ref()
+                .and_then(|s| hooked_info(s, info, |a| self.debug_for(a)));
+            let info = tail_info.as_ref().or(info);
             f.args = match (&f.stash, info) {
                 (Some(stash), Some(i)) => {
                     let entry = match stash.function {
@@ -330,7 +336,7 @@ impl Unwind32 {
                         }
                     };
                     if let Some(callee) = frames.last_mut() {
-                        callee.stash = Some(stashed_args(&frame, hook.function));
+                        callee.stash = Some(stashed_args(&frame, hook.function, &hook.name));
                     }
                     Some((
                         Regs32 {
@@ -435,7 +441,7 @@ fn frame_state(pc: u64, regs: &Regs32, exact: bool) -> FrameState {
 }
 
 /// The arguments of an i386 stash frame: `eax`, `edx`, `ecx`, then the stack words by offset.
-fn stashed_args(frame: &StashFrame, function: u64) -> StashedArgs {
+fn stashed_args(frame: &StashFrame, function: u64, hook: &str) -> StashedArgs {
     let mut registers: Vec<(&'static str, u64)> = STASHED_REGS
         .iter()
         .map(|r| (r.name(), u64::from(frame.reg(*r))))
@@ -453,6 +459,7 @@ fn stashed_args(frame: &StashFrame, function: u64) -> StashedArgs {
         variadic: false,
         frame: frame.base,
         function,
+        hook: hook.to_string(),
     }
 }
 
