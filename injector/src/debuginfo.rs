@@ -340,8 +340,8 @@ impl ElfSections {
         Some((name, le_u32(&link, crc_at)?))
     }
 
-    /// Function symbols of `.symtab` as `(name, svma, size)`.
-    fn function_symbols(&self) -> Vec<(String, u64, u64)> {
+    /// Function symbols of `.symtab` as `(name, svma, size, local)`.
+    fn function_symbols(&self) -> Vec<(String, u64, u64, bool)> {
         let Some(symtab) = self.sections.iter().find(|s| s.kind == SHT_SYMTAB) else {
             return Vec::new();
         };
@@ -372,7 +372,7 @@ impl ElfSections {
                     return None;
                 }
                 let name = c_string(strs, le_u32(e, 0)? as usize)?;
-                Some((name.to_string(), value, size))
+                Some((name.to_string(), value, size, info >> 4 == 0))
             })
             .collect()
     }
@@ -604,49 +604,23 @@ impl ModuleDebug {
                 Err(e) => md.warnings.push(e.to_string()),
             }
         }
-        let build_id = module.build_id();
-        let link = module.debuglink();
-        for (candidate, by_id) in candidates(
-            path,
-            build_id.as_deref(),
-            link.as_ref().map(|(n, _)| n.as_str()),
-            search,
-        ) {
-            if !candidate.is_file() {
-                continue;
-            }
-            let file = match ElfSections::open(&candidate) {
-                Ok(f) => f,
-                Err(e) => {
-                    md.warnings.push(format!("ignoring debug file: {e}"));
-                    continue;
-                }
-            };
-            if let Some(why) = mismatch(&module, &file, build_id.as_deref(), link.as_ref()) {
-                md.warnings.push(format!(
-                    "ignoring {}: {why}; it belongs to another build of {} \
-                     (install the matching debug package or remove the stale file)",
-                    candidate.display(),
-                    path.display()
-                ));
-                continue;
-            }
+        let mut skipped = Vec::new();
+        let mut failed = Vec::new();
+        for (file, source) in separate_files(&module, path, search, &mut skipped) {
             if !file.has(".debug_info") {
                 continue;
             }
             match load_dwarf(&file) {
                 Ok(d) => {
                     md.dwarf = Some(d);
-                    md.source = Some(if by_id {
-                        DebugSource::BuildId(candidate)
-                    } else {
-                        DebugSource::DebugLink(candidate)
-                    });
-                    return md;
+                    md.source = Some(source);
+                    break;
                 }
-                Err(e) => md.warnings.push(e.to_string()),
+                Err(e) => failed.push(e.to_string()),
             }
         }
+        md.warnings.extend(skipped);
+        md.warnings.extend(failed);
         md
     }
 
@@ -789,6 +763,99 @@ fn call_site_params(
         }
     }
     Ok(out)
+}
+
+/// The separate debug files of `module` (the file at `path`) that exist and belong
+/// to it, in gdb's search order, opened lazily; files of another build are skipped
+/// with a warning.
+fn separate_files<'a>(
+    module: &'a ElfSections,
+    path: &'a Path,
+    search: &DebugSearch,
+    warnings: &'a mut Vec<String>,
+) -> impl Iterator<Item = (ElfSections, DebugSource)> + 'a {
+    let build_id = module.build_id();
+    let link = module.debuglink();
+    let found = candidates(
+        path,
+        build_id.as_deref(),
+        link.as_ref().map(|(n, _)| n.as_str()),
+        search,
+    );
+    found.into_iter().filter_map(move |(candidate, by_id)| {
+        if !candidate.is_file() {
+            return None;
+        }
+        let file = match ElfSections::open(&candidate) {
+            Ok(f) => f,
+            Err(e) => {
+                warnings.push(format!("ignoring debug file: {e}"));
+                return None;
+            }
+        };
+        if let Some(why) = mismatch(module, &file, build_id.as_deref(), link.as_ref()) {
+            warnings.push(format!(
+                "ignoring {}: {why}; it belongs to another build of {} \
+                 (install the matching debug package or remove the stale file)",
+                candidate.display(),
+                path.display()
+            ));
+            return None;
+        }
+        let source = if by_id {
+            DebugSource::BuildId(candidate)
+        } else {
+            DebugSource::DebugLink(candidate)
+        };
+        Some((file, source))
+    })
+}
+
+/// Function symbols of the `.symtab` of the module file `path`'s separate debug
+/// file (found and checked as [`ModuleDebug::load`] does), at runtime addresses
+/// for load bias `bias`, sorted by address; at one address global names first,
+/// then those with fewer leading underscores. Empty when there is none.
+///
+/// Stripped libraries keep only `.dynsym`; their debug file's `.symtab` also
+/// names local functions, such as glibc's IFUNC implementations
+/// (`__memset_avx2_unaligned_erms`).
+pub fn separate_symbols(path: &Path, bias: u64, search: &DebugSearch) -> Vec<Symbol> {
+    let Ok(module) = ElfSections::open(path) else {
+        return Vec::new();
+    };
+    let mut warnings = Vec::new();
+    let Some((file, _)) = separate_files(&module, path, search, &mut warnings)
+        .find(|(f, _)| f.sections.iter().any(|s| s.kind == SHT_SYMTAB))
+    else {
+        return Vec::new();
+    };
+    let mut syms: Vec<(Symbol, bool)> = file
+        .function_symbols()
+        .into_iter()
+        .map(|(name, addr, size, local)| {
+            let name = match name.split_once("@@") {
+                Some((plain, _)) => plain.to_string(),
+                None => name,
+            };
+            let sym = Symbol {
+                name,
+                addr: addr.wrapping_add(bias),
+                size,
+            };
+            (sym, local)
+        })
+        .collect();
+    syms.sort_by(|(a, a_local), (b, b_local)| {
+        let underscores = |s: &Symbol| s.name.bytes().take_while(|&c| c == b'_').count();
+        (a.addr, *a_local, underscores(a), &a.name).cmp(&(
+            b.addr,
+            *b_local,
+            underscores(b),
+            &b.name,
+        ))
+    });
+    syms.dedup_by(|later, kept| later.0.addr == kept.0.addr && later.0.name == kept.0.name);
+    syms.into_iter().map(|(s, _)| s).collect()
 }
 
 /// Why `file` is not the debug file of `module`, if it is not.
@@ -949,7 +1016,7 @@ fn mini_debuginfo_symbols(
     let mut syms: Vec<Symbol> = inner
         .function_symbols()
         .into_iter()
-        .map(|(name, addr, size)| Symbol {
+        .map(|(name, addr, size, _)| Symbol {
             name,
             addr: addr.wrapping_add(bias),
             size,

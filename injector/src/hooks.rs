@@ -420,7 +420,7 @@ pub fn install_with_signatures(
             .and_then(|s| s.as_ref())
             .map(|s| s.text.clone())
             .unwrap_or_default();
-        let resolved = symbols.resolve(spec)?;
+        let resolved = symbols.resolve_for_hook(spec, &mem)?;
         let label = format!("{} in {}", resolved.name, resolved.module_path);
         if !seen.insert(resolved.addr) {
             return Err(Error::Duplicate { function: label });
@@ -943,15 +943,37 @@ impl Undo {
     }
 }
 
-/// True when `spec` names the hooked function of `r` (module by path, file name, or
-/// file name up to `.so`, as symbol resolution accepts them).
-fn spec_matches(spec: &FuncSpec, r: &HookRecord) -> bool {
+/// How well `spec` names the hooked function of `r`, `None` if it does not; the
+/// module of a `MODULE!NAME` is matched as symbol resolution matches it (path,
+/// file name or soname, prefix at a name boundary), and only the best-matching
+/// hooks count, so `libz.so.1!f` picks the module whose soname it is.
+fn spec_match(
+    pid: i32,
+    spec: &FuncSpec,
+    r: &HookRecord,
+    sonames: &mut Vec<(String, Option<String>)>,
+) -> Option<crate::symbols::ModuleMatch> {
+    use crate::symbols::ModuleMatch;
     match spec {
-        FuncSpec::Name(n) => r.name == *n,
+        FuncSpec::Name(n) => (r.name == *n).then_some(ModuleMatch::Path),
         FuncSpec::Qualified { module, name } => {
-            r.name == *name && crate::symbols::module_name_matches(&r.module, module)
+            if r.name != *name {
+                return None;
+            }
+            let soname = match sonames.iter().find(|(p, _)| *p == r.module) {
+                Some((_, so)) => so.clone(),
+                None => {
+                    let so = crate::symbols::soname_of(pid, &r.module);
+                    sonames.push((r.module.clone(), so.clone()));
+                    so
+                }
+            };
+            crate::symbols::module_match(&r.module, soname.as_deref(), module).or_else(|| {
+                (module.contains('/') && crate::symbols::same_file_in(pid, module, &r.module))
+                    .then_some(ModuleMatch::Path)
+            })
         }
-        FuncSpec::Addr(a) => r.function == *a,
+        FuncSpec::Addr(a) => (r.function == *a).then_some(ModuleMatch::Path),
     }
 }
 
@@ -978,11 +1000,17 @@ pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
         EjectWhat::All => active.clone(),
         EjectWhat::Functions(specs) => {
             let mut chosen = Vec::new();
+            let mut sonames = Vec::new();
             for spec in specs {
-                let hits: Vec<(usize, u32)> = active
+                let matched: Vec<((usize, u32), crate::symbols::ModuleMatch)> = active
                     .iter()
-                    .copied()
-                    .filter(|h| spec_matches(spec, record(*h)))
+                    .filter_map(|h| Some((*h, spec_match(pid, spec, record(*h), &mut sonames)?)))
+                    .collect();
+                let best = matched.iter().map(|(_, how)| *how).min();
+                let hits: Vec<(usize, u32)> = matched
+                    .iter()
+                    .filter(|(_, how)| Some(*how) == best)
+                    .map(|(h, _)| *h)
                     .collect();
                 match hits.len() {
                     0 => {

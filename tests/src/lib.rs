@@ -56,6 +56,7 @@ pub const FIXTURES: &[&str] = &[
     "abiargs",
     "dwarfargs",
     "deepstack",
+    "modnames",
 ];
 
 /// How long [`Target::spawn`] waits for the `ready` line.
