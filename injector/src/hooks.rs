@@ -259,9 +259,27 @@ fn free_slot(a: &Arena, taken: &HashSet<u32>) -> Option<u32> {
 #[derive(Default)]
 struct ModuleDwarf {
     loaded: Vec<(String, crate::debuginfo::ModuleDebug)>,
+    narrow: Vec<(String, crate::debuginfo::EntryDebug)>,
 }
 
 impl ModuleDwarf {
+    /// The narrow reader of `m`'s DWARF (see [`crate::debuginfo::EntryDebug`]).
+    fn entry_for(&mut self, m: &crate::symbols::Module) -> &mut crate::debuginfo::EntryDebug {
+        let i = match self.narrow.iter().position(|(p, _)| *p == m.path) {
+            Some(i) => i,
+            None => {
+                let debug = crate::debuginfo::EntryDebug::load(
+                    std::path::Path::new(&m.path),
+                    m.bias,
+                    &crate::debuginfo::DebugSearch::default(),
+                );
+                self.narrow.push((m.path.clone(), debug));
+                self.narrow.len() - 1
+            }
+        };
+        &mut self.narrow[i].1
+    }
+
     fn for_module(&mut self, m: &crate::symbols::Module) -> &crate::debuginfo::ModuleDebug {
         let i = match self.loaded.iter().position(|(p, _)| *p == m.path) {
             Some(i) => i,
@@ -301,11 +319,23 @@ fn known_placement(
     if !module.path.starts_with('/') {
         return None;
     }
-    let md = debug.for_module(module);
-    if !md.has_dwarf() {
+    // Only the unit covering the function is read when the DWARF has an address
+    // index; everything otherwise (libc's is 10 MB inflated).
+    let narrow = debug.entry_for(module);
+    if !narrow.has_dwarf() {
         return None;
     }
-    let info = md.function_info(resolved.addr)?;
+    let info = match narrow.function_info(resolved.addr) {
+        crate::debuginfo::EntryInfo::Found(info) => info,
+        crate::debuginfo::EntryInfo::NotDescribed => return None,
+        crate::debuginfo::EntryInfo::Unknown => {
+            let md = debug.for_module(module);
+            if !md.has_dwarf() {
+                return None;
+            }
+            md.function_info(resolved.addr)?
+        }
+    };
     if info.entry != Some(resolved.addr) {
         return None;
     }
