@@ -318,6 +318,74 @@ impl ElfSections {
         (code == zlib_rs::ReturnCode::Ok && written.len() == size).then_some(out)
     }
 
+    /// The first `len` bytes of section `name` (all of it when shorter), inflating
+    /// only as far as needed when it is compressed; `None` when missing or unreadable.
+    fn section_prefix(&self, name: &str, len: usize) -> Option<Arc<[u8]>> {
+        let s = self.header(name)?;
+        let data = self.raw(s)?;
+        if s.flags & SHF_COMPRESSED == 0 {
+            return Some(Arc::from(data.get(..len.min(data.len()))?));
+        }
+        if le_u32(data, 0)? != ELFCOMPRESS_ZLIB {
+            return None;
+        }
+        let (size, payload) = if self.class32 {
+            (u64::from(le_u32(data, 4)?), 12)
+        } else {
+            (le_u64(data, 8)?, 24)
+        };
+        let size = usize::try_from(size).ok()?;
+        if size > MAX_DECOMPRESSED {
+            return None;
+        }
+        let want = len.min(size);
+        let input = data.get(payload..)?;
+        // Inflated straight into uninitialised memory (zeroing megabytes first
+        // cost a fifth of the time), and only as far as asked.
+        let mut out: Arc<[std::mem::MaybeUninit<u8>]> = Arc::new_uninit_slice(want);
+        let buf = Arc::get_mut(&mut out)?;
+        let mut inflater = zlib_rs::Inflate::new(true, 15);
+        loop {
+            let (done_in, done_out) = (inflater.total_in(), inflater.total_out());
+            let written = usize::try_from(done_out).ok()?;
+            if written >= want {
+                break;
+            }
+            let status = inflater
+                .decompress_uninit(
+                    input.get(usize::try_from(done_in).ok()?..)?,
+                    buf.get_mut(written..)?,
+                    zlib_rs::InflateFlush::NoFlush,
+                )
+                .ok()?;
+            let progressed = inflater.total_in() != done_in || inflater.total_out() != done_out;
+            if matches!(status, zlib_rs::Status::StreamEnd) || !progressed {
+                break;
+            }
+        }
+        if inflater.total_out() != want as u64 {
+            return None;
+        }
+        // SAFETY: the inflater wrote `want` bytes contiguously from the start of
+        // the buffer (`total_out` counts them), i.e. every byte is initialised.
+        Some(unsafe { out.assume_init() })
+    }
+
+    /// The uncompressed size of section `name`.
+    fn section_size(&self, name: &str) -> Option<usize> {
+        let s = self.header(name)?;
+        if s.flags & SHF_COMPRESSED == 0 {
+            return usize::try_from(s.size).ok();
+        }
+        let data = self.raw(s)?;
+        let size = if self.class32 {
+            u64::from(le_u32(data, 4)?)
+        } else {
+            le_u64(data, 8)?
+        };
+        usize::try_from(size).ok()
+    }
+
     /// The GNU build-id note (`.note.gnu.build-id`), if any.
     pub fn build_id(&self) -> Option<Vec<u8>> {
         let note = self.section(".note.gnu.build-id")?;
@@ -340,8 +408,8 @@ impl ElfSections {
         Some((name, le_u32(&link, crc_at)?))
     }
 
-    /// Function symbols of `.symtab` as `(name, svma, size)`.
-    fn function_symbols(&self) -> Vec<(String, u64, u64)> {
+    /// Function symbols of `.symtab` as `(name, svma, size, local)`.
+    fn function_symbols(&self) -> Vec<(String, u64, u64, bool)> {
         let Some(symtab) = self.sections.iter().find(|s| s.kind == SHT_SYMTAB) else {
             return Vec::new();
         };
@@ -372,7 +440,7 @@ impl ElfSections {
                     return None;
                 }
                 let name = c_string(strs, le_u32(e, 0)? as usize)?;
-                Some((name.to_string(), value, size))
+                Some((name.to_string(), value, size, info >> 4 == 0))
             })
             .collect()
     }
@@ -604,49 +672,23 @@ impl ModuleDebug {
                 Err(e) => md.warnings.push(e.to_string()),
             }
         }
-        let build_id = module.build_id();
-        let link = module.debuglink();
-        for (candidate, by_id) in candidates(
-            path,
-            build_id.as_deref(),
-            link.as_ref().map(|(n, _)| n.as_str()),
-            search,
-        ) {
-            if !candidate.is_file() {
-                continue;
-            }
-            let file = match ElfSections::open(&candidate) {
-                Ok(f) => f,
-                Err(e) => {
-                    md.warnings.push(format!("ignoring debug file: {e}"));
-                    continue;
-                }
-            };
-            if let Some(why) = mismatch(&module, &file, build_id.as_deref(), link.as_ref()) {
-                md.warnings.push(format!(
-                    "ignoring {}: {why}; it belongs to another build of {} \
-                     (install the matching debug package or remove the stale file)",
-                    candidate.display(),
-                    path.display()
-                ));
-                continue;
-            }
+        let mut skipped = Vec::new();
+        let mut failed = Vec::new();
+        for (file, source) in separate_files(&module, path, search, &mut skipped) {
             if !file.has(".debug_info") {
                 continue;
             }
             match load_dwarf(&file) {
                 Ok(d) => {
                     md.dwarf = Some(d);
-                    md.source = Some(if by_id {
-                        DebugSource::BuildId(candidate)
-                    } else {
-                        DebugSource::DebugLink(candidate)
-                    });
-                    return md;
+                    md.source = Some(source);
+                    break;
                 }
-                Err(e) => md.warnings.push(e.to_string()),
+                Err(e) => failed.push(e.to_string()),
             }
         }
+        md.warnings.extend(skipped);
+        md.warnings.extend(failed);
         md
     }
 
@@ -789,6 +831,386 @@ fn call_site_params(
         }
     }
     Ok(out)
+}
+
+/// The separate debug files of `module` (the file at `path`) that exist and belong
+/// to it, in gdb's search order, opened lazily; files of another build are skipped
+/// with a warning.
+fn separate_files<'a>(
+    module: &'a ElfSections,
+    path: &'a Path,
+    search: &DebugSearch,
+    warnings: &'a mut Vec<String>,
+) -> impl Iterator<Item = (ElfSections, DebugSource)> + 'a {
+    let build_id = module.build_id();
+    let link = module.debuglink();
+    let found = candidates(
+        path,
+        build_id.as_deref(),
+        link.as_ref().map(|(n, _)| n.as_str()),
+        search,
+    );
+    found.into_iter().filter_map(move |(candidate, by_id)| {
+        if !candidate.is_file() {
+            return None;
+        }
+        let file = match ElfSections::open(&candidate) {
+            Ok(f) => f,
+            Err(e) => {
+                warnings.push(format!("ignoring debug file: {e}"));
+                return None;
+            }
+        };
+        if let Some(why) = mismatch(module, &file, build_id.as_deref(), link.as_ref()) {
+            warnings.push(format!(
+                "ignoring {}: {why}; it belongs to another build of {} \
+                 (install the matching debug package or remove the stale file)",
+                candidate.display(),
+                path.display()
+            ));
+            return None;
+        }
+        let source = if by_id {
+            DebugSource::BuildId(candidate)
+        } else {
+            DebugSource::DebugLink(candidate)
+        };
+        Some((file, source))
+    })
+}
+
+/// A module's DWARF read narrowly, to describe the functions that `inject` hooks.
+///
+/// Reading all of libc's debug info (about 10 MB of inflated DWARF, 4,000 units)
+/// to describe one function cost tens of milliseconds. Here `.debug_aranges`
+/// picks the compilation unit that covers the function, `.debug_info` is inflated
+/// only up to that unit's end, `.debug_abbrev` only up to the next unit's table,
+/// and the line, location and range sections are never read: the description
+/// of a function entry needs names and types only. Without an address index
+/// (clang emits none by default) [`EntryDebug::function_info`] says so and the
+/// caller reads everything ([`ModuleDebug`]).
+pub struct EntryDebug {
+    /// The file holding the DWARF, when there is one.
+    file: Option<ElfSections>,
+    bias: u64,
+    /// Address ranges (svma) and the offset of the unit covering each, sorted.
+    index: Vec<(std::ops::Range<u64>, usize)>,
+    /// `.debug_info` inflated so far (a prefix) and whether that is all of it.
+    info: Option<(Arc<[u8]>, bool)>,
+    /// `.debug_abbrev` inflated so far (a prefix).
+    abbrev: Option<(Arc<[u8]>, bool)>,
+    /// Small sections read whole: `.debug_str`, `.debug_line_str`,
+    /// `.debug_str_offsets`, `.debug_addr`.
+    strings: Option<[Arc<[u8]>; 4]>,
+}
+
+/// The answer of [`EntryDebug::function_info`].
+#[derive(Debug)]
+pub enum EntryInfo {
+    /// The function starting at the address, described.
+    Found(FunctionInfo),
+    /// The unit covering the address describes no function starting there.
+    NotDescribed,
+    /// This narrow reader cannot tell: no DWARF address index covers the address,
+    /// or the data is malformed; read all the DWARF instead.
+    Unknown,
+}
+
+impl EntryDebug {
+    /// Finds the DWARF of the module file `path` (loaded at `bias`) as
+    /// [`ModuleDebug::load`] does and reads its address index; nothing else yet.
+    pub fn load(path: &Path, bias: u64, search: &DebugSearch) -> EntryDebug {
+        let mut ed = EntryDebug {
+            file: None,
+            bias,
+            index: Vec::new(),
+            info: None,
+            abbrev: None,
+            strings: None,
+        };
+        let Ok(module) = ElfSections::open(path) else {
+            return ed;
+        };
+        let file = if module.has(".debug_info") {
+            Some(module)
+        } else {
+            let mut warnings = Vec::new();
+            let found = separate_files(&module, path, search, &mut warnings)
+                .map(|(f, _)| f)
+                .find(|f| f.has(".debug_info"));
+            found
+        };
+        let Some(file) = file else {
+            return ed;
+        };
+        if let Some(aranges) = file.section(".debug_aranges") {
+            ed.index = aranges_index(&aranges).unwrap_or_default();
+        }
+        ed.file = Some(file);
+        ed
+    }
+
+    /// True when DWARF was found.
+    pub fn has_dwarf(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// The description of the function (not an inlined copy) whose entry is
+    /// runtime address `pc`, as [`ModuleDebug::function_info`] gives it when that
+    /// function's entry is `pc`.
+    pub fn function_info(&mut self, pc: u64) -> EntryInfo {
+        let svma = pc.wrapping_sub(self.bias);
+        let i = self.index.partition_point(|(r, _)| r.start <= svma);
+        let unit_offset = match i.checked_sub(1).and_then(|i| self.index.get(i)) {
+            Some((r, off)) if r.contains(&svma) => *off,
+            _ => return EntryInfo::Unknown,
+        };
+        self.describe(unit_offset, svma)
+            .unwrap_or(EntryInfo::Unknown)
+    }
+
+    fn describe(&mut self, unit_offset: usize, svma: u64) -> Option<EntryInfo> {
+        let file = self.file.as_ref()?;
+        let reader = |data: &Arc<[u8]>| EndianArcSlice::new(data.clone(), LittleEndian);
+
+        // .debug_info up to the end of this unit, plus the next unit's header
+        // (for the bound of this unit's abbreviations).
+        let info_size = file.section_size(".debug_info")?;
+        let header_at = |info: &Arc<[u8]>, at: usize| {
+            gimli::DebugInfo::from(reader(info))
+                .header_from_offset(gimli::DebugInfoOffset(at))
+                .ok()
+        };
+        // Units are contiguous: the next unit the index lists starts at or after
+        // this one's end, so one inflate reaches both this unit and the next header.
+        let next_listed = self
+            .index
+            .iter()
+            .map(|(_, off)| *off)
+            .filter(|&off| off > unit_offset)
+            .min()
+            .unwrap_or(info_size);
+        let need = next_listed.saturating_add(32).min(info_size);
+        let info = grow(&mut self.info, file, ".debug_info", need)?;
+        let header = header_at(&info, unit_offset)?;
+        let end = unit_offset.checked_add(header.length_including_self())?;
+        let need = end.saturating_add(32).min(info_size);
+        let info = grow(&mut self.info, file, ".debug_info", need)?;
+        let next_abbrev = (end < info_size)
+            .then(|| header_at(&info, end))
+            .flatten()
+            .map(|h| h.debug_abbrev_offset().0)
+            .filter(|&next| next > header.debug_abbrev_offset().0);
+
+        let abbrev_size = file.section_size(".debug_abbrev")?;
+        let abbrev_need = next_abbrev.unwrap_or(abbrev_size).min(abbrev_size);
+        let abbrev = grow(&mut self.abbrev, file, ".debug_abbrev", abbrev_need)?;
+        if self.strings.is_none() {
+            let whole = |name| {
+                file.section_shared(name)
+                    .unwrap_or_else(|| Arc::from(&[][..]))
+            };
+            self.strings = Some([
+                whole(".debug_str"),
+                whole(".debug_line_str"),
+                whole(".debug_str_offsets"),
+                whole(".debug_addr"),
+            ]);
+        }
+        let [strs, line_strs, str_offsets, addr] = self.strings.as_ref()?;
+        let empty = || reader(&Arc::from(&[][..]));
+        let dwarf = gimli::Dwarf::load(|id| -> Result<DwarfReader, gimli::Error> {
+            Ok(match id {
+                gimli::SectionId::DebugInfo => reader(&info),
+                gimli::SectionId::DebugAbbrev => reader(&abbrev),
+                gimli::SectionId::DebugStr => reader(strs),
+                gimli::SectionId::DebugLineStr => reader(line_strs),
+                gimli::SectionId::DebugStrOffsets => reader(str_offsets),
+                gimli::SectionId::DebugAddr => reader(addr),
+                _ => empty(),
+            })
+        })
+        .ok()?;
+        let unit = unit_without_lines(&dwarf, header)?;
+        let unit_ref = unit.unit_ref(&dwarf);
+        let Some(die) = subprogram_at(unit_ref, svma) else {
+            return Some(EntryInfo::NotDescribed);
+        };
+        Some(match args::function_info(unit_ref, die, self.bias) {
+            Ok(info) => EntryInfo::Found(info),
+            Err(_) => EntryInfo::Unknown,
+        })
+    }
+}
+
+/// Makes sure `cell` holds at least the first `len` bytes of section `name`
+/// (inflating again from the start when it must grow); returns them.
+fn grow(
+    cell: &mut Option<(Arc<[u8]>, bool)>,
+    file: &ElfSections,
+    name: &str,
+    len: usize,
+) -> Option<Arc<[u8]>> {
+    match cell {
+        Some((have, whole)) if *whole || have.len() >= len => Some(have.clone()),
+        _ => {
+            // At least double what was read: several functions of one module
+            // then inflate the section a few times at most, not once each.
+            let len = len.max(cell.as_ref().map_or(0, |(have, _)| have.len() * 2));
+            let data = file.section_prefix(name, len)?;
+            let whole = file
+                .section_size(name)
+                .is_some_and(|size| data.len() >= size);
+            *cell = Some((data.clone(), whole));
+            Some(data)
+        }
+    }
+}
+
+/// `(svma range, unit offset)` of every `.debug_aranges` entry, sorted by start.
+fn aranges_index(data: &[u8]) -> Result<Vec<(std::ops::Range<u64>, usize)>, gimli::Error> {
+    let aranges = gimli::DebugAranges::new(data, LittleEndian);
+    let mut headers = aranges.headers();
+    let mut out = Vec::new();
+    while let Some(header) = headers.next()? {
+        let unit = header.debug_info_offset().0;
+        let mut entries = header.entries();
+        while let Some(entry) = entries.next()? {
+            let range = entry.range();
+            if range.begin < range.end {
+                out.push((range.begin..range.end, unit));
+            }
+        }
+    }
+    out.sort_by_key(|(r, _)| (r.start, r.end));
+    Ok(out)
+}
+
+/// A unit without its line program (so `.debug_line` need not be read): the
+/// root's bases and name, as `gimli::Unit::new` reads them.
+fn unit_without_lines(
+    dwarf: &gimli::Dwarf<DwarfReader>,
+    header: gimli::UnitHeader<DwarfReader>,
+) -> Option<gimli::Unit<DwarfReader>> {
+    let abbreviations = dwarf.abbreviations(&header).ok()?;
+    let encoding = header.encoding();
+    let mut unit = gimli::Unit {
+        abbreviations,
+        name: None,
+        comp_dir: None,
+        low_pc: 0,
+        str_offsets_base: gimli::DebugStrOffsetsBase::default_for_encoding_and_file(
+            encoding,
+            dwarf.file_type,
+        ),
+        addr_base: gimli::DebugAddrBase(0),
+        loclists_base: gimli::DebugLocListsBase::default_for_encoding_and_file(
+            encoding,
+            dwarf.file_type,
+        ),
+        rnglists_base: gimli::DebugRngListsBase::default_for_encoding_and_file(
+            encoding,
+            dwarf.file_type,
+        ),
+        line_program: None,
+        dwo_id: None,
+        header,
+    };
+    let (mut name, mut low_pc) = (None, None);
+    {
+        let mut cursor = unit.header.entries(&unit.abbreviations);
+        cursor.next_dfs().ok()?;
+        let root = cursor.current()?;
+        for attr in root.attrs() {
+            match (attr.name(), attr.value()) {
+                (gimli::DW_AT_name, v) => name = Some(v),
+                (gimli::DW_AT_low_pc, v) => low_pc = Some(v),
+                (gimli::DW_AT_str_offsets_base, gimli::AttributeValue::DebugStrOffsetsBase(b)) => {
+                    unit.str_offsets_base = b
+                }
+                (
+                    gimli::DW_AT_addr_base | gimli::DW_AT_GNU_addr_base,
+                    gimli::AttributeValue::DebugAddrBase(b),
+                ) => unit.addr_base = b,
+                (gimli::DW_AT_loclists_base, gimli::AttributeValue::DebugLocListsBase(b)) => {
+                    unit.loclists_base = b
+                }
+                (
+                    gimli::DW_AT_rnglists_base | gimli::DW_AT_GNU_ranges_base,
+                    gimli::AttributeValue::DebugRngListsBase(b),
+                ) => unit.rnglists_base = b,
+                _ => {}
+            }
+        }
+    }
+    unit.name = name.and_then(|v| dwarf.attr_string(&unit, v).ok());
+    if let Some(v) = low_pc {
+        unit.low_pc = dwarf.attr_address(&unit, v).ok()??;
+    }
+    Some(unit)
+}
+
+/// The `DW_TAG_subprogram` whose `DW_AT_low_pc` is `svma`.
+fn subprogram_at(unit: gimli::UnitRef<'_, DwarfReader>, svma: u64) -> Option<gimli::UnitOffset> {
+    let mut cursor = unit.entries();
+    while let Some(e) = cursor.next_dfs().ok()? {
+        if e.tag() != gimli::DW_TAG_subprogram {
+            continue;
+        }
+        if let Some(v) = e.attr_value(gimli::DW_AT_low_pc) {
+            if unit.attr_address(v).ok()? == Some(svma) {
+                return Some(e.offset());
+            }
+        }
+    }
+    None
+}
+
+/// Function symbols of the `.symtab` of the module file `path`'s separate debug
+/// file (found and checked as [`ModuleDebug::load`] does), at runtime addresses
+/// for load bias `bias`, sorted by address; at one address global names first,
+/// then those with fewer leading underscores. Empty when there is none.
+///
+/// Stripped libraries keep only `.dynsym`; their debug file's `.symtab` also
+/// names local functions, such as glibc's IFUNC implementations
+/// (`__memset_avx2_unaligned_erms`).
+pub fn separate_symbols(path: &Path, bias: u64, search: &DebugSearch) -> Vec<Symbol> {
+    let Ok(module) = ElfSections::open(path) else {
+        return Vec::new();
+    };
+    let mut warnings = Vec::new();
+    let Some((file, _)) = separate_files(&module, path, search, &mut warnings)
+        .find(|(f, _)| f.sections.iter().any(|s| s.kind == SHT_SYMTAB))
+    else {
+        return Vec::new();
+    };
+    let mut syms: Vec<(Symbol, bool)> = file
+        .function_symbols()
+        .into_iter()
+        .map(|(name, addr, size, local)| {
+            let name = match name.split_once("@@") {
+                Some((plain, _)) => plain.to_string(),
+                None => name,
+            };
+            let sym = Symbol {
+                name,
+                addr: addr.wrapping_add(bias),
+                size,
+            };
+            (sym, local)
+        })
+        .collect();
+    syms.sort_by(|(a, a_local), (b, b_local)| {
+        let underscores = |s: &Symbol| s.name.bytes().take_while(|&c| c == b'_').count();
+        (a.addr, *a_local, underscores(a), &a.name).cmp(&(
+            b.addr,
+            *b_local,
+            underscores(b),
+            &b.name,
+        ))
+    });
+    syms.dedup_by(|later, kept| later.0.addr == kept.0.addr && later.0.name == kept.0.name);
+    syms.into_iter().map(|(s, _)| s).collect()
 }
 
 /// Why `file` is not the debug file of `module`, if it is not.
@@ -949,7 +1371,7 @@ fn mini_debuginfo_symbols(
     let mut syms: Vec<Symbol> = inner
         .function_symbols()
         .into_iter()
-        .map(|(name, addr, size)| Symbol {
+        .map(|(name, addr, size, _)| Symbol {
             name,
             addr: addr.wrapping_add(bias),
             size,
@@ -1031,6 +1453,71 @@ mod tests {
                 let _ = e.section(".debug_info");
             }
         }
+    }
+
+    /// The narrow reader describes libc's functions as the full one does (the
+    /// calling-convention view install uses), without reading all the DWARF.
+    #[test]
+    fn entry_reader_agrees_with_the_full_reader_on_libc() {
+        let libc = [
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+        ]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.is_file());
+        let Some(libc) = libc else {
+            eprintln!("skipped: no x86-64 libc.so.6");
+            return;
+        };
+        let search = DebugSearch::default();
+        let full = ModuleDebug::load_dwarf(libc, 0, &search);
+        if !full.has_dwarf() {
+            eprintln!("skipped: libc has no debug info here (apt-get install libc6-dbg)");
+            return;
+        }
+        let mut narrow = EntryDebug::load(libc, 0, &search);
+        assert!(narrow.has_dwarf());
+        let syms = separate_symbols(libc, 0, &search);
+        let mut picked: Vec<&Symbol> = syms.iter().filter(|s| s.size > 0).step_by(11).collect();
+        for name in [
+            "unlinkat",
+            "write",
+            "printf",
+            "qsort",
+            "__memset_avx2_unaligned_erms",
+        ] {
+            picked.extend(syms.iter().filter(|s| s.name == name));
+        }
+        let (mut found, mut not_described, mut unknown) = (0, 0, 0);
+        for s in picked {
+            let want = full
+                .function_info(s.addr)
+                .filter(|i| i.entry == Some(s.addr));
+            match (narrow.function_info(s.addr), want) {
+                (EntryInfo::Found(got), Some(want)) => {
+                    // Names may differ: GNU as describes each alias of an assembly
+                    // function (`__sigsetjmp`, `__GI___sigsetjmp`) at one address.
+                    assert_eq!(got.params.len(), want.params.len(), "{}", s.name);
+                    assert_eq!(got.variadic, want.variadic, "{}", s.name);
+                    assert_eq!(
+                        format!("{:?}", crate::abi::placement_of(&got)),
+                        format!("{:?}", crate::abi::placement_of(&want)),
+                        "{}",
+                        s.name
+                    );
+                    found += 1;
+                }
+                (EntryInfo::NotDescribed, None) => not_described += 1,
+                (EntryInfo::Unknown, _) => unknown += 1,
+                (got, want) => panic!("{} at {:#x}: narrow {got:?}, full {want:?}", s.name, s.addr),
+            }
+        }
+        eprintln!(
+            "libc: {found} functions described alike, {not_described} by neither, \
+             {unknown} left to the full reader"
+        );
+        assert!(found > 50, "only {found} functions compared");
     }
 
     #[test]

@@ -262,9 +262,27 @@ fn free_slot(a: &Arena, taken: &HashSet<u32>) -> Option<u32> {
 #[derive(Default)]
 struct ModuleDwarf {
     loaded: Vec<(String, crate::debuginfo::ModuleDebug)>,
+    narrow: Vec<(String, crate::debuginfo::EntryDebug)>,
 }
 
 impl ModuleDwarf {
+    /// The narrow reader of `m`'s DWARF (see [`crate::debuginfo::EntryDebug`]).
+    fn entry_for(&mut self, m: &crate::symbols::Module) -> &mut crate::debuginfo::EntryDebug {
+        let i = match self.narrow.iter().position(|(p, _)| *p == m.path) {
+            Some(i) => i,
+            None => {
+                let debug = crate::debuginfo::EntryDebug::load(
+                    std::path::Path::new(&m.path),
+                    m.bias,
+                    &crate::debuginfo::DebugSearch::default(),
+                );
+                self.narrow.push((m.path.clone(), debug));
+                self.narrow.len() - 1
+            }
+        };
+        &mut self.narrow[i].1
+    }
+
     fn for_module(&mut self, m: &crate::symbols::Module) -> &crate::debuginfo::ModuleDebug {
         let i = match self.loaded.iter().position(|(p, _)| *p == m.path) {
             Some(i) => i,
@@ -304,11 +322,23 @@ fn known_placement(
     if !module.path.starts_with('/') {
         return None;
     }
-    let md = debug.for_module(module);
-    if !md.has_dwarf() {
+    // Only the unit covering the function is read when the DWARF has an address
+    // index; everything otherwise (libc's is 10 MB inflated).
+    let narrow = debug.entry_for(module);
+    if !narrow.has_dwarf() {
         return None;
     }
-    let info = md.function_info(resolved.addr)?;
+    let info = match narrow.function_info(resolved.addr) {
+        crate::debuginfo::EntryInfo::Found(info) => info,
+        crate::debuginfo::EntryInfo::NotDescribed => return None,
+        crate::debuginfo::EntryInfo::Unknown => {
+            let md = debug.for_module(module);
+            if !md.has_dwarf() {
+                return None;
+            }
+            md.function_info(resolved.addr)?
+        }
+    };
     if info.entry != Some(resolved.addr) {
         return None;
     }
@@ -433,7 +463,7 @@ fn install_inner(
             .and_then(|s| s.as_ref())
             .map(|s| s.text.clone())
             .unwrap_or_default();
-        let resolved = symbols.resolve(spec)?;
+        let resolved = symbols.resolve_for_hook(spec, &mem)?;
         let label = format!("{} in {}", resolved.name, resolved.module_path);
         if !seen.insert(resolved.addr) {
             return Err(Error::Duplicate { function: label });
@@ -957,15 +987,37 @@ impl Undo {
     }
 }
 
-/// True when `spec` names the hooked function of `r` (module by path, file name, or
-/// file name up to `.so`, as symbol resolution accepts them).
-fn spec_matches(spec: &FuncSpec, r: &HookRecord) -> bool {
+/// How well `spec` names the hooked function of `r`, `None` if it does not; the
+/// module of a `MODULE!NAME` is matched as symbol resolution matches it (path,
+/// file name or soname, prefix at a name boundary), and only the best-matching
+/// hooks count, so `libz.so.1!f` picks the module whose soname it is.
+fn spec_match(
+    pid: i32,
+    spec: &FuncSpec,
+    r: &HookRecord,
+    sonames: &mut Vec<(String, Option<String>)>,
+) -> Option<crate::symbols::ModuleMatch> {
+    use crate::symbols::ModuleMatch;
     match spec {
-        FuncSpec::Name(n) => r.name == *n,
+        FuncSpec::Name(n) => (r.name == *n).then_some(ModuleMatch::Path),
         FuncSpec::Qualified { module, name } => {
-            r.name == *name && crate::symbols::module_name_matches(&r.module, module)
+            if r.name != *name {
+                return None;
+            }
+            let soname = match sonames.iter().find(|(p, _)| *p == r.module) {
+                Some((_, so)) => so.clone(),
+                None => {
+                    let so = crate::symbols::soname_of(pid, &r.module);
+                    sonames.push((r.module.clone(), so.clone()));
+                    so
+                }
+            };
+            crate::symbols::module_match(&r.module, soname.as_deref(), module).or_else(|| {
+                (module.contains('/') && crate::symbols::same_file_in(pid, module, &r.module))
+                    .then_some(ModuleMatch::Path)
+            })
         }
-        FuncSpec::Addr(a) => r.function == *a,
+        FuncSpec::Addr(a) => (r.function == *a).then_some(ModuleMatch::Path),
     }
 }
 
@@ -1010,11 +1062,17 @@ fn eject_inner(
         EjectWhat::All => active.clone(),
         EjectWhat::Functions(specs) => {
             let mut chosen = Vec::new();
+            let mut sonames = Vec::new();
             for spec in specs {
-                let hits: Vec<(usize, u32)> = active
+                let matched: Vec<((usize, u32), crate::symbols::ModuleMatch)> = active
                     .iter()
-                    .copied()
-                    .filter(|h| spec_matches(spec, record(*h)))
+                    .filter_map(|h| Some((*h, spec_match(pid, spec, record(*h), &mut sonames)?)))
+                    .collect();
+                let best = matched.iter().map(|(_, how)| *how).min();
+                let hits: Vec<(usize, u32)> = matched
+                    .iter()
+                    .filter(|(_, how)| Some(*how) == best)
+                    .map(|(h, _)| *h)
                     .collect();
                 match hits.len() {
                     0 => {

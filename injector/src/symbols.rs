@@ -10,7 +10,14 @@
 //! Only `STT_FUNC` symbols are functions here. `STT_GNU_IFUNC` symbols (e.g. glibc's
 //! `memcpy`) name a resolver that picks the real implementation at load time, not the
 //! code that runs, so they are never hook targets; naming one gives
-//! [`SymbolError::Ifunc`].
+//! [`SymbolError::Ifunc`]. [`ProcessSymbols::resolve_for_hook`] also says which
+//! implementation the process calls, read from the GOT slots the dynamic linker
+//! filled (no code runs in the target), and finds local functions of stripped
+//! libraries in their separate debug file's `.symtab`.
+//!
+//! `MODULE!NAME` names a module by its path (or a symlink to it), its file name,
+//! its `DT_SONAME`, or a prefix of either that ends before a `.` or `-`
+//! ([`module_match`]).
 //!
 //! Symbol versions: a `.dynsym` entry whose version is hidden (a compatibility
 //! version such as `realpath@GLIBC_2.2.5`) is named `NAME@VERSION`; the default
@@ -32,6 +39,7 @@ use goblin::elf::Elf;
 use goblin::options::ParseOptions;
 
 use crate::maps::MapEntry;
+use crate::memory::Memory;
 
 /// Mask that rounds an address or file offset down to its 4 KiB page.
 const PAGE_MASK: u64 = !0xfff;
@@ -86,8 +94,9 @@ pub enum SymbolError {
     },
     /// A `MODULE!NAME` spec named a module that is not loaded.
     #[error(
-        "no loaded module matches `{module}` (give its path, its file name such as \
-         `libc.so.6`, or a prefix such as `libc`); loaded: {}",
+        "no loaded module matches `{module}` (give its path, its file name or soname such \
+         as `libc.so.6`, or a prefix of one that ends before a `.` or `-`, such as `libc`); \
+         loaded: {}",
         .loaded.join(", ")
     )]
     ModuleNotFound {
@@ -95,6 +104,21 @@ pub enum SymbolError {
         module: String,
         /// File names of the loaded modules.
         loaded: Vec<String>,
+    },
+    /// The module part of a `MODULE!NAME` matches several modules that define the name.
+    #[error(
+        "`{module}!{name}` is ambiguous: `{module}` matches {} loaded modules that define \
+         `{name}`:\n  {}",
+        .candidates.len(),
+        .candidates.join("\n  ")
+    )]
+    AmbiguousModule {
+        /// The module as written.
+        module: String,
+        /// The function name.
+        name: String,
+        /// Each candidate rendered as `NAME in /path (0xADDR): write `SPELLING!NAME``.
+        candidates: Vec<String>,
     },
     /// An address is not the entry of a function.
     #[error("{detail}")]
@@ -117,16 +141,15 @@ pub enum SymbolError {
         path: String,
     },
     /// The name is a GNU indirect function, whose symbol is a resolver.
-    #[error(
-        "`{name}` in {module} is a GNU indirect function (IFUNC): its symbol is the resolver \
-         that picks an implementation at load time, not the code that runs; hook the \
-         implementation instead (by its own name, or --addr)"
-    )]
+    #[error("{}", ifunc_message(.name, .module, .targets))]
     Ifunc {
         /// The function's name.
         name: String,
         /// The module that defines it.
         module: String,
+        /// What it resolved to in this process, as the GOT slots say (empty when
+        /// not looked up, or when no slot shows it).
+        targets: Vec<IfuncTarget>,
     },
     /// The file is not mapped in the process.
     #[error("{path} is not mapped in the process")]
@@ -147,6 +170,53 @@ fn not_found_message(name: &str, suggestions: &[String]) -> String {
          (e.g. `libc.so.6!write`); list a module's functions with \
          `nm --defined-only /proc/PID/root/MODULE_PATH` (`nm -D` for stripped libraries)",
     );
+    msg
+}
+
+fn ifunc_message(name: &str, module: &str, targets: &[IfuncTarget]) -> String {
+    let mut msg = format!(
+        "`{name}` in {module} is a GNU indirect function (IFUNC): its symbol is the resolver \
+         that picks an implementation at load time, not the code that runs"
+    );
+    let named: Vec<&IfuncTarget> = targets.iter().filter(|t| t.name.is_some()).collect();
+    match targets {
+        [] => msg.push_str(
+            "; no GOT slot of this process shows which implementation it chose (no caller \
+             has been bound to it yet); hook the implementation instead, by its own name \
+             (`nm` the module's debug file) or --addr",
+        ),
+        [one] => {
+            msg.push_str("\n  this process calls ");
+            msg.push_str(&one.describe());
+        }
+        many => {
+            msg.push_str(&format!(
+                "\n  this process calls {} implementations of it:",
+                many.len()
+            ));
+            for t in many {
+                msg.push_str("\n    ");
+                msg.push_str(&t.describe());
+            }
+        }
+    }
+    if !named.is_empty() {
+        let funcs: Vec<String> = named
+            .iter()
+            .filter_map(|t| Some(format!("--func {}!{}", t.spelling, t.name.as_deref()?)))
+            .collect();
+        msg.push_str(&format!(
+            "\n  hook {} instead: {}",
+            if named.len() == 1 { "that" } else { "those" },
+            funcs.join(" ")
+        ));
+    }
+    if targets.iter().any(|t| t.name.is_none()) {
+        msg.push_str(
+            "\n  code that no symbol names cannot be bounded for a hook: install the module's \
+             debug symbols (for glibc, libc6-dbg) to name it",
+        );
+    }
     msg
 }
 
@@ -222,6 +292,37 @@ pub struct Symbol {
     pub size: u64,
 }
 
+/// One implementation a GNU indirect function resolved to in a process, as a GOT
+/// slot holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfuncTarget {
+    /// Runtime address of the implementation.
+    pub addr: u64,
+    /// Its symbol name (from the module's tables or its separate debug file), if any.
+    pub name: Option<String>,
+    /// Path of the module holding the implementation.
+    pub module: String,
+    /// How to write that module in `MODULE!NAME` so it names that module alone.
+    pub spelling: String,
+    /// Paths of the modules whose GOT slots hold this address (`R_*_JUMP_SLOT` and
+    /// `R_*_GLOB_DAT` of importers, `R_*_IRELATIVE` of the defining module).
+    pub via: Vec<String>,
+}
+
+impl IfuncTarget {
+    /// `NAME (0xADDR in MODULE), resolved through the GOT of A and B`.
+    fn describe(&self) -> String {
+        let what = match &self.name {
+            Some(n) => format!("{n} ({:#x}, {})", self.addr, self.module),
+            None => format!("unnamed code at {:#x} (in {})", self.addr, self.module),
+        };
+        format!(
+            "{what}, resolved through the GOT of {}",
+            self.via.join(" and ")
+        )
+    }
+}
+
 /// A function resolved to one runtime address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
@@ -281,12 +382,17 @@ pub struct Module {
     pub exec_ranges: Vec<Range<u64>>,
     /// True for ELFCLASS64.
     pub is_64: bool,
+    /// The `DT_SONAME` of a shared library (`libz.so.1`), if it has one.
+    pub soname: Option<String>,
     symbols: Vec<Symbol>,
     max_size: u64,
-    ifuncs: Vec<String>,
+    /// GNU indirect functions: name and runtime address of the resolver, sorted by name.
+    ifuncs: Vec<(String, u64)>,
     sections: Vec<Section>,
     loads: Vec<Load>,
     data: FileData,
+    /// Function symbols of the separate debug file's `.symtab`, read on first use.
+    separate: std::sync::OnceLock<Vec<Symbol>>,
 }
 
 impl fmt::Debug for Module {
@@ -312,8 +418,9 @@ struct Parsed {
     range: Range<u64>,
     exec_ranges: Vec<Range<u64>>,
     is_64: bool,
+    soname: Option<String>,
     symbols: Vec<Symbol>,
-    ifuncs: Vec<String>,
+    ifuncs: Vec<(String, u64)>,
     sections: Vec<Section>,
     loads: Vec<Load>,
 }
@@ -385,12 +492,14 @@ impl Module {
             range: parsed.range,
             exec_ranges: parsed.exec_ranges,
             is_64: parsed.is_64,
+            soname: parsed.soname,
             symbols: parsed.symbols,
             max_size,
             ifuncs: parsed.ifuncs,
             sections: parsed.sections,
             loads: parsed.loads,
             data,
+            separate: std::sync::OnceLock::new(),
         })
     }
 
@@ -468,9 +577,55 @@ impl Module {
         self.symbols.iter().filter(move |s| s.name == name)
     }
 
+    /// True when `name` is one of the module's GNU indirect functions.
+    pub fn is_ifunc(&self, name: &str) -> bool {
+        self.ifunc_resolver(name).is_some()
+    }
+
+    /// Runtime address of the resolver of the GNU indirect function `name`, if it is one.
+    pub fn ifunc_resolver(&self, name: &str) -> Option<u64> {
+        let i = self
+            .ifuncs
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()?;
+        self.ifuncs.get(i).map(|(_, addr)| *addr)
+    }
+
     /// Names of the module's GNU indirect functions (`STT_GNU_IFUNC`), sorted.
-    pub fn ifunc_names(&self) -> &[String] {
-        &self.ifuncs
+    pub fn ifunc_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.ifuncs.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// Function symbols of the module's separate debug file's `.symtab` (found by
+    /// build-id or debuglink under the default debug directory and checked against
+    /// the module), sorted by address, preferred name first; read on first use and
+    /// kept. Empty for the `[vdso]` and when there is no such file.
+    pub fn separate_symbols(&self) -> &[Symbol] {
+        self.separate.get_or_init(|| {
+            if !self.path.starts_with('/') {
+                return Vec::new();
+            }
+            crate::debuginfo::separate_symbols(
+                Path::new(&self.path),
+                self.bias,
+                &crate::debuginfo::DebugSearch::default(),
+            )
+        })
+    }
+
+    /// The preferred symbol that starts exactly at `addr`, sized first: from the
+    /// module's own tables, else from its separate debug file.
+    pub fn name_at(&self, addr: u64) -> Option<&Symbol> {
+        let sized = |s: &&Symbol| s.size > 0;
+        let own = self.symbol_at(addr);
+        if let Some(s) = own.filter(sized) {
+            return Some(s);
+        }
+        let separate = self.separate_symbols();
+        let first = separate.partition_point(|s| s.addr < addr);
+        let end = separate.partition_point(|s| s.addr <= addr);
+        let at = separate.get(first..end).unwrap_or_default();
+        at.iter().find(sized).or(own).or_else(|| at.first())
     }
 
     /// Raw bytes and svma range of a section by name; `None` if missing or `SHT_NOBITS`.
@@ -721,6 +876,7 @@ fn parse_module(bytes: &[u8], entries: &[&MapEntry]) -> Result<Parsed, String> {
         range: start..end,
         exec_ranges,
         is_64: elf.is_64,
+        soname: elf.soname.filter(|n| !n.is_empty()).map(str::to_string),
         symbols,
         ifuncs,
         sections,
@@ -729,9 +885,9 @@ fn parse_module(bytes: &[u8], entries: &[&MapEntry]) -> Result<Parsed, String> {
 }
 
 /// Merges `.symtab` and `.dynsym` function symbols into the sorted, deduplicated table.
-fn collect_symbols(elf: &Elf<'_>, bias: u64) -> (Vec<Symbol>, Vec<String>) {
+fn collect_symbols(elf: &Elf<'_>, bias: u64) -> (Vec<Symbol>, Vec<(String, u64)>) {
     let mut raw: Vec<RawSym<'_>> = Vec::with_capacity(elf.syms.len() + elf.dynsyms.len());
-    let mut ifuncs: Vec<String> = Vec::new();
+    let mut ifuncs: Vec<(String, u64)> = Vec::new();
 
     for sym in elf.syms.iter() {
         if sym.st_shndx == SHN_UNDEF as usize || sym.st_value == 0 {
@@ -749,7 +905,7 @@ fn collect_symbols(elf: &Elf<'_>, bias: u64) -> (Vec<Symbol>, Vec<String>) {
                 local: sym.st_bind() == STB_LOCAL,
                 from_dynsym: false,
             }),
-            STT_GNU_IFUNC => ifuncs.push(name.to_string()),
+            STT_GNU_IFUNC => ifuncs.push((name.to_string(), sym.st_value.wrapping_add(bias))),
             _ => {}
         }
     }
@@ -795,7 +951,7 @@ fn collect_symbols(elf: &Elf<'_>, bias: u64) -> (Vec<Symbol>, Vec<String>) {
                 local: sym.st_bind() == STB_LOCAL,
                 from_dynsym: true,
             }),
-            STT_GNU_IFUNC => ifuncs.push(name.into_owned()),
+            STT_GNU_IFUNC => ifuncs.push((name.into_owned(), sym.st_value.wrapping_add(bias))),
             _ => {}
         }
     }
@@ -821,7 +977,7 @@ fn collect_symbols(elf: &Elf<'_>, bias: u64) -> (Vec<Symbol>, Vec<String>) {
     }
 
     ifuncs.sort_unstable();
-    ifuncs.dedup();
+    ifuncs.dedup_by(|later, kept| later.0 == kept.0);
     let symbols = raw
         .into_iter()
         .map(|s| Symbol {
@@ -923,8 +1079,14 @@ impl ProcessSymbols {
                 if matched.is_empty() {
                     let mut loaded: Vec<String> = Vec::new();
                     for m in &self.modules {
-                        if !loaded.iter().any(|l| l == m.file_name()) {
-                            loaded.push(m.file_name().to_string());
+                        let shown = match m.soname.as_deref() {
+                            Some(so) if so != m.file_name() => {
+                                format!("{} (soname {so})", m.file_name())
+                            }
+                            _ => m.file_name().to_string(),
+                        };
+                        if !loaded.contains(&shown) {
+                            loaded.push(shown);
                         }
                     }
                     return Err(SymbolError::ModuleNotFound {
@@ -932,32 +1094,191 @@ impl ProcessSymbols {
                         loaded,
                     });
                 }
-                resolve_name(name, &matched)
+                let defining: Vec<&Module> = matched
+                    .iter()
+                    .copied()
+                    .filter(|m| m.symbols_named(name).next().is_some() || m.is_ifunc(name))
+                    .collect();
+                if defining.len() > 1 {
+                    return Err(SymbolError::AmbiguousModule {
+                        module: module.clone(),
+                        name: name.clone(),
+                        candidates: defining
+                            .iter()
+                            .map(|m| {
+                                let at = m.symbols_named(name).next().map_or_else(
+                                    || "IFUNC".to_string(),
+                                    |s| format!("{:#x}", s.addr),
+                                );
+                                format!(
+                                    "{name} in {} ({at}): write `{}!{name}`",
+                                    m.path,
+                                    self.unique_spelling(m)
+                                )
+                            })
+                            .collect(),
+                    });
+                }
+                resolve_name(
+                    name,
+                    if defining.is_empty() {
+                        &matched
+                    } else {
+                        &defining
+                    },
+                )
             }
             FuncSpec::Addr(addr) => self.resolve_addr(*addr),
         }
     }
 
-    /// Modules named by `module`: exact path, else file name, else file-name prefix
-    /// up to `.so` (`libc` and `libc.so` find `libc.so.6`).
+    /// Modules named by `module` (the `MODULE` of `MODULE!NAME`), those of the best
+    /// [`ModuleMatch`] only: its path (or another path of the same file, such as the
+    /// symlink `ldd` prints), else its file name or `DT_SONAME` (`libz.so.1`), else a
+    /// prefix of either that ends at a name boundary (`libz`, `libz.so`, `libz.so.1`
+    /// all find `libz.so.1.2.13`; `lib` and `libz.s` find nothing).
     pub fn modules_matching(&self, module: &str) -> Vec<&Module> {
-        let module = if module == "vdso" { VDSO } else { module };
-        let by_path: Vec<&Module> = self.modules.iter().filter(|m| m.path == module).collect();
-        if !by_path.is_empty() {
-            return by_path;
-        }
-        let by_name: Vec<&Module> = self
+        let same_file = |m: &Module| {
+            module.contains('/')
+                && m.path.starts_with('/')
+                && same_file_in(self.pid, module, &m.path)
+        };
+        let best = self
             .modules
             .iter()
-            .filter(|m| m.file_name() == module)
-            .collect();
-        if !by_name.is_empty() {
-            return by_name;
-        }
-        self.modules
-            .iter()
-            .filter(|m| file_name_prefix_matches(m.file_name(), module))
+            .filter_map(|m| {
+                let how = module_match(&m.path, m.soname.as_deref(), module);
+                how.or_else(|| same_file(m).then_some(ModuleMatch::Path))
+                    .map(|how| (how, m))
+            })
+            .collect::<Vec<_>>();
+        let Some(top) = best.iter().map(|(how, _)| *how).min() else {
+            return Vec::new();
+        };
+        best.into_iter()
+            .filter(|(how, _)| *how == top)
+            .map(|(_, m)| m)
             .collect()
+    }
+
+    /// Resolves what the user asked to hook, as [`Self::resolve`] does and more,
+    /// reading the live process through `mem`:
+    ///
+    /// - a name no symbol table of the loaded files has is looked up in the
+    ///   `.symtab` of their separate debug files (build-id or debuglink), which
+    ///   names local functions of stripped libraries;
+    /// - an IFUNC is still refused, but the error names the implementation(s) this
+    ///   process calls, read from the GOT slots that hold it (nothing runs in the
+    ///   target).
+    pub fn resolve_for_hook(
+        &self,
+        spec: &FuncSpec,
+        mem: &dyn Memory,
+    ) -> Result<Resolved, SymbolError> {
+        match self.resolve(spec) {
+            Err(SymbolError::NotFound { name, suggestions }) => {
+                let modules: Vec<&Module> = match spec {
+                    FuncSpec::Qualified { module, .. } => self.modules_matching(module),
+                    _ => self.modules.iter().filter(|m| m.path != VDSO).collect(),
+                };
+                let found: Vec<(&Module, &Symbol)> = modules
+                    .iter()
+                    .flat_map(|m| {
+                        m.separate_symbols()
+                            .iter()
+                            .filter(|s| s.name == name)
+                            .map(move |s| (*m, s))
+                    })
+                    .collect();
+                match found.as_slice() {
+                    [] => Err(SymbolError::NotFound { name, suggestions }),
+                    [(_, s)] if s.size == 0 => Err(SymbolError::ZeroSize {
+                        name: s.name.clone(),
+                    }),
+                    [(m, s)] => Ok(resolved(m, s)),
+                    many => Err(SymbolError::Ambiguous {
+                        name,
+                        candidates: many
+                            .iter()
+                            .map(|(m, s)| format!("{} in {} ({:#x})", s.name, m.path, s.addr))
+                            .collect(),
+                    }),
+                }
+            }
+            Err(SymbolError::Ifunc { name, module, .. }) => {
+                let targets = match self.modules.iter().find(|m| m.path == module) {
+                    Some(m) => self.ifunc_targets(m, &name, mem),
+                    None => Vec::new(),
+                };
+                Err(SymbolError::Ifunc {
+                    name,
+                    module,
+                    targets,
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// Where the GNU indirect function `name` of module `m` resolved to in this
+    /// process, read from GOT slots without running code in it: every module's
+    /// `JUMP_SLOT`/`GLOB_DAT` relocation for `name`, and `m`'s own `IRELATIVE`
+    /// relocations whose resolver is `name`'s (glibc's internal calls). Slots that
+    /// do not point into `m`'s code (not bound yet, or bound to another module's
+    /// `name`) are left out. Sorted by address.
+    pub fn ifunc_targets(&self, m: &Module, name: &str, mem: &dyn Memory) -> Vec<IfuncTarget> {
+        let resolver = m.ifunc_resolver(name);
+        let mut slots: Vec<(u64, &Module)> = Vec::new();
+        for x in self.modules.iter().filter(|x| x.path != VDSO) {
+            for slot in got_slots(x, name, (std::ptr::eq(x, m)).then_some(resolver).flatten()) {
+                let width = if x.is_64 { 8 } else { 4 };
+                let mut buf = [0u8; 8];
+                let Some(word) = buf.get_mut(..width) else {
+                    continue;
+                };
+                if mem.read(slot, word).is_err() {
+                    continue;
+                }
+                let value = u64::from_le_bytes(buf);
+                if m.exec_ranges.iter().any(|r| r.contains(&value)) {
+                    slots.push((value, x));
+                }
+            }
+        }
+        slots.sort_by_key(|(addr, _)| *addr);
+        let mut out: Vec<IfuncTarget> = Vec::new();
+        for (addr, x) in slots {
+            match out.last_mut() {
+                Some(t) if t.addr == addr => {
+                    if !t.via.contains(&x.path) {
+                        t.via.push(x.path.clone());
+                    }
+                }
+                _ => out.push(IfuncTarget {
+                    addr,
+                    name: m.name_at(addr).map(|s| s.name.clone()),
+                    module: m.path.clone(),
+                    spelling: self.unique_spelling(m),
+                    via: vec![x.path.clone()],
+                }),
+            }
+        }
+        out
+    }
+
+    /// The shortest way to write module `m` in `MODULE!NAME` that names it alone:
+    /// its file name, its soname, or else its path.
+    pub fn unique_spelling(&self, m: &Module) -> String {
+        let alone = |spelling: &str| {
+            let found = self.modules_matching(spelling);
+            found.len() == 1 && std::ptr::eq(found[0], m)
+        };
+        [Some(m.file_name()), m.soname.as_deref()]
+            .into_iter()
+            .flatten()
+            .find(|s| alone(s))
+            .unwrap_or(&m.path)
+            .to_string()
     }
 
     fn resolve_addr(&self, addr: u64) -> Result<Resolved, SymbolError> {
@@ -1003,13 +1324,11 @@ fn resolve_name(name: &str, modules: &[&Module]) -> Result<Resolved, SymbolError
         .collect();
     match found.as_slice() {
         [] => {
-            if let Some(m) = modules
-                .iter()
-                .find(|m| m.ifuncs.binary_search_by(|n| n.as_str().cmp(name)).is_ok())
-            {
+            if let Some(m) = modules.iter().find(|m| m.is_ifunc(name)) {
                 return Err(SymbolError::Ifunc {
                     name: name.to_string(),
                     module: m.path.clone(),
+                    targets: Vec::new(),
                 });
             }
             Err(SymbolError::NotFound {
@@ -1029,6 +1348,58 @@ fn resolve_name(name: &str, modules: &[&Module]) -> Result<Resolved, SymbolError
                 .collect(),
         }),
     }
+}
+
+/// Runtime addresses of module `x`'s GOT slots that the dynamic linker fills with
+/// the address of `name`: its `JUMP_SLOT` and `GLOB_DAT` relocations against a
+/// symbol called `name` and, when `irelative` is the runtime address of `name`'s
+/// IFUNC resolver in `x`, the `IRELATIVE` relocations that call that resolver.
+fn got_slots(x: &Module, name: &str, irelative: Option<u64>) -> Vec<u64> {
+    use goblin::elf::reloc::{
+        R_386_GLOB_DAT, R_386_IRELATIVE, R_386_JMP_SLOT, R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE,
+        R_X86_64_JUMP_SLOT,
+    };
+    let Ok(elf) = parse_elf(x.data()) else {
+        return Vec::new();
+    };
+    let (jump_slot, glob_dat, irel) = if x.is_64 {
+        (R_X86_64_JUMP_SLOT, R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE)
+    } else {
+        (R_386_JMP_SLOT, R_386_GLOB_DAT, R_386_IRELATIVE)
+    };
+    let resolver_svma = irelative.map(|a| a.wrapping_sub(x.bias));
+    let mut out = Vec::new();
+    let relocs = elf
+        .dynrelas
+        .iter()
+        .chain(elf.dynrels.iter())
+        .chain(elf.pltrelocs.iter());
+    for r in relocs {
+        let wanted = if r.r_type == jump_slot || r.r_type == glob_dat {
+            elf.dynsyms
+                .get(r.r_sym)
+                .and_then(|sym| elf.dynstrtab.get_at(sym.st_name))
+                == Some(name)
+        } else if r.r_type == irel {
+            // RELA keeps the resolver in the addend; REL (i386) in the slot's file bytes.
+            let addend = match r.r_addend {
+                Some(a) => Some(a as u64),
+                None => x
+                    .file_bytes(r.r_offset.wrapping_add(x.bias), 4)
+                    .and_then(|b| b.try_into().ok())
+                    .map(|b: [u8; 4]| u64::from(u32::from_le_bytes(b))),
+            };
+            resolver_svma.is_some() && addend == resolver_svma
+        } else {
+            false
+        };
+        if wanted {
+            out.push(r.r_offset.wrapping_add(x.bias));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Up to [`MAX_SUGGESTIONS`] close names, rendered `NAME (in /path)`, closest first.
@@ -1100,20 +1471,80 @@ fn executable_is_32bit(pid: i32) -> Result<Option<String>, SymbolError> {
     }
 }
 
-/// True when the file name `f` is `module` followed by a `.so` suffix (`libc` or
-/// `libc.so` for `libc.so.6`).
-fn file_name_prefix_matches(f: &str, module: &str) -> bool {
-    let Some(rest) = f.strip_prefix(module) else {
-        return false;
-    };
-    rest.starts_with(".so") || (module.ends_with(".so") && rest.starts_with('.'))
+/// How the `MODULE` of a `MODULE!NAME` names a loaded module; better matches sort first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ModuleMatch {
+    /// Its path as in `/proc/PID/maps`, or another path to the same file.
+    Path,
+    /// Its file name (`libc.so.6`) or `DT_SONAME` (`libz.so.1`).
+    Name,
+    /// A prefix of its file name or soname ending at a name boundary (`libz`, `libz.so.1`).
+    Prefix,
 }
 
-/// True when the module written `module` (a path, a file name, or a file name up to
-/// `.so`) names the module at `path`.
-pub fn module_name_matches(path: &str, module: &str) -> bool {
+/// True when `prefix` is a leading part of the file name `name` that ends at a name
+/// boundary: right before a `.` or `-` of `name` (`libz`, `libz.so`, `libz.so.1` of
+/// `libz.so.1.2.13`; `libc` of `libc-2.31.so`), or all of it. `libz.s`, `lib` and
+/// `libz.` are not (and `libc` is no prefix of `libcrypt.so.1`).
+pub fn name_prefix_at_boundary(name: &str, prefix: &str) -> bool {
+    !prefix.is_empty()
+        && name
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '-']))
+}
+
+/// How well `module` (a path, a file name, a soname, or a prefix of one of them)
+/// names the module at `path` whose soname is `soname`; `None` if it does not.
+/// `vdso` names the `[vdso]`.
+pub fn module_match(path: &str, soname: Option<&str>, module: &str) -> Option<ModuleMatch> {
+    let module = if module == "vdso" { VDSO } else { module };
     let file = path.rsplit('/').next().unwrap_or(path);
-    path == module || file == module || file_name_prefix_matches(file, module)
+    if path == module {
+        Some(ModuleMatch::Path)
+    } else if module.contains('/') {
+        None
+    } else if file == module || soname == Some(module) {
+        Some(ModuleMatch::Name)
+    } else if name_prefix_at_boundary(file, module)
+        || soname.is_some_and(|s| name_prefix_at_boundary(s, module))
+    {
+        Some(ModuleMatch::Prefix)
+    } else {
+        None
+    }
+}
+
+/// True when `module` (as [`module_match`] reads it) names the module at `path`;
+/// its soname is not known here, so only path and file-name forms count.
+pub fn module_name_matches(path: &str, module: &str) -> bool {
+    module_match(path, None, module).is_some()
+}
+
+/// The `DT_SONAME` of the file at `path` in process `pid`'s mount namespace, if
+/// it is a readable ELF shared library that has one.
+pub fn soname_of(pid: i32, path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let file = File::open(format!("/proc/{pid}/root{path}")).ok()?;
+    let data = map_elf_file(file, path, path).ok()?;
+    let elf = parse_elf(data.bytes()).ok()?;
+    elf.soname.filter(|n| !n.is_empty()).map(str::to_string)
+}
+
+/// True when the paths `a` and `b` name the same file inside process `pid`'s
+/// mount namespace (a symlink such as `/lib/x86_64-linux-gnu/libz.so.1` and the
+/// `libz.so.1.2.13` it points to).
+pub fn same_file_in(pid: i32, a: &str, b: &str) -> bool {
+    let id = |p: &str| {
+        std::fs::metadata(format!("/proc/{pid}/root{p}"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    match (id(a), id(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -1386,6 +1817,43 @@ void _start(void) {
             ps.resolve(&FuncSpec::parse("memcpy")),
             Err(SymbolError::Ifunc { .. })
         ));
+        // Read from the live GOT: libc's own IRELATIVE slot for memcpy holds the
+        // implementation it chose, inside libc's code.
+        let mem = crate::memory::ProcessMemory::open(pid).unwrap();
+        match ps.resolve_for_hook(&FuncSpec::parse("memcpy"), &mem) {
+            Err(e @ SymbolError::Ifunc { .. }) => {
+                let SymbolError::Ifunc { targets, .. } = &e else {
+                    unreachable!()
+                };
+                let libc = module(&ps, &write.module_path);
+                assert!(!targets.is_empty(), "{e}");
+                for t in targets {
+                    assert!(
+                        libc.exec_ranges.iter().any(|r| r.contains(&t.addr)),
+                        "{t:?}"
+                    );
+                    assert!(t.via.contains(&libc.path), "{t:?}");
+                    assert_eq!(t.spelling, "libc.so.6");
+                    let live = read_mem(pid, t.addr, 4);
+                    assert_eq!(Some(live.as_slice()), libc.file_bytes(t.addr, 4));
+                }
+                assert!(e.to_string().contains("this process calls "), "{e}");
+            }
+            other => panic!("memcpy for a hook: {other:?}"),
+        }
+        // Sonames: libc's is its file name; a prefix must end at a name boundary.
+        assert_eq!(
+            module(&ps, &write.module_path).soname.as_deref(),
+            Some("libc.so.6")
+        );
+        assert_eq!(
+            ps.resolve(&FuncSpec::parse("libc.so!write")).unwrap(),
+            write
+        );
+        assert!(matches!(
+            ps.resolve(&FuncSpec::parse("libc.s!write")),
+            Err(SymbolError::ModuleNotFound { .. })
+        ));
         // glibc's compatibility versions are named NAME@VERSION; the default keeps the name.
         let realpath = ps.resolve(&FuncSpec::parse("realpath")).unwrap();
         let old = ps
@@ -1557,6 +2025,85 @@ void _start(void) {
         for s in ["0x1234", "libc.so.6!write", "write"] {
             assert_eq!(FuncSpec::parse(s).to_string(), s);
         }
+    }
+
+    #[test]
+    fn name_prefixes_end_at_a_boundary() {
+        let z = "libz.so.1.2.13";
+        for good in [
+            "libz",
+            "libz.so",
+            "libz.so.1",
+            "libz.so.1.2",
+            "libz.so.1.2.13",
+        ] {
+            assert!(name_prefix_at_boundary(z, good), "{good}");
+        }
+        for bad in [
+            "",
+            "l",
+            "lib",
+            "libz.",
+            "libz.s",
+            "libz.so.",
+            "libz.so.1.2.1",
+            "libzz",
+        ] {
+            assert!(!name_prefix_at_boundary(z, bad), "{bad}");
+        }
+        assert!(!name_prefix_at_boundary("libcrypt.so.1", "libc"));
+        assert!(name_prefix_at_boundary("libc.so.6", "libc"));
+        assert!(name_prefix_at_boundary("libc-2.31.so", "libc"));
+        assert!(name_prefix_at_boundary(
+            "ld-linux-x86-64.so.2",
+            "ld-linux-x86-64"
+        ));
+        assert!(!name_prefix_at_boundary("libc-2.31.so", "libc-"));
+    }
+
+    #[test]
+    fn module_match_ranks_path_name_soname_prefix() {
+        let z = "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13";
+        let so = Some("libz.so.1");
+        assert_eq!(module_match(z, so, z), Some(ModuleMatch::Path));
+        assert_eq!(
+            module_match(z, so, "libz.so.1.2.13"),
+            Some(ModuleMatch::Name)
+        );
+        assert_eq!(module_match(z, so, "libz.so.1"), Some(ModuleMatch::Name));
+        assert_eq!(
+            module_match(z, None, "libz.so.1"),
+            Some(ModuleMatch::Prefix)
+        );
+        for prefix in ["libz", "libz.so", "libz.so.1.2"] {
+            assert_eq!(
+                module_match(z, so, prefix),
+                Some(ModuleMatch::Prefix),
+                "{prefix}"
+            );
+        }
+        for bad in ["libz.s", "lib", "z.so.1", "/lib/libz.so.1", "so.1"] {
+            assert_eq!(module_match(z, so, bad), None, "{bad}");
+        }
+        // A soname that is not a prefix of the file name is matched on its own.
+        let odd = "/opt/lib/libfoo-2.3.so";
+        let odd_so = Some("libfoo.so.2");
+        assert_eq!(
+            module_match(odd, odd_so, "libfoo.so.2"),
+            Some(ModuleMatch::Name)
+        );
+        assert_eq!(
+            module_match(odd, odd_so, "libfoo.so"),
+            Some(ModuleMatch::Prefix)
+        );
+        assert_eq!(
+            module_match(odd, odd_so, "libfoo"),
+            Some(ModuleMatch::Prefix)
+        );
+        assert_eq!(module_match("/lib/libcrypt.so.1", None, "libc"), None);
+        assert_eq!(module_match(VDSO, None, "vdso"), Some(ModuleMatch::Path));
+        assert!(module_name_matches(z, "libz"));
+        assert!(!module_name_matches(z, "libz.s"));
     }
 
     #[test]

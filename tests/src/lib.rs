@@ -57,6 +57,7 @@ pub const FIXTURES: &[&str] = &[
     "dwarfargs",
     "deepstack",
     "tailcall",
+    "modnames",
 ];
 
 /// How long [`Target::spawn`] waits for the `ready` line.
