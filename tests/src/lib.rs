@@ -1932,6 +1932,8 @@ pub enum EntryState {
     },
     /// Anything else: the description says what differs.
     Torn(String),
+    /// The memory could not be read (the process is gone?).
+    Unreadable(String),
 }
 
 /// Classify the live entry of `sym` in `t` against the file (pristine, a whole patch, or torn).
@@ -1973,7 +1975,16 @@ impl EntryOracle {
     #[track_caller]
     pub fn state(&self) -> EntryState {
         let (sym, addr, file) = (&self.sym, self.addr, &self.file);
-        let live = read_mem(self.pid, addr, file.len());
+        let live = match try_read_mem(self.pid, addr, file.len()) {
+            Ok(v) => v,
+            Err(e) => {
+                return EntryState::Unreadable(format!(
+                    "{sym} at {addr:#x} of pid {}: {e} (state {:?})",
+                    self.pid,
+                    proc_state(self.pid)
+                ))
+            }
+        };
         if live == *file {
             return EntryState::Pristine;
         }

@@ -15,7 +15,7 @@
 //!   counted and printed, not failed);
 //! - no thread is left stopped or traced after a round;
 //! - the program exits 0 by itself (no crash signal, no `WRONG`, no hang:
-//!   20 s bound) and prints the same `result` line as an unhooked run of the
+//!   10 s bound) and prints the same `result` line as an unhooked run of the
 //!   same executable (the fixtures also check themselves every epoch).
 //!
 //! All failures are collected (a crash ends that process's rounds) and shown
@@ -40,7 +40,7 @@ const DEFAULT_ROUNDS: usize = 100;
 /// Bound of one `argstash` run.
 const ARGSTASH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bound for the fixture to finish after "stop".
-const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
+const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the unhooked reference run works before it is stopped.
 const BASELINE_RUN: Duration = Duration::from_millis(300);
 /// Failures shown in full in the panic message.

@@ -22,7 +22,7 @@
 //! Every failure is collected and all are reported at the end, with the
 //! counts. `ARGSTASH_SEED` repeats a run (the seed is printed);
 //! `ARGSTASH_FAULT_TRIALS` changes the number of trials (default 100 for the
-//! first test, 50 inject + 50 eject for the second).
+//! first test, 80 inject + 80 eject for the second).
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -53,6 +53,12 @@ fn measure(args: &[&str], then: &[&str], n: usize) -> Duration {
 
 /// Wall time of one successful `argstash args` run.
 fn timed(args: &[&str]) -> Duration {
+    timed_with_stop(args).0
+}
+
+/// Wall time of one successful `argstash args` run, and the time it says the
+/// target was stopped ("target stopped for N us"; zero if it does not say).
+fn timed_with_stop(args: &[&str]) -> (Duration, Duration) {
     let start = Instant::now();
     let (out, in_time) = Background::argstash(args).finish(RUN_BOUND);
     assert!(
@@ -61,7 +67,15 @@ fn timed(args: &[&str]) -> Duration {
         args.join(" "),
         output_text(&out)
     );
-    start.elapsed()
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stop = text
+        .split("target stopped for ")
+        .nth(1)
+        .and_then(|r| r.split(" us").next())
+        .and_then(|n| n.trim().parse().ok())
+        .map(Duration::from_micros)
+        .unwrap_or_default();
+    (start.elapsed(), stop)
 }
 
 fn report(name: &str, seed: u64, counts: &[(&str, usize)], failures: &[String], elapsed: Duration) {
@@ -232,6 +246,17 @@ fn first_sigusr2_wakes(t: &mut Target) -> Result<u64, String> {
     }
 }
 
+/// How the target ended, if it did (its exit status: a crash signal shows here).
+fn death(t: &mut Target) -> String {
+    if t.is_alive() {
+        return "still running".into();
+    }
+    match t.wait_exit(Duration::from_secs(2)) {
+        Some(st) => format!("{st}"),
+        None => format!("not reaped (state {:?})", proc_state(t.pid())),
+    }
+}
+
 /// Checks after argstash was killed mid-operation; `Err` says what is wrong.
 fn check_after_kill(
     t: &mut Target,
@@ -247,15 +272,29 @@ fn check_after_kill(
         EntryState::Pristine => "pristine".to_string(),
         EntryState::Patched { target } => format!("patched (jmp {target:#x})"),
         EntryState::Torn(why) => return Err(format!("half-patched entry: {why}")),
+        EntryState::Unreadable(why) => {
+            return Err(format!(
+                "cannot read the entry: {why}; the target {}",
+                death(t)
+            ))
+        }
     };
     if !t.is_alive() || t.stderr_text().contains("WRONG") {
         return Err(format!(
-            "the target died or computed a wrong result (entry {entry_desc}); stderr:\n{}",
+            "the target died or computed a wrong result (entry {entry_desc}; {}); stderr:\n{}",
+            death(t),
             t.stderr_text()
         ));
     }
     must_succeed(&["list", "--pid", &p])?;
     must_succeed(&["eject", "--pid", &p, "--all"])?;
+    if !t.is_alive() || t.stderr_text().contains("WRONG") {
+        return Err(format!(
+            "the target died during list/eject --all ({}); stderr:\n{}",
+            death(t),
+            t.stderr_text()
+        ));
+    }
     let after = oracle.state();
     if after != EntryState::Pristine {
         return Err(format!("eject --all left {FUNC} not pristine: {after:?}"));
@@ -269,7 +308,8 @@ fn check_after_kill(
     *last_calls = calls;
     if !t.is_alive() || t.stderr_text().contains("WRONG") {
         return Err(format!(
-            "the target died afterwards; stderr:\n{}",
+            "the target died afterwards ({}); stderr:\n{}",
+            death(t),
             t.stderr_text()
         ));
     }
@@ -278,28 +318,35 @@ fn check_after_kill(
 
 #[test]
 fn argstash_killed_during_inject_or_eject() {
-    let per_op = count_from_env("ARGSTASH_FAULT_TRIALS", 50);
+    let per_op = count_from_env("ARGSTASH_FAULT_TRIALS", 80);
     let seed = seed_from_env("ARGSTASH_SEED");
     println!("argstash_killed_during_inject_or_eject: seed {seed}");
     let mut rng = Lcg::new(seed);
     let exe = build("pause_workers", Variant::O2G);
 
     let mut t = Target::spawn_with_args(&exe, &["8"]);
-    let (inject_time, eject_time) = {
+    // How long each operation takes, and how long it keeps the target stopped
+    // (the stop window, where most kill points are aimed).
+    let ((inject_time, inject_stop), (eject_time, eject_stop)) = {
         let p = t.pid().to_string();
         let inject = ["inject", "--pid", &p, "--func", FUNC];
         let eject = ["eject", "--pid", &p, "--all"];
         let mut i = Vec::new();
         let mut e = Vec::new();
         for _ in 0..3 {
-            i.push(timed(&inject));
-            e.push(timed(&eject));
+            i.push(timed_with_stop(&inject));
+            e.push(timed_with_stop(&eject));
         }
-        i.sort();
-        e.sort();
-        (i[1], e[1])
+        let median = |v: &mut Vec<(Duration, Duration)>| {
+            let mut a: Vec<_> = v.iter().map(|x| x.0).collect();
+            let mut b: Vec<_> = v.iter().map(|x| x.1).collect();
+            a.sort();
+            b.sort();
+            (a[1], b[1])
+        };
+        (median(&mut i), median(&mut e))
     };
-    println!("an inject takes {inject_time:?}, an eject {eject_time:?}");
+    println!("an inject takes {inject_time:?} (target stopped {inject_stop:?}), an eject {eject_time:?} (stopped {eject_stop:?})");
     let mut oracle = EntryOracle::new(&t, FUNC);
 
     let started = Instant::now();
@@ -332,16 +379,22 @@ fn argstash_killed_during_inject_or_eject() {
                 continue;
             }
         }
-        let (args, window): (Vec<&str>, Duration) = if eject {
-            (vec!["eject", "--pid", &p, "--all"], eject_time)
+        let (args, window, stop): (Vec<&str>, Duration, Duration) = if eject {
+            (vec!["eject", "--pid", &p, "--all"], eject_time, eject_stop)
         } else {
-            (vec!["inject", "--pid", &p, "--func", FUNC], inject_time)
+            (
+                vec!["inject", "--pid", &p, "--func", FUNC],
+                inject_time,
+                inject_stop,
+            )
         };
-        let point = if (i / 2) % 2 == 0 {
+        // A quarter of the kills anywhere in the run, the rest inside the stop
+        // window (from the first sight of the tracer to 1.5 times the stop).
+        let point = if (i / 2) % 4 == 0 {
             KillPoint::FromStart(rng.duration_upto(window + window / 5))
         } else {
             KillPoint::AfterAttach(
-                rng.duration_upto(Duration::from_millis(3)),
+                rng.duration_upto((stop * 3 / 2).max(Duration::from_millis(1))),
                 window * 4 + Duration::from_secs(1),
             )
         };
