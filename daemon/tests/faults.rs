@@ -100,6 +100,13 @@ fn target_killed_during_inject_through_argstashd() {
         if o.kind == TargetKillKind::Hang || o.kind == TargetKillKind::TargetLeftBehind {
             // The daemon may still trace the dead target, which its parent (this
             // test) then cannot reap: restart the daemon to let it go.
+            let waiting = daemon_waiting(daemon);
+            if !waiting.is_empty() {
+                busy_after += 1;
+                failures.push(format!(
+                    "trial {i} (pid {pid}): argstashd's worker is stuck waiting for the dead target: threads (tid, syscall) {waiting:?} (argstashd restarted to go on)"
+                ));
+            }
             bus.kill_daemon();
             if t.wait_exit(Duration::from_secs(5)).is_none() {
                 failures.push(format!(

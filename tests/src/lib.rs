@@ -56,6 +56,10 @@ pub const FIXTURES: &[&str] = &[
     "abiargs",
     "dwarfargs",
     "deepstack",
+    "busy_malloc",
+    "busy_dlopen",
+    "busy_printf",
+    "pause_workers",
 ];
 
 /// How long [`Target::spawn`] waits for the `ready` line.
