@@ -58,6 +58,10 @@ pub const FIXTURES: &[&str] = &[
     "deepstack",
     "tailcall",
     "modnames",
+    "busy_malloc",
+    "busy_dlopen",
+    "busy_printf",
+    "pause_workers",
 ];
 
 /// How long [`Target::spawn`] waits for the `ready` line.
@@ -226,9 +230,10 @@ pub fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
-/// Path of a fixture's C source, e.g. `fixture_path("seed")` (a `.c` suffix is optional).
+/// Path of a fixture's source, e.g. `fixture_path("seed")` (a `.c` suffix is optional;
+/// C++ fixtures are named with their `.cpp` suffix, e.g. `"busy_throw.cpp"`).
 pub fn fixture_path(name: &str) -> PathBuf {
-    let file = if name.ends_with(".c") {
+    let file = if name.ends_with(".c") || name.ends_with(".cpp") {
         name.to_string()
     } else {
         format!("{name}.c")
@@ -302,6 +307,9 @@ fn cc_identity() -> &'static str {
 
 /// Compile `fixture` (a name from [`FIXTURES`]) in `variant`; returns the executable's path.
 ///
+/// A name ending in `.cpp` (e.g. `"busy_throw.cpp"`) is a C++ fixture, compiled
+/// with `c++` and the same flags.
+///
 /// The output is cached in [`fixture_cache_dir`] under a name containing a
 /// hash of the sources (the fixture and every `.h` in `tests/fixtures`), the
 /// flags and the compiler version, so unchanged fixtures are not rebuilt.
@@ -325,6 +333,11 @@ fn build_uncached(fixture: &str, variant: Variant) -> PathBuf {
     let src = fixture_path(fixture);
     let flags = variant.cc_flags();
     let strip = variant.opt == Opt::O2;
+    let compiler = if fixture.ends_with(".cpp") {
+        "c++"
+    } else {
+        "cc"
+    };
 
     let mut key: Vec<Vec<u8>> = vec![
         RECIPE_VERSION.into(),
@@ -334,6 +347,9 @@ fn build_uncached(fixture: &str, variant: Variant) -> PathBuf {
         vec![u8::from(strip)],
     ];
     key.extend(flags.iter().map(|f| f.as_bytes().to_vec()));
+    if compiler != "cc" {
+        key.push(compiler.into());
+    }
     let mut headers: Vec<PathBuf> = fs::read_dir(fixtures_dir())
         .expect("read fixtures dir")
         .map(|e| e.expect("dir entry").path())
@@ -359,7 +375,7 @@ fn build_uncached(fixture: &str, variant: Variant) -> PathBuf {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    let mut cmd = Command::new("cc");
+    let mut cmd = Command::new(compiler);
     cmd.args(&flags).arg("-o").arg(&tmp).arg(&src);
     check_tool(&mut cmd, &format!("compile fixture {fixture} ({variant})"));
     if strip {
@@ -619,15 +635,26 @@ impl Target {
     }
 
     /// Wait up to `timeout` for the process to exit; reaps it and returns its status.
+    ///
+    /// Reaping is bounded too (`waitpid(WNOHANG)` polled for up to 2 s more):
+    /// a zombie that another live process still traces cannot be reaped by its
+    /// parent until that tracer lets it go, and a test must not hang on that.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         if self.status.is_none() {
             let pid = self.pid;
             if wait_until(timeout, || {
                 matches!(proc_state(pid), None | Some('Z') | Some('X'))
             }) {
-                self.status = self.child.wait().ok();
-                // Give the pipe readers a moment to collect the last output.
-                thread::sleep(Duration::from_millis(20));
+                let mut status = None;
+                wait_until(Duration::from_secs(2), || {
+                    status = self.child.try_wait().ok().flatten();
+                    status.is_some()
+                });
+                self.status = status;
+                if status.is_some() {
+                    // Give the pipe readers a moment to collect the last output.
+                    thread::sleep(Duration::from_millis(20));
+                }
             }
         }
         self.status
@@ -1669,4 +1696,525 @@ pub fn hex_bytes(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+// ---------------------------------------------------------------------------
+// Fault and soak helpers (issue 9): seeds, child processes with deadlines,
+// thread states, the state of a function's entry bytes
+// ---------------------------------------------------------------------------
+
+/// A small deterministic PRNG (64-bit LCG, high bits out) for random kill points.
+///
+/// Tests print the seed so that a failing run can be repeated with
+/// [`seed_from_env`]'s variable.
+#[derive(Clone, Debug)]
+pub struct Lcg(u64);
+
+impl Lcg {
+    /// A generator starting from `seed`.
+    pub fn new(seed: u64) -> Lcg {
+        Lcg(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+
+    /// The next 64 bits (Knuth's MMIX constants; the high half is mixed down).
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let x = self.0;
+        (x >> 32) ^ (x << 32) ^ (x >> 17)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        (self.next_u64() >> 11) % n
+    }
+
+    /// A duration in `0..=max`, at microsecond resolution.
+    pub fn duration_upto(&mut self, max: Duration) -> Duration {
+        Duration::from_micros(self.below(max.as_micros() as u64 + 1))
+    }
+}
+
+/// The seed in environment variable `var` (decimal), else one taken from the clock.
+pub fn seed_from_env(var: &str) -> u64 {
+    if let Some(s) = std::env::var_os(var) {
+        let s = s.to_string_lossy();
+        return s
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{var}={s:?} is not a decimal seed: {e}"));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    now.as_secs() ^ (u64::from(now.subsec_nanos()) << 20) ^ u64::from(std::process::id())
+}
+
+/// A positive count from environment variable `var`, else `default`.
+pub fn count_from_env(var: &str, default: usize) -> usize {
+    match std::env::var(var) {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&n: &usize| n > 0)
+            .unwrap_or_else(|| panic!("{var}={s:?} is not a positive count")),
+        Err(_) => default,
+    }
+}
+
+/// `argstash args...` started in the background with stdout and stderr collected.
+pub struct Background {
+    child: Child,
+    out: Option<thread::JoinHandle<Vec<u8>>>,
+    err: Option<thread::JoinHandle<Vec<u8>>>,
+    started: Instant,
+}
+
+impl Background {
+    /// Start `cmd` (stdout and stderr are piped and collected by two threads).
+    pub fn spawn(cmd: &mut Command) -> Background {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let collect = |mut r: Box<dyn Read + Send>| {
+            thread::spawn(move || {
+                let mut v = Vec::new();
+                let _ = r.read_to_end(&mut v);
+                v
+            })
+        };
+        let out = Some(collect(Box::new(child.stdout.take().unwrap())));
+        let err = Some(collect(Box::new(child.stderr.take().unwrap())));
+        Background {
+            child,
+            out,
+            err,
+            started: Instant::now(),
+        }
+    }
+
+    /// Start `argstash args...`.
+    pub fn argstash(args: &[&str]) -> Background {
+        Background::spawn(&mut argstash_cmd(args))
+    }
+
+    /// Process id.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// SIGKILL it (it may already have exited; not reaped here).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    /// Wait up to `timeout` for the exit; `None` if it is still running.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_micros(500));
+        }
+    }
+
+    /// Wait up to `timeout`; if it is still running then, SIGKILL it. Returns
+    /// the output and whether it finished by itself in time.
+    pub fn finish(mut self, timeout: Duration) -> (Output, bool) {
+        let in_time = self.wait_timeout(timeout);
+        let status = match in_time {
+            Some(s) => s,
+            None => {
+                self.kill();
+                self.child.wait().expect("wait after SIGKILL")
+            }
+        };
+        let stdout = self.out.take().map(|h| h.join().unwrap_or_default());
+        let stderr = self.err.take().map(|h| h.join().unwrap_or_default());
+        (
+            Output {
+                status,
+                stdout: stdout.unwrap_or_default(),
+                stderr: stderr.unwrap_or_default(),
+            },
+            in_time.is_some(),
+        )
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if self.out.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// stdout and stderr of an `Output` as text, labelled, for failure messages.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "status: {}\n--- stdout:\n{}--- stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Threads of `pid` that are stopped (`t` ptrace stop or `T` job-control stop), with their state.
+pub fn stopped_threads(pid: i32) -> Vec<(i32, char)> {
+    thread_ids(pid)
+        .into_iter()
+        .filter_map(|tid| match thread_state(pid, tid) {
+            Some(c @ ('t' | 'T')) => Some((tid, c)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `TracerPid` of every thread of `pid` that has a tracer: `(tid, tracer)`.
+pub fn traced_threads(pid: i32) -> Vec<(i32, i32)> {
+    thread_ids(pid)
+        .into_iter()
+        .filter_map(|tid| {
+            let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+            let v: i32 = text
+                .lines()
+                .find_map(|l| l.strip_prefix("TracerPid:"))?
+                .trim()
+                .parse()
+                .ok()?;
+            (v != 0).then_some((tid, v))
+        })
+        .collect()
+}
+
+/// Wait up to `timeout` until no thread of `pid` is traced or stopped; the
+/// offending threads otherwise (`"tid 12: state t, tracer 34"` lines).
+pub fn wait_released(pid: i32, timeout: Duration) -> Result<(), String> {
+    if wait_until(timeout, || {
+        traced_threads(pid).is_empty() && stopped_threads(pid).is_empty()
+    }) {
+        return Ok(());
+    }
+    let traced = traced_threads(pid);
+    let stopped = stopped_threads(pid);
+    Err(format!(
+        "after {timeout:?}: traced threads (tid, tracer) {traced:?}, stopped threads (tid, state) {stopped:?}"
+    ))
+}
+
+/// The system call thread `tid` of `pid` is blocked in (first field of
+/// `/proc/PID/task/TID/syscall`); `None` when running, or unreadable.
+pub fn blocked_syscall(pid: i32, tid: i32) -> Option<i64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// What a function's entry looks like in a live process (see [`entry_state`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryState {
+    /// Exactly the file's bytes.
+    Pristine,
+    /// A whole patch: `jmp rel32` into executable memory, `int3`/`nop` filling
+    /// the rest of the patched instructions, the file's bytes after them.
+    Patched {
+        /// Where the jump goes.
+        target: u64,
+    },
+    /// Anything else: the description says what differs.
+    Torn(String),
+    /// The memory could not be read (the process is gone?).
+    Unreadable(String),
+}
+
+/// Classify the live entry of `sym` in `t` against the file (pristine, a whole patch, or torn).
+///
+/// The patched length is the one objdump predicts ([`expected_patch`]).
+#[track_caller]
+pub fn entry_state(t: &Target, sym: &str) -> EntryState {
+    EntryOracle::new(t, sym).state()
+}
+
+/// What [`entry_state`] compares with, computed once (nm and objdump are slow
+/// enough to matter in a loop of trials).
+#[derive(Clone, Debug)]
+pub struct EntryOracle {
+    pid: i32,
+    sym: String,
+    addr: u64,
+    file: Vec<u8>,
+    patch_off: usize,
+    patch_len: usize,
+}
+
+impl EntryOracle {
+    /// The oracle for function `sym` of the running `t`.
+    #[track_caller]
+    pub fn new(t: &Target, sym: &str) -> EntryOracle {
+        let (off, len) = expected_patch(t.exe(), sym);
+        EntryOracle {
+            pid: t.pid(),
+            sym: sym.to_string(),
+            addr: t.addr_of(sym),
+            file: function_bytes(t.exe(), sym),
+            patch_off: off as usize,
+            patch_len: len,
+        }
+    }
+
+    /// Classify the live bytes now.
+    #[track_caller]
+    pub fn state(&self) -> EntryState {
+        let (sym, addr, file) = (&self.sym, self.addr, &self.file);
+        let live = match try_read_mem(self.pid, addr, file.len()) {
+            Ok(v) => v,
+            Err(e) => {
+                return EntryState::Unreadable(format!(
+                    "{sym} at {addr:#x} of pid {}: {e} (state {:?})",
+                    self.pid,
+                    proc_state(self.pid)
+                ))
+            }
+        };
+        if live == *file {
+            return EntryState::Pristine;
+        }
+        let (off, len) = (self.patch_off, self.patch_len);
+        let describe = |why: &str| {
+            EntryState::Torn(format!(
+                "{sym} at {addr:#x}: {why}\n    file: {}\n    live: {}",
+                hex_bytes(file),
+                hex_bytes(&live)
+            ))
+        };
+        if live[..off] != file[..off] || live[off + len..] != file[off + len..] {
+            return describe("bytes outside the patch changed");
+        }
+        let Some(target) = jmp_rel32_target(addr + off as u64, &live[off..]) else {
+            return describe("the patch does not start with a jmp rel32");
+        };
+        if !live[off + 5..off + len]
+            .iter()
+            .all(|b| matches!(b, 0xcc | 0x90))
+        {
+            return describe("the bytes after the jmp are neither int3 nor nop");
+        }
+        let executable = maps(self.pid)
+            .iter()
+            .any(|m| m.perms.contains('x') && (m.start..m.end).contains(&target));
+        if !executable {
+            return describe(&format!(
+                "the jmp goes to {target:#x}, not executable memory"
+            ));
+        }
+        EntryState::Patched { target }
+    }
+}
+
+/// Remove the files argstash writes for a process in /tmp (perf map, jitdump, gdb symbols).
+pub fn remove_argstash_tmp_files(pid: i32) {
+    for f in [
+        format!("/tmp/perf-{pid}.map"),
+        format!("/tmp/jit-{pid}.dump"),
+        format!("/tmp/argstash-{pid}.elf"),
+    ] {
+        let _ = fs::remove_file(f);
+    }
+}
+
+impl Target {
+    /// Like [`Target::start`], with command-line arguments.
+    pub fn start_with_args(fixture: &str, variant: Variant, args: &[&str]) -> Target {
+        Target::spawn_with_args(&build(fixture, variant), args)
+    }
+
+    /// SIGKILL the process without reaping it (it stays a zombie child until
+    /// [`Target::wait_exit`] or drop); for tests of a tracer meeting a dead target.
+    pub fn kill_unreaped(&self) {
+        if self.status.is_none() {
+            // SAFETY: plain kill(2) of our own child, not yet reaped.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
+    }
+}
+
+impl Target {
+    /// Write `text` to the fixture's stdin; false if that failed (the process is gone).
+    pub fn try_write_stdin(&mut self, text: &str) -> bool {
+        match self.stdin.as_mut() {
+            Some(stdin) => stdin
+                .write_all(text.as_bytes())
+                .and_then(|()| stdin.flush())
+                .is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// When a fault test strikes, relative to an `argstash` run it started.
+#[derive(Clone, Copy, Debug)]
+pub enum KillPoint {
+    /// This long after `argstash` was started.
+    FromStart(Duration),
+    /// This long after the target first shows a tracer (`TracerPid` of the
+    /// process), i.e. inside the stop window; falls back to "now" if no
+    /// tracer shows up within `bound` (the run may already be over).
+    AfterAttach(Duration, Duration),
+}
+
+impl KillPoint {
+    /// Sleep until the point is reached for `target_pid`; returns a description.
+    pub fn wait(&self, target_pid: i32, runner: &mut Background) -> String {
+        match *self {
+            KillPoint::FromStart(d) => {
+                let left = d.saturating_sub(runner.elapsed());
+                thread::sleep(left);
+                format!("{d:?} after start")
+            }
+            KillPoint::AfterAttach(d, bound) => {
+                let deadline = Instant::now() + bound;
+                let mut seen = false;
+                while Instant::now() < deadline {
+                    let traced =
+                        proc_status_field(target_pid, "TracerPid").is_some_and(|v| v != "0");
+                    if traced {
+                        seen = true;
+                        break;
+                    }
+                    if matches!(runner.child.try_wait(), Ok(Some(_))) {
+                        break;
+                    }
+                    thread::sleep(Duration::from_micros(50));
+                }
+                thread::sleep(d);
+                if seen {
+                    format!("{d:?} after attach (seen at {:?})", runner.elapsed() - d)
+                } else {
+                    format!("{d:?} after the run (no tracer seen)")
+                }
+            }
+        }
+    }
+}
+
+/// How an `argstash` run met a target SIGKILLed under it (see [`kill_target_during`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetKillKind {
+    /// It finished its work before the kill and exited 0.
+    Completed,
+    /// It failed saying the process exited (the wanted error).
+    ExitedError,
+    /// The process was gone before it attached: "no process with pid".
+    GoneBeforeAttach,
+    /// It did not exit within the bound (killed by the test).
+    Hang,
+    /// It failed with another message.
+    Unclear,
+    /// It exited, but the target could not be reaped or stayed traced.
+    TargetLeftBehind,
+}
+
+/// The outcome of [`kill_target_during`].
+#[derive(Debug)]
+pub struct TargetKillOutcome {
+    /// Classification.
+    pub kind: TargetKillKind,
+    /// `argstash`'s output.
+    pub output: Output,
+    /// From the target's SIGKILL to `argstash`'s exit (or the bound).
+    pub exit_after_kill: Duration,
+    /// Where the kill struck, and what was seen (for messages).
+    pub detail: String,
+}
+
+/// Start `argstash args...` (`args` naming `target`'s pid), SIGKILL the
+/// target at `point` *without reaping it* (the test process is its parent
+/// and stays silent, like a parent that never reaps), and classify how
+/// `argstash` ends within `bound`. Afterwards the target is reaped (bounded)
+/// and checked to be gone and untraced.
+pub fn kill_target_during(
+    target: &mut Target,
+    args: &[&str],
+    point: KillPoint,
+    bound: Duration,
+) -> TargetKillOutcome {
+    let pid = target.pid();
+    let mut runner = Background::argstash(args);
+    let mut detail = point.wait(pid, &mut runner);
+    target.kill_unreaped();
+    let killed_at = Instant::now();
+    let finished = runner.wait_timeout(bound);
+    let exit_after_kill = killed_at.elapsed();
+    if finished.is_none() {
+        let tids: Vec<i32> = thread_ids(runner.pid());
+        let calls: Vec<_> = tids
+            .iter()
+            .map(|&t| (t, blocked_syscall(runner.pid(), t)))
+            .collect();
+        detail.push_str(&format!(
+            "; argstash still running {bound:?} after the kill, its threads (tid, syscall): {calls:?}; target threads (tid, state): {:?}",
+            thread_ids(pid)
+                .into_iter()
+                .map(|t| (t, thread_state(pid, t)))
+                .collect::<Vec<_>>()
+        ));
+    }
+    let (output, _) = runner.finish(Duration::ZERO);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let mut kind = if finished.is_none() {
+        TargetKillKind::Hang
+    } else if output.status.success() {
+        TargetKillKind::Completed
+    } else if stderr.contains("exited") {
+        TargetKillKind::ExitedError
+    } else if stderr.contains(&format!("no process with pid {pid}")) {
+        TargetKillKind::GoneBeforeAttach
+    } else {
+        TargetKillKind::Unclear
+    };
+    // Nothing of the dead target may stay traced, and it must be reapable.
+    let traced = traced_threads(pid);
+    if !traced.is_empty() && kind != TargetKillKind::Hang {
+        detail.push_str(&format!(
+            "; after argstash exited the dead target still has traced threads {traced:?}"
+        ));
+        kind = TargetKillKind::TargetLeftBehind;
+    }
+    if target.wait_exit(Duration::from_secs(5)).is_none() {
+        detail.push_str(&format!(
+            "; the target was not reapable 5 s after argstash ended (state {:?}, tracer {:?})",
+            proc_state(pid),
+            proc_status_field(pid, "TracerPid")
+        ));
+        if kind != TargetKillKind::Hang {
+            kind = TargetKillKind::TargetLeftBehind;
+        }
+    } else if !wait_until(Duration::from_secs(2), || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    }) {
+        detail.push_str("; /proc/PID still exists after the target was reaped");
+        kind = TargetKillKind::TargetLeftBehind;
+    }
+    remove_argstash_tmp_files(pid);
+    TargetKillOutcome {
+        kind,
+        output,
+        exit_after_kill,
+        detail,
+    }
 }
