@@ -1158,7 +1158,10 @@ fn eject_inner(
                     }
                 })?;
             let now = mem.read_vec(r.patch_addr, r.patch_len())?;
-            if now != expected {
+            // Original bytes under an active record: an argstash killed between writing
+            // the record and the patch (inject), or between restoring the bytes and
+            // marking the record (eject). Ejecting it completes that operation.
+            if now != expected && now != r.original {
                 return Err(Error::Changed {
                     function: format!("{} in {}", r.name, r.module),
                     when: "hooked",

@@ -297,8 +297,15 @@ impl Session {
             get_sigmask(tid).map_err(|e| self.ptrace_error("PTRACE_GETSIGMASK", tid, e))?;
         // Self-restoring when possible: should argstash die while the thread runs our
         // system call, the thread returns to its own context by itself.
+        // Not for a thread holding a signal: only the single-step ends in the
+        // signal-delivery-stop that hands the signal back at detach without
+        // requeueing it (a full real-time queue would lose it).
+        let holds_signal = self
+            .threads
+            .iter()
+            .any(|t| t.tid == tid && t.signal.is_some());
         let framed = match arch {
-            Arch::X86_64 => self.write_sigframe(tid, &saved, real_mask)?,
+            Arch::X86_64 if !holds_signal => self.write_sigframe(tid, &saved, real_mask)?,
             _ => None,
         };
         let mut patched = None;
@@ -333,9 +340,11 @@ impl Session {
         // A framed run is never single-stepped: a trap flag left set by a dead tracer
         // would kill the process with SIGTRAP after the step.
         let by_syscall_stops = self.sigtrap_ignored || framed.is_some();
-        // SIGTRAP stays deliverable: the single-step needs it, and a thread holding a
-        // signal ends a run by syscall stops in a SIGTRAP signal-delivery-stop.
-        let step_mask = !sigbit(libc::SIGTRAP);
+        let step_mask = if by_syscall_stops {
+            !0
+        } else {
+            !sigbit(libc::SIGTRAP)
+        };
         // The registers before the mask: once they point into the framed run, a thread
         // whose tracer dies gets its real mask back from the frame.
         let outcome = self
@@ -502,12 +511,9 @@ impl Session {
     /// signal path (where every held thread waits), with the registers already restored.
     pub(crate) fn back_to_signal_path(&mut self, tid: i32) -> Result<(), SessionError> {
         let child = Pid::from_raw(tid);
-        let i = self.index(tid)?;
-        if self.threads[i].signal.is_some() {
-            return self.back_to_signal_delivery(tid);
-        }
         ptrace::interrupt(child).map_err(|e| self.ptrace_error("PTRACE_INTERRUPT", tid, e))?;
         ptrace::cont(child, None).map_err(|e| self.ptrace_error("PTRACE_CONT", tid, e))?;
+        let i = self.index(tid)?;
         let (_, event, raw) = self.wait_resumed(i)?;
         match event {
             EVENT_STOP => {
@@ -520,56 +526,6 @@ impl Session {
                 status: describe_status(raw),
             }),
         }
-    }
-
-    /// Like [`Session::back_to_signal_path`] for a thread holding a signal: it must end
-    /// in a signal-delivery-stop, from which detach hands the held signal back without
-    /// queueing it again (a full real-time queue would lose it). A SIGTRAP of ours
-    /// (never forced, so an ignored SIGTRAP stays ignored) makes that stop; its own
-    /// delivery is replaced by the held signal's at detach. SIGTRAP must not be
-    /// blocked in the thread's current mask.
-    fn back_to_signal_delivery(&mut self, tid: i32) -> Result<(), SessionError> {
-        let child = Pid::from_raw(tid);
-        // SAFETY: tgkill takes three integers and no pointers.
-        let r = unsafe { libc::syscall(libc::SYS_tgkill, self.pid, tid, libc::SIGTRAP) };
-        if r != 0 {
-            return Err(self.ptrace_error("tgkill", tid, Errno::last()));
-        }
-        for _ in 0..MAX_STEPS {
-            let i = self.index(tid)?;
-            ptrace::cont(child, None).map_err(|e| self.ptrace_error("PTRACE_CONT", tid, e))?;
-            let (sig, event, raw) = self.wait_resumed(i)?;
-            match event {
-                0 if sig == libc::SIGTRAP => {
-                    let info = ptrace::getsiginfo(child)
-                        .map_err(|e| self.ptrace_error("PTRACE_GETSIGINFO", tid, e))?;
-                    self.threads[i].current = Current::SignalStop;
-                    // SAFETY: si_pid is valid for SI_TKILL, the only si_code it is read for.
-                    let ours = info.si_code == libc::SI_TKILL
-                        && unsafe { info.si_pid() } == std::process::id() as i32;
-                    if ours {
-                        return Ok(());
-                    }
-                    // Someone else's SIGTRAP: keep it for detach, wait for ours.
-                    self.hold_signal(i)?;
-                }
-                0 => {
-                    self.threads[i].current = Current::SignalStop;
-                    self.hold_signal(i)?;
-                }
-                EVENT_STOP => self.threads[i].current = Current::Event,
-                _ => {
-                    return Err(SessionError::Unexpected {
-                        tid,
-                        status: describe_status(raw),
-                    })
-                }
-            }
-        }
-        Err(SessionError::Unexpected {
-            tid,
-            status: format!("our SIGTRAP did not stop the thread in {MAX_STEPS} resumptions"),
-        })
     }
 
     /// Checks a raw result for `-errno`.

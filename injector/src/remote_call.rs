@@ -266,9 +266,7 @@ impl Session {
             gadgets.restore_rt + crate::sigframe::RESTORE_RT_SYSCALL_END,
             sp + 8,
         );
-        // SIGSEGV: a fault of the callee is seen, not turned into a disposition reset;
-        // SIGTRAP: see `Session::back_to_signal_path`.
-        let outcome = set_sigmask(tid, !(sigbit(libc::SIGSEGV) | sigbit(libc::SIGTRAP)))
+        let outcome = set_sigmask(tid, !sigbit(libc::SIGSEGV))
             .map_err(|e| self.ptrace_error("PTRACE_SETSIGMASK", tid, e))
             .and_then(|()| self.run_framed_call(tid, sigreturn_at, timeout));
         if let Ok(Ended::TimedOut) = outcome {
