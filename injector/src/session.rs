@@ -952,11 +952,18 @@ impl Session {
             }
         }
         // A killed process: a traced group leader is reportable (and reaped by us,
-        // which hands it back to its parent) only after every other thread was.
-        for t in &threads {
-            if thread_is_dead(t.tid) {
-                reap(t.tid);
-            }
+        // which hands it back to its parent) only after every other thread was,
+        // including those a wait already counted as gone.
+        let mut dead: Vec<i32> = threads.iter().map(|t| t.tid).collect();
+        if let Ok(tids) = list_tasks(self.pid) {
+            dead.extend(tids);
+        }
+        dead.sort_unstable();
+        dead.dedup();
+        dead.retain(|t| thread_is_dead(*t));
+        dead.sort_by_key(|t| *t == self.pid);
+        for tid in dead {
+            reap(tid);
         }
         let held = self.stopped_at.elapsed();
         match first_err {
