@@ -84,6 +84,18 @@ fn invalid(msg: String) -> Error {
     Error::new(ErrorKind::InvalidArgs, msg)
 }
 
+/// The hooks an `Eject*` call names; `all_method` is the method to call for all.
+fn functions_to_eject(functions: &[String], all_method: &str) -> Result<EjectWhat, Error> {
+    if functions.is_empty() {
+        return Err(invalid(format!(
+            "name at least one function to eject (or call {all_method})"
+        )));
+    }
+    Ok(EjectWhat::Functions(
+        functions.iter().map(|f| FuncSpec::parse(f)).collect(),
+    ))
+}
+
 fn pid_arg(pid: u32) -> Result<i32, Error> {
     i32::try_from(pid).map_err(|_| invalid(format!("{pid} is not a valid pid")))
 }
@@ -740,12 +752,7 @@ impl Manager {
     ) -> Result<u32, Error> {
         let pid = pid_arg(pid)?;
         let start = self.shared.authorize(&hdr, pid).await?;
-        if functions.is_empty() {
-            return Err(invalid(
-                "name at least one function to eject (or call EjectAll)".to_string(),
-            ));
-        }
-        let what = EjectWhat::Functions(functions.iter().map(|f| FuncSpec::parse(f)).collect());
+        let what = functions_to_eject(&functions, "EjectAll")?;
         let report = self.shared.eject_and_sync(conn, pid, start, what).await?;
         Ok(report.hooks.len() as u32)
     }
@@ -760,12 +767,7 @@ impl Manager {
     ) -> Result<argstash_dbus::EjectReport, Error> {
         let pid = pid_arg(pid)?;
         let start = self.shared.authorize(&hdr, pid).await?;
-        if functions.is_empty() {
-            return Err(invalid(
-                "name at least one function to eject (or call EjectAllWithReport)".to_string(),
-            ));
-        }
-        let what = EjectWhat::Functions(functions.iter().map(|f| FuncSpec::parse(f)).collect());
+        let what = functions_to_eject(&functions, "EjectAllWithReport")?;
         let report = self.shared.eject_and_sync(conn, pid, start, what).await?;
         Ok(convert::eject_report(pid, &report))
     }

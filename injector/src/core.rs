@@ -787,11 +787,7 @@ fn read_notes(bytes: &[u8], phdrs: &[ProgramHeader], ctx: Ctx) -> Result<Notes, 
                     }
                 }
                 NT_AUXV => {
-                    notes.auxv = note
-                        .desc
-                        .chunks_exact(16)
-                        .filter_map(|c| Some((le_u64(c, 0)?, le_u64(c, 8)?)))
-                        .collect();
+                    notes.auxv = crate::maps::parse_auxv(note.desc);
                 }
                 NT_FILE => notes.files = parse_nt_file(note.desc)?,
                 _ => {}

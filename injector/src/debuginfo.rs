@@ -293,7 +293,23 @@ impl ElfSections {
         if s.flags & SHF_COMPRESSED == 0 {
             return Some(Arc::from(data));
         }
-        // Elf64_Chdr: type, reserved, size, alignment; Elf32_Chdr: type, size, alignment.
+        let (size, payload) = self.compressed(data)?;
+        // The header gives the exact size: inflate into it in one go (no regrowth).
+        // zlib-rs inflates about twice as fast as miniz_oxide, and a cold `bt`
+        // spends a third of its time here when libc's debug file is installed.
+        let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, size).collect();
+        let (written, code) = zlib_rs::decompress_slice(
+            Arc::get_mut(&mut out)?,
+            payload,
+            zlib_rs::InflateConfig::default(),
+        );
+        (code == zlib_rs::ReturnCode::Ok && written.len() == size).then_some(out)
+    }
+
+    /// The inflated size and the zlib stream of a compressed section's bytes
+    /// (`Elf64_Chdr`: type, reserved, size, alignment; `Elf32_Chdr`: type, size,
+    /// alignment); `None` for another compression or a size over the bound.
+    fn compressed<'d>(&self, data: &'d [u8]) -> Option<(usize, &'d [u8])> {
         if le_u32(data, 0)? != ELFCOMPRESS_ZLIB {
             return None;
         }
@@ -303,19 +319,7 @@ impl ElfSections {
             (le_u64(data, 8)?, 24)
         };
         let size = usize::try_from(size).ok()?;
-        if size > MAX_DECOMPRESSED {
-            return None;
-        }
-        // The header gives the exact size: inflate into it in one go (no regrowth).
-        // zlib-rs inflates about twice as fast as miniz_oxide, and a cold `bt`
-        // spends a third of its time here when libc's debug file is installed.
-        let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, size).collect();
-        let (written, code) = zlib_rs::decompress_slice(
-            Arc::get_mut(&mut out)?,
-            data.get(payload..)?,
-            zlib_rs::InflateConfig::default(),
-        );
-        (code == zlib_rs::ReturnCode::Ok && written.len() == size).then_some(out)
+        (size <= MAX_DECOMPRESSED).then_some((size, data.get(payload..)?))
     }
 
     /// The first `len` bytes of section `name` (all of it when shorter), inflating
@@ -326,20 +330,9 @@ impl ElfSections {
         if s.flags & SHF_COMPRESSED == 0 {
             return Some(Arc::from(data.get(..len.min(data.len()))?));
         }
-        if le_u32(data, 0)? != ELFCOMPRESS_ZLIB {
-            return None;
-        }
-        let (size, payload) = if self.class32 {
-            (u64::from(le_u32(data, 4)?), 12)
-        } else {
-            (le_u64(data, 8)?, 24)
-        };
-        let size = usize::try_from(size).ok()?;
-        if size > MAX_DECOMPRESSED {
-            return None;
-        }
+        let (size, payload) = self.compressed(data)?;
         let want = len.min(size);
-        let input = data.get(payload..)?;
+        let input = payload;
         // Inflated straight into uninitialised memory (zeroing megabytes first
         // cost a fifth of the time), and only as far as asked.
         let mut out: Arc<[std::mem::MaybeUninit<u8>]> = Arc::new_uninit_slice(want);

@@ -202,8 +202,6 @@ pub enum Operation {
     Inject,
     /// Removing hooks.
     Eject,
-    /// Reading backtraces.
-    Backtrace,
 }
 
 impl std::fmt::Display for Operation {
@@ -211,19 +209,7 @@ impl std::fmt::Display for Operation {
         f.write_str(match self {
             Operation::Inject => "inject",
             Operation::Eject => "eject",
-            Operation::Backtrace => "bt",
         })
-    }
-}
-
-/// True when every thread of `pid` is gone or a zombie: the process has ended.
-pub fn process_ended(pid: i32) -> bool {
-    match std::fs::read_dir(format!("/proc/{pid}/task")) {
-        Ok(dir) => dir
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .all(crate::session::thread_is_dead),
-        Err(_) => true,
     }
 }
 
@@ -234,7 +220,7 @@ pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
         error,
         Error::Session(crate::session::SessionError::NoSuchProcess { .. })
     );
-    if !refusal && pid > 0 && process_ended(pid) {
+    if !refusal && pid > 0 && crate::session::process_ended(pid) {
         Error::ExitedDuring { pid, operation }
     } else {
         error

@@ -274,6 +274,21 @@ fn set_registered(mem: &dyn Memory, hook: &UnwindHook, value: u64) -> Result<(),
     Ok(())
 }
 
+/// [`set_registered`] inside a borrowed-thread closure, whose errors are call errors.
+fn mark_registered(
+    mem: &dyn Memory,
+    hook: &UnwindHook,
+    value: u64,
+    tid: i32,
+) -> Result<(), RemoteCallError> {
+    set_registered(mem, hook, value).map_err(|e| {
+        RemoteCallError::Session(crate::session::SessionError::Unexpected {
+            tid,
+            status: e.to_string(),
+        })
+    })
+}
+
 pub(crate) fn set_flags(mem: &dyn Memory, hook: &UnwindHook, flags: u32) -> Result<(), Error> {
     mem.write(hook.area.slot_addr(hook.slot) + 12, &flags.to_le_bytes())?;
     Ok(())
@@ -527,14 +542,7 @@ fn register_timed(
     let outcome = borrower.with_thread(|session, tid| {
         for hook in &todo {
             // Marked first: a call released unfinished must never be deregistered.
-            let mark = |value: u64| {
-                set_registered(&mem, hook, value).map_err(|e| {
-                    RemoteCallError::Session(crate::session::SessionError::Unexpected {
-                        tid,
-                        status: e.to_string(),
-                    })
-                })
-            };
+            let mark = |value: u64| mark_registered(&mem, hook, value, tid);
             mark(REGISTRATION_PENDING)?;
             let called = session.remote_call(
                 tid,
@@ -617,12 +625,7 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> Unwin
         let outcome = borrower.with_thread(|session, tid| {
             for (hook, deregister) in &todo {
                 // Cleared first: a deregistration released unfinished is not retried.
-                set_registered(&mem, hook, 0).map_err(|e| {
-                    RemoteCallError::Session(crate::session::SessionError::Unexpected {
-                        tid,
-                        status: e.to_string(),
-                    })
-                })?;
+                mark_registered(&mem, hook, 0, tid)?;
                 let called = session.remote_call(
                     tid,
                     *deregister,

@@ -62,10 +62,29 @@ impl MapEntry {
         addr >= self.start && addr < self.end
     }
 
+    /// True when the mapping is of the C library's file (`libc.so.6`, `libc-2.31.so`).
+    pub fn is_libc(&self) -> bool {
+        self.is_file() && is_libc_file(self.file_path().rsplit('/').next().unwrap_or(""))
+    }
+
     /// The mapped file's path with a trailing ` (deleted)` removed.
     pub fn file_path(&self) -> &str {
         self.path.strip_suffix(" (deleted)").unwrap_or(&self.path)
     }
+}
+
+/// True for the C library's file name (`libc.so.6`, `libc-2.31.so`; not `libcrypt.so`).
+pub fn is_libc_file(name: &str) -> bool {
+    name.starts_with("libc.so") || name.starts_with("libc-")
+}
+
+/// The `(type, value)` pairs of an auxiliary vector (`/proc/PID/auxv`, `NT_AUXV`).
+pub fn parse_auxv(bytes: &[u8]) -> Vec<(u64, u64)> {
+    let word = |c: &[u8], at: usize| u64::from_le_bytes(c[at..at + 8].try_into().unwrap_or([0; 8]));
+    bytes
+        .chunks_exact(16)
+        .map(|c| (word(c, 0), word(c, 8)))
+        .collect()
 }
 
 /// Parses the text of a maps file; malformed lines are skipped.

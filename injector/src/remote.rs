@@ -43,14 +43,15 @@ pub fn find_syscall_gadget(pid: i32) -> Result<Option<u64>, SessionError> {
     let text =
         std::fs::read_to_string(&path).map_err(|source| SessionError::Proc { path, source })?;
     let mem = ProcessMemory::open(pid)?;
+    let maps = parse_maps(&text);
     let insn = Arch::of_process(pid).syscall_instruction();
     if Arch::of_process(pid) == Arch::X86_64 {
         if let Some((_, start)) = stat_flags_and_start(pid) {
             // Remembered for the process, so the stop window does not pay for the search.
-            crate::sigframe::find(pid, start, &mem);
+            crate::sigframe::find(pid, start, &mem, &maps);
         }
     }
-    let found = search_gadget(&parse_maps(&text), &mem, insn);
+    let found = search_gadget(&maps, &mem, insn);
     if let (Some((addr, 0)), Some((_, start))) = (found, stat_flags_and_start(pid)) {
         remember_gadget(pid, start, addr);
     }
@@ -82,8 +83,7 @@ fn remember_gadget(pid: i32, start: u64, addr: u64) {
 
 /// Search order: libc, other mapped files, the vDSO, anonymous code.
 fn rank(m: &MapEntry) -> u8 {
-    let name = m.file_path().rsplit('/').next().unwrap_or("");
-    if m.is_file() && (name.starts_with("libc.so") || name.starts_with("libc-")) {
+    if m.is_libc() {
         0
     } else if m.is_file() {
         1
@@ -184,7 +184,8 @@ impl Session {
         }
         let found = if Arch::of_process(self.pid) == Arch::X86_64 {
             let (pid, start) = (self.pid, self.start_time);
-            crate::sigframe::find(pid, start, self.memory()?)
+            let maps = crate::maps::read_maps(pid).unwrap_or_default();
+            crate::sigframe::find(pid, start, self.memory()?, &maps)
         } else {
             None
         };
@@ -363,13 +364,26 @@ impl Session {
         // Put everything back whatever happened (skipped if the thread is gone).
         let mut restored = Ok(());
         if let Ok(i) = self.index(tid) {
-            restored = self.set_regs(tid, &saved);
+            let unmask = |s: &Self| {
+                set_sigmask(tid, real_mask).map_err(|e| s.ptrace_error("PTRACE_SETSIGMASK", tid, e))
+            };
+            // Framed, the mask goes back first: until the registers are back too, the
+            // frame would restore both if argstash died, while a thread given back its
+            // own registers under our mask would keep blocking every signal.
+            // (Framed threads hold no signal, so none is requeued if one is taken
+            // on the way back to the signal path.)
+            let unmasked_first = if framed.is_some() {
+                unmask(self)
+            } else {
+                Ok(())
+            };
+            restored = unmasked_first.and(self.set_regs(tid, &saved));
             if self.threads[i].current == Current::SyscallStop {
                 restored = restored.and_then(|()| self.back_to_signal_path(tid));
             }
-            let unmasked = set_sigmask(tid, real_mask)
-                .map_err(|e| self.ptrace_error("PTRACE_SETSIGMASK", tid, e));
-            restored = restored.and(unmasked);
+            if framed.is_none() {
+                restored = restored.and(unmask(self));
+            }
         }
         let unpatched = match patched {
             Some(original) => self

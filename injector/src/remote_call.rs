@@ -279,22 +279,22 @@ impl Session {
         }
         let mut restored: Result<(), SessionError> = Ok(());
         if let Ok(i) = self.index(tid) {
-            restored = self.set_regs(tid, &saved);
+            // The mask before the registers: should argstash die in between, a thread
+            // still inside the call is brought back by the frame, while one given its
+            // own registers under our mask would keep blocking every signal.
+            restored = set_sigmask(tid, real_mask)
+                .map_err(|e| self.ptrace_error("PTRACE_SETSIGMASK", tid, e))
+                .and(self.set_regs(tid, &saved));
             if self.threads[i].current == Current::SyscallStop {
                 restored = restored.and_then(|()| self.back_to_signal_path(tid));
             }
-            restored = restored
-                .and_then(|()| {
-                    // The full XSAVE area when the kernel takes it back, else x87/SSE.
-                    if xstate.as_deref().is_some_and(|x| set_xstate(tid, x)) {
-                        return Ok(());
-                    }
-                    set_fpregs(tid, &fp).map_err(|e| self.ptrace_error("PTRACE_SETFPREGS", tid, e))
-                })
-                .and_then(|()| {
-                    set_sigmask(tid, real_mask)
-                        .map_err(|e| self.ptrace_error("PTRACE_SETSIGMASK", tid, e))
-                });
+            restored = restored.and_then(|()| {
+                // The full XSAVE area when the kernel takes it back, else x87/SSE.
+                if xstate.as_deref().is_some_and(|x| set_xstate(tid, x)) {
+                    return Ok(());
+                }
+                set_fpregs(tid, &fp).map_err(|e| self.ptrace_error("PTRACE_SETFPREGS", tid, e))
+            });
         }
         let ended = outcome?;
         restored?;

@@ -318,7 +318,7 @@ fn role_of_file(file: &str) -> Option<Role> {
         file.strip_prefix(p)
             .is_some_and(|rest| rest.starts_with(".so") || rest.starts_with('-'))
     };
-    if starts("libc") || starts("libpthread") || starts("libdl") {
+    if crate::maps::is_libc_file(file) || starts("libpthread") || starts("libdl") {
         Some(Role::Libc)
     } else if file.starts_with("ld-linux") || starts("ld") {
         Some(Role::Loader)
@@ -479,7 +479,7 @@ pub fn borrow_at_safe_point(
             let session = match Session::attach_thread(pid, tid) {
                 Ok(s) => s,
                 Err(SessionError::Exited { .. }) | Err(SessionError::NoSuchProcess { .. })
-                    if !crate::session::thread_is_dead(pid) =>
+                    if !crate::session::process_ended(pid) =>
                 {
                     continue
                 }
@@ -491,7 +491,7 @@ pub fn borrow_at_safe_point(
                             reason: e.to_string(),
                         },
                     ));
-                    if crate::session::thread_is_dead(pid) {
+                    if crate::session::process_ended(pid) {
                         return Err(NoSafePoint {
                             samples,
                             waited: started.elapsed(),

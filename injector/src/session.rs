@@ -493,6 +493,17 @@ pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
     }
 }
 
+/// True when every thread of `pid` is gone or a zombie: the process has ended.
+pub fn process_ended(pid: i32) -> bool {
+    match std::fs::read_dir(format!("/proc/{pid}/task")) {
+        Ok(dir) => dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .all(thread_is_dead),
+        Err(_) => true,
+    }
+}
+
 /// True when `/proc` shows thread `tid` as a zombie, dead, or not at all.
 pub(crate) fn thread_is_dead(tid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{tid}/stat")) {

@@ -25,7 +25,7 @@
 
 use std::sync::Mutex;
 
-use crate::maps::parse_maps;
+use crate::maps::MapEntry;
 use crate::memory::Memory;
 
 /// `syscall; ret`.
@@ -85,16 +85,16 @@ static REMEMBERED: Mutex<Vec<(i32, u64, SigreturnGadgets)>> = Mutex::new(Vec::ne
 
 /// Finds the gadgets in the executable mapping of libc of a 64-bit process `pid`
 /// (remembered per process; call it before stopping the process).
-pub fn find(pid: i32, start_time: u64, mem: &dyn Memory) -> Option<SigreturnGadgets> {
+pub fn find(
+    pid: i32,
+    start_time: u64,
+    mem: &dyn Memory,
+    maps: &[MapEntry],
+) -> Option<SigreturnGadgets> {
     if let Some(g) = remembered(pid, start_time, mem) {
         return Some(g);
     }
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let maps = parse_maps(&text);
-    let libc = maps.iter().find(|m| {
-        let name = m.file_path().rsplit('/').next().unwrap_or("");
-        m.perms.exec && m.is_file() && (name.starts_with("libc.so") || name.starts_with("libc-"))
-    })?;
+    let libc = maps.iter().find(|m| m.perms.exec && m.is_libc())?;
     let mut code = vec![0u8; usize::try_from(libc.end - libc.start).ok()?];
     mem.read(libc.start, &mut code).ok()?;
     let found = search(&code, libc.start)?;
@@ -302,7 +302,8 @@ mod tests {
     fn gadgets_are_found_in_our_own_libc() {
         let pid = std::process::id() as i32;
         let mem = crate::memory::ProcessMemory::open(pid).unwrap();
-        let g = find(pid, 0, &mem).expect("libc has syscall; ret and __restore_rt");
+        let maps = crate::maps::read_maps(pid).unwrap();
+        let g = find(pid, 0, &mem, &maps).expect("libc has syscall; ret and __restore_rt");
         assert_ne!(g.syscall_ret, g.restore_rt);
     }
 }

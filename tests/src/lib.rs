@@ -797,43 +797,16 @@ pub fn run(args: &[&str]) -> Output {
 
 /// Run a command, capturing stdout and stderr; kill it and panic after `timeout`.
 pub fn run_command(cmd: &mut Command, timeout: Duration) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    let collect = |mut r: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            v
-        })
-    };
-    let out_t = collect(Box::new(child.stdout.take().unwrap()));
-    let err_t = collect(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("try_wait") {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stdout = out_t.join().unwrap_or_default();
-            let stderr = err_t.join().unwrap_or_default();
-            panic!(
-                "{cmd:?} did not finish within {timeout:?}\n--- stdout:\n{}--- stderr:\n{}",
-                String::from_utf8_lossy(&stdout),
-                String::from_utf8_lossy(&stderr)
-            );
-        }
-        thread::sleep(Duration::from_millis(5));
-    };
-    Output {
-        status,
-        stdout: out_t.join().unwrap_or_default(),
-        stderr: err_t.join().unwrap_or_default(),
+    let what = format!("{cmd:?}");
+    let (out, in_time) = Background::spawn(cmd).finish(timeout);
+    if !in_time {
+        panic!(
+            "{what} did not finish within {timeout:?}\n--- stdout:\n{}--- stderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+    out
 }
 
 fn describe(args: &[&str], out: &Output) -> String {
@@ -1765,7 +1738,7 @@ pub fn count_from_env(var: &str, default: usize) -> usize {
     }
 }
 
-/// `argstash args...` started in the background with stdout and stderr collected.
+/// A command (often `argstash args...`) started in the background with stdout and stderr collected.
 pub struct Background {
     child: Child,
     out: Option<thread::JoinHandle<Vec<u8>>>,
@@ -2078,6 +2051,20 @@ pub enum KillPoint {
 }
 
 impl KillPoint {
+    /// Where trial `i` of a target-kill test strikes an inject that takes about
+    /// `inject_time`: even trials anywhere in the run (up to 1.2 times it), odd ones
+    /// up to 5 ms after argstash attaches.
+    pub fn target_kill(i: usize, rng: &mut Lcg, inject_time: Duration) -> KillPoint {
+        if i.is_multiple_of(2) {
+            KillPoint::FromStart(rng.duration_upto(inject_time + inject_time / 5))
+        } else {
+            KillPoint::AfterAttach(
+                rng.duration_upto(Duration::from_millis(5)),
+                inject_time * 4 + Duration::from_secs(1),
+            )
+        }
+    }
+
     /// Sleep until the point is reached for `target_pid`; returns a description.
     pub fn wait(&self, target_pid: i32, runner: &mut Background) -> String {
         match *self {

@@ -131,14 +131,7 @@ fn target_killed_during_inject() {
         let mut t = Target::spawn_with_args(&exe, &["4"]);
         let pid = t.pid();
         let p = pid.to_string();
-        let point = if i % 2 == 0 {
-            KillPoint::FromStart(rng.duration_upto(inject_time + inject_time / 5))
-        } else {
-            KillPoint::AfterAttach(
-                rng.duration_upto(Duration::from_millis(5)),
-                inject_time * 4 + Duration::from_secs(1),
-            )
-        };
+        let point = KillPoint::target_kill(i, &mut rng, inject_time);
         let o = kill_target_during(
             &mut t,
             &["inject", "--pid", &p, "--func", FUNC],
