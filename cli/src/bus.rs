@@ -10,12 +10,12 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use argstash_dbus::{HookEntry, Injector1ProxyBlocking, Param};
 use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
-use injector::args::{ArgSource, ArgValue};
 use injector::backtrace::{
     Backtrace, Frame, FrameKind, InlinedFrame, StashedArgs, ThreadBacktrace,
 };
 use injector::foreign_unwind::{HookUnwindStatus, UnwindReport};
 use injector::hooks::{EjectReport, HookInfo, InstallReport};
+use injector::reader::args::{ArgSource, ArgValue};
 use trampolines::arena::HookState;
 use zbus::blocking::{connection, Connection};
 use zbus::zvariant::Value;
@@ -101,7 +101,7 @@ fn install_report(r: argstash_dbus::InstallReport) -> InstallReport {
             .map(|(i, e)| HookInfo {
                 window_source: sources
                     .get(i)
-                    .and_then(|s| injector::abi::WindowSource::from_name(s)),
+                    .and_then(|s| injector::hooks::window::WindowSource::from_name(s)),
                 ..hook_info(e)
             })
             .collect(),

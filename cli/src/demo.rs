@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use injector::backtrace::{backtrace, Backtrace, BacktraceOptions};
 use injector::hooks::{eject, install, EjectWhat, InstallOptions};
-use injector::symbols::FuncSpec;
+use injector::reader::symbols::FuncSpec;
 
 use crate::output::frame_text;
 
@@ -136,8 +136,8 @@ pub fn run() -> Result<()> {
     crate::output::print_eject(&ejected);
     // The code in memory must equal the file on disk again.
     let mem = injector::memory::ProcessMemory::open(pid)?;
-    let maps = injector::maps::read_maps(pid)?;
-    let symbols = injector::symbols::ProcessSymbols::load(pid, &maps)?;
+    let maps = injector::reader::procfs::read_maps(pid)?;
+    let symbols = injector::reader::symbols::ProcessSymbols::load(pid, &maps)?;
     for h in &ejected.hooks {
         let module = symbols
             .module_for(h.function)

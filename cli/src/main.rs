@@ -13,12 +13,12 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use injector::backtrace::{BacktraceOptions, ProcessReader};
-use injector::core::{backtrace_core_with, CoreFile, CoreOptions};
-use injector::debuginfo::DebugSearch;
 use injector::hooks::{
     eject_with_policy, install_with_signatures, list, EjectWhat, InstallOptions,
 };
-use injector::symbols::FuncSpec;
+use injector::reader::core::{backtrace_core_with, CoreFile, CoreOptions};
+use injector::reader::debuginfo::DebugSearch;
+use injector::reader::symbols::FuncSpec;
 
 /// Stash function arguments on the stack of a running process, then read them back from any unwind.
 #[derive(Parser)]
@@ -192,7 +192,7 @@ fn run(cli: Cli) -> Result<()> {
             let mut specs: Vec<FuncSpec> = Vec::new();
             let mut signatures = Vec::new();
             for f in &a.funcs {
-                let (name, sig) = injector::args::split_signature(f)?;
+                let (name, sig) = injector::reader::args::split_signature(f)?;
                 specs.push(FuncSpec::parse(name));
                 signatures.push(sig);
             }

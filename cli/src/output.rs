@@ -1,8 +1,8 @@
 //! Text and JSON rendering of injector results.
 
-use injector::args::ArgValue;
 use injector::backtrace::{Backtrace, Frame, FrameKind};
 use injector::hooks::{EjectReport, HookInfo, InstallReport};
+use injector::reader::args::ArgValue;
 use serde_json::{json, Value};
 
 /// A value as a person reads it: small numbers in decimal, the rest in hex.

@@ -15,7 +15,7 @@ use argstash_tests::{Target, Variant};
 use common::Bus;
 use injector::backtrace::{backtrace, BacktraceOptions, ProcessReader};
 use injector::hooks::{eject, install, EjectWhat, InstallOptions};
-use injector::symbols::FuncSpec;
+use injector::reader::symbols::FuncSpec;
 
 const ROUNDS: usize = 30;
 

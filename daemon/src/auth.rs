@@ -3,7 +3,7 @@
 use std::os::unix::fs::MetadataExt;
 
 use argstash_dbus::{Error, ErrorKind};
-use injector::session::SessionError;
+use injector::ptrace::session::SessionError;
 use zbus::fdo::DBusProxy;
 use zbus::names::{BusName, UniqueName};
 

@@ -4,11 +4,11 @@ use argstash_dbus::{
     hook_path, Arg, Error, ErrorKind, Frame, HookEntry, HookUnwind, Inlined, Param, Thread,
     UnwindStatus,
 };
-use injector::args::{ArgValue, SignatureError};
 use injector::backtrace::{Backtrace, FrameKind};
 use injector::hooks::HookInfo;
-use injector::session::SessionError;
-use injector::symbols::SymbolError;
+use injector::ptrace::session::SessionError;
+use injector::reader::args::{ArgValue, SignatureError};
+use injector::reader::symbols::SymbolError;
 use trampolines::arena::HookState;
 use zbus::zvariant::OwnedObjectPath;
 
@@ -249,7 +249,7 @@ fn param(a: &ArgValue) -> Param {
 }
 
 /// One frame in its wire form: the same fields, in the same order, as `bt --json`.
-fn frame(index: usize, f: &injector::backtrace::Frame) -> Frame {
+fn frame(index: usize, f: &injector::reader::unwind::Frame) -> Frame {
     let args = f
         .stash
         .as_ref()

@@ -23,7 +23,7 @@ use zbus::connection::Builder;
 use crate::readers::ReaderCache;
 use crate::service::{Manager, Shared};
 use crate::worker::Workers;
-use injector::debuginfo::DebugSearch;
+use injector::reader::debuginfo::DebugSearch;
 
 /// Serve the argstash injector on D-Bus.
 #[derive(Parser)]

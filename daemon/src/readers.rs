@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::sync::Mutex;
 
 use injector::backtrace::{Backtrace, BacktraceOptions, ProcessReader};
-use injector::debuginfo::DebugSearch;
+use injector::reader::debuginfo::DebugSearch;
 
 /// One cached reader: a process is identified by its pid and start time.
 struct Entry {

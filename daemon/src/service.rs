@@ -11,14 +11,14 @@ use argstash_dbus::{Error, ErrorKind, HookEntry, Thread, MANAGER_PATH};
 use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS};
 use async_io::{Async, Timer};
 use futures_lite::future;
-use injector::args::{parse_params, split_signature, Signature};
-use injector::backtrace::BacktraceOptions;
 use injector::hooks::{
     eject, install_with_signatures, list, EjectReport, EjectWhat, HookInfo, InstallOptions,
     InstallReport,
 };
-use injector::session::SessionError;
-use injector::symbols::FuncSpec;
+use injector::ptrace::session::SessionError;
+use injector::reader::args::{parse_params, split_signature, Signature};
+use injector::reader::symbols::FuncSpec;
+use injector::reader::unwind::BacktraceOptions;
 use trampolines::arena::HookState;
 use zbus::fdo::DBusProxy;
 use zbus::message::Header;

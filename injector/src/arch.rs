@@ -308,8 +308,8 @@ int main(void) {
         use std::io::{BufRead, BufReader, Write};
         use std::process::{Command, Stdio};
 
-        use crate::session::test_support::{regs_words, wait_all_blocked};
-        use crate::session::Session;
+        use crate::ptrace::session::test_support::{regs_words, wait_all_blocked};
+        use crate::ptrace::session::Session;
 
         let dir = std::env::temp_dir().join(format!("argstash-arch-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -3,10 +3,10 @@
 use thiserror::Error;
 use trampolines::{CodegenError, FormatError, PlanError};
 
-use crate::core::CoreError;
 use crate::memory::MemoryError;
-use crate::session::SessionError;
-use crate::symbols::SymbolError;
+use crate::ptrace::session::SessionError;
+use reader::core::CoreError;
+use reader::symbols::SymbolError;
 
 /// Everything an injector operation can fail with.
 #[derive(Debug, Error)]
@@ -54,7 +54,7 @@ pub enum Error {
     },
     /// A user-given signature cannot be used.
     #[error(transparent)]
-    Signature(#[from] crate::args::SignatureError),
+    Signature(#[from] reader::args::SignatureError),
     /// The function is hooked already.
     #[error("{function} is already hooked (hook #{slot} in the arena at 0x{arena:x}, trampoline 0x{trampoline:x}): eject it first with `argstash eject --pid PID --func {name}`")]
     AlreadyHooked {
@@ -218,11 +218,23 @@ impl std::fmt::Display for Operation {
 pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
     let refusal = matches!(
         error,
-        Error::Session(crate::session::SessionError::NoSuchProcess { .. })
+        Error::Session(crate::ptrace::session::SessionError::NoSuchProcess { .. })
     );
-    if !refusal && pid > 0 && crate::session::process_ended(pid) {
+    if !refusal && pid > 0 && crate::ptrace::session::process_ended(pid) {
         Error::ExitedDuring { pid, operation }
     } else {
         error
+    }
+}
+
+impl From<reader::Error> for Error {
+    fn from(e: reader::Error) -> Error {
+        match e {
+            reader::Error::Memory(e) => Error::Memory(e),
+            reader::Error::Symbol(e) => Error::Symbol(e),
+            reader::Error::Core(e) => Error::Core(e),
+            reader::Error::Format { addr, source } => Error::Format { addr, source },
+            reader::Error::Proc { path, source } => Error::Proc { path, source },
+        }
     }
 }

@@ -1,11 +1,10 @@
-//! Byte-addressed access to a target's memory.
+//! The live backend of [`reader::memory::Memory`] and the only [`WriteMemory`].
 //!
-//! [`Memory`] is the one interface the unwinder and the arena reader use. The live
-//! backend, [`ProcessMemory`], reads with `process_vm_readv` (fast, one copy) and falls
-//! back to `/proc/PID/mem`, which also reaches pages the target cannot read itself.
-//! Writes go through `/proc/PID/mem`: unlike `process_vm_writev`, it writes into
-//! read-only and `r-x` code pages (the kernel forces the write, breaking copy-on-write
-//! for private file mappings). When the caller holds a thread in a ptrace-stop,
+//! [`ProcessMemory`] reads with `process_vm_readv` (fast, one copy) and falls back to
+//! `/proc/PID/mem`, which also reaches pages the target cannot read itself. Writes
+//! go through `/proc/PID/mem`: unlike `process_vm_writev`, it writes into read-only
+//! and `r-x` code pages (the kernel forces the write, breaking copy-on-write for
+//! private file mappings). When the caller holds a thread in a ptrace-stop,
 //! `PTRACE_PEEKDATA`/`PTRACE_POKEDATA` is the last resort.
 
 use std::fs::File;
@@ -17,79 +16,7 @@ use nix::sys::ptrace;
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 
-/// Errors reading or writing target memory.
-#[derive(Debug, thiserror::Error)]
-pub enum MemoryError {
-    /// Reading `len` bytes at `addr` failed.
-    #[error("cannot read {len} bytes at 0x{addr:x} in the target: {source}")]
-    Read {
-        /// First address of the read.
-        addr: u64,
-        /// Length of the read.
-        len: usize,
-        /// Why the last method tried failed.
-        source: io::Error,
-    },
-    /// Writing `len` bytes at `addr` failed.
-    #[error("cannot write {len} bytes at 0x{addr:x} in the target: {source}")]
-    Write {
-        /// First address of the write.
-        addr: u64,
-        /// Length of the write.
-        len: usize,
-        /// Why the last method tried failed.
-        source: io::Error,
-    },
-    /// `/proc/PID/mem` could not be opened.
-    #[error("cannot open /proc/{pid}/mem: {source} (is the pid right, and are we root or the process owner?)")]
-    Open {
-        /// The process.
-        pid: i32,
-        /// Why.
-        source: io::Error,
-    },
-    /// The backend cannot write (a snapshot, a core file).
-    #[error("cannot write {len} bytes at 0x{addr:x}: this memory source is read-only")]
-    ReadOnly {
-        /// First address of the write.
-        addr: u64,
-        /// Length of the write.
-        len: usize,
-    },
-}
-
-/// Byte-addressed access to a target's memory; the unwinder and the arena reader use only this.
-pub trait Memory {
-    /// Fills `buf` with the bytes at `addr`, or fails without a partial result.
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError>;
-
-    /// Writes `data` at `addr`; backends that cannot write return [`MemoryError::ReadOnly`].
-    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryError>;
-
-    /// Reads a little-endian 64-bit word at `addr`.
-    fn read_u64(&self, addr: u64) -> Result<u64, MemoryError> {
-        let mut b = [0u8; 8];
-        self.read(addr, &mut b)?;
-        Ok(u64::from_le_bytes(b))
-    }
-
-    /// Reads `len` bytes at `addr` into a new vector.
-    fn read_vec(&self, addr: u64, len: usize) -> Result<Vec<u8>, MemoryError> {
-        let mut v = vec![0u8; len];
-        self.read(addr, &mut v)?;
-        Ok(v)
-    }
-}
-
-impl<M: Memory + ?Sized> Memory for &M {
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        (**self).read(addr, buf)
-    }
-
-    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
-        (**self).write(addr, data)
-    }
-}
+pub use reader::memory::{Memory, MemoryError, WriteMemory};
 
 /// A live process: reads with process_vm_readv, writes through /proc/PID/mem (works on r-x code), PTRACE_POKEDATA fallback when the caller says the tid is ptrace-stopped.
 #[derive(Debug)]
@@ -263,7 +190,9 @@ impl Memory for ProcessMemory {
         }
         .map_err(|source| MemoryError::Read { addr, len, source })
     }
+}
 
+impl WriteMemory for ProcessMemory {
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
         if data.is_empty() {
             return Ok(());
@@ -287,8 +216,8 @@ impl Memory for ProcessMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::test_support::TestChild;
-    use crate::session::Session;
+    use crate::ptrace::session::test_support::TestChild;
+    use crate::ptrace::session::Session;
 
     /// Prints the address of a function (r-x), a constant (r--) and a PROT_NONE page.
     const PROG: &str = r#"
@@ -351,7 +280,7 @@ int main(void) {
         assert_eq!(child.line(), "16");
 
         // Writing through a reference, into read-only data.
-        let by_ref: &dyn Memory = &mem;
+        let by_ref: &dyn WriteMemory = &mem;
         (&by_ref).write(konst, b"C").unwrap();
         assert_eq!(by_ref.read_vec(konst, 4).unwrap(), b"Cons");
     }

@@ -3,7 +3,7 @@
 use std::io;
 
 use crate::error::Error;
-use crate::session::{stat_flags_and_start, SessionError, PF_KTHREAD};
+use crate::ptrace::session::{stat_flags_and_start, SessionError, PF_KTHREAD};
 
 /// What an operation will do to the target, which decides what is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use argstash_tests::{argstash, build, consts, Opt, Target, Variant};
 use injector::backtrace::{backtrace, BacktraceOptions, ProcessReader};
 use injector::hooks::{eject, install, EjectWhat, InstallOptions, InstallReport};
-use injector::symbols::FuncSpec;
+use injector::reader::symbols::FuncSpec;
 
 /// Timeout for one fixture reply.
 const REPLY: Duration = Duration::from_secs(30);
@@ -1131,9 +1131,9 @@ fn bench_core() {
         ))
         .0));
         let t0 = Instant::now();
-        let c = injector::core::CoreFile::open(&core, Default::default())
+        let c = injector::reader::core::CoreFile::open(&core, Default::default())
             .unwrap_or_else(|e| panic!("{e}"));
-        let bt = injector::core::backtrace_core(&c, &BacktraceOptions::default())
+        let bt = injector::reader::core::backtrace_core(&c, &BacktraceOptions::default())
             .unwrap_or_else(|e| panic!("{e}"));
         lib.push(ms(t0.elapsed()));
         assert!(bt.backtrace.threads[0]

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use argstash_tests::*;
 use injector::hooks::{eject, install, EjectWhat, InstallOptions};
-use injector::symbols::FuncSpec;
+use injector::reader::symbols::FuncSpec;
 
 const ROUNDS: usize = 15;
 

@@ -558,7 +558,7 @@ fn check_gdb_chain(text: &str) {
 /// own context (registers and XSAVE state exactly as before, its `read` issued again).
 #[test]
 fn blocked_remote_call_is_released_and_returns_by_itself() {
-    use injector::session::Session;
+    use injector::ptrace::session::Session;
     let exe = build_throws();
     let mut t = Target::spawn(&exe);
     throw_round(&mut t, 5);
@@ -577,7 +577,10 @@ fn blocked_remote_call_is_released_and_returns_by_itself() {
         )
         .expect_err("usleep(400 ms) outlasts a 100 ms limit");
     assert!(
-        matches!(err, injector::remote_call::RemoteCallError::Released { .. }),
+        matches!(
+            err,
+            injector::ptrace::call::RemoteCallError::Released { .. }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("did not return within"), "{err}");
@@ -616,8 +619,8 @@ fn blocked_remote_call_is_released_and_returns_by_itself() {
 
 /// Runtime address of `name` in the loaded module named `module` (as argstash resolves it).
 fn runtime_addr_in(pid: i32, module: &str, name: &str) -> u64 {
-    use injector::symbols::{FuncSpec, ProcessSymbols};
-    let maps = injector::maps::read_maps(pid).expect("maps");
+    use injector::reader::symbols::{FuncSpec, ProcessSymbols};
+    let maps = injector::reader::procfs::read_maps(pid).expect("maps");
     let symbols = ProcessSymbols::load(pid, &maps).expect("symbols");
     symbols
         .resolve(&FuncSpec::Qualified {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use argstash_tests::*;
 use injector::hooks::{eject, install, EjectWhat, InstallOptions, RipCensus};
-use injector::symbols::FuncSpec;
+use injector::reader::symbols::FuncSpec;
 
 const CYCLES: usize = 200;
 
@@ -172,7 +172,7 @@ fn resume(pid: i32) {
 
 /// RIP of stopped thread `tid` (looked at through a one-thread session).
 fn rip_of(pid: i32, tid: i32) -> u64 {
-    let s = injector::session::Session::attach_thread(pid, tid).expect("attach");
+    let s = injector::ptrace::session::Session::attach_thread(pid, tid).expect("attach");
     let rip = s.regs(tid).expect("regs").rip;
     s.detach().expect("detach");
     rip
@@ -180,9 +180,9 @@ fn rip_of(pid: i32, tid: i32) -> u64 {
 
 /// The active record of the hook on `function`.
 fn record_of(pid: i32, function: u64) -> trampolines::arena::HookRecord {
-    let maps = injector::maps::read_maps(pid).unwrap();
+    let maps = injector::reader::procfs::read_maps(pid).unwrap();
     let mem = injector::memory::ProcessMemory::open(pid).unwrap();
-    let arenas = injector::arena::discover(&maps, &mem).unwrap();
+    let arenas = injector::reader::arena::discover(&maps, &mem).unwrap();
     arenas
         .iter()
         .find_map(|a| a.active_for(function).map(|(_, r)| r.clone()))

@@ -6,6 +6,9 @@
 //! records, moves threads out of the bytes it overwrites, patches, verifies by
 //! reading back, and resumes. Any failure inside the stop undoes every write.
 
+pub mod arena;
+pub mod window;
+
 use std::collections::HashSet;
 use std::ops::Range;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -18,22 +21,22 @@ use trampolines::x86_64::{
 };
 
 use crate::arch::{jump_patch, Arch, ArchPlan};
-use crate::arena::{
-    anywhere_candidates, discover, placement_candidates_below, read_arena, within_reach,
-    ARENA_CAPACITY,
-};
 use crate::error::{hex, Error};
-use crate::maps::{read_maps, MapEntry};
-use crate::memory::{Memory, ProcessMemory};
-use crate::session::Session;
-use crate::symbols::{FuncSpec, ProcessSymbols, Resolved};
+use crate::hooks::arena::{
+    anywhere_candidates, placement_candidates_below, within_reach, ARENA_CAPACITY,
+};
+use crate::memory::{Memory, ProcessMemory, WriteMemory};
+use crate::ptrace::session::Session;
+use reader::arena::{discover, read_arena};
+use reader::procfs::{read_maps, MapEntry};
+use reader::symbols::{FuncSpec, ProcessSymbols, Resolved};
 
 /// Options for [`install`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InstallOptions {
     /// Incoming stack words to copy for callees that read stack-passed arguments;
     /// 0 (unless `force_stack_words`) lets each function's code (or, later, its
-    /// signature) decide, see [`crate::abi`].
+    /// signature) decide, see [`crate::hooks::window`].
     pub stack_words: u16,
     /// Copy exactly `stack_words` even when it is 0 (the user said `--stack-args 0`).
     pub force_stack_words: bool,
@@ -83,7 +86,7 @@ pub struct HookInfo {
     /// The parameter list the user gave for this function (`int, const char *`), if any.
     pub signature: Option<String>,
     /// Where the stack window came from (known at install only; `None` in listings).
-    pub window_source: Option<crate::abi::WindowSource>,
+    pub window_source: Option<crate::hooks::window::WindowSource>,
 }
 
 impl HookInfo {
@@ -172,11 +175,11 @@ pub enum EjectWhat {
 
 fn maps_of(pid: i32) -> Result<Vec<MapEntry>, Error> {
     if pid <= 0 {
-        return Err(crate::session::SessionError::NoSuchProcess { pid }.into());
+        return Err(crate::ptrace::session::SessionError::NoSuchProcess { pid }.into());
     }
     read_maps(pid).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            Error::Session(crate::session::SessionError::NoSuchProcess { pid })
+            Error::Session(crate::ptrace::session::SessionError::NoSuchProcess { pid })
         } else {
             Error::Proc {
                 path: format!("/proc/{pid}/maps"),
@@ -206,7 +209,7 @@ pub fn list(pid: i32) -> Result<Vec<HookInfo>, Error> {
 /// The live bytes from `end` (just past a function) up to the next function
 /// symbol of `module`, at most [`MAX_PATCH_LEN`], inside the same executable
 /// mapping: room a short function may borrow when it is dead fill.
-fn padding_after(mem: &dyn Memory, module: Option<&crate::symbols::Module>, end: u64) -> Vec<u8> {
+fn padding_after(mem: &dyn Memory, module: Option<&reader::symbols::Module>, end: u64) -> Vec<u8> {
     let Some(module) = module else {
         return Vec::new();
     };
@@ -261,20 +264,20 @@ fn free_slot(a: &Arena, taken: &HashSet<u32>) -> Option<u32> {
 /// module and only for modules whose functions have no user signature.
 #[derive(Default)]
 struct ModuleDwarf {
-    loaded: Vec<(String, crate::debuginfo::ModuleDebug)>,
-    narrow: Vec<(String, crate::debuginfo::EntryDebug)>,
+    loaded: Vec<(String, reader::debuginfo::ModuleDebug)>,
+    narrow: Vec<(String, reader::debuginfo::EntryDebug)>,
 }
 
 impl ModuleDwarf {
-    /// The narrow reader of `m`'s DWARF (see [`crate::debuginfo::EntryDebug`]).
-    fn entry_for(&mut self, m: &crate::symbols::Module) -> &mut crate::debuginfo::EntryDebug {
+    /// The narrow reader of `m`'s DWARF (see [`reader::debuginfo::EntryDebug`]).
+    fn entry_for(&mut self, m: &reader::symbols::Module) -> &mut reader::debuginfo::EntryDebug {
         let i = match self.narrow.iter().position(|(p, _)| *p == m.path) {
             Some(i) => i,
             None => {
-                let debug = crate::debuginfo::EntryDebug::load(
+                let debug = reader::debuginfo::EntryDebug::load(
                     std::path::Path::new(&m.path),
                     m.bias,
-                    &crate::debuginfo::DebugSearch::default(),
+                    &reader::debuginfo::DebugSearch::default(),
                 );
                 self.narrow.push((m.path.clone(), debug));
                 self.narrow.len() - 1
@@ -283,14 +286,14 @@ impl ModuleDwarf {
         &mut self.narrow[i].1
     }
 
-    fn for_module(&mut self, m: &crate::symbols::Module) -> &crate::debuginfo::ModuleDebug {
+    fn for_module(&mut self, m: &reader::symbols::Module) -> &reader::debuginfo::ModuleDebug {
         let i = match self.loaded.iter().position(|(p, _)| *p == m.path) {
             Some(i) => i,
             None => {
-                let debug = crate::debuginfo::ModuleDebug::load_dwarf(
+                let debug = reader::debuginfo::ModuleDebug::load_dwarf(
                     std::path::Path::new(&m.path),
                     m.bias,
-                    &crate::debuginfo::DebugSearch::default(),
+                    &reader::debuginfo::DebugSearch::default(),
                 );
                 self.loaded.push((m.path.clone(), debug));
                 self.loaded.len() - 1
@@ -302,14 +305,15 @@ impl ModuleDwarf {
 
 /// Where the arguments of `resolved` arrive, from the user's signature or else
 /// from its module's DWARF; `None` (the code decides) when neither is known
-/// with certainty (see [`crate::abi::placement_of`]).
+/// with certainty (see [`crate::hooks::window::placement_of`]).
 fn known_placement(
     debug: &mut ModuleDwarf,
     symbols: &ProcessSymbols,
     resolved: &Resolved,
-    user: Option<&crate::args::Signature>,
+    user: Option<&reader::args::Signature>,
 ) -> Option<trampolines::x86_64::ArgPlacement> {
-    if let Some(placement) = user.and_then(|s| crate::abi::placement_of(&s.to_function_info(None)))
+    if let Some(placement) =
+        user.and_then(|s| crate::hooks::window::placement_of(&s.to_function_info(None)))
     {
         return Some(placement);
     }
@@ -329,9 +333,9 @@ fn known_placement(
         return None;
     }
     let info = match narrow.function_info(resolved.addr) {
-        crate::debuginfo::EntryInfo::Found(info) => info,
-        crate::debuginfo::EntryInfo::NotDescribed => return None,
-        crate::debuginfo::EntryInfo::Unknown => {
+        reader::debuginfo::EntryInfo::Found(info) => info,
+        reader::debuginfo::EntryInfo::NotDescribed => return None,
+        reader::debuginfo::EntryInfo::Unknown => {
             let md = debug.for_module(module);
             if !md.has_dwarf() {
                 return None;
@@ -342,14 +346,14 @@ fn known_placement(
     if info.entry != Some(resolved.addr) {
         return None;
     }
-    crate::abi::placement_of(&info)
+    crate::hooks::window::placement_of(&info)
 }
 
 /// One planned hook, before the stop.
 struct Planned {
     resolved: Resolved,
     plan: ArchPlan,
-    window: crate::abi::WindowPlan,
+    window: crate::hooks::window::WindowPlan,
     module_range: Range<u64>,
     target: ArenaChoice,
     code: Option<HookCode>,
@@ -405,12 +409,12 @@ pub fn install(
 }
 
 /// Like [`install`], also storing `signatures[i]` (a parameter list such as
-/// `int, const char *`, see [`crate::args::split_signature`]) with the hook of
+/// `int, const char *`, see [`reader::args::split_signature`]) with the hook of
 /// `specs[i]`, so a later `bt` can type the stashed values without DWARF.
 pub fn install_with_signatures(
     pid: i32,
     specs: &[FuncSpec],
-    signatures: &[Option<crate::args::Signature>],
+    signatures: &[Option<reader::args::Signature>],
     opts: &InstallOptions,
 ) -> Result<InstallReport, Error> {
     install_inner(pid, specs, signatures, opts)
@@ -420,12 +424,12 @@ pub fn install_with_signatures(
 fn install_inner(
     pid: i32,
     specs: &[FuncSpec],
-    signatures: &[Option<crate::args::Signature>],
+    signatures: &[Option<reader::args::Signature>],
     opts: &InstallOptions,
 ) -> Result<InstallReport, Error> {
     for sig in signatures.iter().flatten() {
         if sig.text.len() > trampolines::arena::MAX_SIGNATURE {
-            return Err(Error::Signature(crate::args::SignatureError::TooLong {
+            return Err(Error::Signature(reader::args::SignatureError::TooLong {
                 text: sig.text.clone(),
                 len: sig.text.len(),
                 max: trampolines::arena::MAX_SIGNATURE,
@@ -510,33 +514,41 @@ fn install_inner(
         })?;
         let window = match arch {
             Arch::X86_64 => {
-                let verdict =
-                    crate::abi::analyse_code(&mem, &symbols, resolved.addr, resolved.size)?;
+                let verdict = crate::hooks::window::analyse_code(
+                    &mem,
+                    &symbols,
+                    resolved.addr,
+                    resolved.size,
+                )?;
                 let user = signatures.get(i).and_then(|s| s.as_ref());
                 let placement = known_placement(&mut debug, &symbols, &resolved, user);
-                crate::abi::decide_window(
+                crate::hooks::window::decide_window(
                     opts.requested_window(),
                     placement.as_ref(),
                     &verdict,
                     opts.float_args,
                 )
                 .map_err(|refusal| match refusal {
-                    crate::abi::WindowRefusal::Unsure(reason) => Error::StackWindowUnknown {
-                        function: label.clone(),
-                        reason,
-                    },
-                    crate::abi::WindowRefusal::TooLarge(words) => Error::StackWindowTooLarge {
-                        function: label.clone(),
-                        words,
-                    },
+                    crate::hooks::window::WindowRefusal::Unsure(reason) => {
+                        Error::StackWindowUnknown {
+                            function: label.clone(),
+                            reason,
+                        }
+                    }
+                    crate::hooks::window::WindowRefusal::TooLarge(words) => {
+                        Error::StackWindowTooLarge {
+                            function: label.clone(),
+                            words,
+                        }
+                    }
                 })?
             }
             // Every cdecl argument is on the stack: copy the i386 default window or more.
-            Arch::I386 => crate::abi::WindowPlan {
+            Arch::I386 => crate::hooks::window::WindowPlan {
                 words: arch.stack_words(opts.stack_words),
                 variadic: false,
                 xmm: false,
-                source: crate::abi::WindowSource::User,
+                source: crate::hooks::window::WindowSource::User,
             },
         };
         let module_range = symbols
@@ -699,7 +711,7 @@ fn install_inner(
     let gadget = if new_arenas.is_empty() {
         None
     } else {
-        crate::remote::find_syscall_gadget(pid)?
+        crate::ptrace::syscall::find_syscall_gadget(pid)?
     };
 
     // Stop the world.
@@ -751,7 +763,7 @@ fn install_inner(
                     Some(e)
                         if !matches!(
                             e,
-                            crate::session::SessionError::RemoteSyscall {
+                            crate::ptrace::session::SessionError::RemoteSyscall {
                                 errno: libc::EEXIST,
                                 ..
                             }
@@ -839,7 +851,7 @@ fn install_inner(
                     mem.write(at, &entry)?;
                 }
                 None if !p.signature.is_empty() => {
-                    return Err(Error::Signature(crate::args::SignatureError::OldArena {
+                    return Err(Error::Signature(reader::args::SignatureError::OldArena {
                         arena: arena.base,
                     }))
                 }
@@ -974,7 +986,7 @@ struct Undo {
 }
 
 impl Undo {
-    fn run(&self, session: &mut Session, mem: &dyn Memory) {
+    fn run(&self, session: &mut Session, mem: &dyn WriteMemory) {
         for (addr, original) in self.patches.iter().rev() {
             let _ = mem.write(*addr, original);
         }
@@ -996,8 +1008,8 @@ fn spec_match(
     spec: &FuncSpec,
     r: &HookRecord,
     sonames: &mut Vec<(String, Option<String>)>,
-) -> Option<crate::symbols::ModuleMatch> {
-    use crate::symbols::ModuleMatch;
+) -> Option<reader::symbols::ModuleMatch> {
+    use reader::symbols::ModuleMatch;
     match spec {
         FuncSpec::Name(n) => (r.name == *n).then_some(ModuleMatch::Path),
         FuncSpec::Qualified { module, name } => {
@@ -1007,13 +1019,13 @@ fn spec_match(
             let soname = match sonames.iter().find(|(p, _)| *p == r.module) {
                 Some((_, so)) => so.clone(),
                 None => {
-                    let so = crate::symbols::soname_of(pid, &r.module);
+                    let so = reader::symbols::soname_of(pid, &r.module);
                     sonames.push((r.module.clone(), so.clone()));
                     so
                 }
             };
-            crate::symbols::module_match(&r.module, soname.as_deref(), module).or_else(|| {
-                (module.contains('/') && crate::symbols::same_file_in(pid, module, &r.module))
+            reader::symbols::module_match(&r.module, soname.as_deref(), module).or_else(|| {
+                (module.contains('/') && reader::symbols::same_file_in(pid, module, &r.module))
                     .then_some(ModuleMatch::Path)
             })
         }
@@ -1064,7 +1076,7 @@ fn eject_inner(
             let mut chosen = Vec::new();
             let mut sonames = Vec::new();
             for spec in specs {
-                let matched: Vec<((usize, u32), crate::symbols::ModuleMatch)> = active
+                let matched: Vec<((usize, u32), reader::symbols::ModuleMatch)> = active
                     .iter()
                     .filter_map(|h| Some((*h, spec_match(pid, spec, record(*h), &mut sonames)?)))
                     .collect();
@@ -1086,7 +1098,7 @@ fn eject_inner(
                     }
                     1 => chosen.push(hits[0]),
                     _ => {
-                        return Err(crate::symbols::SymbolError::Ambiguous {
+                        return Err(reader::symbols::SymbolError::Ambiguous {
                             name: spec.to_string(),
                             candidates: hits
                                 .iter()

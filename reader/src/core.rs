@@ -26,11 +26,12 @@ use goblin::elf::note::{NoteDataIterator, NT_FILE, NT_PRPSINFO, NT_PRSTATUS};
 use goblin::elf::program_header::{ProgramHeader, PF_R, PF_W, PF_X, PT_LOAD, PT_NOTE};
 
 use crate::arena::discover;
-use crate::backtrace::{Backtrace, BacktraceOptions, ThreadBacktrace, Unwind};
 use crate::error::Error;
-use crate::maps::{MapEntry, Perms};
 use crate::memory::{Memory, MemoryError};
+use crate::procfs::{MapEntry, Perms};
 use crate::symbols::{Module, ProcessSymbols, VDSO};
+use crate::unwind::x86_64::Unwind;
+use crate::unwind::{Backtrace, BacktraceOptions, ThreadBacktrace};
 
 /// `NT_AUXV`: the auxiliary vector the process started with.
 const NT_AUXV: u32 = 6;
@@ -787,7 +788,7 @@ fn read_notes(bytes: &[u8], phdrs: &[ProgramHeader], ctx: Ctx) -> Result<Notes, 
                     }
                 }
                 NT_AUXV => {
-                    notes.auxv = crate::maps::parse_auxv(note.desc);
+                    notes.auxv = crate::procfs::parse_auxv(note.desc);
                 }
                 NT_FILE => notes.files = parse_nt_file(note.desc)?,
                 _ => {}
@@ -898,13 +899,6 @@ impl Memory for CoreFile {
             done += n;
         }
         Ok(())
-    }
-
-    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
-        Err(MemoryError::ReadOnly {
-            addr,
-            len: data.len(),
-        })
     }
 }
 
@@ -1188,10 +1182,6 @@ mod tests {
         assert_eq!(across, [0x11, 0x11, 0x11, 0x11, 0x22, 0x22, 0x22, 0x22]);
         assert!(c.read_vec(0x7000_1ffc, 8).is_err(), "past the last segment");
         assert!(c.read_vec(0x1000, 1).is_err(), "unmapped");
-        assert!(matches!(
-            c.write(0x7000_0000, &[1]),
-            Err(MemoryError::ReadOnly { .. })
-        ));
 
         // The file missing under a sysroot: dumped bytes still read, the rest fails by name.
         let empty = std::env::temp_dir();

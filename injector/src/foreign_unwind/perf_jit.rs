@@ -34,8 +34,8 @@ use trampolines::unwind_area::FLAG_PERF_JIT;
 use crate::foreign_unwind::{
     hook_of, read_area, read_slot, set_flags, with_any_thread, UnwindHook, UnwindReport,
 };
-use crate::memory::Memory;
-use crate::remote_call::RemoteCallError;
+use crate::memory::{Memory, WriteMemory};
+use crate::ptrace::call::RemoteCallError;
 
 /// `JiTD`, as a little-endian `u32`.
 pub const JITDUMP_MAGIC: u32 = 0x4A69_5444;
@@ -281,7 +281,7 @@ fn is_ours(path: &std::path::Path) -> bool {
 pub fn marker_mapping(pid: i32) -> Option<(u64, u64)> {
     let path = jitdump_path(pid);
     let path = path.to_str()?;
-    crate::maps::read_maps(pid)
+    reader::procfs::read_maps(pid)
         .ok()?
         .iter()
         .find(|m| m.path == path)
@@ -290,9 +290,9 @@ pub fn marker_mapping(pid: i32) -> Option<(u64, u64)> {
 
 /// Active hooks of `pid` with unwind information, by arena: `(block, hooks)`.
 fn active_blocks(pid: i32, mem: &dyn Memory) -> Vec<(JitBlock, Vec<UnwindHook>)> {
-    let arenas = crate::maps::read_maps(pid)
+    let arenas = reader::procfs::read_maps(pid)
         .ok()
-        .and_then(|maps| crate::arena::discover(&maps, mem).ok())
+        .and_then(|maps| reader::arena::discover(&maps, mem).ok())
         .unwrap_or_default();
     let mut out = Vec::new();
     for a in &arenas {
@@ -335,11 +335,11 @@ fn active_blocks(pid: i32, mem: &dyn Memory) -> Vec<(JitBlock, Vec<UnwindHook>)>
 }
 
 fn session_error(tid: i32, status: String) -> RemoteCallError {
-    RemoteCallError::Session(crate::session::SessionError::Unexpected { tid, status })
+    RemoteCallError::Session(crate::ptrace::session::SessionError::Unexpected { tid, status })
 }
 
 /// Maps the jitdump in the target (open, mmap read+exec, close); returns its address.
-fn map_marker(pid: i32, mem: &dyn Memory, scratch: (u64, usize)) -> Result<u64, String> {
+fn map_marker(pid: i32, mem: &dyn WriteMemory, scratch: (u64, usize)) -> Result<u64, String> {
     let path = jitdump_path(pid);
     let mut cstr = path
         .to_str()
@@ -407,7 +407,7 @@ fn unmap_marker(pid: i32, (addr, len): (u64, u64)) -> Result<(), String> {
 
 /// Appends records for the arenas holding `hooks` to `/tmp/jit-PID.dump` (creating it)
 /// and maps it in the target if it is not yet.
-pub fn register(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut UnwindReport) {
+pub fn register(pid: i32, mem: &dyn WriteMemory, hooks: &[UnwindHook], report: &mut UnwindReport) {
     let path = jitdump_path(pid);
     let existing = std::fs::read(&path).ok();
     let mut index = match &existing {
@@ -480,7 +480,7 @@ pub fn register(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut U
 }
 
 /// Once no active hook is left, unmaps the jitdump from the target and removes it.
-pub fn unregister(pid: i32, mem: &dyn Memory, report: &mut UnwindReport) {
+pub fn unregister(pid: i32, mem: &dyn WriteMemory, report: &mut UnwindReport) {
     if !active_blocks(pid, mem).is_empty() {
         return;
     }

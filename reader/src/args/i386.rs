@@ -314,15 +314,10 @@ mod tests {
     struct NoMemory;
     impl Memory for NoMemory {
         fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-            Err(MemoryError::ReadOnly {
+            Err(MemoryError::Read {
                 addr,
                 len: buf.len(),
-            })
-        }
-        fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
-            Err(MemoryError::ReadOnly {
-                addr,
-                len: data.len(),
+                source: std::io::ErrorKind::UnexpectedEof.into(),
             })
         }
     }

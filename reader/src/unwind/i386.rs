@@ -7,12 +7,12 @@
 //! known place (the hooked function's CFA plus the layout's call offset): its
 //! `eax`/`edx`/`ecx` and copied stack words become the hooked frame's arguments,
 //! the stack words labelled by their offset from the entry `esp` (`stack+4` is the
-//! first cdecl argument). The output types are those of [`crate::backtrace`].
+//! first cdecl argument). The output types are those of [`crate::unwind`].
 //!
 //! Modules with DWARF name their frames (source function, file, line, inlined
 //! calls) like the x86-64 reader, and hooked frames' stashed words become named,
 //! typed arguments where the parameters' entry places can be decided
-//! ([`crate::args_i386`]); otherwise they stay positional.
+//! ([`crate::args::i386`]); otherwise they stay positional.
 
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, ParsedEhFrameHdr, Register,
@@ -22,20 +22,15 @@ use trampolines::arena::{Arena, HookRecord};
 use trampolines::i386::{StashFrame, StashLayout, STASHED_REGS};
 use trampolines::i386::{EPILOGUE_POP_EAX, MAX_STACK_WORDS};
 
-use crate::arena::discover;
+use crate::args::i386::{signature_values_i386, stashed_values_i386};
 use crate::args::FrameState;
-use crate::args_i386::{signature_values_i386, stashed_values_i386};
-use crate::backtrace::{
-    add_source, hook_at, hook_signature, hooked_info, stack_range, symbolize, thread_ids,
-    Backtrace, BacktraceOptions, Frame, FrameKind, StackSnapshot, StashedArgs, ThreadBacktrace,
+use crate::debuginfo::{DebugSearch, ModuleDebug, ModulesDebug};
+use crate::memory::Memory;
+use crate::symbols::ProcessSymbols;
+use crate::unwind::{
+    add_source, hook_at, hook_signature, hooked_info, symbolize, Frame, FrameKind, StashedArgs,
     MAX_FRAMES,
 };
-use crate::debuginfo::{DebugSearch, ModuleDebug, ModulesDebug};
-use crate::error::Error;
-use crate::maps::read_maps;
-use crate::memory::{Memory, ProcessMemory};
-use crate::session::{Session, SessionError};
-use crate::symbols::ProcessSymbols;
 
 /// DWARF register numbers of i386.
 const ESP: Register = Register(4);
@@ -183,6 +178,22 @@ impl Unwind32 {
     /// Sets where separate debug files are looked for (before any is loaded).
     pub fn set_debug_search(&mut self, search: DebugSearch) {
         self.debug.set_search(search);
+    }
+
+    /// Replaces the hooks' arenas (re-read from the target before each backtrace).
+    pub fn set_arenas(&mut self, arenas: Vec<Arena>) {
+        self.arenas = arenas;
+    }
+
+    /// Takes out the loaded debug info of every module holding more than
+    /// `max_bytes` of DWARF (see [`ModulesDebug::take_over`]).
+    pub fn take_debug_over(&mut self, max_bytes: usize) -> Vec<ModuleDebug> {
+        self.debug.take_over(max_bytes)
+    }
+
+    /// Problems met while loading debug info so far (e.g. a debug file of another build).
+    pub fn debug_warnings(&self) -> Vec<String> {
+        self.debug.warnings()
     }
 
     /// The debug info of the module containing runtime address `addr`, loaded on first use.
@@ -461,71 +472,4 @@ fn stashed_args(frame: &StashFrame, function: u64, hook: &str) -> StashedArgs {
         function,
         hook: hook.to_string(),
     }
-}
-
-/// Takes a backtrace of every thread (or one) of a live 32-bit process.
-pub fn backtrace(pid: i32, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
-    backtrace_with_search(pid, opts, &DebugSearch::default())
-}
-
-/// Like [`backtrace`], looking for separate debug files as `search` says.
-pub fn backtrace_with_search(
-    pid: i32,
-    opts: &BacktraceOptions,
-    search: &DebugSearch,
-) -> Result<Backtrace, Error> {
-    let maps = read_maps(pid).map_err(|source| Error::Proc {
-        path: format!("/proc/{pid}/maps"),
-        source,
-    })?;
-    let mem = ProcessMemory::open(pid)?;
-    let mut unwind = Unwind32::new(ProcessSymbols::load(pid, &maps)?, discover(&maps, &mem)?);
-    unwind.set_debug_search(search.clone());
-    let tids = match opts.tid {
-        Some(t) => {
-            if !thread_ids(pid)?.contains(&t) {
-                return Err(SessionError::NoSuchThread { pid, tid: t }.into());
-            }
-            vec![t]
-        }
-        None => thread_ids(pid)?,
-    };
-    let mut threads = Vec::new();
-    for tid in tids {
-        let session = match Session::attach_thread(pid, tid) {
-            Ok(s) => s,
-            Err(SessionError::NoSuchProcess { .. }) | Err(SessionError::Exited { .. })
-                if opts.tid.is_none() =>
-            {
-                continue
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let regs = session.regs(tid)?;
-        let (start, end) = stack_range(&maps, regs.rsp);
-        let mut bytes = vec![0u8; (end - start) as usize];
-        let copied = mem.read(start, &mut bytes);
-        let stopped = session.detach()?;
-        if copied.is_err() {
-            bytes.clear();
-        }
-        let snapshot = StackSnapshot::new(start, bytes, &mem);
-        let regs32 = Regs32 {
-            eip: regs.rip as u32,
-            esp: regs.rsp as u32,
-            ebp: regs.rbp as u32,
-        };
-        let (frames, truncated) = unwind.unwind(regs32, &snapshot, opts.show_trampolines);
-        threads.push(ThreadBacktrace {
-            tid,
-            name: std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                .unwrap_or_default()
-                .trim()
-                .to_string(),
-            frames,
-            truncated,
-            stopped,
-        });
-    }
-    Ok(Backtrace { pid, threads })
 }

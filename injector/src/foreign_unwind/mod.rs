@@ -12,10 +12,10 @@
 //!   object)` in the target (libgcc's own function, found in `libgcc_s.so.1` or the
 //!   executable) on one thread while the others keep running, so a lock held by
 //!   another thread is released in time. The thread is borrowed only at a proved safe
-//!   point ([`crate::safe_point`]); when none is found within the wait allowed, the
+//!   point ([`crate::ptrace::safe_point`]); when none is found within the wait allowed, the
 //!   call is skipped and the report says so. A call that does not return within
 //!   [`CALL_TIMEOUT`] is never abandoned half-way: the thread is released to finish it
-//!   by itself ([`crate::remote_call`]). With [`RemoteCalls::Off`] nothing runs in the
+//!   by itself ([`crate::ptrace::call`]). With [`RemoteCalls::Off`] nothing runs in the
 //!   target at all. It also adds `START SIZE argstash_trampoline.NAME` lines to
 //!   `/tmp/perf-PID.map`.
 //! - Eject, after the stop: [`unregister`] calls `__deregister_frame_info(eh_frame)`
@@ -23,6 +23,9 @@
 //!
 //! A process without libgcc's unwinder (a plain C program without `libgcc_s`) has no
 //! in-process unwinder to feed: that is reported, not an error.
+
+pub mod gdb_jit;
+pub mod perf_jit;
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -37,10 +40,10 @@ use trampolines::unwind_area::{
 use trampolines::x86_64::{hook_eh_frame, HookCode, HookCodeRanges};
 
 use crate::error::Error;
-use crate::memory::{Memory, ProcessMemory};
-use crate::remote_call::RemoteCallError;
-use crate::session::Session;
-use crate::symbols::{FuncSpec, ProcessSymbols};
+use crate::memory::{Memory, ProcessMemory, WriteMemory};
+use crate::ptrace::call::RemoteCallError;
+use crate::ptrace::session::Session;
+use reader::symbols::{FuncSpec, ProcessSymbols};
 
 /// How long one registration call may take before it is abandoned.
 pub const CALL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -56,7 +59,7 @@ const REGISTRATION_PENDING: u64 = u64::MAX;
 /// registration, the loader's `dlopen`/`dlclose` for the gdb JIT helper).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RemoteCalls {
-    /// Only on a thread proved to be at a safe point ([`crate::safe_point`]), found
+    /// Only on a thread proved to be at a safe point ([`crate::ptrace::safe_point`]), found
     /// within the wait allowed; otherwise the call is skipped and reported.
     #[default]
     AtSafePoints,
@@ -138,14 +141,14 @@ pub struct Unwinders {
     /// libgcc's frame registration, when the process has libgcc's unwinder.
     pub libgcc: Option<Unwinder>,
     /// `dlopen`/`dlclose`, to load the GDB JIT helper.
-    pub loader: Option<crate::gdb_jit::Loader>,
+    pub loader: Option<crate::foreign_unwind::gdb_jit::Loader>,
 }
 
 /// Finds libgcc's registration functions and the dynamic loader's entry points.
 pub fn find_unwinders(symbols: &ProcessSymbols) -> Unwinders {
     Unwinders {
         libgcc: find_unwinder(symbols),
-        loader: crate::gdb_jit::find_loader(symbols),
+        loader: crate::foreign_unwind::gdb_jit::find_loader(symbols),
     }
 }
 
@@ -175,7 +178,7 @@ pub fn find_unwinder(symbols: &ProcessSymbols) -> Option<Unwinder> {
 /// Maps a new unwind area for `arena` (inside the stop) and points the arena header at it.
 pub fn create_area(
     session: &mut Session,
-    mem: &dyn Memory,
+    mem: &dyn WriteMemory,
     arena: &ArenaHeader,
 ) -> Result<UnwindArea, Error> {
     let len = UnwindArea::new(0, arena.base, arena.capacity).len();
@@ -227,7 +230,7 @@ pub fn eh_frame_for(code: &HookCode) -> Result<Vec<u8>, String> {
 /// Writes a hook's unwind slot (inside the stop); `None` when its arena has no unwind area
 /// or the hook cannot be described.
 pub fn write_slot(
-    mem: &dyn Memory,
+    mem: &dyn WriteMemory,
     arena: &ArenaHeader,
     code: &HookCode,
 ) -> Result<Option<UnwindArea>, Error> {
@@ -269,27 +272,27 @@ pub(crate) fn read_slot(mem: &dyn Memory, hook: &UnwindHook) -> Result<UnwindSlo
     })
 }
 
-fn set_registered(mem: &dyn Memory, hook: &UnwindHook, value: u64) -> Result<(), Error> {
+fn set_registered(mem: &dyn WriteMemory, hook: &UnwindHook, value: u64) -> Result<(), Error> {
     mem.write(hook.area.slot_addr(hook.slot), &value.to_le_bytes())?;
     Ok(())
 }
 
 /// [`set_registered`] inside a borrowed-thread closure, whose errors are call errors.
 fn mark_registered(
-    mem: &dyn Memory,
+    mem: &dyn WriteMemory,
     hook: &UnwindHook,
     value: u64,
     tid: i32,
 ) -> Result<(), RemoteCallError> {
     set_registered(mem, hook, value).map_err(|e| {
-        RemoteCallError::Session(crate::session::SessionError::Unexpected {
+        RemoteCallError::Session(crate::ptrace::session::SessionError::Unexpected {
             tid,
             status: e.to_string(),
         })
     })
 }
 
-pub(crate) fn set_flags(mem: &dyn Memory, hook: &UnwindHook, flags: u32) -> Result<(), Error> {
+pub(crate) fn set_flags(mem: &dyn WriteMemory, hook: &UnwindHook, flags: u32) -> Result<(), Error> {
     mem.write(hook.area.slot_addr(hook.slot) + 12, &flags.to_le_bytes())?;
     Ok(())
 }
@@ -364,7 +367,7 @@ pub(crate) enum CallSkipped {
     /// [`RemoteCalls::Off`].
     Off,
     /// No thread was at a safe point in time.
-    NoSafePoint(crate::safe_point::NoSafePoint),
+    NoSafePoint(crate::ptrace::safe_point::NoSafePoint),
     /// The call did not return in time; the thread finishes it by itself.
     Released(RemoteCallError),
     /// Something else failed (the thread was restored).
@@ -388,8 +391,8 @@ pub(crate) struct Borrower {
     policy: CallPolicy,
     /// Built on first use: unwinding context, module roles, memory.
     ctx: Option<(
-        crate::backtrace::Unwind,
-        crate::safe_point::Guard,
+        reader::unwind::x86_64::Unwind,
+        crate::ptrace::safe_point::Guard,
         ProcessMemory,
     )>,
 }
@@ -408,23 +411,23 @@ impl Borrower {
         &mut self,
     ) -> Result<
         &(
-            crate::backtrace::Unwind,
-            crate::safe_point::Guard,
+            reader::unwind::x86_64::Unwind,
+            crate::ptrace::safe_point::Guard,
             ProcessMemory,
         ),
         String,
     > {
         if self.ctx.is_none() {
             let pid = self.pid;
-            let maps = crate::maps::read_maps(pid).map_err(|e| e.to_string())?;
+            let maps = reader::procfs::read_maps(pid).map_err(|e| e.to_string())?;
             let symbols = ProcessSymbols::load(pid, &maps).map_err(|e| e.to_string())?;
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
                 .ok()
                 .and_then(|p| p.to_str().map(str::to_string));
-            let guard = crate::safe_point::Guard::new(&symbols, exe.as_deref());
+            let guard = crate::ptrace::safe_point::Guard::new(&symbols, exe.as_deref());
             let mem = ProcessMemory::open(pid).map_err(|e| e.to_string())?;
-            let arenas = crate::arena::discover(&maps, &mem).map_err(|e| e.to_string())?;
-            let unwind = crate::backtrace::Unwind::new(symbols, arenas);
+            let arenas = reader::arena::discover(&maps, &mem).map_err(|e| e.to_string())?;
+            let unwind = reader::unwind::x86_64::Unwind::new(symbols, arenas);
             self.ctx = Some((unwind, guard, mem));
         }
         Ok(self.ctx.as_ref().expect("just built"))
@@ -441,7 +444,7 @@ impl Borrower {
         let (pid, wait) = (self.pid, self.policy.wait);
         let (unwind, guard, mem) = self.context().map_err(CallSkipped::Failed)?;
         let (mut session, tid) =
-            crate::safe_point::borrow_at_safe_point(pid, unwind, guard, mem, wait)
+            crate::ptrace::safe_point::borrow_at_safe_point(pid, unwind, guard, mem, wait)
                 .map_err(CallSkipped::NoSafePoint)?;
         let result = call(&mut session, tid);
         let detached = session.detach();
@@ -509,11 +512,11 @@ fn register_timed(
     sweep_stale_files();
     perf_map_add(pid, &mem, hooks, &mut report);
     let jit_started = std::time::Instant::now();
-    crate::perf_jit::register(pid, &mem, hooks, &mut report);
+    crate::foreign_unwind::perf_jit::register(pid, &mem, hooks, &mut report);
     report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
     let mut borrower = Borrower::new(pid, policy);
-    crate::gdb_jit::register(
+    crate::foreign_unwind::gdb_jit::register(
         pid,
         &mem,
         unwinders.loader.as_ref(),
@@ -597,7 +600,10 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> Unwin
         Err(e) => {
             report.notes.push(e.to_string());
             // A process that is gone leaves files only we can remove.
-            crate::perf_jit::remove_if_dead(pid as u32, &crate::perf_jit::jitdump_path(pid));
+            crate::foreign_unwind::perf_jit::remove_if_dead(
+                pid as u32,
+                &crate::foreign_unwind::perf_jit::jitdump_path(pid),
+            );
             return report;
         }
     };
@@ -654,10 +660,10 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> Unwin
         }
     }
     report.registered = done;
-    crate::gdb_jit::unregister(pid, &mem, hooks, &mut report, &mut borrower);
+    crate::foreign_unwind::gdb_jit::unregister(pid, &mem, hooks, &mut report, &mut borrower);
     perf_map_remove(pid, &mem, hooks, &mut report);
     let jit_started = std::time::Instant::now();
-    crate::perf_jit::unregister(pid, &mem, &mut report);
+    crate::foreign_unwind::perf_jit::unregister(pid, &mem, &mut report);
     report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
     report
@@ -705,7 +711,7 @@ pub fn perf_map_lines(hook: &UnwindHook) -> Vec<String> {
     ]
 }
 
-fn perf_map_add(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut UnwindReport) {
+fn perf_map_add(pid: i32, mem: &dyn WriteMemory, hooks: &[UnwindHook], report: &mut UnwindReport) {
     let path = perf_map_path(pid);
     let mut text = String::new();
     for hook in hooks {
@@ -735,7 +741,12 @@ fn perf_map_add(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut U
     }
 }
 
-fn perf_map_remove(pid: i32, mem: &dyn Memory, hooks: &[UnwindHook], report: &mut UnwindReport) {
+fn perf_map_remove(
+    pid: i32,
+    mem: &dyn WriteMemory,
+    hooks: &[UnwindHook],
+    report: &mut UnwindReport,
+) {
     let ours: Vec<&UnwindHook> = hooks
         .iter()
         .filter(|h| matches!(read_slot(mem, h), Ok(s) if s.flags & FLAG_PERF_MAP != 0))
@@ -797,15 +808,15 @@ pub struct HookUnwindStatus {
 /// Unwind status of every active hook of `pid`, and whether the process has libgcc's unwinder.
 pub fn list_status(pid: i32) -> Result<(Vec<HookUnwindStatus>, bool), Error> {
     use trampolines::arena::HookState;
-    let maps = crate::maps::read_maps(pid).map_err(|source| Error::Proc {
+    let maps = reader::procfs::read_maps(pid).map_err(|source| Error::Proc {
         path: format!("/proc/{pid}/maps"),
         source,
     })?;
     let has_libgcc = maps.iter().any(|m| m.path.contains("libgcc_s"));
     let mem = ProcessMemory::open(pid)?;
-    let jit_mapped = crate::perf_jit::marker_mapping(pid).is_some();
+    let jit_mapped = crate::foreign_unwind::perf_jit::marker_mapping(pid).is_some();
     let mut out = Vec::new();
-    for a in crate::arena::discover(&maps, &mem)? {
+    for a in reader::arena::discover(&maps, &mem)? {
         let area = read_area(&mem, &a.header);
         for (slot, r) in a.hooks().filter(|(_, r)| r.state == HookState::Active) {
             let s = area
@@ -865,7 +876,7 @@ fn sweep_stale_files() {
             .and_then(|r| r.strip_suffix(".dump"))
             .and_then(|p| p.parse::<u32>().ok())
         {
-            crate::perf_jit::remove_if_dead(pid, &entry.path());
+            crate::foreign_unwind::perf_jit::remove_if_dead(pid, &entry.path());
         }
         if let Some(pid) = pid.or(perf_pid) {
             if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
@@ -885,9 +896,9 @@ pub fn refresh_symbol_file(pid: i32, mem: &dyn Memory, report: &mut UnwindReport
     use trampolines::arena::{HookState, SLOT_LEN};
     use trampolines::symbol_file::{symbol_file, SymbolFileHook};
     let path = symbol_file_path(pid);
-    let arenas = crate::maps::read_maps(pid)
+    let arenas = reader::procfs::read_maps(pid)
         .ok()
-        .and_then(|maps| crate::arena::discover(&maps, mem).ok())
+        .and_then(|maps| reader::arena::discover(&maps, mem).ok())
         .unwrap_or_default();
     let mut hooks = Vec::new();
     let mut eh_frame_addr = 0;

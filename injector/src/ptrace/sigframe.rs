@@ -25,8 +25,8 @@
 
 use std::sync::Mutex;
 
-use crate::maps::MapEntry;
 use crate::memory::Memory;
+use reader::procfs::MapEntry;
 
 /// `syscall; ret`.
 const SYSCALL_RET: [u8; 3] = [0x0f, 0x05, 0xc3];
@@ -302,7 +302,7 @@ mod tests {
     fn gadgets_are_found_in_our_own_libc() {
         let pid = std::process::id() as i32;
         let mem = crate::memory::ProcessMemory::open(pid).unwrap();
-        let maps = crate::maps::read_maps(pid).unwrap();
+        let maps = reader::procfs::read_maps(pid).unwrap();
         let g = find(pid, 0, &mem, &maps).expect("libc has syscall; ret and __restore_rt");
         assert_ne!(g.syscall_ret, g.restore_rt);
     }

@@ -38,8 +38,8 @@ use goblin::elf::sym::{STB_LOCAL, STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::Elf;
 use goblin::options::ParseOptions;
 
-use crate::maps::MapEntry;
 use crate::memory::Memory;
+use crate::procfs::MapEntry;
 
 /// Mask that rounds an address or file offset down to its 4 KiB page.
 const PAGE_MASK: u64 = !0xfff;
@@ -1550,7 +1550,22 @@ pub fn same_file_in(pid: i32, a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::maps::read_maps;
+
+    /// A live process's memory read through `/proc/PID/mem` (the tests' own backend).
+    struct ProcMem(std::fs::File);
+
+    impl Memory for ProcMem {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), crate::memory::MemoryError> {
+            self.0
+                .read_exact_at(buf, addr)
+                .map_err(|source| crate::memory::MemoryError::Read {
+                    addr,
+                    len: buf.len(),
+                    source,
+                })
+        }
+    }
+    use crate::procfs::read_maps;
     use std::io::{BufRead, BufReader};
     use std::path::PathBuf;
     use std::process::{Child, Command, Stdio};
@@ -1819,7 +1834,7 @@ void _start(void) {
         ));
         // Read from the live GOT: libc's own IRELATIVE slot for memcpy holds the
         // implementation it chose, inside libc's code.
-        let mem = crate::memory::ProcessMemory::open(pid).unwrap();
+        let mem = ProcMem(std::fs::File::open(format!("/proc/{pid}/mem")).unwrap());
         match ps.resolve_for_hook(&FuncSpec::parse("memcpy"), &mem) {
             Err(e @ SymbolError::Ifunc { .. }) => {
                 let SymbolError::Ifunc { targets, .. } = &e else {
@@ -1995,7 +2010,7 @@ void _start(void) {
             let maps = [MapEntry {
                 start: 0x10000,
                 end: 0x11000,
-                perms: crate::maps::Perms::parse("r-xp"),
+                perms: crate::procfs::Perms::parse("r-xp"),
                 offset: 0,
                 inode: ino,
                 path: path.clone(),

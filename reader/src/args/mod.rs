@@ -13,6 +13,9 @@ use std::ops::Range;
 use gimli::{AttributeValue, UnitOffset, UnitRef};
 use thiserror::Error;
 
+pub mod i386;
+pub mod x86_64;
+
 use crate::debuginfo::DwarfReader;
 use crate::memory::Memory;
 
@@ -1176,12 +1179,12 @@ enum StashSlot {
 }
 
 /// The stash slot of each parameter: from the full SysV classification when
-/// every type classifies ([`crate::abi::placement_of`]), else from
+/// every type classifies ([`crate::args::x86_64::placement_of`]), else from
 /// [`assign_registers`].
 fn stash_slots(info: &FunctionInfo) -> Vec<StashSlot> {
     use trampolines::x86_64::frame::ARGUMENT_REGS;
     use trampolines::x86_64::ArgLocation;
-    if let Some(placement) = crate::abi::placement_of(info) {
+    if let Some(placement) = crate::args::x86_64::placement_of(info) {
         return placement
             .params
             .iter()
@@ -1709,17 +1712,12 @@ mod tests {
                     buf.copy_from_slice(b);
                     Ok(())
                 }
-                None => Err(MemoryError::ReadOnly {
+                None => Err(MemoryError::Read {
                     addr,
                     len: buf.len(),
+                    source: std::io::ErrorKind::UnexpectedEof.into(),
                 }),
             }
-        }
-        fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
-            Err(MemoryError::ReadOnly {
-                addr,
-                len: data.len(),
-            })
         }
     }
 

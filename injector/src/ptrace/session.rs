@@ -240,7 +240,7 @@ pub struct Session {
     pub(crate) gadget: Option<Option<u64>>,
     /// libc's `syscall; ret` and `__restore_rt`, for self-restoring borrowed runs
     /// (`None`: not searched yet; `Some(None)`: not available).
-    pub(crate) sigreturn: Option<Option<crate::sigframe::SigreturnGadgets>>,
+    pub(crate) sigreturn: Option<Option<crate::ptrace::sigframe::SigreturnGadgets>>,
     /// The thread remote system calls ran on last.
     pub(crate) syscall_tid: Option<i32>,
     memory: Option<ProcessMemory>,

@@ -24,12 +24,12 @@ use nix::sys::ptrace::{self, Options};
 use nix::unistd::Pid;
 
 use crate::arch::{Arch, Syscall};
-use crate::maps::{parse_maps, MapEntry};
-use crate::memory::{Memory, ProcessMemory};
-use crate::session::{
+use crate::memory::{Memory, ProcessMemory, WriteMemory};
+use crate::ptrace::session::{
     describe_status, stat_flags_and_start, wait_tid, Current, Session, SessionError, ThreadStop,
     Waited, EVENT_STOP,
 };
+use reader::procfs::{parse_maps, MapEntry};
 
 /// Single-steps before giving up (each stop on the way is a held signal or a trap).
 const MAX_STEPS: usize = 16;
@@ -48,7 +48,7 @@ pub fn find_syscall_gadget(pid: i32) -> Result<Option<u64>, SessionError> {
     if Arch::of_process(pid) == Arch::X86_64 {
         if let Some((_, start)) = stat_flags_and_start(pid) {
             // Remembered for the process, so the stop window does not pay for the search.
-            crate::sigframe::find(pid, start, &mem, &maps);
+            crate::ptrace::sigframe::find(pid, start, &mem, &maps);
         }
     }
     let found = search_gadget(&maps, &mem, insn);
@@ -175,17 +175,17 @@ impl Session {
         Ok(())
     }
 
-    /// libc's gadgets for self-restoring borrowed runs ([`crate::sigframe`]), x86-64 only.
+    /// libc's gadgets for self-restoring borrowed runs ([`crate::ptrace::sigframe`]), x86-64 only.
     pub(crate) fn sigreturn_gadgets(
         &mut self,
-    ) -> Result<Option<crate::sigframe::SigreturnGadgets>, SessionError> {
+    ) -> Result<Option<crate::ptrace::sigframe::SigreturnGadgets>, SessionError> {
         if let Some(g) = self.sigreturn {
             return Ok(g);
         }
         let found = if Arch::of_process(self.pid) == Arch::X86_64 {
             let (pid, start) = (self.pid, self.start_time);
-            let maps = crate::maps::read_maps(pid).unwrap_or_default();
-            crate::sigframe::find(pid, start, self.memory()?, &maps)
+            let maps = reader::procfs::read_maps(pid).unwrap_or_default();
+            crate::ptrace::sigframe::find(pid, start, self.memory()?, &maps)
         } else {
             None
         };
@@ -194,7 +194,7 @@ impl Session {
     }
 
     /// Writes a frame holding `regs`, the thread's FPU state and `mask` below the
-    /// stack pointer of the stopped thread `tid` ([`crate::sigframe`]); returns the
+    /// stack pointer of the stopped thread `tid` ([`crate::ptrace::sigframe`]); returns the
     /// gadgets and the stack pointer a borrowed run starts with, or `None` when the
     /// process has no such gadgets or the stack has no room (the caller then runs
     /// without the frame).
@@ -203,19 +203,19 @@ impl Session {
         tid: i32,
         regs: &libc::user_regs_struct,
         mask: u64,
-    ) -> Result<Option<(crate::sigframe::SigreturnGadgets, u64)>, SessionError> {
+    ) -> Result<Option<(crate::ptrace::sigframe::SigreturnGadgets, u64)>, SessionError> {
         let Some(gadgets) = self.sigreturn_gadgets()? else {
             return Ok(None);
         };
-        let fp = crate::remote_call::get_fpregs(tid)
+        let fp = crate::ptrace::call::get_fpregs(tid)
             .map_err(|e| self.ptrace_error("PTRACE_GETFPREGS", tid, e))?;
-        let ctx = crate::sigframe::SavedContext {
+        let ctx = crate::ptrace::sigframe::SavedContext {
             regs: *regs,
             fp,
-            xstate: crate::remote_call::get_xstate(tid),
+            xstate: crate::ptrace::call::get_xstate(tid),
             mask,
         };
-        let frame = crate::sigframe::build(&ctx, &gadgets);
+        let frame = crate::ptrace::sigframe::build(&ctx, &gadgets);
         Ok(self
             .memory()?
             .write(frame.addr, &frame.bytes)
@@ -263,7 +263,7 @@ impl Session {
         {
             return Some(tid);
         }
-        let rank = |t: &crate::session::Tracee| match (t.signal.is_some(), t.found) {
+        let rank = |t: &crate::ptrace::session::Tracee| match (t.signal.is_some(), t.found) {
             (false, ThreadStop::Interrupted) => 0,
             (false, _) => 1,
             (true, _) => 2,
@@ -589,8 +589,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::maps::read_maps;
-    use crate::session::test_support::*;
+    use crate::ptrace::session::test_support::*;
+    use reader::procfs::read_maps;
 
     /// Sleeps 300 ms in one nanosleep and says whether it completed.
     const SLEEP: &str = r#"

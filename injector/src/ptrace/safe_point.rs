@@ -40,11 +40,12 @@ use std::fmt;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use crate::backtrace::{Frame, FrameKind, Unwind};
-use crate::maps::{read_maps, MapEntry};
 use crate::memory::Memory;
-use crate::session::{Session, SessionError};
-use crate::symbols::ProcessSymbols;
+use crate::ptrace::session::{Session, SessionError};
+use reader::procfs::{read_maps, MapEntry};
+use reader::symbols::ProcessSymbols;
+use reader::unwind::x86_64::Unwind;
+use reader::unwind::{Frame, FrameKind};
 
 /// Guarded frames allowed at the outer end of a stack (the thread's start in libc).
 const MAX_START_FRAMES: usize = 2;
@@ -318,7 +319,7 @@ fn role_of_file(file: &str) -> Option<Role> {
         file.strip_prefix(p)
             .is_some_and(|rest| rest.starts_with(".so") || rest.starts_with('-'))
     };
-    if crate::maps::is_libc_file(file) || starts("libpthread") || starts("libdl") {
+    if reader::procfs::is_libc_file(file) || starts("libpthread") || starts("libdl") {
         Some(Role::Libc)
     } else if file.starts_with("ld-linux") || starts("ld") {
         Some(Role::Loader)
@@ -479,7 +480,7 @@ pub fn borrow_at_safe_point(
             let session = match Session::attach_thread(pid, tid) {
                 Ok(s) => s,
                 Err(SessionError::Exited { .. }) | Err(SessionError::NoSuchProcess { .. })
-                    if !crate::session::process_ended(pid) =>
+                    if !crate::ptrace::session::process_ended(pid) =>
                 {
                     continue
                 }
@@ -491,7 +492,7 @@ pub fn borrow_at_safe_point(
                             reason: e.to_string(),
                         },
                     ));
-                    if crate::session::process_ended(pid) {
+                    if crate::ptrace::session::process_ended(pid) {
                         return Err(NoSafePoint {
                             samples,
                             waited: started.elapsed(),

@@ -5,7 +5,7 @@
 //! `__jit_debug_register_code`. Ordinary programs have neither, so argstash loads a
 //! tiny shared object providing them (built from `src/jit_helper.c`: no code runs at
 //! load, no relocations) with a remote `dlopen` on a thread borrowed at a safe point
-//! ([`crate::safe_point`]; skipped, with a note, when none is found), then links one
+//! ([`crate::ptrace::safe_point`]; skipped, with a note, when none is found), then links one
 //! entry per hook into the descriptor: an ELF file in the unwind area naming the
 //! trampoline (`argstash_trampoline.NAME`) and relocated prologue, with their
 //! `.eh_frame`. `gdb -p PID` then names and unwinds through the hook frames with no
@@ -22,8 +22,8 @@ use trampolines::unwind_area::{FLAG_GDB_JIT, MAX_JIT_ELF};
 use crate::foreign_unwind::{
     read_slot, set_flags, Borrower, CallSkipped, UnwindHook, UnwindReport, CALL_TIMEOUT,
 };
-use crate::memory::Memory;
-use crate::symbols::{FuncSpec, ProcessSymbols};
+use crate::memory::{Memory, WriteMemory};
+use reader::symbols::{FuncSpec, ProcessSymbols};
 
 /// The helper shared object, built by `build.rs`.
 pub const HELPER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/jit_helper.so"));
@@ -80,7 +80,7 @@ struct Helper {
 fn loaded_helper(pid: i32) -> Option<Helper> {
     let path = helper_path(pid);
     let path = path.to_str()?;
-    let maps = crate::maps::read_maps(pid).ok()?;
+    let maps = reader::procfs::read_maps(pid).ok()?;
     let base = maps
         .iter()
         .find(|m| m.path == path && m.offset == 0)
@@ -105,7 +105,7 @@ const DT_DEBUG: u64 = 21;
 /// the auxiliary vector) give its dynamic section, whose `DT_DEBUG` entry points at
 /// the loader's `r_debug` and its list of loaded objects.
 pub(crate) fn link_map_of(pid: i32, mem: &dyn Memory, path: &str) -> Option<u64> {
-    let auxv = crate::maps::parse_auxv(&std::fs::read(format!("/proc/{pid}/auxv")).ok()?);
+    let auxv = reader::procfs::parse_auxv(&std::fs::read(format!("/proc/{pid}/auxv")).ok()?);
     let aux = |key: u64| auxv.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
     let (phdr, phnum) = (aux(AT_PHDR)?, aux(AT_PHNUM)?.min(256));
     let headers = mem.read_vec(phdr, 56 * phnum as usize).ok()?;
@@ -156,7 +156,7 @@ fn load_helper(
     pid: i32,
     loader: &Loader,
     scratch: (u64, usize),
-    mem: &dyn Memory,
+    mem: &dyn WriteMemory,
     borrower: &mut Borrower,
 ) -> Result<Helper, String> {
     let path = helper_path(pid);
@@ -212,7 +212,7 @@ fn load_helper(
 /// Links every hook's symbol file into the target's JIT descriptor (loading the helper first).
 pub(crate) fn register(
     pid: i32,
-    mem: &dyn Memory,
+    mem: &dyn WriteMemory,
     loader: Option<&Loader>,
     hooks: &[UnwindHook],
     report: &mut UnwindReport,
@@ -298,7 +298,7 @@ pub(crate) fn register(
 /// Unlinks the hooks' entries; `dlclose`s the helper and removes its file once none is left.
 pub(crate) fn unregister(
     pid: i32,
-    mem: &dyn Memory,
+    mem: &dyn WriteMemory,
     hooks: &[UnwindHook],
     report: &mut UnwindReport,
     borrower: &mut Borrower,

@@ -1494,8 +1494,8 @@ mod tests {
                     assert_eq!(got.params.len(), want.params.len(), "{}", s.name);
                     assert_eq!(got.variadic, want.variadic, "{}", s.name);
                     assert_eq!(
-                        format!("{:?}", crate::abi::placement_of(&got)),
-                        format!("{:?}", crate::abi::placement_of(&want)),
+                        format!("{:?}", crate::args::x86_64::placement_of(&got)),
+                        format!("{:?}", crate::args::x86_64::placement_of(&want)),
                         "{}",
                         s.name
                     );

@@ -1,18 +1,11 @@
-//! Arenas in a target: finding them from memory alone, placing new ones near a module,
-//! and reading their records.
-//!
-//! An arena is an anonymous private `r-x` mapping whose first bytes are the
-//! [`trampolines::arena`] header. Nothing about hooks is kept outside the target:
-//! every reader (`bt`, `list`, `eject`, a restarted tool, a core-file reader)
-//! rediscovers the arenas by scanning the mappings for the magic.
+//! Placing a new arena: a free gap of the address space within rel32 reach of the
+//! hooked module. (Finding arenas already in a target is [`reader::arena`].)
 
 use std::ops::Range;
 
-use trampolines::arena::{Arena, ArenaHeader, ARENA_MAGIC, HEADER_LEN, PAGE};
+use trampolines::arena::PAGE;
 
-use crate::error::Error;
-use crate::maps::MapEntry;
-use crate::memory::Memory;
+use reader::procfs::MapEntry;
 
 /// Records per arena.
 pub const ARENA_CAPACITY: u32 = 128;
@@ -22,40 +15,6 @@ const REACH: u64 = (1 << 31) - (1 << 20);
 
 /// Lowest address we ever place an arena at (above `vm.mmap_min_addr`).
 const MIN_ADDR: u64 = 1 << 20;
-
-/// Finds every arena in the mappings (anonymous `r-x` mappings starting with the magic).
-pub fn discover(maps: &[MapEntry], mem: &dyn Memory) -> Result<Vec<Arena>, Error> {
-    let mut found = Vec::new();
-    for m in maps {
-        if !(m.perms.exec && m.perms.read && m.perms.private) || m.inode != 0 || !m.path.is_empty()
-        {
-            continue;
-        }
-        if m.end - m.start < PAGE as u64 {
-            continue;
-        }
-        let mut head = [0u8; HEADER_LEN];
-        if mem.read(m.start, &mut head).is_err() || head[..8] != ARENA_MAGIC {
-            continue;
-        }
-        let header = ArenaHeader::decode(m.start, &head).map_err(|source| Error::Format {
-            addr: m.start,
-            source,
-        })?;
-        found.push(read_arena(mem, &header)?);
-    }
-    Ok(found)
-}
-
-/// Reads an arena's header and records.
-pub fn read_arena(mem: &dyn Memory, header: &ArenaHeader) -> Result<Arena, Error> {
-    let mut bytes = vec![0u8; header.header_len()];
-    mem.read(header.base, &mut bytes)?;
-    Arena::decode(header.base, &bytes).map_err(|source| Error::Format {
-        addr: header.base,
-        source,
-    })
-}
 
 /// True when every address of `a` is within rel32 reach of every address of `b`.
 pub fn within_reach(a: &Range<u64>, b: &Range<u64>) -> bool {
@@ -151,7 +110,8 @@ pub fn anywhere_candidates(maps: &[MapEntry], len: u64) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::maps::parse_maps;
+    use reader::procfs::parse_maps;
+    use trampolines::arena::ArenaHeader;
 
     #[test]
     fn candidates_are_free_near_and_in_reach() {

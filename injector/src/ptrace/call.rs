@@ -1,10 +1,10 @@
 //! Function calls run inside the target on one stopped thread, with a time limit.
 //!
-//! Call only on a thread proved to be at a safe point ([`crate::safe_point`]): the
+//! Call only on a thread proved to be at a safe point ([`crate::ptrace::safe_point`]): the
 //! callee may allocate and take the loader's or libgcc's locks.
 //!
 //! The thread's whole context (registers, XSAVE area, signal mask) is saved, and also
-//! written below its stack pointer as a signal frame ([`crate::sigframe`]) whose
+//! written below its stack pointer as a signal frame ([`crate::ptrace::sigframe`]) whose
 //! return address, `__restore_rt`, is the callee's return address. RIP is pointed at
 //! the function, the arguments are loaded and `orig_rax` is set to -1 (no restart of an
 //! interrupted system call into our call). The thread runs under `PTRACE_SYSCALL`
@@ -27,8 +27,8 @@ use nix::sys::ptrace;
 use nix::unistd::Pid;
 use thiserror::Error;
 
-use crate::remote::{get_sigmask, set_sigmask, sigbit};
-use crate::session::{describe_status, wait_tid, Current, Session, SessionError, Waited};
+use crate::ptrace::session::{describe_status, wait_tid, Current, Session, SessionError, Waited};
+use crate::ptrace::syscall::{get_sigmask, set_sigmask, sigbit};
 
 /// The user code segment selector of 64-bit code on Linux x86-64.
 const USER_CS_64: u64 = 0x33;
@@ -263,7 +263,7 @@ impl Session {
         // The registers first: from then on the thread finds its way back by itself.
         self.set_regs(tid, &regs)?;
         let sigreturn_at = (
-            gadgets.restore_rt + crate::sigframe::RESTORE_RT_SYSCALL_END,
+            gadgets.restore_rt + crate::ptrace::sigframe::RESTORE_RT_SYSCALL_END,
             sp + 8,
         );
         let outcome = set_sigmask(tid, !sigbit(libc::SIGSEGV))
@@ -376,7 +376,7 @@ impl Session {
                     }
                     let now = ptrace::getregs(child)
                         .map_err(|e| self.ptrace_error("PTRACE_GETREGS", tid, e))?;
-                    returning = now.orig_rax == crate::sigframe::NR_RT_SIGRETURN
+                    returning = now.orig_rax == crate::ptrace::sigframe::NR_RT_SIGRETURN
                         && (now.rip, now.rsp) == sigreturn_at;
                 }
                 (0, s) if s == libc::SIGSEGV || s == libc::SIGBUS || s == libc::SIGILL => {

@@ -1,0 +1,12 @@
+//! Driving a live process over ptrace: attach sessions, remote system calls, remote
+//! function calls, the self-restoring signal frame they run under, and the proof
+//! that a thread may be borrowed for them.
+//!
+//! Everything here must be called from the OS thread that attached (ptrace binds a
+//! tracee to the tracer thread).
+
+pub mod call;
+pub mod safe_point;
+pub mod session;
+pub mod sigframe;
+pub mod syscall;

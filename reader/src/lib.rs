@@ -1,0 +1,30 @@
+//! Reading a target without changing it: the half of argstash that needs no ptrace.
+//!
+//! A separate crate so that Cargo enforces the layering: everything here works from
+//! a [`memory::Memory`] (a live process's memory, a stack snapshot, a core file)
+//! and files on disk, never stops or writes a process, and does not depend on
+//! `nix`. The injector (ptrace, hooks), the Python extension and the profiler all
+//! build on it, as py-spy builds on its `remoteprocess` and addr2line on gimli.
+//!
+//! Layers, each using only those above it:
+//!
+//! - [`procfs`]: `/proc/PID/maps`, auxv.
+//! - [`memory`]: the [`memory::Memory`] and [`memory::WriteMemory`] traits, stack snapshots.
+//! - [`symbols`], [`debuginfo`]: ELF symbol tables, separate debug files, DWARF.
+//! - [`args`]: the type model, DWARF parameters, user signatures, ABI placement
+//!   per architecture, value formatting.
+//! - [`arena`]: the hooks' arenas found in a target's memory.
+//! - [`unwind`]: frames, stash frames, the x86-64 and i386 unwinders.
+//! - [`core`]: core files as a memory, thread and module source.
+
+pub mod arena;
+pub mod args;
+pub mod core;
+pub mod debuginfo;
+pub mod error;
+pub mod memory;
+pub mod procfs;
+pub mod symbols;
+pub mod unwind;
+
+pub use error::Error;
