@@ -22,10 +22,8 @@ use gimli::{EndianArcSlice, LittleEndian};
 use thiserror::Error;
 
 use crate::args::{self, FunctionInfo};
+use crate::dwarf::DwarfReader;
 use crate::symbols::Symbol;
-
-/// The byte reader every DWARF structure here is built on.
-pub type DwarfReader = EndianArcSlice<LittleEndian>;
 
 /// The directory distributions install separate debug files under.
 pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";

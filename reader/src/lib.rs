@@ -10,9 +10,10 @@
 //!
 //! - [`procfs`]: `/proc/PID/maps`, auxv.
 //! - [`memory`]: the [`memory::Memory`] and [`memory::WriteMemory`] traits, stack snapshots.
-//! - [`symbols`], [`debuginfo`]: ELF symbol tables, separate debug files, DWARF.
+//! - [`dwarf`]: the gimli reader type shared by the DWARF readers.
 //! - [`args`]: the type model, DWARF parameters, user signatures, ABI placement
 //!   per architecture, value formatting.
+//! - [`symbols`], [`debuginfo`]: ELF symbol tables, separate debug files, DWARF.
 //! - [`arena`]: the hooks' arenas found in a target's memory.
 //! - [`unwind`]: frames, stash frames, the x86-64 and i386 unwinders.
 //! - [`core`]: core files as a memory, thread and module source.
@@ -21,6 +22,7 @@ pub mod arena;
 pub mod args;
 pub mod core;
 pub mod debuginfo;
+pub mod dwarf;
 pub mod error;
 pub mod memory;
 pub mod procfs;

@@ -12,8 +12,9 @@
 
 use gimli::Operation;
 
-use crate::args::{format_value, ArgSource, ArgValue, FunctionInfo, TypeDesc, TypeKind};
-use crate::debuginfo::DwarfReader;
+use super::format::format_value;
+use super::types::{ArgSource, ArgValue, FunctionInfo, TypeDesc, TypeKind};
+use crate::dwarf::DwarfReader;
 use crate::memory::Memory;
 
 /// DWARF numbers of the stashed i386 registers and their names.
@@ -308,7 +309,7 @@ fn values(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::{Location, Param};
+    use crate::args::types::{Location, Param};
     use crate::memory::MemoryError;
 
     struct NoMemory;
@@ -424,7 +425,8 @@ mod tests {
 
     #[test]
     fn signatures_take_cdecl_words_with_i386_sizes() {
-        let sig = crate::args::parse_params("long n, long long big, unsigned char c").unwrap();
+        let sig =
+            crate::args::signature::parse_params("long n, long long big, unsigned char c").unwrap();
         let v = signature_values_i386(&sig.to_function_info(None), &STASH, &NoMemory).unwrap();
         let shown: Vec<_> = v
             .iter()
