@@ -938,9 +938,13 @@ fn parse_auxv32(bytes: &[u8]) -> Vec<(u64, u64)> {
 /// `count` paths; the numbers are words of the core's architecture.
 fn parse_nt_file(desc: &[u8], arch: Arch) -> Result<Vec<CoreMappedFile>, String> {
     let bad = |what: &str| format!("NT_FILE note: {what}");
-    let (size, word): (u64, fn(&[u8], usize) -> Option<u64>) = match arch {
-        Arch::X86_64 => (8, le_u64),
-        Arch::I386 => (4, |b, at| le_u32(b, at).map(u64::from)),
+    let size: u64 = match arch {
+        Arch::X86_64 => 8,
+        Arch::I386 => 4,
+    };
+    let word = |b: &[u8], at: usize| match arch {
+        Arch::X86_64 => le_u64(b, at),
+        Arch::I386 => le_u32(b, at).map(u64::from),
     };
     let w = size as usize;
     let count = word(desc, 0).ok_or_else(|| bad("too short"))?;

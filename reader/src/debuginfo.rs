@@ -614,6 +614,9 @@ fn file_key(path: &str) -> Option<FileKey> {
     Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
+/// The parses a [`DwarfCache`] knows, by file; each lives as long as a reader holds it.
+type SharedFiles = Vec<(FileKey, std::sync::Weak<DwarfData>)>;
+
 /// Parsed DWARF by file, shared by every reader given the same cache.
 ///
 /// The caller owns it and hands a clone (a handle to the same cache) to each
@@ -623,7 +626,7 @@ fn file_key(path: &str) -> Option<FileKey> {
 /// no parse alive.
 #[derive(Clone, Default)]
 pub struct DwarfCache {
-    files: Arc<std::sync::Mutex<Vec<(FileKey, std::sync::Weak<DwarfData>)>>>,
+    files: Arc<std::sync::Mutex<SharedFiles>>,
 }
 
 impl std::fmt::Debug for DwarfCache {
@@ -640,7 +643,7 @@ impl DwarfCache {
         DwarfCache::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(FileKey, std::sync::Weak<DwarfData>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SharedFiles> {
         self.files.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -1570,6 +1573,31 @@ mod tests {
              {unknown} left to the full reader"
         );
         assert!(found > 50, "only {found} functions compared");
+    }
+
+    /// Readers given one cache share a file's parse; readers with their own do not.
+    #[test]
+    fn a_dwarf_cache_shares_parses_between_its_users() {
+        let exe = std::env::current_exe().unwrap();
+        let search = DebugSearch::default();
+        let cache = DwarfCache::new();
+        let a = ModuleDebug::load_cached(&exe, 0, &search, &cache);
+        let Some(da) = a.dwarf.clone() else {
+            eprintln!("skipped: this test binary has no DWARF");
+            return;
+        };
+        let b = ModuleDebug::load_cached(&exe, 0, &search, &cache.clone());
+        assert!(Arc::ptr_eq(&da, b.dwarf.as_ref().unwrap()), "one parse");
+        let own = ModuleDebug::load(&exe, 0, &search);
+        assert!(
+            !Arc::ptr_eq(&da, own.dwarf.as_ref().unwrap()),
+            "a parse of its own"
+        );
+        // The cache holds no parse alive by itself.
+        drop((a, b, da));
+        assert!(cache
+            .get(file_key(&exe.to_string_lossy()).unwrap())
+            .is_none());
     }
 
     #[test]
