@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use argstash_dbus::{HookEntry, Injector1ProxyBlocking, Param};
 use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
 use injector::backtrace::{
-    Backtrace, Frame, FrameKind, InlinedFrame, StashedArgs, ThreadBacktrace,
+    Backtrace, Frame, FrameKind, InlinedFrame, StashedArgs, StopReason, ThreadBacktrace,
 };
 use injector::foreign_unwind::{HookUnwindStatus, UnwindReport};
 use injector::hooks::{EjectReport, HookInfo, InstallReport};
@@ -308,7 +308,8 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
                         tid: t.tid as i32,
                         name: t.name.clone(),
                         frames: t.frames.iter().map(frame).collect(),
-                        truncated: (!t.truncated.is_empty()).then(|| t.truncated.clone()),
+                        truncated: (!t.truncated.is_empty())
+                            .then(|| StopReason::Text(t.truncated.clone())),
                         stopped: Duration::from_micros(t.stopped_us),
                     })
                     .collect(),

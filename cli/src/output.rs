@@ -390,7 +390,7 @@ pub fn print_backtrace(bt: &Backtrace, json: bool) {
                     "frames": t.frames.iter().enumerate().map(|(i, f)| frame_json(i, f)).collect::<Vec<_>>(),
                 });
                 if let Some(why) = &t.truncated {
-                    v["truncated"] = json!(why);
+                    v["truncated"] = json!(why.to_string());
                 }
                 v
             })

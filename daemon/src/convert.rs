@@ -306,7 +306,11 @@ pub fn threads(bt: &Backtrace) -> Vec<Thread> {
             tid: t.tid as u32,
             name: t.name.clone(),
             stopped_us: t.stopped.as_micros() as u64,
-            truncated: t.truncated.clone().unwrap_or_default(),
+            truncated: t
+                .truncated
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
             frames: t
                 .frames
                 .iter()

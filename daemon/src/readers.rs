@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::sync::Mutex;
 
 use injector::backtrace::{Backtrace, BacktraceOptions, ProcessReader};
-use injector::reader::debuginfo::DebugSearch;
+use injector::reader::debuginfo::{DebugSearch, DwarfCache};
 
 /// One cached reader: a process is identified by its pid and start time.
 struct Entry {
@@ -32,6 +32,8 @@ pub struct ReaderCache {
     capacity: usize,
     debug_bytes: usize,
     search: Option<DebugSearch>,
+    /// Given to every reader: one parse of a file's DWARF (libc's) serves them all.
+    dwarf: DwarfCache,
     janitor: mpsc::Sender<Garbage>,
 }
 
@@ -52,6 +54,7 @@ impl ReaderCache {
             capacity,
             debug_bytes,
             search,
+            dwarf: DwarfCache::new(),
             janitor,
         }
     }
@@ -108,6 +111,7 @@ impl ReaderCache {
         }
         let reader = found.unwrap_or_else(|| {
             let mut r = ProcessReader::new(pid);
+            r.set_dwarf_cache(self.dwarf.clone());
             if let Some(s) = &self.search {
                 r.set_debug_search(s.clone());
             }

@@ -3,16 +3,14 @@
 //! [`reader::unwind`] unwinder of the process's architecture.
 
 use reader::arena::discover;
-use reader::debuginfo::{DebugSearch, ModuleDebug};
+use reader::debuginfo::{DebugSearch, DwarfCache, ModuleDebug};
 use reader::memory::{Memory, StackSnapshot};
 use reader::procfs::{read_maps, MapEntry};
 use reader::symbols::ProcessSymbols;
-use reader::unwind::i386::{Regs32, Unwind32};
-use reader::unwind::stack_range;
-use reader::unwind::x86_64::{dwarf_registers, Unwind};
+use reader::unwind::{stack_range, Unwinder};
 pub use reader::unwind::{
     Backtrace, BacktraceOptions, Frame, FrameKind, InlinedFrame, StashSlot, StashedArgs,
-    ThreadBacktrace,
+    StopReason, ThreadBacktrace,
 };
 
 use crate::arch::Arch;
@@ -20,75 +18,11 @@ use crate::error::Error;
 use crate::memory::ProcessMemory;
 use crate::ptrace::session::{Session, SessionError};
 
-/// The unwinder of one process, for its architecture.
-enum ArchUnwind {
-    X86_64(Unwind),
-    I386(Unwind32),
-}
-
-impl ArchUnwind {
-    fn new(arch: Arch, symbols: ProcessSymbols, search: &DebugSearch) -> ArchUnwind {
-        match arch {
-            Arch::X86_64 => {
-                let mut u = Unwind::new(symbols, Vec::new());
-                u.set_debug_search(search.clone());
-                ArchUnwind::X86_64(u)
-            }
-            Arch::I386 => {
-                let mut u = Unwind32::new(symbols, Vec::new());
-                u.set_debug_search(search.clone());
-                ArchUnwind::I386(u)
-            }
-        }
-    }
-
-    fn set_debug_search(&mut self, search: DebugSearch) {
-        match self {
-            ArchUnwind::X86_64(u) => u.set_debug_search(search),
-            ArchUnwind::I386(u) => u.set_debug_search(search),
-        }
-    }
-
-    fn set_arenas(&mut self, arenas: Vec<trampolines::arena::Arena>) {
-        match self {
-            ArchUnwind::X86_64(u) => u.set_arenas(arenas),
-            ArchUnwind::I386(u) => u.set_arenas(arenas),
-        }
-    }
-
-    fn debug_warnings(&self) -> Vec<String> {
-        match self {
-            ArchUnwind::X86_64(u) => u.debug_warnings(),
-            ArchUnwind::I386(u) => u.debug_warnings(),
-        }
-    }
-
-    fn take_debug_over(&mut self, max_bytes: usize) -> Vec<ModuleDebug> {
-        match self {
-            ArchUnwind::X86_64(u) => u.take_debug_over(max_bytes),
-            ArchUnwind::I386(u) => u.take_debug_over(max_bytes),
-        }
-    }
-
-    fn unwind(
-        &self,
-        regs: &libc::user_regs_struct,
-        mem: &dyn Memory,
-        show_trampolines: bool,
-    ) -> (Vec<reader::unwind::Frame>, Option<String>) {
-        match self {
-            ArchUnwind::X86_64(u) => {
-                u.unwind_registers(&dwarf_registers(regs), mem, show_trampolines)
-            }
-            ArchUnwind::I386(u) => {
-                let regs32 = Regs32 {
-                    eip: regs.rip as u32,
-                    esp: regs.rsp as u32,
-                    ebp: regs.rbp as u32,
-                };
-                u.unwind(regs32, mem, show_trampolines)
-            }
-        }
+/// The unwinder's name for the architecture of a process.
+fn unwind_arch(arch: Arch) -> reader::unwind::Arch {
+    match arch {
+        Arch::X86_64 => reader::unwind::Arch::X86_64,
+        Arch::I386 => reader::unwind::Arch::I386,
     }
 }
 
@@ -136,12 +70,14 @@ pub struct ProcessReader {
     pid: i32,
     started: Option<u64>,
     key: Vec<(u64, u64, u64, u64, String)>,
-    unwind: Option<ArchUnwind>,
+    unwind: Option<Unwinder>,
     search: DebugSearch,
+    dwarf: DwarfCache,
 }
 
 impl ProcessReader {
-    /// A reader for `pid`; symbols are loaded by the first backtrace.
+    /// A reader for `pid`; symbols are loaded by the first backtrace. Its DWARF
+    /// parses are its own (see [`Self::set_dwarf_cache`]).
     pub fn new(pid: i32) -> ProcessReader {
         ProcessReader {
             pid,
@@ -149,7 +85,17 @@ impl ProcessReader {
             key: Vec::new(),
             unwind: None,
             search: DebugSearch::default(),
+            dwarf: DwarfCache::new(),
         }
+    }
+
+    /// Shares DWARF parses with every other user of `cache` (a daemon's
+    /// readers of many processes parse libc's once).
+    pub fn set_dwarf_cache(&mut self, cache: DwarfCache) {
+        if let Some(u) = self.unwind.as_mut() {
+            u.set_dwarf_cache(cache.clone());
+        }
+        self.dwarf = cache;
     }
 
     /// Sets where separate debug files are looked for.
@@ -164,7 +110,7 @@ impl ProcessReader {
     pub fn debug_warnings(&self) -> Vec<String> {
         self.unwind
             .as_ref()
-            .map(ArchUnwind::debug_warnings)
+            .map(Unwinder::debug_warnings)
             .unwrap_or_default()
     }
 
@@ -196,10 +142,13 @@ impl ProcessReader {
         // parsed is shared with the new one instead of parsed again.
         let (unwind, _previous) = match self.unwind.take() {
             Some(u) if key == self.key && started == self.started => (u, None),
-            previous => (
-                ArchUnwind::new(arch, ProcessSymbols::load(pid, &maps)?, &self.search),
-                previous,
-            ),
+            previous => {
+                let symbols = ProcessSymbols::load(pid, &maps)?;
+                let mut u = Unwinder::new(unwind_arch(arch), symbols, Vec::new());
+                u.set_debug_search(self.search.clone());
+                u.set_dwarf_cache(self.dwarf.clone());
+                (u, previous)
+            }
         };
         let unwind = self.unwind.insert(unwind);
         self.key = key;
@@ -231,7 +180,7 @@ fn read_threads(
     pid: i32,
     maps: &[MapEntry],
     mem: &ProcessMemory,
-    unwind: &ArchUnwind,
+    unwind: &Unwinder,
     opts: &BacktraceOptions,
 ) -> Result<Backtrace, Error> {
     let tids = match opts.tid {
@@ -264,6 +213,7 @@ fn read_threads(
             bytes.clear();
         }
         let snapshot = StackSnapshot::new(start, bytes, mem);
+        let regs = unwind.arch().dwarf_registers(&regs);
         let (frames, truncated) = unwind.unwind(&regs, &snapshot, opts.show_trampolines);
         threads.push(ThreadBacktrace {
             tid,

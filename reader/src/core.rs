@@ -1,6 +1,6 @@
 //! Core files: backtraces with stashed arguments after the process is gone.
 //!
-//! A [`CoreFile`] is an x86-64 ELF `ET_CORE` image mapped read-only. Its notes give
+//! A [`CoreFile`] is an x86-64 or i386 ELF `ET_CORE` image mapped read-only. Its notes give
 //! the threads (`NT_PRSTATUS`: tid, signal, registers), the command name
 //! (`NT_PRPSINFO`), the auxiliary vector (`NT_AUXV`: where the executable and the
 //! vDSO are) and the mapped files (`NT_FILE`). Its `PT_LOAD` segments are the memory,
@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use goblin::container::{Container, Ctx, Endian};
-use goblin::elf::header::{ELFCLASS64, EM_X86_64, ET_CORE, ET_DYN, ET_EXEC};
+use goblin::elf::header::{ELFCLASS32, ELFCLASS64, EM_386, EM_X86_64, ET_CORE, ET_DYN, ET_EXEC};
 use goblin::elf::note::{NoteDataIterator, NT_FILE, NT_PRPSINFO, NT_PRSTATUS};
 use goblin::elf::program_header::{ProgramHeader, PF_R, PF_W, PF_X, PT_LOAD, PT_NOTE};
 
@@ -30,8 +30,7 @@ use crate::error::Error;
 use crate::memory::{Memory, MemoryError};
 use crate::procfs::{MapEntry, Perms};
 use crate::symbols::{Module, ProcessSymbols, VDSO};
-use crate::unwind::x86_64::Unwind;
-use crate::unwind::{Backtrace, BacktraceOptions, ThreadBacktrace};
+use crate::unwind::{Arch, Backtrace, BacktraceOptions, DwarfRegisters, ThreadBacktrace, Unwinder};
 
 /// `NT_AUXV`: the auxiliary vector the process started with.
 const NT_AUXV: u32 = 6;
@@ -43,7 +42,7 @@ const AT_SYSINFO_EHDR: u64 = 33;
 const PRSTATUS_LEN: usize = 336;
 /// Offset of `pr_pid` in `struct elf_prstatus`.
 const PRSTATUS_PID: usize = 32;
-/// Offset of `pr_cursig` in `struct elf_prstatus`.
+/// Offset of `pr_cursig` in `struct elf_prstatus` (both architectures).
 const PRSTATUS_CURSIG: usize = 12;
 /// Offset of `pr_reg` (a `user_regs_struct`) in `struct elf_prstatus`.
 const PRSTATUS_REGS: usize = 112;
@@ -51,12 +50,24 @@ const PRSTATUS_REGS: usize = 112;
 const PRPSINFO_PID: usize = 24;
 /// Offset and length of `pr_fname` (the command name) in `struct elf_prpsinfo`.
 const PRPSINFO_FNAME: (usize, usize) = (40, 16);
+/// Size of an i386 `struct elf_prstatus` (32-bit longs and `timeval`s).
+const PRSTATUS32_LEN: usize = 144;
+/// Offset of `pr_pid` in an i386 `struct elf_prstatus`.
+const PRSTATUS32_PID: usize = 24;
+/// Offset of `pr_reg` (an i386 `user_regs_struct`: 17 words) in an i386 `struct elf_prstatus`.
+const PRSTATUS32_REGS: usize = 72;
+/// Offset of `pr_pid` in an i386 `struct elf_prpsinfo` (16-bit uid and gid).
+const PRPSINFO32_PID: usize = 12;
+/// Offset and length of `pr_fname` in an i386 `struct elf_prpsinfo`.
+const PRPSINFO32_FNAME: (usize, usize) = (28, 16);
 /// Largest `[vdso]` image read from the core.
 const MAX_VDSO_LEN: u64 = 1 << 20;
 /// `e_phnum` value saying the real count is in section header 0 (`sh_info`).
 const PN_XNUM: u16 = 0xffff;
 /// Offset of `sh_info` in an `Elf64_Shdr`.
 const SHDR_INFO: usize = 44;
+/// Offset of `sh_info` in an `Elf32_Shdr`.
+const SHDR32_INFO: usize = 28;
 /// `MapEntry::inode` of a file mapping rebuilt from a core (cores record no inodes).
 const CORE_FILE_INODE: u64 = 1;
 
@@ -85,15 +96,9 @@ pub enum CoreError {
         /// What it is instead.
         kind: &'static str,
     },
-    /// A 32-bit core.
-    #[error("{path} is a 32-bit core file: only x86-64 cores are supported")]
-    Not64Bit {
-        /// The file.
-        path: String,
-    },
     /// A core of another architecture.
     #[error(
-        "{path} is a core of machine type {machine}, not x86-64: only x86-64 cores are supported"
+        "{path} is a core of machine type {machine}, not x86-64 or i386: only x86-64 and i386 cores are supported"
     )]
     WrongMachine {
         /// The file.
@@ -155,15 +160,16 @@ pub struct CoreThread {
     pub tid: i32,
     /// Signal the thread was stopped by (the crashing thread's fatal signal).
     pub signal: i32,
-    /// Instruction pointer.
+    /// Instruction pointer (`eip` in an i386 core).
     pub rip: u64,
-    /// Stack pointer.
+    /// Stack pointer (`esp` in an i386 core).
     pub rsp: u64,
-    /// Frame pointer.
+    /// Frame pointer (`ebp` in an i386 core).
     pub rbp: u64,
-    /// Every general register, by DWARF number (rax 0 … r15 15, rip 16), for
-    /// DWARF argument locations in the innermost frame.
-    pub registers: [Option<u64>; 17],
+    /// Every general register, by DWARF number of the core's architecture
+    /// (x86-64: rax 0 … r15 15, rip 16; i386: eax 0 … edi 7, eip 8), for the
+    /// unwinder and DWARF argument locations in the innermost frame.
+    pub registers: DwarfRegisters,
 }
 
 /// One file mapping from `NT_FILE`.
@@ -208,11 +214,13 @@ pub struct MissingModule {
     pub reason: String,
 }
 
-/// A parsed x86-64 Linux core file, readable as process memory.
+/// A parsed x86-64 or i386 Linux core file, readable as process memory.
 pub struct CoreFile {
     path: PathBuf,
     map: memmap2::Mmap,
     segments: Vec<Segment>,
+    /// The dumped process's architecture.
+    pub arch: Arch,
     /// Process id of the dumped process.
     pub pid: i32,
     /// Command name (`pr_fname`), empty if the core has no `NT_PRPSINFO`.
@@ -231,6 +239,7 @@ impl std::fmt::Debug for CoreFile {
         f.debug_struct("CoreFile")
             .field("path", &self.path)
             .field("pid", &self.pid)
+            .field("arch", &self.arch)
             .field("threads", &self.threads.len())
             .field("segments", &self.segments.len())
             .field("files", &self.files.len())
@@ -242,6 +251,12 @@ impl std::fmt::Debug for CoreFile {
 fn le_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(
         b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+fn le_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
     ))
 }
 
@@ -258,8 +273,8 @@ fn le_i16(b: &[u8], at: usize) -> Option<i16> {
 }
 
 /// The notes this reader uses, copied out of the core.
-#[derive(Default)]
 struct Notes {
+    arch: Arch,
     pid: Option<i32>,
     command: String,
     threads: Vec<CoreThread>,
@@ -301,6 +316,7 @@ impl CoreFile {
             path: path.to_path_buf(),
             map,
             segments,
+            arch: notes.arch,
             pid: notes
                 .pid
                 .or(notes.threads.first().map(|t| t.tid))
@@ -426,10 +442,7 @@ impl CoreFile {
     fn file_perms(&self, f: &CoreMappedFile) -> Option<Perms> {
         let bytes: &[u8] = self.backing.get(&f.path)?.map.as_ref().ok()?;
         let header = goblin::elf::Elf::parse_header(bytes).ok()?;
-        if header.e_ident[4] != ELFCLASS64 {
-            return None;
-        }
-        let ctx = Ctx::new(Container::Big, Endian::Little);
+        let ctx = Ctx::new(container(header.e_ident[4])?, Endian::Little);
         let phoff = usize::try_from(header.e_phoff).ok()?;
         let phdrs = ProgramHeader::parse(bytes, phoff, usize::from(header.e_phnum), ctx).ok()?;
         let load = phdrs
@@ -572,12 +585,18 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The `NT_GNU_BUILD_ID` of a 64-bit ELF image, found through its `PT_NOTE` headers;
-/// works on a whole file and on the first page a core dumps of each ELF mapping.
+/// The `NT_GNU_BUILD_ID` of a 64-bit or 32-bit ELF image, found through its
+/// `PT_NOTE` headers; works on a whole file and on the first page a core dumps of
+/// each ELF mapping.
 fn build_id(image: &[u8]) -> Option<&[u8]> {
-    if image.get(..4)? != b"\x7fELF" || *image.get(4)? != ELFCLASS64 {
+    if image.get(..4)? != b"\x7fELF" {
         return None;
     }
+    let wide = match *image.get(4)? {
+        ELFCLASS64 => true,
+        ELFCLASS32 => false,
+        _ => return None,
+    };
     let u32_at = |b: &[u8], at: usize| -> Option<u32> {
         Some(u32::from_le_bytes(
             b.get(at..at.checked_add(4)?)?.try_into().ok()?,
@@ -588,15 +607,30 @@ fn build_id(image: &[u8]) -> Option<&[u8]> {
             b.get(at..at.checked_add(2)?)?.try_into().ok()?,
         ))
     };
-    let phoff = usize::try_from(le_u64(image, 32)?).ok()?;
-    let phentsize = usize::from(u16_at(image, 54)?);
-    let phnum = usize::from(u16_at(image, 56)?);
+    // Elf64_Ehdr / Elf32_Ehdr: e_phoff, e_phentsize, e_phnum; Elf64_Phdr / Elf32_Phdr:
+    // p_offset, p_filesz.
+    let word = |b: &[u8], at: usize| {
+        if wide {
+            le_u64(b, at)
+        } else {
+            u32_at(b, at).map(u64::from)
+        }
+    };
+    let (phoff, phentsize, phnum, p_offset, p_filesz) = if wide {
+        (32, 54, 56, 8, 32)
+    } else {
+        (28, 42, 44, 4, 16)
+    };
+    let phoff = usize::try_from(word(image, phoff)?).ok()?;
+    let phentsize = usize::from(u16_at(image, phentsize)?);
+    let phnum = usize::from(u16_at(image, phnum)?);
     for i in 0..phnum {
         let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
         if u32_at(image, ph)? != PT_NOTE {
             continue;
         }
-        let (Some(off), Some(len)) = (le_u64(image, ph + 8), le_u64(image, ph + 32)) else {
+        let (Some(off), Some(len)) = (word(image, ph + p_offset), word(image, ph + p_filesz))
+        else {
             continue;
         };
         let Some(notes) = usize::try_from(off)
@@ -654,12 +688,17 @@ fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
             path: path.to_string(),
         });
     }
-    if bytes.get(4).is_some_and(|c| *c != ELFCLASS64) {
-        return Err(CoreError::Not64Bit {
+    let class = bytes.get(4).copied().unwrap_or(ELFCLASS64);
+    let Some(container) = container(class) else {
+        return Err(CoreError::Malformed {
             path: path.to_string(),
+            msg: format!("unknown ELF class {class}"),
         });
-    }
-    let header_len = goblin::elf::header::header64::SIZEOF_EHDR as u64;
+    };
+    let header_len = match container {
+        Container::Little => goblin::elf::header::header32::SIZEOF_EHDR as u64,
+        Container::Big => goblin::elf::header::header64::SIZEOF_EHDR as u64,
+    };
     if len < header_len {
         return Err(truncated(header_len, "ELF header"));
     }
@@ -678,19 +717,29 @@ fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
             kind,
         });
     }
-    if header.e_machine != EM_X86_64 {
-        return Err(CoreError::WrongMachine {
-            path: path.to_string(),
-            machine: header.e_machine,
-        });
-    }
+    let arch = match (class, header.e_machine) {
+        (ELFCLASS64, EM_X86_64) => Arch::X86_64,
+        (ELFCLASS32, EM_386) => Arch::I386,
+        (_, machine) => {
+            return Err(CoreError::WrongMachine {
+                path: path.to_string(),
+                machine,
+            })
+        }
+    };
     // With 0xffff or more segments (PN_XNUM), the count is in section header 0's sh_info.
     let phnum = if header.e_phnum == PN_XNUM {
+        let (sh_info_at, shdr_len) = match arch {
+            Arch::X86_64 => (SHDR_INFO, 64),
+            Arch::I386 => (SHDR32_INFO, 40),
+        };
         let sh_info = usize::try_from(header.e_shoff)
             .ok()
-            .and_then(|at| at.checked_add(SHDR_INFO))
+            .and_then(|at| at.checked_add(sh_info_at))
             .and_then(|at| bytes.get(at..at.checked_add(4)?))
-            .ok_or_else(|| truncated(header.e_shoff.saturating_add(64), "section header 0"))?;
+            .ok_or_else(|| {
+                truncated(header.e_shoff.saturating_add(shdr_len), "section header 0")
+            })?;
         u64::from(u32::from_le_bytes(sh_info.try_into().unwrap_or_default()))
     } else {
         u64::from(header.e_phnum)
@@ -705,7 +754,7 @@ fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
     if ph_end > len {
         return Err(truncated(ph_end, "program headers"));
     }
-    let ctx = Ctx::new(Container::Big, Endian::Little);
+    let ctx = Ctx::new(container, Endian::Little);
     let phdrs =
         ProgramHeader::parse(bytes, header.e_phoff as usize, phnum as usize, ctx).map_err(|e| {
             CoreError::Malformed {
@@ -748,7 +797,7 @@ fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
         return Err(truncated(needed, what));
     }
     segments.sort_by_key(|s| s.vaddr);
-    let notes = read_notes(bytes, &phdrs, ctx).map_err(|msg| CoreError::Malformed {
+    let notes = read_notes(bytes, &phdrs, ctx, arch).map_err(|msg| CoreError::Malformed {
         path: path.to_string(),
         msg,
     })?;
@@ -760,9 +809,35 @@ fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
     Ok((segments, notes))
 }
 
-/// Reads `NT_PRSTATUS`, `NT_PRPSINFO`, `NT_AUXV` and `NT_FILE` from the note segments.
-fn read_notes(bytes: &[u8], phdrs: &[ProgramHeader], ctx: Ctx) -> Result<Notes, String> {
-    let mut notes = Notes::default();
+/// The goblin container of ELF class `class`.
+fn container(class: u8) -> Option<Container> {
+    match class {
+        ELFCLASS64 => Some(Container::Big),
+        ELFCLASS32 => Some(Container::Little),
+        _ => None,
+    }
+}
+
+/// Reads `NT_PRSTATUS`, `NT_PRPSINFO`, `NT_AUXV` and `NT_FILE` from the note
+/// segments, whose layouts are those of `arch`.
+fn read_notes(
+    bytes: &[u8],
+    phdrs: &[ProgramHeader],
+    ctx: Ctx,
+    arch: Arch,
+) -> Result<Notes, String> {
+    let mut notes = Notes {
+        arch,
+        pid: None,
+        command: String::new(),
+        threads: Vec::new(),
+        files: Vec::new(),
+        auxv: Vec::new(),
+    };
+    let (pid_at, (fname_at, fname_len)) = match arch {
+        Arch::X86_64 => (PRPSINFO_PID, PRPSINFO_FNAME),
+        Arch::I386 => (PRPSINFO32_PID, PRPSINFO32_FNAME),
+    };
     for ph in phdrs.iter().filter(|p| p.p_type == PT_NOTE) {
         let offset = usize::try_from(ph.p_offset).map_err(|_| "note offset too large")?;
         let size = usize::try_from(ph.p_filesz).map_err(|_| "note size too large")?;
@@ -778,19 +853,24 @@ fn read_notes(bytes: &[u8], phdrs: &[ProgramHeader], ctx: Ctx) -> Result<Notes, 
                 continue;
             }
             match note.n_type {
-                NT_PRSTATUS => notes.threads.push(parse_prstatus(note.desc)?),
+                NT_PRSTATUS => notes.threads.push(match arch {
+                    Arch::X86_64 => parse_prstatus(note.desc)?,
+                    Arch::I386 => parse_prstatus32(note.desc)?,
+                }),
                 NT_PRPSINFO => {
-                    notes.pid = le_i32(note.desc, PRPSINFO_PID);
-                    let (at, n) = PRPSINFO_FNAME;
-                    if let Some(name) = note.desc.get(at..at + n) {
-                        let end = name.iter().position(|b| *b == 0).unwrap_or(n);
+                    notes.pid = le_i32(note.desc, pid_at);
+                    if let Some(name) = note.desc.get(fname_at..fname_at + fname_len) {
+                        let end = name.iter().position(|b| *b == 0).unwrap_or(fname_len);
                         notes.command = String::from_utf8_lossy(&name[..end]).into_owned();
                     }
                 }
                 NT_AUXV => {
-                    notes.auxv = crate::procfs::parse_auxv(note.desc);
+                    notes.auxv = match arch {
+                        Arch::X86_64 => crate::procfs::parse_auxv(note.desc),
+                        Arch::I386 => parse_auxv32(note.desc),
+                    };
                 }
-                NT_FILE => notes.files = parse_nt_file(note.desc)?,
+                NT_FILE => notes.files = parse_nt_file(note.desc, arch)?,
                 _ => {}
             }
         }
@@ -818,24 +898,70 @@ fn parse_prstatus(desc: &[u8]) -> Result<CoreThread, String> {
     })
 }
 
-/// `NT_FILE`: count, page size, `count` (start, end, page offset) triples, then `count` paths.
-fn parse_nt_file(desc: &[u8]) -> Result<Vec<CoreMappedFile>, String> {
+/// The registers of an i386 `NT_PRSTATUS` (a 32-bit core).
+fn parse_prstatus32(desc: &[u8]) -> Result<CoreThread, String> {
+    if desc.len() < PRSTATUS32_LEN {
+        return Err(format!(
+            "NT_PRSTATUS has {} bytes, an i386 one has {PRSTATUS32_LEN}",
+            desc.len()
+        ));
+    }
+    let reg = |i: usize| le_u32(desc, PRSTATUS32_REGS + 4 * i).map_or(0, u64::from);
+    // user_regs_struct: ebx ecx edx esi edi ebp eax xds xes xfs xgs orig_eax eip xcs eflags esp xss
+    let mut registers = [None; 17];
+    // DWARF order: eax ecx edx ebx esp ebp esi edi eip.
+    for (n, i) in [6, 1, 2, 0, 15, 5, 3, 4, 12].into_iter().enumerate() {
+        registers[n] = Some(reg(i));
+    }
+    Ok(CoreThread {
+        tid: le_i32(desc, PRSTATUS32_PID).unwrap_or(0),
+        signal: i32::from(le_i16(desc, PRSTATUS_CURSIG).unwrap_or(0)),
+        rbp: reg(5),
+        rip: reg(12),
+        rsp: reg(15),
+        registers,
+    })
+}
+
+/// An i386 auxiliary vector: (tag, value) pairs of 32-bit words.
+fn parse_auxv32(bytes: &[u8]) -> Vec<(u64, u64)> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let word = |at: usize| le_u32(c, at).map_or(0, u64::from);
+            (word(0), word(4))
+        })
+        .collect()
+}
+
+/// `NT_FILE`: count, page size, `count` (start, end, page offset) triples, then
+/// `count` paths; the numbers are words of the core's architecture.
+fn parse_nt_file(desc: &[u8], arch: Arch) -> Result<Vec<CoreMappedFile>, String> {
     let bad = |what: &str| format!("NT_FILE note: {what}");
-    let count = le_u64(desc, 0).ok_or_else(|| bad("too short"))?;
-    let page = le_u64(desc, 8).ok_or_else(|| bad("too short"))?;
+    let size: u64 = match arch {
+        Arch::X86_64 => 8,
+        Arch::I386 => 4,
+    };
+    let word = |b: &[u8], at: usize| match arch {
+        Arch::X86_64 => le_u64(b, at),
+        Arch::I386 => le_u32(b, at).map(u64::from),
+    };
+    let w = size as usize;
+    let count = word(desc, 0).ok_or_else(|| bad("too short"))?;
+    let page = word(desc, w).ok_or_else(|| bad("too short"))?;
     let table_len = count
-        .checked_mul(24)
-        .and_then(|n| n.checked_add(16))
+        .checked_mul(3 * size)
+        .and_then(|n| n.checked_add(2 * size))
         .filter(|n| *n <= desc.len() as u64)
         .ok_or_else(|| bad("more entries than bytes"))? as usize;
     let mut names = desc[table_len..].split(|b| *b == 0);
     let mut files = Vec::with_capacity(count as usize);
     for i in 0..count as usize {
-        let at = 16 + 24 * i;
+        let at = 2 * w + 3 * w * i;
         let (start, end, pages) = (
-            le_u64(desc, at).unwrap_or(0),
-            le_u64(desc, at + 8).unwrap_or(0),
-            le_u64(desc, at + 16).unwrap_or(0),
+            word(desc, at).unwrap_or(0),
+            word(desc, at + w).unwrap_or(0),
+            word(desc, at + 2 * w).unwrap_or(0),
         );
         let name = names
             .next()
@@ -929,7 +1055,7 @@ pub fn backtrace_core_with(
     let maps = core.maps();
     let (symbols, missing) = core.symbols(&maps);
     let arenas = discover(&maps, core)?;
-    let mut unwind = Unwind::new(symbols, arenas);
+    let mut unwind = Unwinder::new(core.arch, symbols, arenas);
     unwind.set_debug_search(search);
     let selected: Vec<&CoreThread> = match opts.tid {
         Some(tid) => {
@@ -949,8 +1075,7 @@ pub fn backtrace_core_with(
     let threads = selected
         .into_iter()
         .map(|t| {
-            let (frames, truncated) =
-                unwind.unwind_registers(&t.registers, core, opts.show_trampolines);
+            let (frames, truncated) = unwind.unwind(&t.registers, core, opts.show_trampolines);
             ThreadBacktrace {
                 tid: t.tid,
                 name: if t.tid == core.pid {
@@ -1065,6 +1190,123 @@ mod tests {
             out.extend(&l.data);
         }
         out
+    }
+
+    /// Writes an i386 ET_CORE: ELF header, program headers, one note segment, the loads.
+    fn build_core32(notes: &[u8], loads: &[Load]) -> Vec<u8> {
+        let phnum = 1 + loads.len();
+        let mut out = Vec::new();
+        out.extend(b"\x7fELF");
+        out.extend([1, 1, 1, 0]);
+        out.resize(16, 0);
+        out.extend(4u16.to_le_bytes()); // ET_CORE
+        out.extend(3u16.to_le_bytes()); // EM_386
+        out.extend(1u32.to_le_bytes());
+        out.extend(0u32.to_le_bytes()); // e_entry
+        out.extend(52u32.to_le_bytes()); // e_phoff
+        out.extend(0u32.to_le_bytes()); // e_shoff
+        out.extend(0u32.to_le_bytes());
+        out.extend(52u16.to_le_bytes());
+        out.extend(32u16.to_le_bytes());
+        out.extend((phnum as u16).to_le_bytes());
+        out.extend([0u8; 6]);
+        let mut offset = 52 + 32 * phnum as u32;
+        let mut phdr =
+            |out: &mut Vec<u8>, ty: u32, flags: u32, vaddr: u32, filesz: u32, memsz: u32| {
+                for v in [ty, offset, vaddr, 0, filesz, memsz, flags, 4] {
+                    out.extend(v.to_le_bytes());
+                }
+                offset += filesz;
+            };
+        phdr(&mut out, PT_NOTE, 0, 0, notes.len() as u32, 0);
+        for l in loads {
+            phdr(
+                &mut out,
+                PT_LOAD,
+                l.flags,
+                l.vaddr as u32,
+                l.data.len() as u32,
+                l.memsz as u32,
+            );
+        }
+        out.extend(notes);
+        for l in loads {
+            out.extend(&l.data);
+        }
+        out
+    }
+
+    fn prstatus32(tid: i32, sig: i16, eip: u32, esp: u32, ebp: u32) -> Vec<u8> {
+        let mut d = vec![0u8; PRSTATUS32_LEN];
+        d[PRSTATUS_CURSIG..PRSTATUS_CURSIG + 2].copy_from_slice(&sig.to_le_bytes());
+        d[PRSTATUS32_PID..PRSTATUS32_PID + 4].copy_from_slice(&tid.to_le_bytes());
+        // ebx ecx edx esi edi ebp eax ... eip (12) ... esp (15).
+        for (i, v) in [(0, 0xb0), (5, ebp), (6, 0xa0), (12, eip), (15, esp)] {
+            let at = PRSTATUS32_REGS + 4 * i;
+            d[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        d
+    }
+
+    fn u32s(words: &[u32]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn reads_an_i386_core() {
+        let lib = backing_file();
+        let mut notes = Vec::new();
+        note(
+            &mut notes,
+            NT_PRSTATUS,
+            &prstatus32(55, 11, 0x0804_8010, 0xff00_0100, 0xff00_0200),
+        );
+        let mut psinfo = vec![0u8; 124];
+        psinfo[PRPSINFO32_PID..PRPSINFO32_PID + 4].copy_from_slice(&55i32.to_le_bytes());
+        psinfo[PRPSINFO32_FNAME.0..PRPSINFO32_FNAME.0 + 4].copy_from_slice(b"cd32");
+        note(&mut notes, NT_PRPSINFO, &psinfo);
+        note(
+            &mut notes,
+            NT_AUXV,
+            &u32s(&[AT_ENTRY as u32, 0x0804_8100, 0, 0]),
+        );
+        let mut nt_file = u32s(&[1, 0x1000, 0x0804_8000, 0x0804_a000, 1]);
+        nt_file.extend(lib.0.as_os_str().as_encoded_bytes());
+        nt_file.push(0);
+        note(&mut notes, NT_FILE, &nt_file);
+        let stack = Load {
+            vaddr: 0xff00_0000,
+            memsz: 0x1000,
+            flags: PF_R | PF_W,
+            data: vec![0x44; 0x1000],
+        };
+        let core = TempFile::new("core32", &build_core32(&notes, &[stack]));
+        let c = CoreFile::open(&core.0, CoreOptions::default()).unwrap();
+        assert_eq!(c.arch, Arch::I386);
+        assert_eq!((c.pid, c.command.as_str()), (55, "cd32"));
+        let t = c.threads[0];
+        assert_eq!(
+            (t.tid, t.signal, t.rip, t.rsp, t.rbp),
+            (55, 11, 0x0804_8010, 0xff00_0100, 0xff00_0200)
+        );
+        // i386 DWARF numbers: eax 0, ebx 3, esp 4, ebp 5, eip 8.
+        assert_eq!(
+            [0, 3, 4, 5, 8].map(|n| t.registers[n]),
+            [0xa0, 0xb0, 0xff00_0100, 0xff00_0200, 0x0804_8010].map(Some)
+        );
+        assert_eq!(c.exe_path(), lib.0.to_str());
+        assert_eq!(
+            c.files,
+            [CoreMappedFile {
+                start: 0x0804_8000,
+                end: 0x0804_a000,
+                offset: 0x1000,
+                path: lib.0.to_str().unwrap().to_string(),
+            }]
+        );
+        // File bytes come from the file from its offset; the stack from the core.
+        assert_eq!(c.read_vec(0x0804_8000, 2).unwrap(), [0x100u32 as u8; 2]);
+        assert_eq!(c.read_vec(0xff00_0ffe, 2).unwrap(), [0x44, 0x44]);
     }
 
     fn prstatus(tid: i32, sig: i16, rip: u64, rsp: u64, rbp: u64) -> Vec<u8> {
@@ -1339,9 +1581,19 @@ mod tests {
             CoreError::NotElf { .. }
         ));
         assert!(matches!(open(b""), CoreError::NotElf { .. }));
+        // 32-bit: an i386 core is read (see `reads_an_i386_core`); other 32-bit ELF is not a core.
         let mut ident32 = b"\x7fELF\x01\x01\x01".to_vec();
         ident32.resize(52, 0);
-        assert!(matches!(open(&ident32), CoreError::Not64Bit { .. }));
+        assert!(matches!(open(&ident32), CoreError::NotCore { .. }));
+        let mut arm32 = build_core32(&[], &[]);
+        arm32[18] = 40; // EM_ARM
+        assert!(matches!(
+            open(&arm32),
+            CoreError::WrongMachine { machine: 40, .. }
+        ));
+        let mut class3 = b"\x7fELF\x03\x01\x01".to_vec();
+        class3.resize(64, 0);
+        assert!(matches!(open(&class3), CoreError::Malformed { .. }));
         let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let err = open(&exe);
         assert!(matches!(err, CoreError::NotCore { .. }), "{err}");

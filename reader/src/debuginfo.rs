@@ -504,20 +504,30 @@ fn candidates(
 pub struct ModulesDebug {
     cells: Vec<std::cell::OnceCell<ModuleDebug>>,
     search: DebugSearch,
+    cache: DwarfCache,
 }
 
 impl ModulesDebug {
-    /// Nothing loaded yet for `modules` modules; separate files are searched in the default places.
-    pub fn new(modules: usize) -> ModulesDebug {
+    /// Nothing loaded yet for `modules` modules; separate files are searched in the
+    /// default places, and DWARF parses are shared through `cache`.
+    pub fn new(modules: usize, cache: DwarfCache) -> ModulesDebug {
         ModulesDebug {
             cells: (0..modules).map(|_| std::cell::OnceCell::new()).collect(),
             search: DebugSearch::default(),
+            cache,
         }
     }
 
     /// Sets where separate debug files are looked for (forgets what was loaded so far).
     pub fn set_search(&mut self, search: DebugSearch) {
         self.search = search;
+        let n = self.cells.len();
+        self.cells = (0..n).map(|_| std::cell::OnceCell::new()).collect();
+    }
+
+    /// Shares DWARF parses through `cache` (forgets what was loaded so far).
+    pub fn set_cache(&mut self, cache: DwarfCache) {
+        self.cache = cache;
         let n = self.cells.len();
         self.cells = (0..n).map(|_| std::cell::OnceCell::new()).collect();
     }
@@ -536,11 +546,9 @@ impl ModulesDebug {
         if !m.path.starts_with('/') {
             return None;
         }
-        Some(
-            self.cells
-                .get(i)?
-                .get_or_init(|| ModuleDebug::load(Path::new(&m.path), m.bias, &self.search)),
-        )
+        Some(self.cells.get(i)?.get_or_init(|| {
+            ModuleDebug::load_cached(Path::new(&m.path), m.bias, &self.search, &self.cache)
+        }))
     }
 
     /// Takes out the loaded debug info of every module holding more than
@@ -576,8 +584,9 @@ pub struct ModuleDebug {
     mini_symbols: Vec<Symbol>,
 }
 
-/// Parsed DWARF of one file, shared by every [`ModuleDebug`] of that file in
-/// this process (libc's, for instance, serves all the processes a daemon reads).
+/// Parsed DWARF of one file, shared through a [`DwarfCache`] by every
+/// [`ModuleDebug`] of that file (libc's, for instance, serves all the processes
+/// a daemon reads).
 struct DwarfData {
     /// The addr2line context parses units lazily and caches them inside; the lock
     /// makes that safe across threads.
@@ -603,9 +612,53 @@ fn file_key(path: &str) -> Option<FileKey> {
     Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
-/// The DWARF already parsed in this process, by file; entries die with their last user.
-static SHARED_DWARF: std::sync::Mutex<Vec<(FileKey, std::sync::Weak<DwarfData>)>> =
-    std::sync::Mutex::new(Vec::new());
+/// The parses a [`DwarfCache`] knows, by file; each lives as long as a reader holds it.
+type SharedFiles = Vec<(FileKey, std::sync::Weak<DwarfData>)>;
+
+/// Parsed DWARF by file, shared by every reader given the same cache.
+///
+/// The caller owns it and hands a clone (a handle to the same cache) to each
+/// reader that should share parses: the daemon gives one to all its process
+/// readers, so libc's DWARF is parsed once however many processes it serves. An
+/// entry lives as long as some [`ModuleDebug`] uses it; the cache itself holds
+/// no parse alive.
+#[derive(Clone, Default)]
+pub struct DwarfCache {
+    files: Arc<std::sync::Mutex<SharedFiles>>,
+}
+
+impl std::fmt::Debug for DwarfCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DwarfCache")
+            .field("files", &self.lock().len())
+            .finish()
+    }
+}
+
+impl DwarfCache {
+    /// An empty cache, shared by nothing yet.
+    pub fn new() -> DwarfCache {
+        DwarfCache::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SharedFiles> {
+        self.files.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The parse of the file `key` names, if some reader still holds it.
+    fn get(&self, key: FileKey) -> Option<Arc<DwarfData>> {
+        let mut files = self.lock();
+        files.retain(|(_, w)| w.strong_count() > 0);
+        files
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, w)| w.upgrade())
+    }
+
+    fn insert(&self, key: FileKey, data: &Arc<DwarfData>) {
+        self.lock().push((key, Arc::downgrade(data)));
+    }
+}
 
 /// One source-level frame at a pc: a function, possibly inlined into the next one.
 #[derive(Debug, Clone)]
@@ -625,17 +678,35 @@ impl ModuleDebug {
     ///
     /// Never fails: what cannot be read becomes a warning and the module is
     /// symbolized from its symbol tables alone.
+    /// The DWARF is parsed for this module alone; [`ModuleDebug::load_cached`]
+    /// shares it with other readers.
     pub fn load(path: &Path, bias: u64, search: &DebugSearch) -> ModuleDebug {
-        Self::load_with(path, bias, search, true)
+        Self::load_with(path, bias, search, true, &DwarfCache::new())
+    }
+
+    /// Like [`ModuleDebug::load`], sharing the parsed DWARF through `cache`.
+    pub fn load_cached(
+        path: &Path,
+        bias: u64,
+        search: &DebugSearch,
+        cache: &DwarfCache,
+    ) -> ModuleDebug {
+        Self::load_with(path, bias, search, true, cache)
     }
 
     /// Like [`ModuleDebug::load`] but only for DWARF: skips MiniDebugInfo
     /// (an xz-compressed symbol table), which install never needs.
     pub fn load_dwarf(path: &Path, bias: u64, search: &DebugSearch) -> ModuleDebug {
-        Self::load_with(path, bias, search, false)
+        Self::load_with(path, bias, search, false, &DwarfCache::new())
     }
 
-    fn load_with(path: &Path, bias: u64, search: &DebugSearch, mini: bool) -> ModuleDebug {
+    fn load_with(
+        path: &Path,
+        bias: u64,
+        search: &DebugSearch,
+        mini: bool,
+        cache: &DwarfCache,
+    ) -> ModuleDebug {
         let mut md = ModuleDebug {
             source: None,
             warnings: Vec::new(),
@@ -654,7 +725,7 @@ impl ModuleDebug {
             md.mini_symbols = mini_debuginfo_symbols(&module, bias, &mut md.warnings);
         }
         if module.has(".debug_info") {
-            match load_dwarf(&module) {
+            match load_dwarf(&module, cache) {
                 Ok(d) => {
                     md.dwarf = Some(d);
                     md.source = Some(DebugSource::Embedded);
@@ -669,7 +740,7 @@ impl ModuleDebug {
             if !file.has(".debug_info") {
                 continue;
             }
-            match load_dwarf(&file) {
+            match load_dwarf(&file, cache) {
                 Ok(d) => {
                     md.dwarf = Some(d);
                     md.source = Some(source);
@@ -1283,26 +1354,17 @@ fn read_sections(file: &ElfSections) -> Vec<(&'static str, Arc<[u8]>)> {
     })
 }
 
-/// The parsed DWARF of `file`, shared with any other user of the same file.
-fn load_dwarf(file: &ElfSections) -> Result<Arc<DwarfData>, DebugInfoError> {
+/// The parsed DWARF of `file`, shared through `cache` with any other user of the same file.
+fn load_dwarf(file: &ElfSections, cache: &DwarfCache) -> Result<Arc<DwarfData>, DebugInfoError> {
     let key = file_key(&file.path);
-    let shared = || SHARED_DWARF.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(key) = key {
-        let mut cache = shared();
-        cache.retain(|(_, w)| w.strong_count() > 0);
-        if let Some(d) = cache
-            .iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, w)| w.upgrade())
-        {
-            return Ok(d);
-        }
+    if let Some(d) = key.and_then(|k| cache.get(k)) {
+        return Ok(d);
     }
     // Parsed without holding the cache's lock: two threads may parse the same
     // file at once, and both results are correct.
     let data = Arc::new(parse_dwarf(file)?);
     if let Some(key) = key {
-        shared().push((key, Arc::downgrade(&data)));
+        cache.insert(key, &data);
     }
     Ok(data)
 }
@@ -1509,6 +1571,31 @@ mod tests {
              {unknown} left to the full reader"
         );
         assert!(found > 50, "only {found} functions compared");
+    }
+
+    /// Readers given one cache share a file's parse; readers with their own do not.
+    #[test]
+    fn a_dwarf_cache_shares_parses_between_its_users() {
+        let exe = std::env::current_exe().unwrap();
+        let search = DebugSearch::default();
+        let cache = DwarfCache::new();
+        let a = ModuleDebug::load_cached(&exe, 0, &search, &cache);
+        let Some(da) = a.dwarf.clone() else {
+            eprintln!("skipped: this test binary has no DWARF");
+            return;
+        };
+        let b = ModuleDebug::load_cached(&exe, 0, &search, &cache.clone());
+        assert!(Arc::ptr_eq(&da, b.dwarf.as_ref().unwrap()), "one parse");
+        let own = ModuleDebug::load(&exe, 0, &search);
+        assert!(
+            !Arc::ptr_eq(&da, own.dwarf.as_ref().unwrap()),
+            "a parse of its own"
+        );
+        // The cache holds no parse alive by itself.
+        drop((a, b, da));
+        assert!(cache
+            .get(file_key(&exe.to_string_lossy()).unwrap())
+            .is_none());
     }
 
     #[test]

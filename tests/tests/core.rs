@@ -467,3 +467,112 @@ fn gcore_of_a_live_hooked_process_reads_like_the_live_bt() {
     let text = run_ok(&["bt", "--core", core.to_str().unwrap()]);
     assert!(text.contains("without a fatal signal"), "{text}");
 }
+
+/// True when `cc -m32` links a program here (scripts/setup.sh installs gcc-multilib).
+fn m32_available() -> bool {
+    let dir = TempDir::new("m32-probe");
+    let src = dir.path().join("probe.c");
+    fs::write(&src, "int main(void) { return 0; }\n").expect("write probe");
+    std::process::Command::new("cc")
+        .arg("-m32")
+        .arg("-o")
+        .arg(dir.path().join("probe"))
+        .arg(&src)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn i386_core_bt_shows_what_the_live_bt_showed() {
+    if skip_without_cores("i386_core_bt_shows_what_the_live_bt_showed") {
+        return;
+    }
+    if !m32_available() {
+        println!("SKIPPED i386_core_bt_shows_what_the_live_bt_showed: `cc -m32` cannot link here (install gcc-multilib: scripts/setup.sh)");
+        return;
+    }
+    const M32: &[&str] = &["-m32"];
+    for variant in [
+        Variant::new(Opt::O2g, true).with_flags(M32),
+        Variant::new(Opt::O0g, false).with_flags(M32),
+    ] {
+        let c = crash_with_hook(variant);
+        let core_bt = run_json(&["bt", "--core", c.core(), "--json"]);
+        assert_eq!(core_bt["pid"], json!(c.pid), "{core_bt:#}");
+        let th = main_thread(&core_bt, c.pid);
+        let frames = thread_frames(th);
+        let names: Vec<&str> = frames
+            .iter()
+            .map(|f| f["function"].as_str().unwrap_or("??"))
+            .collect();
+        assert_eq!(
+            names[..4],
+            ["crash_here", "wait_then_crash", "stash_me", "main"],
+            "{variant}: {th:#}"
+        );
+        // cdecl: the six arguments are the stashed stack words above the entry esp.
+        let (core_i, core_frame) = frame_named(th, "stash_me").unwrap();
+        assert_eq!(
+            core_frame["hooked"],
+            json!(true),
+            "{variant}: {core_frame:#}"
+        );
+        let places = [
+            "stack+4", "stack+8", "stack+12", "stack+16", "stack+20", "stack+24",
+        ];
+        let stashed: Vec<u64> = places
+            .iter()
+            .map(|p| {
+                frame_arg(core_frame, p)
+                    .unwrap_or_else(|| panic!("{variant}: no {p} in {core_frame:#}"))
+            })
+            .collect();
+        let printed: Vec<u64> = c.printed.iter().map(|v| v & 0xffff_ffff).collect();
+        assert_eq!(stashed, printed, "{variant}: core bt vs printed");
+
+        // The live bt showed the same hooked frame, arguments and outer frames.
+        let live_main = main_thread(&c.live, c.pid);
+        let (live_i, live_frame) = frame_named(live_main, "stash_me").expect("stash_me live");
+        assert_eq!(
+            core_frame["stash_frame"], live_frame["stash_frame"],
+            "{variant}"
+        );
+        assert_eq!(core_frame["args"], live_frame["args"], "{variant}");
+        let outer = |fs: &[Value]| -> Vec<(Value, Value)> {
+            fs.iter()
+                .map(|f| (f["pc"].clone(), f["function"].clone()))
+                .collect()
+        };
+        assert_eq!(
+            outer(&frames[core_i..]),
+            outer(&thread_frames(live_main)[live_i..]),
+            "{variant}: outer frames"
+        );
+        assert_eq!(
+            core_frame["module"].as_str(),
+            Some(module_path(&c.exe).as_str())
+        );
+
+        // The worker thread, parked in its own hooked function.
+        assert_eq!(bt_threads(&core_bt).len(), 2, "{core_bt:#}");
+        let parked = |bt: &Value| -> Value {
+            let worker = bt_thread(bt, c.worker_tid).expect("worker thread");
+            frame_named(worker, "worker_parked")
+                .expect("worker_parked")
+                .1
+                .clone()
+        };
+        let (live_parked, core_parked) = (parked(&c.live), parked(&core_bt));
+        assert_eq!(
+            frame_arg(&core_parked, "stack+4"),
+            Some(c.worker_arg),
+            "{core_parked:#}"
+        );
+        assert_eq!(core_parked["args"], live_parked["args"]);
+
+        let text = run_ok(&["bt", "--core", c.core()]);
+        assert!(text.contains("killed by signal 11 (SIGSEGV)"), "{text}");
+    }
+}

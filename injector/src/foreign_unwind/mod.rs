@@ -391,7 +391,7 @@ pub(crate) struct Borrower {
     policy: CallPolicy,
     /// Built on first use: unwinding context, module roles, memory.
     ctx: Option<(
-        reader::unwind::x86_64::Unwind,
+        reader::unwind::Unwinder,
         crate::ptrace::safe_point::Guard,
         ProcessMemory,
     )>,
@@ -411,7 +411,7 @@ impl Borrower {
         &mut self,
     ) -> Result<
         &(
-            reader::unwind::x86_64::Unwind,
+            reader::unwind::Unwinder,
             crate::ptrace::safe_point::Guard,
             ProcessMemory,
         ),
@@ -427,7 +427,8 @@ impl Borrower {
             let guard = crate::ptrace::safe_point::Guard::new(&symbols, exe.as_deref());
             let mem = ProcessMemory::open(pid).map_err(|e| e.to_string())?;
             let arenas = reader::arena::discover(&maps, &mem).map_err(|e| e.to_string())?;
-            let unwind = reader::unwind::x86_64::Unwind::new(symbols, arenas);
+            let unwind =
+                reader::unwind::Unwinder::new(reader::unwind::Arch::X86_64, symbols, arenas);
             self.ctx = Some((unwind, guard, mem));
         }
         Ok(self.ctx.as_ref().expect("just built"))

@@ -44,8 +44,7 @@ use crate::memory::Memory;
 use crate::ptrace::session::{Session, SessionError};
 use reader::procfs::{read_maps, MapEntry};
 use reader::symbols::ProcessSymbols;
-use reader::unwind::x86_64::Unwind;
-use reader::unwind::{Frame, FrameKind};
+use reader::unwind::{Frame, FrameKind, Unwinder};
 
 /// Guarded frames allowed at the outer end of a stack (the thread's start in libc).
 const MAX_START_FRAMES: usize = 2;
@@ -361,7 +360,7 @@ impl Guard {
             .map_or(Role::Other, |(_, _, r)| *r)
     }
 
-    /// Ok when a thread with these frames (innermost first, from [`Unwind::walk`]) may
+    /// Ok when a thread with these frames (innermost first, from [`Unwinder::walk`]) may
     /// run a function that allocates or takes the loader's, allocator's or unwinder's locks.
     pub fn check(&self, frames: &[Frame], truncated: Option<&str>) -> Result<(), Unsafe> {
         if let Some(reason) = truncated {
@@ -462,7 +461,7 @@ impl fmt::Display for NoSafePoint {
 /// freely for a millisecond or two, so busy threads are met at other points.
 pub fn borrow_at_safe_point(
     pid: i32,
-    unwind: &Unwind,
+    unwind: &Unwinder,
     guard: &Guard,
     mem: &dyn Memory,
     budget: Duration,
@@ -511,8 +510,9 @@ pub fn borrow_at_safe_point(
                     Err(Unsafe::NoStackRoom { sp: regs.rsp })
                 }
                 Ok(regs) => {
+                    let regs = unwind.arch().dwarf_registers(&regs);
                     let (frames, truncated) = unwind.walk(&regs, mem);
-                    guard.check(&frames, truncated.as_deref())
+                    guard.check(&frames, truncated.map(|r| r.to_string()).as_deref())
                 }
             };
             match verdict {

@@ -1,25 +1,48 @@
 //! Unwinding a stack from a [`Memory`]: the frame model, stash frames, and one
-//! unwinder per architecture.
+//! algorithm over a per-architecture step.
 //!
-//! The unwinders read memory only through [`Memory`] and take registers as values,
-//! so the same code serves a live process (`injector` stops a thread, copies its
-//! registers and stack into a [`crate::memory::StackSnapshot`], resumes it and
-//! unwinds the copy) and a core file ([`crate::core`]).
+//! The unwinder reads memory only through [`Memory`] and takes registers as
+//! values, so the same code serves a live process (`injector` stops a thread,
+//! copies its registers and stack into a [`crate::memory::StackSnapshot`],
+//! resumes it and unwinds the copy) and a core file ([`crate::core`]).
+//!
+//! [`Unwinder`] is the one entry, for x86-64 and i386 processes alike. The
+//! algorithm ([`walk`]: the frame loop, stash frames, trampolines, relocated
+//! prologues, the frame limit; [`annotate`]: source lines, DWARF and stashed
+//! arguments, tail calls) is written once over [`ArchUnwind`], which each
+//! architecture implements in a folder of its own with the same files: `mod.rs`
+//! (registers, argument values), `step.rs` (ordinary frames by CFI),
+//! `trampoline.rs` (stash frames, stepping out of a trampoline). As in
+//! framehop, what a step builds from the modules (CFI index) lives in the
+//! unwinder and is built once, and the step's scratch space and rule cache
+//! ([`ArchUnwind::Cache`]) are kept across backtraces.
 //!
 //! A frame whose return address is some hook's `after_call` address is a stash
 //! frame: its base is the hooked function's CFA plus the layout's call offset, so
 //! it is read deterministically (no scanning), and its arguments are attached to
 //! the hooked function's frame.
 
+mod annotate;
+mod cfi;
+mod frame;
 pub mod i386;
+mod walk;
 pub mod x86_64;
 
-use std::time::Duration;
+#[cfg(test)]
+mod tests;
+
+use std::cell::RefCell;
 
 use trampolines::arena::{Arena, HookRecord};
 
-use crate::args::{dwarf_values, ArgValue, FrameState};
-use crate::debuginfo::ModuleDebug;
+pub use frame::{
+    Backtrace, BacktraceOptions, Frame, FrameKind, InlinedFrame, StashSlot, StashedArgs,
+    StopReason, ThreadBacktrace,
+};
+
+use crate::args::{ArgValue, FrameState, FunctionInfo};
+use crate::debuginfo::{DebugSearch, DwarfCache, ModuleDebug, ModulesDebug};
 use crate::memory::Memory;
 use crate::procfs::MapEntry;
 use crate::symbols::ProcessSymbols;
@@ -29,241 +52,293 @@ pub const MAX_FRAMES: usize = 256;
 /// Most stack bytes copied per thread while it is stopped.
 pub const STACK_COPY: u64 = 256 * 1024;
 
-/// Options for [`backtrace`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BacktraceOptions {
-    /// Only this thread.
-    pub tid: Option<i32>,
-    /// Include trampoline frames.
-    pub show_trampolines: bool,
+/// A thread's registers by DWARF register number of its architecture (x86-64:
+/// rax 0, rdx 1, rcx 2, rbx 3, rsi 4, rdi 5, rbp 6, rsp 7, r8-r15, rip 16;
+/// i386: eax 0, ecx 1, edx 2, ebx 3, esp 4, ebp 5, esi 6, edi 7, eip 8).
+pub type DwarfRegisters = [Option<u64>; 17];
+
+/// The instruction set of the process being unwound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// 64-bit x86.
+    X86_64,
+    /// 32-bit x86.
+    I386,
 }
 
-/// What kind of code a frame's pc is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FrameKind {
-    /// Ordinary code of a module.
-    #[default]
-    Normal,
-    /// A trampoline in an arena.
-    Trampoline,
-    /// A relocated prologue in an arena (shown as its original function).
-    Relocated,
+impl Arch {
+    /// The registers of a thread stopped under ptrace (`PTRACE_GETREGS` gives
+    /// the 64-bit layout for 32-bit tracees too, with `eip` in `rip` and so on),
+    /// by DWARF number.
+    pub fn dwarf_registers(self, r: &libc::user_regs_struct) -> DwarfRegisters {
+        match self {
+            Arch::X86_64 => x86_64::dwarf_registers(r),
+            Arch::I386 => i386::dwarf_registers(r),
+        }
+    }
 }
 
-/// Argument values read from a stash frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StashedArgs {
-    /// The six integer argument registers, first argument first, with their names.
-    pub registers: Vec<(&'static str, u64)>,
-    /// Copied stack words (arguments 7 and up), if the hook copies any.
-    pub stack: Vec<u64>,
-    /// Stashed xmm0-xmm7 (low byte first), if the hook stashes them.
-    pub xmm: Vec<u128>,
-    /// The hooked function is variadic (the stack words are a configured window).
-    pub variadic: bool,
-    /// Address of the stash frame.
-    pub frame: u64,
-    /// Entry address of the hooked function (0 when unknown).
-    pub function: u64,
-    /// Name of the hooked function (the hook's name, as `list` shows it). It differs
-    /// from the frame's function when the hooked function tail-called that one.
-    pub hook: String,
+/// An address a frame is at: where it stopped, or where its callee returns to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CodeAddress {
+    /// The instruction about to run (the innermost frame, a relocated prologue).
+    Instruction(u64),
+    /// A return address: the call is the instruction before it.
+    Return(u64),
 }
 
-/// One stashed value, as readers list them: see [`StashedArgs::slots`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StashSlot {
-    /// Register name, `stack+N` for a copied stack word, or `xmmN`.
-    pub name: String,
-    /// The value (128 bits for an xmm register, zero-extended otherwise).
-    pub value: u128,
-    /// True for an xmm register.
-    pub xmm: bool,
+impl CodeAddress {
+    /// The address whose unwind rule and symbol apply (a return address minus one).
+    pub(crate) fn lookup(self) -> u64 {
+        match self {
+            CodeAddress::Instruction(a) => a,
+            CodeAddress::Return(a) => a.wrapping_sub(1),
+        }
+    }
 }
 
-impl StashedArgs {
-    /// Every stashed value in the order readers show them: the registers, the
-    /// copied stack words (`stack+8`, `stack+16`, ...), then the xmm registers.
-    pub fn slots(&self) -> Vec<StashSlot> {
-        let int = |name: String, v: u64| StashSlot {
-            name,
-            value: u128::from(v),
-            xmm: false,
+/// A frame stepped to its caller.
+#[derive(Debug, Clone)]
+pub(crate) struct Stepped<R> {
+    /// The caller's registers.
+    pub(crate) caller: R,
+    /// The frame's canonical frame address, when the step knows it exactly.
+    pub(crate) cfa: Option<u64>,
+}
+
+/// What unwinding knows of a process besides a thread's registers.
+pub(crate) struct Scope {
+    pub(crate) symbols: ProcessSymbols,
+    pub(crate) arenas: Vec<Arena>,
+    /// Debug info per module, loaded on first use.
+    pub(crate) debug: ModulesDebug,
+}
+
+impl Scope {
+    /// The hook whose trampoline or relocated prologue holds `pc`.
+    pub(crate) fn hook_at(&self, pc: u64) -> Option<&HookRecord> {
+        hook_at(&self.arenas, pc)
+    }
+
+    /// The debug info of the module containing runtime address `addr`, loaded on first use.
+    pub(crate) fn debug_for(&self, addr: u64) -> Option<&ModuleDebug> {
+        self.debug.for_addr(&self.symbols, addr)
+    }
+}
+
+/// What one architecture contributes to the shared unwinding algorithm.
+///
+/// The implementing value is built once per unwinding context from the
+/// process's modules (its CFI index); [`ArchUnwind::Cache`] is the scratch
+/// space its steps share, kept across backtraces.
+pub(crate) trait ArchUnwind: Sized {
+    /// The registers carried from a frame to its caller.
+    type Regs: Clone;
+    /// Scratch space and rule caches of the steps.
+    type Cache: Default;
+    /// Whether callers' call sites give entry values (`x@entry`) to frames.
+    const ENTRY_VALUES: bool;
+
+    /// Indexes the CFI of the process's modules.
+    fn new(symbols: &ProcessSymbols) -> Self;
+    /// The innermost frame's registers.
+    fn initial(regs: &DwarfRegisters) -> Self::Regs;
+    /// The pc of the frame with these registers.
+    fn pc(regs: &Self::Regs) -> u64;
+    /// What DWARF location evaluation knows of the frame (looked up at `lookup`).
+    fn frame_state(regs: &Self::Regs, lookup: u64) -> FrameState;
+    /// Steps an ordinary frame (or a relocated prologue, as its original code) at
+    /// `at` to its caller; `Ok(None)` when it has none.
+    fn step(
+        &self,
+        cache: &mut Self::Cache,
+        at: CodeAddress,
+        regs: &Self::Regs,
+        mem: &dyn Memory,
+    ) -> Result<Option<Stepped<Self::Regs>>, StopReason>;
+    /// Reads the stash frame of `hook`, returned to by the hooked function whose
+    /// registers (after its return) are `regs`: the arguments, and the hooked
+    /// function's caller.
+    fn read_stash(
+        hook: &HookRecord,
+        regs: &Self::Regs,
+        mem: &dyn Memory,
+    ) -> Result<(StashedArgs, Stepped<Self::Regs>), StopReason>;
+    /// Steps out of `hook`'s trampoline, where the thread stopped.
+    fn step_in_trampoline(
+        hook: &HookRecord,
+        regs: &Self::Regs,
+        mem: &dyn Memory,
+    ) -> Option<Stepped<Self::Regs>>;
+    /// Whether unwinding goes on to `caller` (stepped from `callee`, out of a
+    /// trampoline or not); `Ok(false)` at the outermost frame.
+    fn goes_on(
+        scope: &Scope,
+        callee: &Self::Regs,
+        caller: &Self::Regs,
+        first: bool,
+        from_trampoline: bool,
+    ) -> Result<bool, StopReason>;
+    /// The stashed values of a hooked function described by `info`.
+    fn stashed_values(info: &FunctionInfo, stash: &StashedArgs, mem: &dyn Memory) -> Vec<ArgValue>;
+    /// The stashed values named by a user signature (`info` from it).
+    fn signature_values(
+        info: &FunctionInfo,
+        stash: &StashedArgs,
+        mem: &dyn Memory,
+    ) -> Vec<ArgValue>;
+}
+
+/// One architecture's unwinder state: its CFI index and its steps' cache.
+struct ArchState<A: ArchUnwind> {
+    arch: A,
+    cache: RefCell<A::Cache>,
+}
+
+impl<A: ArchUnwind> ArchState<A> {
+    fn new(symbols: &ProcessSymbols) -> ArchState<A> {
+        ArchState {
+            arch: A::new(symbols),
+            cache: RefCell::new(A::Cache::default()),
+        }
+    }
+
+    fn walk(
+        &self,
+        scope: &Scope,
+        regs: &DwarfRegisters,
+        mem: &dyn Memory,
+        show_trampolines: bool,
+        annotated: bool,
+    ) -> (Vec<Frame>, Option<StopReason>) {
+        let mut cache = self.cache.borrow_mut();
+        let walker = walk::Walker {
+            arch: &self.arch,
+            scope,
+            mem,
         };
-        let mut out: Vec<StashSlot> = self
-            .registers
+        let (mut frames, states, stop) =
+            walker.frames(&mut cache, A::initial(regs), show_trampolines);
+        if annotated {
+            annotate::annotate::<A>(scope, &mut frames, &states, mem);
+        }
+        (frames, stop)
+    }
+}
+
+/// The per-architecture half of an [`Unwinder`].
+enum Archs {
+    X86_64(ArchState<x86_64::X86_64>),
+    I386(ArchState<i386::I386>),
+}
+
+/// The unwinding context of one process, for any architecture: modules,
+/// symbols, arenas, debug info and the CFI index, built once and kept across
+/// backtraces.
+pub struct Unwinder {
+    scope: Scope,
+    arch: Archs,
+}
+
+impl Unwinder {
+    /// Builds the context of an `arch` process from its symbols (with their
+    /// sections) and arenas; DWARF parses are its own (see [`Self::set_dwarf_cache`]).
+    pub fn new(arch: Arch, symbols: ProcessSymbols, arenas: Vec<Arena>) -> Unwinder {
+        let state = match arch {
+            Arch::X86_64 => Archs::X86_64(ArchState::new(&symbols)),
+            Arch::I386 => Archs::I386(ArchState::new(&symbols)),
+        };
+        let debug = ModulesDebug::new(symbols.modules.len(), DwarfCache::new());
+        Unwinder {
+            scope: Scope {
+                symbols,
+                arenas,
+                debug,
+            },
+            arch: state,
+        }
+    }
+
+    /// The architecture unwound.
+    pub fn arch(&self) -> Arch {
+        match self.arch {
+            Archs::X86_64(_) => Arch::X86_64,
+            Archs::I386(_) => Arch::I386,
+        }
+    }
+
+    /// Replaces the hooks' arenas (re-read from the target before each backtrace).
+    pub fn set_arenas(&mut self, arenas: Vec<Arena>) {
+        self.scope.arenas = arenas;
+    }
+
+    /// Sets where separate debug files are looked for (forgets debug info loaded so far).
+    pub fn set_debug_search(&mut self, search: DebugSearch) {
+        self.scope.debug.set_search(search);
+    }
+
+    /// Shares DWARF parses through `cache` (forgets debug info loaded so far).
+    pub fn set_dwarf_cache(&mut self, cache: DwarfCache) {
+        self.scope.debug.set_cache(cache);
+    }
+
+    /// The debug info of the module containing runtime address `addr`, loaded on first use.
+    pub fn debug_for(&self, addr: u64) -> Option<&ModuleDebug> {
+        self.scope.debug_for(addr)
+    }
+
+    /// Takes out the loaded debug info of every module holding more than
+    /// `max_bytes` of DWARF (see [`ModulesDebug::take_over`]).
+    pub fn take_debug_over(&mut self, max_bytes: usize) -> Vec<ModuleDebug> {
+        self.scope.debug.take_over(max_bytes)
+    }
+
+    /// Problems met while loading debug info so far (e.g. a debug file of another build).
+    pub fn debug_warnings(&self) -> Vec<String> {
+        self.scope.debug.warnings()
+    }
+
+    /// The hook records known to this context.
+    pub fn hooks(&self) -> impl Iterator<Item = &HookRecord> {
+        self.scope
+            .arenas
             .iter()
-            .map(|(r, v)| int(r.to_string(), *v))
-            .collect();
-        out.extend(
-            self.stack
-                .iter()
-                .enumerate()
-                .map(|(i, v)| int(format!("stack+{}", 8 * (i + 1)), *v)),
-        );
-        out.extend(self.xmm.iter().enumerate().map(|(i, v)| StashSlot {
-            name: format!("xmm{i}"),
-            value: *v,
-            xmm: true,
-        }));
-        out
+            .flat_map(|a| a.hooks().map(|(_, r)| r))
     }
-}
 
-/// A function inlined at a frame's pc (gdb shows each as a frame of its own).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct InlinedFrame {
-    /// Function name (demangled).
-    pub function: Option<String>,
-    /// Source file of the pc (innermost) or of the call into the next inner function.
-    pub file: Option<String>,
-    /// Source line, as for `file`.
-    pub line: Option<u32>,
-    /// Arguments recovered from DWARF at this pc.
-    pub args: Vec<ArgValue>,
-}
+    /// Unwinds one thread from its registers (the pc, stack and frame pointers
+    /// are required), reading memory from `mem`, then adds source lines and
+    /// arguments; says why unwinding stopped early, if it did.
+    pub fn unwind(
+        &self,
+        regs: &DwarfRegisters,
+        mem: &dyn Memory,
+        show_trampolines: bool,
+    ) -> (Vec<Frame>, Option<StopReason>) {
+        self.run(regs, mem, show_trampolines, true)
+    }
 
-/// One frame of a backtrace.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Frame {
-    /// The pc (for frames after the first, the return address).
-    pub pc: u64,
-    /// Function name, if a symbol covers the pc.
-    pub function: Option<String>,
-    /// Offset of the pc from the function's start.
-    pub offset: u64,
-    /// Module path, if the pc is in a mapped file.
-    pub module: Option<String>,
-    /// Kind of code.
-    pub kind: FrameKind,
-    /// Arguments from the stash frame, for hooked functions.
-    pub stash: Option<StashedArgs>,
-    /// The function's name in DWARF (e.g. `__GI___nanosleep` for the symbol
-    /// `nanosleep`, `ns::Widget::poke` for a C++ method), as gdb shows it.
-    pub source_function: Option<String>,
-    /// Source file (from DWARF) of the pc, or of the call site of `inlined`'s outermost.
-    pub file: Option<String>,
-    /// Source line, as for `file`.
-    pub line: Option<u32>,
-    /// Functions inlined at the pc, innermost first (the frame itself is the outermost).
-    pub inlined: Vec<InlinedFrame>,
-    /// Named, typed arguments (from DWARF or a user signature); empty when unknown.
-    pub args: Vec<ArgValue>,
-}
+    /// The frames of one thread named by ELF symbols only (no source lines or
+    /// arguments: cheap), trampolines included, and why unwinding stopped early.
+    pub fn walk(
+        &self,
+        regs: &DwarfRegisters,
+        mem: &dyn Memory,
+    ) -> (Vec<Frame>, Option<StopReason>) {
+        self.run(regs, mem, true, false)
+    }
 
-impl Frame {
-    /// The hook's name when it is not the name of the frame's function: the hooked
-    /// function tail-called (jumped to) the function the pc is in, so the frame shows
-    /// the callee with the hooked function's stashed arguments. `None` for frames
-    /// without a stash and when the hook is the frame's function (by its symbol,
-    /// DWARF or demangled name).
-    pub fn foreign_hook(&self) -> Option<&str> {
-        let hook = self.stash.as_ref()?.hook.as_str();
-        if hook.is_empty() {
-            return None;
+    fn run(
+        &self,
+        regs: &DwarfRegisters,
+        mem: &dyn Memory,
+        show_trampolines: bool,
+        annotated: bool,
+    ) -> (Vec<Frame>, Option<StopReason>) {
+        match &self.arch {
+            Archs::X86_64(a) => a.walk(&self.scope, regs, mem, show_trampolines, annotated),
+            Archs::I386(a) => a.walk(&self.scope, regs, mem, show_trampolines, annotated),
         }
-        let demangled = crate::debuginfo::demangle(hook);
-        let same = [self.function.as_deref(), self.source_function.as_deref()]
-            .into_iter()
-            .flatten()
-            .any(|name| name == hook || name == demangled);
-        (!same).then_some(hook)
-    }
-
-    /// The named parameter whose value was stashed from `register` (a [`StashSlot`] name).
-    pub fn stashed_param(&self, register: &str) -> Option<&ArgValue> {
-        self.args.iter().find(|p| {
-            p.source == Some(crate::args::ArgSource::Stash)
-                && p.register.as_deref() == Some(register)
-        })
-    }
-}
-
-/// One thread's backtrace.
-#[derive(Debug, Clone)]
-pub struct ThreadBacktrace {
-    /// Thread id.
-    pub tid: i32,
-    /// Thread name (`comm`).
-    pub name: String,
-    /// Frames, innermost first.
-    pub frames: Vec<Frame>,
-    /// Why unwinding stopped early, if it did.
-    pub truncated: Option<String>,
-    /// How long the thread was stopped.
-    pub stopped: Duration,
-}
-
-/// A process's backtrace.
-#[derive(Debug, Clone)]
-pub struct Backtrace {
-    /// Process id.
-    pub pid: i32,
-    /// Threads, in `/proc/PID/task` order.
-    pub threads: Vec<ThreadBacktrace>,
-}
-
-/// Names `f` from `debug` at the frame's lookup pc (`st.pc`): the demangled (or
-/// MiniDebugInfo) function, source function, file, line and inlined calls with
-/// their DWARF arguments. Returns the physical function's source frame, if any.
-pub(crate) fn add_source(
-    f: &mut Frame,
-    debug: Option<&ModuleDebug>,
-    st: &FrameState,
-    mem: &dyn Memory,
-) -> Option<crate::debuginfo::SourceFrame> {
-    let mut source = debug.map(|d| d.frames(st.pc)).unwrap_or_default();
-    let physical = source.pop();
-    // MiniDebugInfo is the module's full symbol table: it wins over `.dynsym`.
-    match (&f.function, debug.and_then(|d| d.mini_symbol(st.pc))) {
-        (_, Some((s, off))) if f.kind == FrameKind::Normal => {
-            f.function = Some(crate::debuginfo::demangle(&s.name));
-            f.offset = off + (f.pc - st.pc);
-        }
-        (Some(name), _) => f.function = Some(crate::debuginfo::demangle(name)),
-        (None, _) => {}
-    }
-    if let Some(p) = &physical {
-        f.source_function = p.function.clone();
-        f.file = p.file.clone();
-        f.line = p.line;
-    }
-    let info = physical.as_ref().and_then(|p| p.info.as_ref());
-    let frame_base = info.map(|i| i.frame_base.clone()).unwrap_or_default();
-    f.inlined = source
-        .into_iter()
-        .map(|s| InlinedFrame {
-            args: s
-                .info
-                .as_ref()
-                .map(|i| dwarf_values(i, &frame_base, st, mem))
-                .unwrap_or_default(),
-            function: s.function,
-            file: s.file,
-            line: s.line,
-        })
-        .collect();
-    physical
-}
-
-/// The hooked function's own description, when the frame holding `stash` is
-/// another function (`frame_info`'s entry is not the hook's): the hooked function
-/// tail-called it, and the stashed registers hold the hooked function's
-/// parameters, not the frame's. `None` when `frame_info` is the right one (or
-/// nothing better is known): then the frame's own description names the values.
-pub(crate) fn hooked_info<'d>(
-    stash: &StashedArgs,
-    frame_info: Option<&crate::args::FunctionInfo>,
-    debug_for: impl Fn(u64) -> Option<&'d ModuleDebug>,
-) -> Option<crate::args::FunctionInfo> {
-    if stash.function == 0 {
-        return None;
-    }
-    match frame_info.and_then(|i| i.entry) {
-        Some(entry) if entry == stash.function => None,
-        _ => debug_for(stash.function)?
-            .function_info(stash.function)
-            .filter(|i| i.entry == Some(stash.function)),
     }
 }
 
@@ -284,27 +359,6 @@ pub fn hook_at(arenas: &[Arena], pc: u64) -> Option<&HookRecord> {
         .find(|r| r.in_trampoline(pc) || r.in_relocated(pc))
 }
 
-/// A frame at `pc` named by the ELF symbol covering `lookup` (the pc, or a return
-/// address minus one), without debug info.
-pub(crate) fn symbolize(symbols: &ProcessSymbols, pc: u64, lookup: u64, kind: FrameKind) -> Frame {
-    let (function, offset, module) = match symbols.lookup(lookup) {
-        Some((m, s, off)) => (
-            Some(s.name.clone()),
-            off + (pc - lookup),
-            Some(m.path.clone()),
-        ),
-        None => (None, 0, symbols.module_for(lookup).map(|m| m.path.clone())),
-    };
-    Frame {
-        pc,
-        function,
-        offset,
-        module,
-        kind,
-        ..Frame::default()
-    }
-}
-
 /// The stack bytes to copy from a stopped thread: from its stack pointer to the end
 /// of that mapping, at most [`STACK_COPY`].
 pub fn stack_range(maps: &[MapEntry], rsp: u64) -> (u64, u64) {
@@ -313,37 +367,4 @@ pub fn stack_range(maps: &[MapEntry], rsp: u64) -> (u64, u64) {
         .find(|m| m.contains(rsp))
         .map_or(rsp + 4096, |m| m.end);
     (rsp, end.min(rsp + STACK_COPY))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_list_registers_then_stack_words_then_xmm() {
-        let s = StashedArgs {
-            registers: vec![("rdi", 1), ("rsi", 2)],
-            stack: vec![3, 4],
-            xmm: vec![(5u128 << 64) | 6],
-            variadic: false,
-            frame: 0,
-            function: 0,
-            hook: String::new(),
-        };
-        let slots: Vec<(String, u128, bool)> = s
-            .slots()
-            .into_iter()
-            .map(|x| (x.name, x.value, x.xmm))
-            .collect();
-        assert_eq!(
-            slots,
-            [
-                ("rdi".to_string(), 1, false),
-                ("rsi".to_string(), 2, false),
-                ("stack+8".to_string(), 3, false),
-                ("stack+16".to_string(), 4, false),
-                ("xmm0".to_string(), (5u128 << 64) | 6, true),
-            ]
-        );
-    }
 }
