@@ -179,8 +179,8 @@ mod tests {
         assert_eq!(
             printed(unsupported),
             "process 42 (cdecl32) is a 32-bit (i386) process: stashing floating-point arguments \
-             is not supported for 32-bit targets (i386 passes floating-point arguments on the \
-             stack, which the window copies); leave out --float-args"
+             (i386 passes floating-point arguments on the stack, which the window copies) is not \
+             supported for 32-bit targets; leave out --float-args"
         );
     }
 

@@ -2,7 +2,7 @@
 //! [`Hint`] at how to fix it that each front end words in its own syntax.
 
 use thiserror::Error;
-use trampolines::x86_64::Unsure;
+use trampolines::x86_64::{Unsure, MAX_STACK_WORDS};
 use trampolines::{CodegenError, FormatError, PlanError};
 
 use crate::memory::MemoryError;
@@ -11,9 +11,6 @@ use reader::core::CoreError;
 use reader::symbols::SymbolError;
 
 pub use reader::error::{Hint, RequestOption, UNNAMED_CODE_ADVICE};
-
-/// Incoming stack words a trampoline copies at most.
-const MAX_WINDOW_WORDS: u16 = 16;
 
 /// Everything an injector operation can fail with.
 #[derive(Debug, Error)]
@@ -159,9 +156,8 @@ pub enum Error {
     /// The target is a 32-bit process and an option asked for does not apply to it
     /// ([`Hint::LeaveOut`]).
     #[error(
-        "process {pid} ({name}) is a 32-bit (i386) process: {} is not supported for 32-bit targets ({})",
-        unsupported_32bit(*.option).0,
-        unsupported_32bit(*.option).1
+        "process {pid} ({name}) is a 32-bit (i386) process: {} is not supported for 32-bit targets",
+        unsupported_32bit(*.option)
     )]
     Unsupported32Bit {
         /// The pid.
@@ -196,7 +192,7 @@ impl Error {
                 slot: *slot,
             }),
             Error::StackWindowUnknown { .. } => Some(Hint::GiveStackWindow {
-                max: MAX_WINDOW_WORDS,
+                max: MAX_STACK_WORDS,
             }),
             Error::Unsupported32Bit { option, .. } => Some(Hint::LeaveOut { option: *option }),
             Error::Symbol(e) => e.hint(),
@@ -223,12 +219,12 @@ pub fn hint_of(error: &(dyn std::error::Error + 'static)) -> Option<Hint> {
 }
 
 /// What an option that 32-bit targets do not support does, and why it does not apply.
-fn unsupported_32bit(option: RequestOption) -> (&'static str, &'static str) {
+fn unsupported_32bit(option: RequestOption) -> &'static str {
     match option {
-        RequestOption::FloatArgs => (
-            "stashing floating-point arguments",
-            "i386 passes floating-point arguments on the stack, which the window copies",
-        ),
+        RequestOption::FloatArgs => {
+            "stashing floating-point arguments (i386 passes floating-point arguments on the \
+             stack, which the window copies)"
+        }
     }
 }
 
