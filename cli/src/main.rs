@@ -5,6 +5,7 @@
 
 mod bus;
 mod demo;
+mod errors;
 mod output;
 
 use std::path::{Path, PathBuf};
@@ -318,23 +319,6 @@ fn signal_name(sig: i32) -> String {
     }
 }
 
-/// The error and its causes, each cause once: library errors already put their
-/// cause in their own message, so a cause whose text is there is not repeated.
-fn error_text(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let part = cause.to_string();
-        if text.contains(&part) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&part);
-    }
-    text
-}
-
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of our output goes away
     // (`argstash bt | head`) instead of panicking in println!. Output is printed only
@@ -347,7 +331,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("argstash: {}", error_text(&e));
+            eprintln!("argstash: {}", errors::error_text(&e));
             ExitCode::from(1)
         }
     }

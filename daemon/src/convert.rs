@@ -1,19 +1,21 @@
 //! Injector results and errors in their D-Bus form.
 
 use argstash_dbus::{
-    hook_path, Arg, Error, ErrorKind, Frame, HookEntry, HookUnwind, Inlined, Param, Thread,
-    UnwindStatus,
+    hook_path, Arg, Error, ErrorHint, ErrorKind, Frame, HookEntry, HookUnwind, Inlined, Param,
+    Thread, UnwindStatus, OPT_FLOAT_ARGS, OPT_STACK_ARGS,
 };
 use injector::backtrace::{Backtrace, FrameKind};
+use injector::error::{Hint, RequestOption, UNNAMED_CODE_ADVICE};
 use injector::hooks::HookInfo;
-use injector::ptrace::session::SessionError;
+use injector::ptrace::session::{Refusal, SessionError};
 use injector::reader::args::{ArgValue, SignatureError};
 use injector::reader::symbols::SymbolError;
 use trampolines::arena::HookState;
 use zbus::zvariant::OwnedObjectPath;
 
-/// The named D-Bus error for an injector error, with the message the CLI prints.
-pub fn error(e: injector::Error) -> Error {
+/// The named D-Bus error for an injector error about process `pid`: the message the
+/// CLI prints, with the error's hint worded for D-Bus callers (and sent typed).
+pub fn error(pid: i32, e: injector::Error) -> Error {
     use injector::Error as E;
     let kind = match &e {
         E::Session(s) => match s {
@@ -21,9 +23,10 @@ pub fn error(e: injector::Error) -> Error {
             | SessionError::NoSuchThread { .. }
             | SessionError::NotAProcess { .. }
             | SessionError::Exited { .. } => ErrorKind::NoSuchProcess,
-            SessionError::NotPermitted { detail, .. } if detail.contains("already traced by") => {
-                ErrorKind::Busy
-            }
+            SessionError::NotPermitted {
+                reason: Refusal::TracedBy { .. },
+                ..
+            } => ErrorKind::Busy,
             SessionError::NotPermitted { .. }
             | SessionError::Init
             | SessionError::OwnProcess { .. }
@@ -53,7 +56,127 @@ pub fn error(e: injector::Error) -> Error {
         }
         _ => ErrorKind::Failed,
     };
-    Error::new(kind, message(&e))
+    let text = message(&e);
+    match e.hint() {
+        Some(hint) => {
+            let worded = format!("{text}{}", hint_text(pid, &hint));
+            match wire_hint(&hint, text) {
+                Some(wire) => Error::with_hint(kind, worded, wire),
+                None => Error::new(kind, worded),
+            }
+        }
+        None => Error::new(kind, text),
+    }
+}
+
+/// A hint in D-Bus terms (methods, option keys, function strings), as a clause
+/// appended to the message.
+fn hint_text(pid: i32, hint: &Hint) -> String {
+    match hint {
+        Hint::EjectFirst {
+            function,
+            arena,
+            slot,
+        } => format!(
+            ": eject it first with the Eject method of {}, or Eject naming `{function}`",
+            hook_path(pid as u32, *arena, *slot).as_str()
+        ),
+        Hint::GiveStackWindow { max } => format!(
+            "; give the window yourself with the Inject option `{OPT_STACK_ARGS}` (incoming \
+             8-byte stack words, 0 to {max})"
+        ),
+        Hint::PickByAddress => {
+            ", or give a function's entry address (0xADDR) to pick one function".to_string()
+        }
+        Hint::UseEntry { entry } => format!(": give {entry:#x} as the function"),
+        Hint::NameImplementation => "; hook the implementation instead, by its own name (`nm` \
+             the module's debug file) or its entry address (0xADDR)"
+            .to_string(),
+        Hint::HookImplementations { functions, unnamed } => {
+            let mut text = String::new();
+            if !functions.is_empty() {
+                let named: Vec<String> = functions.iter().map(|f| format!("`{f}`")).collect();
+                text.push_str(&format!(
+                    "\n  hook {} instead: give {}",
+                    if functions.len() == 1 {
+                        "that"
+                    } else {
+                        "those"
+                    },
+                    named.join(", ")
+                ));
+            }
+            if *unnamed {
+                text.push_str("\n  ");
+                text.push_str(UNNAMED_CODE_ADVICE);
+            }
+            text
+        }
+        Hint::LeaveOut { option } => {
+            format!("; leave out the Inject option `{}`", option_key(*option))
+        }
+        // Core files are read by the client itself, never through the daemon.
+        Hint::GiveKernelCore => {
+            "; give the core the kernel wrote (see /proc/sys/kernel/core_pattern)".to_string()
+        }
+        Hint::GiveCoreNotProgram => "; give the core file (and this file as the executable if \
+             it is the program that crashed)"
+            .to_string(),
+    }
+}
+
+/// The `Inject` option key of a request option.
+fn option_key(option: RequestOption) -> &'static str {
+    match option {
+        RequestOption::FloatArgs => OPT_FLOAT_ARGS,
+    }
+}
+
+/// A hint in its wire form, after `text` (the message without it); `None` for
+/// hints about core files, which no daemon call reads.
+fn wire_hint(hint: &Hint, text: String) -> Option<ErrorHint> {
+    use argstash_dbus::{
+        HINT_EJECT_FIRST, HINT_GIVE_STACK_WINDOW, HINT_HOOK_IMPLEMENTATIONS, HINT_LEAVE_OUT,
+        HINT_NAME_IMPLEMENTATION, HINT_PICK_BY_ADDRESS, HINT_USE_ENTRY,
+    };
+    let mut wire = ErrorHint {
+        text: Some(text),
+        ..Default::default()
+    };
+    let kind = match hint {
+        Hint::EjectFirst {
+            function,
+            arena,
+            slot,
+        } => {
+            wire.function = Some(function.clone());
+            wire.arena = Some(*arena);
+            wire.slot = Some(*slot);
+            HINT_EJECT_FIRST
+        }
+        Hint::GiveStackWindow { max } => {
+            wire.max = Some(*max);
+            HINT_GIVE_STACK_WINDOW
+        }
+        Hint::PickByAddress => HINT_PICK_BY_ADDRESS,
+        Hint::UseEntry { entry } => {
+            wire.entry = Some(*entry);
+            HINT_USE_ENTRY
+        }
+        Hint::NameImplementation => HINT_NAME_IMPLEMENTATION,
+        Hint::HookImplementations { functions, unnamed } => {
+            wire.functions = Some(functions.clone());
+            wire.unnamed = Some(*unnamed);
+            HINT_HOOK_IMPLEMENTATIONS
+        }
+        Hint::LeaveOut { option } => {
+            wire.option = Some(option_key(*option).to_string());
+            HINT_LEAVE_OUT
+        }
+        Hint::GiveKernelCore | Hint::GiveCoreNotProgram => return None,
+    };
+    wire.kind = Some(kind.to_string());
+    Some(wire)
 }
 
 /// The error and its causes, as the CLI prints them, without repeating a cause
@@ -319,4 +442,57 @@ pub fn threads(bt: &Backtrace) -> Vec<Thread> {
                 .collect(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use argstash_dbus::HINT_EJECT_FIRST;
+
+    #[test]
+    fn a_hint_is_worded_for_dbus_and_sent_typed() {
+        let e = injector::Error::AlreadyHooked {
+            function: "bar in /prog".into(),
+            name: "bar".into(),
+            slot: 2,
+            arena: 0x7f00,
+            trampoline: 0x7f40,
+        };
+        let text = e.to_string();
+        let sent = error(42, e);
+        assert_eq!(sent.kind(), Some(ErrorKind::AlreadyHooked));
+        assert_eq!(
+            sent.to_string(),
+            format!(
+                "{text}: eject it first with the Eject method of \
+                 /org/argstash/Injector1/hooks/p42_7f00_2, or Eject naming `bar`"
+            )
+        );
+        assert!(!sent.to_string().contains("--"), "no command-line syntax");
+        let hint = sent.hint().unwrap();
+        assert_eq!(hint.kind.as_deref(), Some(HINT_EJECT_FIRST));
+        assert_eq!(hint.text.as_deref(), Some(text.as_str()));
+        assert_eq!(
+            (hint.function.as_deref(), hint.arena, hint.slot),
+            (Some("bar"), Some(0x7f00), Some(2))
+        );
+        // No hint: the message alone.
+        let plain = error(42, SessionError::NoSuchProcess { pid: 42 }.into());
+        assert_eq!(plain.kind(), Some(ErrorKind::NoSuchProcess));
+        assert!(plain.hint().is_none());
+    }
+
+    #[test]
+    fn a_process_traced_by_someone_else_is_busy_other_refusals_are_not_permitted() {
+        let refused =
+            |reason| error(7, SessionError::NotPermitted { pid: 7, reason }.into()).kind();
+        let traced = Refusal::TracedBy {
+            thread: None,
+            tracer: 99,
+            tracer_name: "gdb".into(),
+        };
+        assert_eq!(refused(traced), Some(ErrorKind::Busy));
+        assert_eq!(refused(Refusal::NotOwner), Some(ErrorKind::NotPermitted));
+        assert_eq!(refused(Refusal::Policy), Some(ErrorKind::NotPermitted));
+    }
 }

@@ -149,7 +149,10 @@ impl Shared {
         let start = hints::start_time(pid);
         may_trace(who, pid)?;
         if hints::start_time(pid) != start {
-            return Err(convert::error(SessionError::NoSuchProcess { pid }.into()));
+            return Err(convert::error(
+                pid,
+                SessionError::NoSuchProcess { pid }.into(),
+            ));
         }
         Ok(start)
     }
@@ -518,7 +521,7 @@ impl Shared {
             })
             .await?;
         self.sync(conn, pid, listed).await;
-        res.map_err(convert::error)
+        res.map_err(|e| convert::error(pid, e))
     }
 
     /// Installs the hooks an `Inject` call asks for and brings the hook objects in line.
@@ -548,7 +551,7 @@ impl Shared {
             })
             .await?;
         self.sync(conn, pid, listed).await;
-        Ok((pid, res.map_err(convert::error)?))
+        Ok((pid, res.map_err(|e| convert::error(pid, e))?))
     }
 }
 
@@ -804,7 +807,7 @@ impl Manager {
                 injector::foreign_unwind::list_status(pid)
             })
             .await?
-            .map_err(convert::error)?;
+            .map_err(|e| convert::error(pid, e))?;
         Ok(convert::unwind_status(&status, has_libgcc))
     }
 
@@ -851,7 +854,7 @@ impl Manager {
                     self.shared.sync(conn, pid, listed).await;
                     Ok(entries)
                 }
-                Err(()) => Err(convert::error(listed.unwrap_err())),
+                Err(()) => Err(convert::error(pid, listed.unwrap_err())),
             }
         } else {
             let who = self.shared.caller(&hdr).await?;
@@ -891,7 +894,7 @@ impl Manager {
                 shared.readers.backtrace(pid, start, &opts)
             })
             .await?
-            .map_err(convert::error)?;
+            .map_err(|e| convert::error(pid, e))?;
         Ok(convert::threads(&bt))
     }
 

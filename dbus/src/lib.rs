@@ -355,16 +355,64 @@ impl fmt::Display for ErrorKind {
     }
 }
 
+/// `ErrorHint::kind`: eject the function's hook first (`function`, `arena`, `slot`).
+pub const HINT_EJECT_FIRST: &str = "eject-first";
+/// `ErrorHint::kind`: give the stack window with [`OPT_STACK_ARGS`] (0 to `max`).
+pub const HINT_GIVE_STACK_WINDOW: &str = "give-stack-window";
+/// `ErrorHint::kind`: pick one of the same-named functions by its entry address.
+pub const HINT_PICK_BY_ADDRESS: &str = "pick-by-address";
+/// `ErrorHint::kind`: give the function's entry address `entry` instead.
+pub const HINT_USE_ENTRY: &str = "use-entry";
+/// `ErrorHint::kind`: hook an indirect function's implementation by its own name or address.
+pub const HINT_NAME_IMPLEMENTATION: &str = "name-implementation";
+/// `ErrorHint::kind`: hook the implementations in `functions` instead (`unnamed`:
+/// some have no symbol, and only debug symbols can name them).
+pub const HINT_HOOK_IMPLEMENTATIONS: &str = "hook-implementations";
+/// `ErrorHint::kind`: leave out the option `option` (an `Inject` option key).
+pub const HINT_LEAVE_OUT: &str = "leave-out";
+
+/// What a caller can do about a failed call, in terms of its request: the second
+/// argument of an error reply (`a{sv}`, keys in kebab-case), sent when the daemon
+/// knows. The first argument, the message, already says it in D-Bus terms; a
+/// client with its own syntax (the CLI's flags) rewords it from `kind` and the
+/// keys that kind names, after `text`. Clients ignore kinds and keys they do not know.
+#[derive(Debug, Clone, Default, PartialEq, Eq, SerializeDict, DeserializeDict, Type)]
+#[zvariant(signature = "a{sv}", rename_all = "kebab-case")]
+pub struct ErrorHint {
+    /// Which hint (`HINT_*`).
+    pub kind: Option<String>,
+    /// The message without the hint.
+    pub text: Option<String>,
+    /// A function name.
+    pub function: Option<String>,
+    /// An arena address.
+    pub arena: Option<u64>,
+    /// A slot in that arena.
+    pub slot: Option<u32>,
+    /// The largest value allowed.
+    pub max: Option<u16>,
+    /// A function's entry address.
+    pub entry: Option<u64>,
+    /// Functions to give instead, as `MODULE!NAME`.
+    pub functions: Option<Vec<String>>,
+    /// Some of the code has no symbol.
+    pub unnamed: Option<bool>,
+    /// An option key.
+    pub option: Option<String>,
+}
+
 /// An error of an `argstashd` call: a named service error, or a transport error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The daemon refused or failed the call; `message` is what the CLI would print.
+    /// The daemon refused or failed the call.
     #[error("{message}")]
     Service {
         /// Which error.
         kind: ErrorKind,
-        /// Human-readable message.
+        /// Human-readable message, its hint worded for D-Bus callers.
         message: String,
+        /// The hint, typed, when the daemon gave one.
+        hint: Option<Box<ErrorHint>>,
     },
     /// Talking to the bus failed, or the reply carried an unknown error.
     #[error(transparent)]
@@ -377,6 +425,24 @@ impl Error {
         Error::Service {
             kind,
             message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// A service error of `kind` whose message ends with a hint that `hint` types.
+    pub fn with_hint(kind: ErrorKind, message: impl Into<String>, hint: ErrorHint) -> Error {
+        Error::Service {
+            kind,
+            message: message.into(),
+            hint: Some(Box::new(hint)),
+        }
+    }
+
+    /// The typed hint, when the daemon gave one.
+    pub fn hint(&self) -> Option<&ErrorHint> {
+        match self {
+            Error::Service { hint, .. } => hint.as_deref(),
+            Error::ZBus(_) => None,
         }
     }
 
@@ -392,18 +458,32 @@ impl Error {
 impl From<zbus::Error> for Error {
     fn from(e: zbus::Error) -> Error {
         let known = match &e {
-            zbus::Error::MethodError(name, desc, _) => {
-                ErrorKind::from_name(name.as_str()).map(|k| (k, desc.clone().unwrap_or_default()))
+            zbus::Error::MethodError(name, desc, reply) => {
+                ErrorKind::from_name(name.as_str()).map(|k| {
+                    // A second argument, when there is one, is the typed hint.
+                    let hint = reply
+                        .body()
+                        .deserialize::<(String, ErrorHint)>()
+                        .ok()
+                        .map(|(_, hint)| Box::new(hint));
+                    (k, desc.clone().unwrap_or_default(), hint)
+                })
             }
             zbus::Error::FDO(f) => {
                 let f: &zbus::fdo::Error = f;
-                ErrorKind::from_name(DBusError::name(f).as_str())
-                    .map(|k| (k, DBusError::description(f).unwrap_or_default().to_string()))
+                ErrorKind::from_name(DBusError::name(f).as_str()).map(|k| {
+                    let message = DBusError::description(f).unwrap_or_default().to_string();
+                    (k, message, None)
+                })
             }
             _ => None,
         };
         match known {
-            Some((kind, message)) => Error::Service { kind, message },
+            Some((kind, message, hint)) => Error::Service {
+                kind,
+                message,
+                hint,
+            },
             None => Error::ZBus(e),
         }
     }
@@ -418,9 +498,16 @@ impl From<zbus::fdo::Error> for Error {
 impl DBusError for Error {
     fn create_reply(&self, call: &Header<'_>) -> zbus::Result<Message> {
         match self {
-            Error::Service { message, .. } => {
-                Message::error(call, self.name())?.build(&(message.as_str(),))
-            }
+            Error::Service {
+                message,
+                hint: None,
+                ..
+            } => Message::error(call, self.name())?.build(&(message.as_str(),)),
+            Error::Service {
+                message,
+                hint: Some(hint),
+                ..
+            } => Message::error(call, self.name())?.build(&(message.as_str(), hint.as_ref())),
             Error::ZBus(e) => Message::error(call, self.name())?.build(&(e.to_string(),)),
         }
     }
@@ -560,6 +647,39 @@ mod tests {
         let e = Error::new(ErrorKind::Busy, "try later");
         assert_eq!(e.name().as_str(), "org.argstash.Error.Busy");
         assert_eq!(e.to_string(), "try later");
+    }
+
+    #[test]
+    fn a_hint_travels_as_the_second_argument_of_the_error_reply() {
+        let call = Message::method_call(MANAGER_PATH, "Inject")
+            .unwrap()
+            .destination(BUS_NAME)
+            .unwrap()
+            .build(&())
+            .unwrap();
+        let hint = ErrorHint {
+            kind: Some(HINT_USE_ENTRY.into()),
+            text: Some("0x1001 is inside f+0x1".into()),
+            entry: Some(0x1000),
+            ..Default::default()
+        };
+        let sent = Error::with_hint(
+            ErrorKind::FunctionNotFound,
+            "0x1001 is inside f+0x1: give 0x1000",
+            hint.clone(),
+        );
+        let reply = sent.create_reply(&call.header()).unwrap();
+        let got = Error::from(zbus::Error::from(reply));
+        assert_eq!(got.kind(), Some(ErrorKind::FunctionNotFound));
+        // Clients that know nothing of hints still read the message first.
+        assert_eq!(got.to_string(), "0x1001 is inside f+0x1: give 0x1000");
+        assert_eq!(got.hint(), Some(&hint));
+        // A reply without one reads as no hint.
+        let plain = Error::new(ErrorKind::Busy, "try later")
+            .create_reply(&call.header())
+            .unwrap();
+        let got = Error::from(zbus::Error::from(plain));
+        assert_eq!((got.kind(), got.hint()), (Some(ErrorKind::Busy), None));
     }
 
     #[test]

@@ -1,12 +1,16 @@
-//! The injector's top-level error: what went wrong, for which function, and how to fix it.
+//! The injector's top-level error: what went wrong, for which function, and a
+//! [`Hint`] at how to fix it that each front end words in its own syntax.
 
 use thiserror::Error;
+use trampolines::x86_64::{Unsure, MAX_STACK_WORDS};
 use trampolines::{CodegenError, FormatError, PlanError};
 
 use crate::memory::MemoryError;
 use crate::ptrace::session::SessionError;
 use reader::core::CoreError;
 use reader::symbols::SymbolError;
+
+pub use reader::error::{Hint, RequestOption, UNNAMED_CODE_ADVICE};
 
 /// Everything an injector operation can fail with.
 #[derive(Debug, Error)]
@@ -55,8 +59,8 @@ pub enum Error {
     /// A user-given signature cannot be used.
     #[error(transparent)]
     Signature(#[from] reader::args::SignatureError),
-    /// The function is hooked already.
-    #[error("{function} is already hooked (hook #{slot} in the arena at 0x{arena:x}, trampoline 0x{trampoline:x}): eject it first with `argstash eject --pid PID --func {name}`")]
+    /// The function is hooked already ([`Hint::EjectFirst`]).
+    #[error("{function} is already hooked (hook #{slot} in the arena at 0x{arena:x}, trampoline 0x{trampoline:x})")]
     AlreadyHooked {
         /// The function, as `name in module`.
         function: String,
@@ -97,7 +101,7 @@ pub enum Error {
         /// The function.
         function: String,
         /// Why the 14-byte patch cannot be used.
-        reason: String,
+        reason: FarJumpRefusal,
     },
     /// Every attempt to map an arena near the module failed in the target.
     #[error("cannot map the trampoline arena near {module}: mmap in the target failed ({cause}); check the target's address-space limit (RLIMIT_AS) and vm.max_map_count")]
@@ -105,7 +109,8 @@ pub enum Error {
         /// The module.
         module: String,
         /// The last mmap failure.
-        cause: String,
+        #[source]
+        cause: SessionError,
     },
     /// Reading back what was written did not match.
     #[error("verification failed at 0x{addr:x} ({what}): the target's memory did not take the write; nothing was left patched")]
@@ -115,17 +120,11 @@ pub enum Error {
         /// What was being verified.
         what: &'static str,
     },
-    /// The bytes at a patch site changed under us.
-    #[error("the entry of {function} changed since it was {when} (expected {expected}, found {found}); another tool may have patched it: leaving it alone")]
+    /// The bytes at a patch site (or a record) changed under us.
+    #[error("{change}; another tool may have patched it: leaving it alone")]
     Changed {
-        /// The function.
-        function: String,
-        /// "read" or "hooked".
-        when: &'static str,
-        /// Expected bytes, hex.
-        expected: String,
-        /// Found bytes, hex.
-        found: String,
+        /// What changed.
+        change: Change,
     },
     /// A thread stands where it cannot be moved.
     #[error("thread {tid} is executing inside the patched bytes of {function} at 0x{rip:x} and cannot be moved: try again")]
@@ -137,13 +136,14 @@ pub enum Error {
         /// Its instruction pointer.
         rip: u64,
     },
-    /// The incoming stack words a function reads cannot be bounded from its code.
-    #[error("cannot hook {function}: how many stack words to copy for it is unknown ({reason}); give the window yourself with `--stack-args N` (N incoming 8-byte stack words, at most 16)")]
+    /// The incoming stack words a function reads cannot be bounded from its code
+    /// ([`Hint::GiveStackWindow`]).
+    #[error("cannot hook {function}: how many stack words to copy for it is unknown ({reason})")]
     StackWindowUnknown {
         /// The function, as `name in module`.
         function: String,
         /// Why the analysis is unsure.
-        reason: String,
+        reason: UnsureWindow,
     },
     /// A function reads more incoming stack words than a trampoline copies.
     #[error("cannot hook {function}: it reads {words} incoming stack words, more than the 16 a trampoline copies; hooking it would break its arguments")]
@@ -153,17 +153,19 @@ pub enum Error {
         /// Words it reads.
         words: u16,
     },
-    /// The target is a 32-bit process and the option asked for does not apply to it.
+    /// The target is a 32-bit process and an option asked for does not apply to it
+    /// ([`Hint::LeaveOut`]).
     #[error(
-        "process {pid} ({name}) is a 32-bit (i386) process: {what} is not supported for 32-bit targets; leave it out"
+        "process {pid} ({name}) is a 32-bit (i386) process: {} is not supported for 32-bit targets",
+        unsupported_32bit(*.option)
     )]
     Unsupported32Bit {
         /// The pid.
         pid: i32,
         /// Its command name.
         name: String,
-        /// The option, as the user wrote it.
-        what: &'static str,
+        /// The option.
+        option: RequestOption,
     },
     /// A core file could not be read.
     #[error(transparent)]
@@ -178,6 +180,153 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// What the caller can do about this error, if the error knows.
+    pub fn hint(&self) -> Option<Hint> {
+        match self {
+            Error::AlreadyHooked {
+                name, arena, slot, ..
+            } => Some(Hint::EjectFirst {
+                function: name.clone(),
+                arena: *arena,
+                slot: *slot,
+            }),
+            Error::StackWindowUnknown { .. } => Some(Hint::GiveStackWindow {
+                max: MAX_STACK_WORDS,
+            }),
+            Error::Unsupported32Bit { option, .. } => Some(Hint::LeaveOut { option: *option }),
+            Error::Symbol(e) => e.hint(),
+            Error::Core(e) => e.hint(),
+            _ => None,
+        }
+    }
+}
+
+/// The hint of `error` when it is one of the library's errors (injector or reader):
+/// front ends holding a type-erased error (an `anyhow` chain) ask this.
+pub fn hint_of(error: &(dyn std::error::Error + 'static)) -> Option<Hint> {
+    if let Some(e) = error.downcast_ref::<Error>() {
+        e.hint()
+    } else if let Some(e) = error.downcast_ref::<reader::Error>() {
+        e.hint()
+    } else if let Some(e) = error.downcast_ref::<SymbolError>() {
+        e.hint()
+    } else if let Some(e) = error.downcast_ref::<CoreError>() {
+        e.hint()
+    } else {
+        None
+    }
+}
+
+/// What an option that 32-bit targets do not support does, and why it does not apply.
+fn unsupported_32bit(option: RequestOption) -> &'static str {
+    match option {
+        RequestOption::FloatArgs => {
+            "stashing floating-point arguments (i386 passes floating-point arguments on the \
+             stack, which the window copies)"
+        }
+    }
+}
+
+/// Why the 14-byte absolute jump cannot patch a function.
+#[derive(Debug, Error)]
+pub enum FarJumpRefusal {
+    /// Its prologue cannot be relocated for the longer patch.
+    #[error(transparent)]
+    Plan(PlanError),
+    /// The hook's code could not be generated for the far arena.
+    #[error(transparent)]
+    Codegen(CodegenError),
+}
+
+/// When the bytes found at a patch site were last known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// Read and analysed before the stop (install).
+    Read,
+    /// Written by the hook (eject).
+    Hooked,
+}
+
+/// What changed under argstash between reading and writing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A function's entry holds other bytes than expected.
+    Entry {
+        /// The function.
+        function: String,
+        /// When the expected bytes were known.
+        since: Since,
+        /// The bytes expected.
+        expected: Vec<u8>,
+        /// The bytes found.
+        found: Vec<u8>,
+    },
+    /// An arena's records changed (another argstash used it meanwhile).
+    ArenaRecords {
+        /// The arena's address.
+        arena: u64,
+    },
+    /// A hook's record changed.
+    Record {
+        /// The hooked function.
+        function: String,
+    },
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::Entry {
+                function,
+                since,
+                expected,
+                found,
+            } => {
+                let when = match since {
+                    Since::Read => "read",
+                    Since::Hooked => "hooked",
+                };
+                write!(
+                    f,
+                    "the entry of {function} changed since it was {when} (expected {}, found {})",
+                    hex(expected),
+                    hex(found)
+                )
+            }
+            Change::ArenaRecords { arena } => write!(
+                f,
+                "the entry of the arena at 0x{arena:x} changed since it was read (expected the \
+                 records read before stopping, found records changed by another argstash)"
+            ),
+            Change::Record { function } => write!(
+                f,
+                "the entry of {function} changed since it was read (expected its record, found \
+                 a changed record)"
+            ),
+        }
+    }
+}
+
+/// Why the code analysis cannot bound a function's stack window, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsureWindow {
+    /// The tail-called function where the analysis was unsure (`None`: the hooked
+    /// function itself).
+    pub tail_called: Option<String>,
+    /// What the analysis met.
+    pub why: Unsure,
+}
+
+impl std::fmt::Display for UnsureWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.tail_called {
+            None => write!(f, "{}", self.why),
+            Some(name) => write!(f, "{name}, which it tail-calls: {}", self.why),
+        }
+    }
+}
+
 fn hooked_list(hooked: &[String]) -> String {
     if hooked.is_empty() {
         "; the process has no active hooks".to_string()
@@ -187,7 +336,7 @@ fn hooked_list(hooked: &[String]) -> String {
 }
 
 /// Hex rendering of bytes for messages.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+fn hex(bytes: &[u8]) -> String {
     bytes
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -3,7 +3,8 @@
 use std::io;
 
 use crate::error::Error;
-use crate::ptrace::session::{stat_flags_and_start, SessionError, PF_KTHREAD};
+use crate::ptrace::session::{stat_flags_and_start, Refusal, SessionError, PF_KTHREAD};
+use nix::errno::Errno;
 
 /// What an operation will do to the target, which decides what is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,10 +42,14 @@ pub fn check_target(pid: i32, access: Access) -> Result<(), Error> {
         Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
             return Err(SessionError::NotPermitted {
                 pid,
-                detail: format!(
-                    "access to process {pid} ({name}) was refused ({}): run as root or as the process owner",
-                    if e.raw_os_error() == Some(libc::EACCES) { "EACCES" } else { "EPERM" }
-                ),
+                reason: Refusal::Hidden {
+                    name,
+                    errno: if e.raw_os_error() == Some(libc::EACCES) {
+                        Errno::EACCES
+                    } else {
+                        Errno::EPERM
+                    },
+                },
             }
             .into());
         }

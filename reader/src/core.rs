@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use goblin::container::{Container, Ctx, Endian};
@@ -26,10 +27,10 @@ use goblin::elf::note::{NoteDataIterator, NT_FILE, NT_PRPSINFO, NT_PRSTATUS};
 use goblin::elf::program_header::{ProgramHeader, PF_R, PF_W, PF_X, PT_LOAD, PT_NOTE};
 
 use crate::arena::discover;
-use crate::error::Error;
+use crate::error::{Error, Hint};
 use crate::memory::{Memory, MemoryError};
 use crate::procfs::{MapEntry, Perms};
-use crate::symbols::{Module, ProcessSymbols, VDSO};
+use crate::symbols::{Module, ProcessSymbols, SymbolError, VDSO};
 use crate::unwind::{Arch, Backtrace, BacktraceOptions, DwarfRegisters, ThreadBacktrace, Unwinder};
 
 /// `NT_AUXV`: the auxiliary vector the process started with.
@@ -83,13 +84,13 @@ pub enum CoreError {
         source: io::Error,
     },
     /// The file is not ELF at all.
-    #[error("{path} is not a core file (no ELF header); pass the core the kernel wrote (see /proc/sys/kernel/core_pattern) with --core")]
+    #[error("{path} is not a core file (no ELF header)")]
     NotElf {
         /// The file.
         path: String,
     },
     /// The file is ELF, but an executable or library rather than a core.
-    #[error("{path} is an ELF {kind}, not a core file; pass the core with --core (and this file with --exe if it is the program that crashed)")]
+    #[error("{path} is an ELF {kind}, not a core file")]
     NotCore {
         /// The file.
         path: String,
@@ -119,12 +120,12 @@ pub enum CoreError {
         what: &'static str,
     },
     /// Headers or notes are malformed.
-    #[error("{path} is a malformed core file: {msg}")]
+    #[error("{path} is a malformed core file: {problem}")]
     Malformed {
         /// The file.
         path: String,
         /// What is wrong.
-        msg: String,
+        problem: Malformation,
     },
     /// `--tid` named a thread the core does not have.
     #[error("the core {path} has no thread {tid}; its threads are {}", .threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "))]
@@ -142,6 +143,180 @@ pub enum CoreError {
         /// The file.
         path: String,
     },
+}
+
+impl CoreError {
+    /// What the caller can do about this error, if the error knows.
+    pub fn hint(&self) -> Option<Hint> {
+        match self {
+            CoreError::NotElf { .. } => Some(Hint::GiveKernelCore),
+            CoreError::NotCore { .. } => Some(Hint::GiveCoreNotProgram),
+            _ => None,
+        }
+    }
+}
+
+/// What is malformed in a core file's headers or notes.
+#[derive(Debug, thiserror::Error)]
+pub enum Malformation {
+    /// The ELF class byte is neither 32- nor 64-bit.
+    #[error("unknown ELF class {class}")]
+    ElfClass {
+        /// The `EI_CLASS` byte.
+        class: u8,
+    },
+    /// The ELF header does not parse.
+    #[error("{0}")]
+    Header(goblin::error::Error),
+    /// The ELF parser panicked on malformed input.
+    #[error("the ELF parser failed on malformed input")]
+    ParserPanicked,
+    /// The program header table's end overflows a 64-bit offset.
+    #[error("program header table overflows")]
+    ProgramHeaderOverflow,
+    /// The program headers do not parse.
+    #[error("program headers: {0}")]
+    ProgramHeaders(goblin::error::Error),
+    /// A segment's end overflows a 64-bit offset.
+    #[error("segment at file offset {offset:#x} overflows")]
+    SegmentOverflow {
+        /// The segment's file offset.
+        offset: u64,
+    },
+    /// A note segment's offset does not fit in memory.
+    #[error("note offset too large")]
+    NoteOffset,
+    /// A note segment's size does not fit in memory.
+    #[error("note size too large")]
+    NoteSize,
+    /// A note segment does not parse.
+    #[error("note segment: {0}")]
+    Note(goblin::error::Error),
+    /// An `NT_PRSTATUS` note is shorter than the x86-64 one.
+    #[error("NT_PRSTATUS has {len} bytes, an x86-64 one has {PRSTATUS_LEN}")]
+    PrStatusLen {
+        /// Its length.
+        len: usize,
+    },
+    /// An `NT_PRSTATUS` note of a 32-bit core is shorter than the i386 one.
+    #[error("NT_PRSTATUS has {len} bytes, an i386 one has {PRSTATUS32_LEN}")]
+    PrStatus32Len {
+        /// Its length.
+        len: usize,
+    },
+    /// The `NT_FILE` note is inconsistent.
+    #[error("NT_FILE note: {0}")]
+    NtFile(NtFileProblem),
+}
+
+/// What is wrong with an `NT_FILE` note.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NtFileProblem {
+    /// Shorter than its count and page size.
+    #[error("too short")]
+    TooShort,
+    /// Its count says more entries than it has bytes for.
+    #[error("more entries than bytes")]
+    MoreEntriesThanBytes,
+    /// Fewer paths than entries.
+    #[error("fewer paths than entries")]
+    FewerPaths,
+    /// An entry ends before it starts.
+    #[error("an entry ends before it starts")]
+    EndsBeforeStart,
+}
+
+/// Why a file the core's process had mapped cannot be used here.
+#[derive(Debug, thiserror::Error)]
+pub enum BackingError {
+    /// It could not be opened, inspected or mapped.
+    #[error("{0}")]
+    Io(io::Error),
+    /// It is not a regular file.
+    #[error("not a regular file")]
+    NotRegular,
+    /// It is empty.
+    #[error("empty file")]
+    Empty,
+    /// It has another GNU build id than the file the process had mapped.
+    #[error(
+        "its build id is {} but the process had {} mapped: not the file of the crashed process",
+        hex(.file),
+        hex(.core)
+    )]
+    OtherBuild {
+        /// The build id of the file found here.
+        file: Vec<u8>,
+        /// The build id the core's dump shows.
+        core: Vec<u8>,
+    },
+}
+
+/// Why a module of a core has no symbols (its frames show addresses).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MissingReason {
+    /// The file found here cannot be used.
+    #[error(transparent)]
+    File(Arc<BackingError>),
+    /// Its symbols could not be loaded.
+    #[error(transparent)]
+    Symbols(Arc<SymbolError>),
+    /// The `[vdso]` image could not be read from the core.
+    #[error(transparent)]
+    Image(Arc<MemoryError>),
+}
+
+/// Why bytes of a core's process memory cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreReadError {
+    /// The range wraps around the address space.
+    #[error("address overflow")]
+    AddressOverflow,
+    /// A segment's dumped bytes lie past the end of the core.
+    #[error("segment past the end of the core")]
+    SegmentPastEnd,
+    /// Bytes the core did not dump could not be read from the mapped file.
+    #[error("0x{at:x}: {why}")]
+    Undumped {
+        /// The first such address.
+        at: u64,
+        /// Why.
+        why: UndumpedRead,
+    },
+    /// The mapped file gave no bytes at this address.
+    #[error("0x{at:x}: no bytes")]
+    NoBytes {
+        /// The address.
+        at: u64,
+    },
+}
+
+/// Why bytes the kernel did not dump cannot be read from the file that was mapped there.
+#[derive(Debug, thiserror::Error)]
+pub enum UndumpedRead {
+    /// The address is in a dumped segment's undumped tail, not a file mapping.
+    #[error("not dumped in the core and not a file mapping")]
+    NotFileMapping,
+    /// No segment or file mapping covers the address.
+    #[error("not mapped in the core")]
+    NotMapped,
+    /// The file mapping's file was never looked for.
+    #[error("not dumped in the core")]
+    NoFile,
+    /// The file mapping's file cannot be used.
+    #[error("not dumped in the core, and its file {} is unavailable: {why}", .disk.display())]
+    FileUnavailable {
+        /// Where the file was looked for.
+        disk: PathBuf,
+        /// Why it cannot be used.
+        why: Arc<BackingError>,
+    },
+    /// The offset into the file overflows.
+    #[error("offset overflow")]
+    OffsetOverflow,
+    /// The file is shorter than the mapping says.
+    #[error("past the end of {}", .0.display())]
+    PastEnd(PathBuf),
 }
 
 /// Where to find the files a core's process had mapped.
@@ -200,18 +375,18 @@ struct BackingFile {
     /// Where it was looked for.
     disk: PathBuf,
     /// Its bytes, or why they are not available.
-    map: Result<memmap2::Mmap, String>,
+    map: Result<memmap2::Mmap, Arc<BackingError>>,
 }
 
 /// A mapped file of the core whose symbols could not be loaded: its frames show addresses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct MissingModule {
     /// Path as the process saw it.
     pub path: String,
     /// Where it was looked for on this machine.
     pub looked_at: PathBuf,
     /// Why it could not be used.
-    pub reason: String,
+    pub reason: MissingReason,
 }
 
 /// A parsed x86-64 or i386 Linux core file, readable as process memory.
@@ -309,7 +484,7 @@ impl CoreFile {
             std::panic::catch_unwind(|| parse(&map, &shown)).unwrap_or_else(|_| {
                 Err(CoreError::Malformed {
                     path: shown.clone(),
-                    msg: "the ELF parser failed on malformed input".to_string(),
+                    problem: Malformation::ParserPanicked,
                 })
             })?;
         let mut core = CoreFile {
@@ -369,10 +544,12 @@ impl CoreFile {
                 continue;
             }
             let disk = self.disk_path(&f.path);
-            let map = map_regular_file(&disk).and_then(|map| {
-                self.check_same_build(&f.path, &map)?;
-                Ok(map)
-            });
+            let map = map_regular_file(&disk)
+                .and_then(|map| {
+                    self.check_same_build(&f.path, &map)?;
+                    Ok(map)
+                })
+                .map_err(Arc::new);
             backing.insert(f.path.clone(), BackingFile { disk, map });
         }
         self.backing = backing;
@@ -380,17 +557,16 @@ impl CoreFile {
 
     /// Fails when the file found on disk has another GNU build id than the one the
     /// core's dump of its first page shows (the file was rebuilt or replaced).
-    fn check_same_build(&self, path: &str, disk: &[u8]) -> Result<(), String> {
+    fn check_same_build(&self, path: &str, disk: &[u8]) -> Result<(), BackingError> {
         let Some(first) = self.files.iter().find(|f| f.path == path && f.offset == 0) else {
             return Ok(());
         };
         let dumped = self.dumped(first.start);
         match (build_id(dumped), build_id(disk)) {
-            (Some(core), Some(file)) if core != file => Err(format!(
-                "its build id is {} but the process had {} mapped: not the file of the crashed process",
-                hex(file),
-                hex(core)
-            )),
+            (Some(core), Some(file)) if core != file => Err(BackingError::OtherBuild {
+                file: file.to_vec(),
+                core: core.to_vec(),
+            }),
             _ => Ok(()),
         }
     }
@@ -522,18 +698,20 @@ impl CoreFile {
                 });
                 match image {
                     Some(Ok(bytes)) => (
-                        Module::from_image(VDSO, bytes, &entries).map_err(|e| e.to_string()),
+                        Module::from_image(VDSO, bytes, &entries)
+                            .map_err(|e| MissingReason::Symbols(Arc::new(e))),
                         PathBuf::from(VDSO),
                     ),
-                    Some(Err(e)) => (Err(e.to_string()), PathBuf::from(VDSO)),
+                    Some(Err(e)) => (Err(MissingReason::Image(Arc::new(e))), PathBuf::from(VDSO)),
                     None => continue,
                 }
             } else {
                 let disk = self.disk_path(path);
                 match self.backing.get(path).map(|b| &b.map) {
-                    Some(Err(why)) => (Err(why.clone()), disk),
+                    Some(Err(why)) => (Err(MissingReason::File(why.clone())), disk),
                     _ => (
-                        Module::from_file(path, &disk, &entries).map_err(|e| e.to_string()),
+                        Module::from_file(path, &disk, &entries)
+                            .map_err(|e| MissingReason::Symbols(Arc::new(e))),
                         disk,
                     ),
                 }
@@ -551,30 +729,31 @@ impl CoreFile {
     }
 
     /// Reads bytes of a file mapping the kernel did not dump from the file on disk.
-    fn read_from_file(&self, addr: u64, buf: &mut [u8]) -> Result<usize, String> {
+    fn read_from_file(&self, addr: u64, buf: &mut [u8]) -> Result<usize, UndumpedRead> {
         let f = self
             .file_at(addr)
             .ok_or(if self.segment_at(addr).is_some() {
-                "not dumped in the core and not a file mapping"
+                UndumpedRead::NotFileMapping
             } else {
-                "not mapped in the core"
+                UndumpedRead::NotMapped
             })?;
-        let backing = self.backing.get(&f.path).ok_or("not dumped in the core")?;
-        let map = backing.map.as_ref().map_err(|why| {
-            format!(
-                "not dumped in the core, and its file {} is unavailable: {why}",
-                backing.disk.display()
-            )
-        })?;
+        let backing = self.backing.get(&f.path).ok_or(UndumpedRead::NoFile)?;
+        let map = backing
+            .map
+            .as_ref()
+            .map_err(|why| UndumpedRead::FileUnavailable {
+                disk: backing.disk.clone(),
+                why: why.clone(),
+            })?;
         let n = buf.len().min((f.end - addr) as usize);
         let at = f
             .offset
             .checked_add(addr - f.start)
-            .ok_or("offset overflow")?;
+            .ok_or(UndumpedRead::OffsetOverflow)?;
         let bytes = usize::try_from(at)
             .ok()
             .and_then(|at| map.get(at..at.checked_add(n)?))
-            .ok_or_else(|| format!("past the end of {}", backing.disk.display()))?;
+            .ok_or_else(|| UndumpedRead::PastEnd(backing.disk.clone()))?;
         buf[..n].copy_from_slice(bytes);
         Ok(n)
     }
@@ -660,18 +839,18 @@ fn build_id(image: &[u8]) -> Option<&[u8]> {
 }
 
 /// Maps a regular file read-only, or says why not.
-fn map_regular_file(path: &Path) -> Result<memmap2::Mmap, String> {
-    let file = File::open(path).map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+fn map_regular_file(path: &Path) -> Result<memmap2::Mmap, BackingError> {
+    let file = File::open(path).map_err(BackingError::Io)?;
+    let meta = file.metadata().map_err(BackingError::Io)?;
     if !meta.is_file() {
-        return Err("not a regular file".to_string());
+        return Err(BackingError::NotRegular);
     }
     if meta.len() == 0 {
-        return Err("empty file".to_string());
+        return Err(BackingError::Empty);
     }
     // SAFETY: read-only private mapping never written through; a file truncated under
     // us while mapped could raise SIGBUS, the risk every reader of mapped binaries takes.
-    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| e.to_string())
+    unsafe { memmap2::Mmap::map(&file) }.map_err(BackingError::Io)
 }
 
 /// Validates the ELF header and program headers, then reads the notes.
@@ -692,7 +871,7 @@ fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
     let Some(container) = container(class) else {
         return Err(CoreError::Malformed {
             path: path.to_string(),
-            msg: format!("unknown ELF class {class}"),
+            problem: Malformation::ElfClass { class },
         });
     };
     let header_len = match container {
@@ -702,10 +881,12 @@ fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
     if len < header_len {
         return Err(truncated(header_len, "ELF header"));
     }
-    let header = goblin::elf::Elf::parse_header(bytes).map_err(|e| CoreError::Malformed {
+    let malformed = |problem| CoreError::Malformed {
         path: path.to_string(),
-        msg: e.to_string(),
-    })?;
+        problem,
+    };
+    let header =
+        goblin::elf::Elf::parse_header(bytes).map_err(|e| malformed(Malformation::Header(e)))?;
     if header.e_type != ET_CORE {
         let kind = match header.e_type {
             ET_EXEC => "executable",
@@ -747,31 +928,21 @@ fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
     let ph_end = phnum
         .checked_mul(u64::from(header.e_phentsize))
         .and_then(|n| n.checked_add(header.e_phoff))
-        .ok_or_else(|| CoreError::Malformed {
-            path: path.to_string(),
-            msg: "program header table overflows".to_string(),
-        })?;
+        .ok_or_else(|| malformed(Malformation::ProgramHeaderOverflow))?;
     if ph_end > len {
         return Err(truncated(ph_end, "program headers"));
     }
     let ctx = Ctx::new(container, Endian::Little);
-    let phdrs =
-        ProgramHeader::parse(bytes, header.e_phoff as usize, phnum as usize, ctx).map_err(|e| {
-            CoreError::Malformed {
-                path: path.to_string(),
-                msg: format!("program headers: {e}"),
-            }
-        })?;
+    let phdrs = ProgramHeader::parse(bytes, header.e_phoff as usize, phnum as usize, ctx)
+        .map_err(|e| malformed(Malformation::ProgramHeaders(e)))?;
     let mut segments = Vec::new();
     let mut needed = ph_end;
     for ph in &phdrs {
-        let end = ph
-            .p_offset
-            .checked_add(ph.p_filesz)
-            .ok_or_else(|| CoreError::Malformed {
-                path: path.to_string(),
-                msg: format!("segment at file offset {:#x} overflows", ph.p_offset),
-            })?;
+        let end = ph.p_offset.checked_add(ph.p_filesz).ok_or_else(|| {
+            malformed(Malformation::SegmentOverflow {
+                offset: ph.p_offset,
+            })
+        })?;
         if ph.p_type == PT_LOAD || ph.p_type == PT_NOTE {
             needed = needed.max(end);
         }
@@ -797,10 +968,7 @@ fn parse(bytes: &[u8], path: &str) -> Result<(Vec<Segment>, Notes), CoreError> {
         return Err(truncated(needed, what));
     }
     segments.sort_by_key(|s| s.vaddr);
-    let notes = read_notes(bytes, &phdrs, ctx, arch).map_err(|msg| CoreError::Malformed {
-        path: path.to_string(),
-        msg,
-    })?;
+    let notes = read_notes(bytes, &phdrs, ctx, arch).map_err(malformed)?;
     if notes.threads.is_empty() {
         return Err(CoreError::NoThreads {
             path: path.to_string(),
@@ -825,7 +993,7 @@ fn read_notes(
     phdrs: &[ProgramHeader],
     ctx: Ctx,
     arch: Arch,
-) -> Result<Notes, String> {
+) -> Result<Notes, Malformation> {
     let mut notes = Notes {
         arch,
         pid: None,
@@ -839,8 +1007,8 @@ fn read_notes(
         Arch::I386 => (PRPSINFO32_PID, PRPSINFO32_FNAME),
     };
     for ph in phdrs.iter().filter(|p| p.p_type == PT_NOTE) {
-        let offset = usize::try_from(ph.p_offset).map_err(|_| "note offset too large")?;
-        let size = usize::try_from(ph.p_filesz).map_err(|_| "note size too large")?;
+        let offset = usize::try_from(ph.p_offset).map_err(|_| Malformation::NoteOffset)?;
+        let size = usize::try_from(ph.p_filesz).map_err(|_| Malformation::NoteSize)?;
         let iter = NoteDataIterator {
             data: bytes,
             offset,
@@ -848,7 +1016,7 @@ fn read_notes(
             ctx: (ph.p_align as usize, ctx),
         };
         for note in iter {
-            let note = note.map_err(|e| format!("note segment: {e}"))?;
+            let note = note.map_err(Malformation::Note)?;
             if note.name != "CORE" {
                 continue;
             }
@@ -870,7 +1038,9 @@ fn read_notes(
                         Arch::I386 => parse_auxv32(note.desc),
                     };
                 }
-                NT_FILE => notes.files = parse_nt_file(note.desc, arch)?,
+                NT_FILE => {
+                    notes.files = parse_nt_file(note.desc, arch).map_err(Malformation::NtFile)?
+                }
                 _ => {}
             }
         }
@@ -878,12 +1048,9 @@ fn read_notes(
     Ok(notes)
 }
 
-fn parse_prstatus(desc: &[u8]) -> Result<CoreThread, String> {
+fn parse_prstatus(desc: &[u8]) -> Result<CoreThread, Malformation> {
     if desc.len() < PRSTATUS_LEN {
-        return Err(format!(
-            "NT_PRSTATUS has {} bytes, an x86-64 one has {PRSTATUS_LEN}",
-            desc.len()
-        ));
+        return Err(Malformation::PrStatusLen { len: desc.len() });
     }
     let reg = |i: usize| le_u64(desc, PRSTATUS_REGS + 8 * i).unwrap_or(0);
     // user_regs_struct: r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ...
@@ -899,12 +1066,9 @@ fn parse_prstatus(desc: &[u8]) -> Result<CoreThread, String> {
 }
 
 /// The registers of an i386 `NT_PRSTATUS` (a 32-bit core).
-fn parse_prstatus32(desc: &[u8]) -> Result<CoreThread, String> {
+fn parse_prstatus32(desc: &[u8]) -> Result<CoreThread, Malformation> {
     if desc.len() < PRSTATUS32_LEN {
-        return Err(format!(
-            "NT_PRSTATUS has {} bytes, an i386 one has {PRSTATUS32_LEN}",
-            desc.len()
-        ));
+        return Err(Malformation::PrStatus32Len { len: desc.len() });
     }
     let reg = |i: usize| le_u32(desc, PRSTATUS32_REGS + 4 * i).map_or(0, u64::from);
     // user_regs_struct: ebx ecx edx esi edi ebp eax xds xes xfs xgs orig_eax eip xcs eflags esp xss
@@ -936,8 +1100,7 @@ fn parse_auxv32(bytes: &[u8]) -> Vec<(u64, u64)> {
 
 /// `NT_FILE`: count, page size, `count` (start, end, page offset) triples, then
 /// `count` paths; the numbers are words of the core's architecture.
-fn parse_nt_file(desc: &[u8], arch: Arch) -> Result<Vec<CoreMappedFile>, String> {
-    let bad = |what: &str| format!("NT_FILE note: {what}");
+fn parse_nt_file(desc: &[u8], arch: Arch) -> Result<Vec<CoreMappedFile>, NtFileProblem> {
     let size: u64 = match arch {
         Arch::X86_64 => 8,
         Arch::I386 => 4,
@@ -947,13 +1110,13 @@ fn parse_nt_file(desc: &[u8], arch: Arch) -> Result<Vec<CoreMappedFile>, String>
         Arch::I386 => le_u32(b, at).map(u64::from),
     };
     let w = size as usize;
-    let count = word(desc, 0).ok_or_else(|| bad("too short"))?;
-    let page = word(desc, w).ok_or_else(|| bad("too short"))?;
+    let count = word(desc, 0).ok_or(NtFileProblem::TooShort)?;
+    let page = word(desc, w).ok_or(NtFileProblem::TooShort)?;
     let table_len = count
         .checked_mul(3 * size)
         .and_then(|n| n.checked_add(2 * size))
         .filter(|n| *n <= desc.len() as u64)
-        .ok_or_else(|| bad("more entries than bytes"))? as usize;
+        .ok_or(NtFileProblem::MoreEntriesThanBytes)? as usize;
     let mut names = desc[table_len..].split(|b| *b == 0);
     let mut files = Vec::with_capacity(count as usize);
     for i in 0..count as usize {
@@ -963,13 +1126,11 @@ fn parse_nt_file(desc: &[u8], arch: Arch) -> Result<Vec<CoreMappedFile>, String>
             word(desc, at + w).unwrap_or(0),
             word(desc, at + 2 * w).unwrap_or(0),
         );
-        let name = names
-            .next()
-            .ok_or_else(|| bad("fewer paths than entries"))?;
+        let name = names.next().ok_or(NtFileProblem::FewerPaths)?;
         let name = String::from_utf8_lossy(name);
         let path = name.strip_suffix(" (deleted)").unwrap_or(&name).to_string();
         if end <= start {
-            return Err(bad("an entry ends before it starts"));
+            return Err(NtFileProblem::EndsBeforeStart);
         }
         files.push(CoreMappedFile {
             start,
@@ -985,21 +1146,21 @@ fn parse_nt_file(desc: &[u8], arch: Arch) -> Result<Vec<CoreMappedFile>, String>
 impl Memory for CoreFile {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         let len = buf.len();
-        let fail = |msg: String| MemoryError::Read {
+        let fail = |why: CoreReadError| MemoryError::Read {
             addr,
             len,
-            source: io::Error::other(msg),
+            source: io::Error::other(why),
         };
         let mut done = 0usize;
         while done < len {
             let at = addr
                 .checked_add(done as u64)
-                .ok_or_else(|| fail("address overflow".to_string()))?;
+                .ok_or_else(|| fail(CoreReadError::AddressOverflow))?;
             let Some(seg) = self.segment_at(at) else {
                 // Not in any segment: a file mapping the core left out, or unmapped.
                 let n = self
                     .read_from_file(at, &mut buf[done..])
-                    .map_err(|why| fail(format!("0x{at:x}: {why}")))?;
+                    .map_err(|why| fail(CoreReadError::Undumped { at, why }))?;
                 done += n;
                 continue;
             };
@@ -1012,15 +1173,15 @@ impl Memory for CoreFile {
                 let src = self
                     .map
                     .get(from..from + n)
-                    .ok_or_else(|| fail("segment past the end of the core".to_string()))?;
+                    .ok_or_else(|| fail(CoreReadError::SegmentPastEnd))?;
                 dest[..n].copy_from_slice(src);
                 n
             } else {
                 self.read_from_file(at, dest)
-                    .map_err(|why| fail(format!("0x{at:x}: {why}")))?
+                    .map_err(|why| fail(CoreReadError::Undumped { at, why }))?
             };
             if n == 0 {
-                return Err(fail(format!("0x{at:x}: no bytes")));
+                return Err(fail(CoreReadError::NoBytes { at }));
             }
             done += n;
         }
@@ -1597,7 +1758,8 @@ mod tests {
         let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let err = open(&exe);
         assert!(matches!(err, CoreError::NotCore { .. }), "{err}");
-        assert!(err.to_string().contains("--exe"), "{err}");
+        // The fix (`--core`, `--exe` on the command line) is the front end's to spell.
+        assert_eq!(err.hint(), Some(Hint::GiveCoreNotProgram), "{err}");
         let mut arm = build_core(&[], &[]);
         arm[18] = 183; // EM_AARCH64
         assert!(matches!(

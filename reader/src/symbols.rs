@@ -38,6 +38,7 @@ use goblin::elf::sym::{STB_LOCAL, STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::Elf;
 use goblin::options::ParseOptions;
 
+use crate::error::Hint;
 use crate::memory::Memory;
 use crate::procfs::MapEntry;
 
@@ -69,12 +70,12 @@ pub enum SymbolError {
         source: io::Error,
     },
     /// A file is not a usable ELF image.
-    #[error("{path}: not a usable ELF file: {msg}")]
+    #[error("{path}: not a usable ELF file: {problem}")]
     Elf {
         /// The file.
         path: String,
         /// What is wrong with it.
-        msg: String,
+        problem: ElfProblem,
     },
     /// No function has that name.
     #[error("{}", not_found_message(.name, .suggestions))]
@@ -121,24 +122,18 @@ pub enum SymbolError {
         candidates: Vec<String>,
     },
     /// An address is not the entry of a function.
-    #[error("{detail}")]
+    #[error("{}", not_an_entry_message(*.addr, .place))]
     AddressNotInFunction {
         /// The address that was asked for.
         addr: u64,
-        /// Why it is not a function entry, and what to use instead.
-        detail: String,
+        /// Where the address is instead.
+        place: AddressPlace,
     },
     /// The function's symbol has no size.
     #[error("`{name}`: symbol has no size; cannot bound the function")]
     ZeroSize {
         /// The function's name.
         name: String,
-    },
-    /// The target is a 32-bit program.
-    #[error("{path} is a 32-bit program: 32-bit (i386) targets are not yet supported")]
-    Not64Bit {
-        /// The target's executable.
-        path: String,
     },
     /// The name is a GNU indirect function, whose symbol is a resolver.
     #[error("{}", ifunc_message(.name, .module, .targets))]
@@ -157,6 +152,93 @@ pub enum SymbolError {
         /// The file.
         path: String,
     },
+}
+
+impl SymbolError {
+    /// What the caller can do about this error, if the error knows.
+    pub fn hint(&self) -> Option<Hint> {
+        match self {
+            SymbolError::Ambiguous { .. } => Some(Hint::PickByAddress),
+            SymbolError::AddressNotInFunction {
+                place: AddressPlace::Inside { entry, .. },
+                ..
+            } => Some(Hint::UseEntry { entry: *entry }),
+            SymbolError::Ifunc { targets, .. } if targets.is_empty() => {
+                Some(Hint::NameImplementation)
+            }
+            SymbolError::Ifunc { targets, .. } => Some(Hint::HookImplementations {
+                functions: targets
+                    .iter()
+                    .filter_map(|t| Some(format!("{}!{}", t.spelling, t.name.as_deref()?)))
+                    .collect(),
+                unnamed: targets.iter().any(|t| t.name.is_none()),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What makes a file unusable as an ELF module.
+#[derive(Debug, thiserror::Error)]
+pub enum ElfProblem {
+    /// The file does not start with an ELF header.
+    #[error("no ELF header")]
+    NoHeader,
+    /// The mapping is not backed by a file (anonymous memory, `[heap]`, ...).
+    #[error("not a file mapping")]
+    NotAFileMapping,
+    /// The in-memory image is larger than this machine can address.
+    #[error("image too large")]
+    TooLarge,
+    /// The ELF parser refused the file.
+    #[error("{0}")]
+    Parse(goblin::error::Error),
+    /// The ELF parser panicked on malformed input.
+    #[error("the ELF parser failed on malformed input")]
+    ParserPanicked,
+    /// None of the process's mappings of the file matches its `PT_LOAD` segments.
+    #[error("no mapping matches its PT_LOAD segments (was the file replaced on disk?)")]
+    NoMatchingMapping,
+}
+
+/// Where an address that is not a function entry lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddressPlace {
+    /// Inside no mapped ELF module.
+    NoModule,
+    /// Inside a function, past its entry.
+    Inside {
+        /// The function's name.
+        function: String,
+        /// The address's offset from the entry.
+        offset: u64,
+        /// The function's entry address.
+        entry: u64,
+        /// The module holding it.
+        module: String,
+    },
+    /// Inside a module, where no function symbol covers it.
+    NoSymbol {
+        /// The module.
+        module: String,
+    },
+}
+
+fn not_an_entry_message(addr: u64, place: &AddressPlace) -> String {
+    match place {
+        AddressPlace::NoModule => format!("{addr:#x} is not inside any mapped ELF module"),
+        AddressPlace::Inside {
+            function,
+            offset,
+            module,
+            ..
+        } => format!(
+            "{addr:#x} is inside {function}+{offset:#x} (in {module}); hooks go on function entries"
+        ),
+        AddressPlace::NoSymbol { module } => {
+            format!("no function symbol covers {addr:#x} (in {module})")
+        }
+    }
 }
 
 fn not_found_message(name: &str, suggestions: &[String]) -> String {
@@ -178,12 +260,10 @@ fn ifunc_message(name: &str, module: &str, targets: &[IfuncTarget]) -> String {
         "`{name}` in {module} is a GNU indirect function (IFUNC): its symbol is the resolver \
          that picks an implementation at load time, not the code that runs"
     );
-    let named: Vec<&IfuncTarget> = targets.iter().filter(|t| t.name.is_some()).collect();
     match targets {
         [] => msg.push_str(
             "; no GOT slot of this process shows which implementation it chose (no caller \
-             has been bound to it yet); hook the implementation instead, by its own name \
-             (`nm` the module's debug file) or --addr",
+             has been bound to it yet)",
         ),
         [one] => {
             msg.push_str("\n  this process calls ");
@@ -200,23 +280,6 @@ fn ifunc_message(name: &str, module: &str, targets: &[IfuncTarget]) -> String {
             }
         }
     }
-    if !named.is_empty() {
-        let funcs: Vec<String> = named
-            .iter()
-            .filter_map(|t| Some(format!("--func {}!{}", t.spelling, t.name.as_deref()?)))
-            .collect();
-        msg.push_str(&format!(
-            "\n  hook {} instead: {}",
-            if named.len() == 1 { "that" } else { "those" },
-            funcs.join(" ")
-        ));
-    }
-    if targets.iter().any(|t| t.name.is_none()) {
-        msg.push_str(
-            "\n  code that no symbol names cannot be bounded for a hook: install the module's \
-             debug symbols (for glibc, libc6-dbg) to name it",
-        );
-    }
     msg
 }
 
@@ -229,10 +292,7 @@ fn ambiguous_message(name: &str, candidates: &[String]) -> String {
         msg.push_str("\n  ");
         msg.push_str(c);
     }
-    msg.push_str(
-        "\n  write MODULE!NAME to pick a module (e.g. `libc.so.6!write`), \
-         or --addr ADDR to pick one function",
-    );
+    msg.push_str("\n  write MODULE!NAME to pick a module (e.g. `libc.so.6!write`)");
     msg
 }
 
@@ -445,7 +505,7 @@ impl Module {
         } else {
             return Err(SymbolError::Elf {
                 path,
-                msg: "not a file mapping".to_string(),
+                problem: ElfProblem::NotAFileMapping,
             });
         };
         Module::from_data(path, data, &entries)
@@ -481,9 +541,9 @@ impl Module {
         data: FileData,
         entries: &[&MapEntry],
     ) -> Result<Module, SymbolError> {
-        let parsed = parse_module(data.bytes(), entries).map_err(|msg| SymbolError::Elf {
+        let parsed = parse_module(data.bytes(), entries).map_err(|problem| SymbolError::Elf {
             path: path.clone(),
-            msg,
+            problem,
         })?;
         let max_size = parsed.symbols.iter().map(|s| s.size).max().unwrap_or(0);
         Ok(Module {
@@ -715,7 +775,7 @@ fn map_elf_file(file: File, shown: &str, path: &str) -> Result<FileData, SymbolE
     if len < MIN_ELF_LEN || file.read_exact_at(&mut magic, 0).is_err() || &magic != b"\x7fELF" {
         return Err(SymbolError::Elf {
             path: path.to_string(),
-            msg: "no ELF header".to_string(),
+            problem: ElfProblem::NoHeader,
         });
     }
     // SAFETY: the file is mapped read-only and private, and we never write through
@@ -734,7 +794,7 @@ fn read_process_image(pid: i32, entry: &MapEntry, path: &str) -> Result<FileData
     let len = entry.end.saturating_sub(entry.start).min(MAX_VDSO_LEN);
     let len = usize::try_from(len).map_err(|_| SymbolError::Elf {
         path: path.to_string(),
-        msg: "image too large".to_string(),
+        problem: ElfProblem::TooLarge,
     })?;
     let mut buf = vec![0u8; len];
     File::open(&mem_path)
@@ -747,15 +807,15 @@ fn read_process_image(pid: i32, entry: &MapEntry, path: &str) -> Result<FileData
 }
 
 /// Parses an ELF image, turning a parser panic on hostile input into an error.
-fn parse_elf(bytes: &[u8]) -> Result<Elf<'_>, String> {
+fn parse_elf(bytes: &[u8]) -> Result<Elf<'_>, ElfProblem> {
     if bytes.get(..4) != Some(b"\x7fELF".as_slice()) {
-        return Err("no ELF header".to_string());
+        return Err(ElfProblem::NoHeader);
     }
     let opts = ParseOptions::permissive();
     match std::panic::catch_unwind(|| Elf::parse_with_opts(bytes, &opts)) {
         Ok(Ok(elf)) => Ok(elf),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("the ELF parser failed on malformed input".to_string()),
+        Ok(Err(e)) => Err(ElfProblem::Parse(e)),
+        Err(_) => Err(ElfProblem::ParserPanicked),
     }
 }
 
@@ -813,7 +873,7 @@ impl RawSym<'_> {
     }
 }
 
-fn parse_module(bytes: &[u8], entries: &[&MapEntry]) -> Result<Parsed, String> {
+fn parse_module(bytes: &[u8], entries: &[&MapEntry]) -> Result<Parsed, ElfProblem> {
     let elf = parse_elf(bytes)?;
     let loads: Vec<Load> = elf
         .program_headers
@@ -826,8 +886,7 @@ fn parse_module(bytes: &[u8], entries: &[&MapEntry]) -> Result<Parsed, String> {
             filesz: p.p_filesz,
         })
         .collect();
-    let bias = compute_bias(&loads, entries)
-        .ok_or("no mapping matches its PT_LOAD segments (was the file replaced on disk?)")?;
+    let bias = compute_bias(&loads, entries).ok_or(ElfProblem::NoMatchingMapping)?;
 
     // The mappings that belong to this placement of the image (a file can be mapped
     // again elsewhere, e.g. read as data).
@@ -1285,7 +1344,7 @@ impl ProcessSymbols {
         let Some(m) = self.module_for(addr) else {
             return Err(SymbolError::AddressNotInFunction {
                 addr,
-                detail: format!("{addr:#x} is not inside any mapped ELF module"),
+                place: AddressPlace::NoModule,
             });
         };
         if let Some(s) = m.symbol_at(addr) {
@@ -1296,15 +1355,18 @@ impl ProcessSymbols {
             }
             return Ok(resolved(m, s));
         }
-        let detail = match m.lookup(addr) {
-            Some((s, off)) => format!(
-                "{addr:#x} is inside {}+{off:#x} (in {}); hooks go on function entries: \
-                 use --addr {:#x}",
-                s.name, m.path, s.addr
-            ),
-            None => format!("no function symbol covers {addr:#x} (in {})", m.path),
+        let place = match m.lookup(addr) {
+            Some((s, offset)) => AddressPlace::Inside {
+                function: s.name.clone(),
+                offset,
+                entry: s.addr,
+                module: m.path.clone(),
+            },
+            None => AddressPlace::NoSymbol {
+                module: m.path.clone(),
+            },
         };
-        Err(SymbolError::AddressNotInFunction { addr, detail })
+        Err(SymbolError::AddressNotInFunction { addr, place })
     }
 }
 
@@ -1911,19 +1973,20 @@ void _start(void) {
             .unwrap();
         assert_eq!(by_addr, bar);
         match ps.resolve(&FuncSpec::Addr(bar.addr + 1)) {
-            Err(SymbolError::AddressNotInFunction { addr, detail }) => {
-                assert_eq!(addr, bar.addr + 1);
-                assert!(detail.contains("bar+0x1"), "{detail}");
-                assert!(
-                    detail.contains(&format!("--addr {:#x}", bar.addr)),
-                    "{detail}"
-                );
+            Err(e @ SymbolError::AddressNotInFunction { .. }) => {
+                let SymbolError::AddressNotInFunction { addr, .. } = &e else {
+                    unreachable!()
+                };
+                assert_eq!(*addr, bar.addr + 1);
+                assert!(e.to_string().contains("bar+0x1"), "{e}");
+                // The fix is the entry, which each front end spells (`--addr 0x...`).
+                assert_eq!(e.hint(), Some(Hint::UseEntry { entry: bar.addr }));
             }
             other => panic!("bar+1: {other:?}"),
         }
         match ps.resolve(&FuncSpec::Addr(0x10)) {
-            Err(SymbolError::AddressNotInFunction { detail, .. }) => {
-                assert!(detail.contains("0x10"), "{detail}")
+            Err(e @ SymbolError::AddressNotInFunction { .. }) => {
+                assert!(e.to_string().contains("0x10"), "{e}")
             }
             other => panic!("0x10: {other:?}"),
         }

@@ -19,10 +19,12 @@ use trampolines::arena::SLOT_LEN;
 use trampolines::symbol_file::{symbol_file, SymbolFileHook};
 use trampolines::unwind_area::{FLAG_GDB_JIT, MAX_JIT_ELF};
 
-use crate::foreign_unwind::{
-    read_slot, set_flags, Borrower, CallSkipped, UnwindHook, UnwindReport, CALL_TIMEOUT,
-};
-use crate::memory::{Memory, WriteMemory};
+use super::calls::{Borrower, CallSkipped, CALL_TIMEOUT};
+use super::files::{replace_file, symbol_file_path};
+use super::report::UnwindReport;
+use super::slots::{read_slot, set_flags, UnwindHook};
+use crate::memory::{Memory, MemoryError, WriteMemory};
+use crate::ptrace::safe_point::NoSafePoint;
 use reader::symbols::{FuncSpec, ProcessSymbols};
 
 /// The helper shared object, built by `build.rs`.
@@ -70,14 +72,57 @@ fn helper_symbol(name: &str) -> Option<u64> {
         .map(|s| s.st_value)
 }
 
-/// The helper as loaded in the target.
-struct Helper {
-    descriptor: u64,
-    handle: u64,
-    dlclose: u64,
+/// Why the helper could not be loaded in the target.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HelperError {
+    /// Its path is not UTF-8 (the pid makes that impossible; checked all the same).
+    #[error("helper path is not UTF-8")]
+    PathNotUtf8,
+    /// Its file could not be written.
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        /// The helper's path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The unwind area's spare bytes cannot hold the path for `dlopen`.
+    #[error("no room for the helper's path in the unwind area")]
+    NoRoom,
+    /// Writing the target's memory failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// No thread was at a safe point for `dlopen`.
+    #[error("not loaded: {why}; gdb can still read the hooks with add-symbol-file {}", .symbol_file.display())]
+    NoSafePoint {
+        /// The search for a safe point.
+        why: NoSafePoint,
+        /// The symbol file gdb can load instead.
+        symbol_file: PathBuf,
+    },
+    /// `dlopen` could not be called, or did not return in time.
+    #[error(transparent)]
+    Call(CallSkipped),
+    /// `dlopen` returned, but the helper is not mapped.
+    #[error("dlopen of {} failed in the target", .0.display())]
+    NotLoaded(PathBuf),
+    /// The helper is mapped, but the loader's list of objects does not show it.
+    #[error("the helper is not in the loader's list")]
+    NotListed,
 }
 
-fn loaded_helper(pid: i32) -> Option<Helper> {
+/// The helper as loaded in the target.
+pub(super) struct Helper {
+    /// `__jit_debug_descriptor`.
+    pub(super) descriptor: u64,
+    /// `argstash_jit_handle`: where the `dlopen` handle is kept for eject.
+    pub(super) handle: u64,
+    /// `argstash_jit_dlclose`: where `dlclose`'s address is kept for eject.
+    pub(super) dlclose: u64,
+}
+
+/// The helper of `pid`, if the process has it mapped.
+pub(super) fn loaded_helper(pid: i32) -> Option<Helper> {
     let path = helper_path(pid);
     let path = path.to_str()?;
     let maps = reader::procfs::read_maps(pid).ok()?;
@@ -158,20 +203,22 @@ fn load_helper(
     scratch: (u64, usize),
     mem: &dyn WriteMemory,
     borrower: &mut Borrower,
-) -> Result<Helper, String> {
+) -> Result<Helper, HelperError> {
     let path = helper_path(pid);
-    let text = path.to_str().ok_or("helper path is not UTF-8")?;
+    let text = path.to_str().ok_or(HelperError::PathNotUtf8)?;
     if std::fs::read(&path).ok().as_deref() != Some(HELPER_SO) {
         let tmp = path.with_extension(format!("so.tmp{}", std::process::id()));
-        crate::foreign_unwind::replace_file(&path, &tmp, HELPER_SO)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        replace_file(&path, &tmp, HELPER_SO).map_err(|source| HelperError::Write {
+            path: path.clone(),
+            source,
+        })?;
     }
     let mut cstr = text.as_bytes().to_vec();
     cstr.push(0);
     if cstr.len() > scratch.1 {
-        return Err("no room for the helper's path in the unwind area".into());
+        return Err(HelperError::NoRoom);
     }
-    mem.write(scratch.0, &cstr).map_err(|e| e.to_string())?;
+    mem.write(scratch.0, &cstr)?;
     let called = borrower.with_thread(|session, tid| {
         session.remote_call(
             tid,
@@ -179,19 +226,20 @@ fn load_helper(
             "dlopen",
             &[scratch.0, (libc::RTLD_NOW | libc::RTLD_LOCAL) as u64],
             CALL_TIMEOUT,
-        )
+        )?;
+        Ok(())
     });
     match called {
         // The path must stay readable for a dlopen that goes on by itself.
-        Err(e @ CallSkipped::Released(_)) => return Err(e.to_string()),
+        Err(e @ CallSkipped::Released(_)) => return Err(HelperError::Call(e)),
         Err(e) => {
             let _ = mem.write(scratch.0, &vec![0u8; cstr.len()]);
             return Err(match e {
-                CallSkipped::NoSafePoint(_) => format!(
-                    "not loaded: {e}; gdb can still read the hooks with add-symbol-file {}",
-                    crate::foreign_unwind::symbol_file_path(pid).display()
-                ),
-                _ => e.to_string(),
+                CallSkipped::NoSafePoint(why) => HelperError::NoSafePoint {
+                    why,
+                    symbol_file: symbol_file_path(pid),
+                },
+                e => HelperError::Call(e),
             });
         }
         Ok(()) => {
@@ -200,12 +248,11 @@ fn load_helper(
     }
     let Some(helper) = loaded_helper(pid) else {
         let _ = std::fs::remove_file(&path);
-        return Err(format!("dlopen of {} failed in the target", path.display()));
+        return Err(HelperError::NotLoaded(path));
     };
-    let handle = link_map_of(pid, mem, text).ok_or("the helper is not in the loader's list")?;
-    mem.write(helper.handle, &handle.to_le_bytes())
-        .and_then(|()| mem.write(helper.dlclose, &loader.dlclose.to_le_bytes()))
-        .map_err(|e| e.to_string())?;
+    let handle = link_map_of(pid, mem, text).ok_or(HelperError::NotListed)?;
+    mem.write(helper.handle, &handle.to_le_bytes())?;
+    mem.write(helper.dlclose, &loader.dlclose.to_le_bytes())?;
     Ok(helper)
 }
 
@@ -270,7 +317,7 @@ pub(crate) fn register(
     for (hook, flags, elf) in files {
         let entry = hook.area.jit_entry_addr(hook.slot);
         let file = hook.area.jit_elf_addr(hook.slot);
-        let linked = (|| -> Result<(), crate::memory::MemoryError> {
+        let linked = (|| -> Result<(), MemoryError> {
             mem.write(file, &elf)?;
             let first = mem.read_u64(helper.descriptor + 16)?;
             let mut e = [0u8; 32];
@@ -314,7 +361,7 @@ pub(crate) fn unregister(
             continue;
         }
         let entry = hook.area.jit_entry_addr(hook.slot);
-        let unlinked = (|| -> Result<(), crate::memory::MemoryError> {
+        let unlinked = (|| -> Result<(), MemoryError> {
             let next = mem.read_u64(entry)?;
             let prev = mem.read_u64(entry + 8)?;
             if prev == 0 {
@@ -355,7 +402,8 @@ pub(crate) fn unregister(
         return;
     }
     let closed = borrower.with_thread(|session, tid| {
-        session.remote_call(tid, dlclose, "dlclose", &[handle], CALL_TIMEOUT)
+        session.remote_call(tid, dlclose, "dlclose", &[handle], CALL_TIMEOUT)?;
+        Ok(())
     });
     match closed {
         Ok(()) => {

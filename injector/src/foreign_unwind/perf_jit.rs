@@ -31,11 +31,11 @@ use std::path::PathBuf;
 use trampolines::arena::{HookState, SLOT_LEN};
 use trampolines::unwind_area::FLAG_PERF_JIT;
 
-use crate::foreign_unwind::{
-    hook_of, read_area, read_slot, set_flags, with_any_thread, UnwindHook, UnwindReport,
-};
-use crate::memory::{Memory, WriteMemory};
-use crate::ptrace::call::RemoteCallError;
+use super::calls::{with_any_thread, AnyThreadError};
+use super::report::UnwindReport;
+use super::slots::{hook_of, read_area, read_slot, set_flags, UnwindHook};
+use crate::memory::{Memory, MemoryError, WriteMemory};
+use crate::ptrace::session::SessionError;
 
 /// `JiTD`, as a little-endian `u32`.
 pub const JITDUMP_MAGIC: u32 = 0x4A69_5444;
@@ -78,7 +78,7 @@ pub struct JitBlock {
 pub enum JitDumpError {
     /// An `.eh_frame` entry could not be parsed.
     #[error("unreadable .eh_frame: {0}")]
-    EhFrame(String),
+    EhFrame(gimli::Error),
     /// A table entry is more than 2 GiB away from `.eh_frame_hdr`.
     #[error("FDE at 0x{0:x} too far from .eh_frame_hdr for a 32-bit table entry")]
     TooFar(u64),
@@ -127,7 +127,7 @@ fn align8(n: u64) -> u64 {
 }
 
 /// The FDEs of `eh_frame` (without terminator) as `(offset in it, initial address)`.
-fn fde_starts(eh_frame: &[u8]) -> Result<Vec<(usize, u64)>, JitDumpError> {
+pub(super) fn fde_starts(eh_frame: &[u8]) -> Result<Vec<(usize, u64)>, JitDumpError> {
     use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
     let section = EhFrame::new(eh_frame, LittleEndian);
     let bases = BaseAddresses::default();
@@ -140,10 +140,10 @@ fn fde_starts(eh_frame: &[u8]) -> Result<Vec<(usize, u64)>, JitDumpError> {
             Ok(Some(CieOrFde::Fde(partial))) => {
                 let fde = partial
                     .parse(EhFrame::cie_from_offset)
-                    .map_err(|e| JitDumpError::EhFrame(e.to_string()))?;
+                    .map_err(JitDumpError::EhFrame)?;
                 out.push((fde.offset(), fde.initial_address()));
             }
-            Err(e) => return Err(JitDumpError::EhFrame(e.to_string())),
+            Err(e) => return Err(JitDumpError::EhFrame(e)),
         }
     }
     Ok(out)
@@ -334,35 +334,62 @@ fn active_blocks(pid: i32, mem: &dyn Memory) -> Vec<(JitBlock, Vec<UnwindHook>)>
     out
 }
 
-fn session_error(tid: i32, status: String) -> RemoteCallError {
-    RemoteCallError::Session(crate::ptrace::session::SessionError::Unexpected { tid, status })
+/// Why the jitdump could not be mapped in the target (or unmapped from it).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum MarkerError {
+    /// Its path is not UTF-8 (the pid makes that impossible; checked all the same).
+    #[error("path is not UTF-8")]
+    PathNotUtf8,
+    /// The unwind area's spare bytes cannot hold the path for `open`.
+    #[error("no room for the jitdump's path in the unwind area")]
+    NoRoom,
+    /// Writing the path into the target failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// The remote system calls failed.
+    #[error(transparent)]
+    Thread(#[from] AnyThreadError),
+}
+
+/// `r`, or the error a negative system call result `-errno` stands for.
+fn syscall_result(pid: i32, name: &str, nr: i64, r: i64) -> Result<i64, SessionError> {
+    if (-4095..0).contains(&r) {
+        Err(SessionError::RemoteSyscall {
+            pid,
+            name: name.to_string(),
+            nr,
+            errno: (-r) as i32,
+        })
+    } else {
+        Ok(r)
+    }
 }
 
 /// Maps the jitdump in the target (open, mmap read+exec, close); returns its address.
-fn map_marker(pid: i32, mem: &dyn WriteMemory, scratch: (u64, usize)) -> Result<u64, String> {
+pub(super) fn map_marker(
+    pid: i32,
+    mem: &dyn WriteMemory,
+    scratch: (u64, usize),
+) -> Result<u64, MarkerError> {
     let path = jitdump_path(pid);
     let mut cstr = path
         .to_str()
-        .ok_or("path is not UTF-8")?
+        .ok_or(MarkerError::PathNotUtf8)?
         .as_bytes()
         .to_vec();
     cstr.push(0);
     if cstr.len() > scratch.1 {
-        return Err("no room for the jitdump's path in the unwind area".into());
+        return Err(MarkerError::NoRoom);
     }
-    mem.write(scratch.0, &cstr).map_err(|e| e.to_string())?;
+    mem.write(scratch.0, &cstr)?;
     let mut addr = 0u64;
     let outcome = with_any_thread(pid, |session, tid| {
-        let fd = session
-            .remote_syscall_on(
-                tid,
-                libc::SYS_open,
-                [scratch.0, libc::O_RDONLY as u64, 0, 0, 0, 0],
-            )
-            .map_err(RemoteCallError::Session)?;
-        if fd < 0 {
-            return Err(session_error(tid, format!("open failed: errno {}", -fd)));
-        }
+        let open = session.remote_syscall_on(
+            tid,
+            libc::SYS_open,
+            [scratch.0, libc::O_RDONLY as u64, 0, 0, 0, 0],
+        )?;
+        let fd = syscall_result(pid, "open", libc::SYS_open, open)?;
         let mapped = session.remote_syscall_on(
             tid,
             libc::SYS_mmap,
@@ -377,30 +404,21 @@ fn map_marker(pid: i32, mem: &dyn WriteMemory, scratch: (u64, usize)) -> Result<
         );
         // Close whatever happened to the mapping: the target keeps no descriptor of ours.
         let closed = session.remote_syscall_on(tid, libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
-        let mapped = mapped.map_err(RemoteCallError::Session)?;
-        closed.map_err(RemoteCallError::Session)?;
-        if (-4095..0).contains(&mapped) {
-            return Err(session_error(
-                tid,
-                format!("mmap failed: errno {}", -mapped),
-            ));
-        }
-        addr = mapped as u64;
+        let mapped = mapped?;
+        closed?;
+        addr = syscall_result(pid, "mmap", libc::SYS_mmap, mapped)? as u64;
         Ok(())
     });
     let _ = mem.write(scratch.0, &vec![0u8; cstr.len()]);
-    outcome.map(|()| addr)
+    outcome?;
+    Ok(addr)
 }
 
 /// Unmaps the jitdump marker from the target.
-fn unmap_marker(pid: i32, (addr, len): (u64, u64)) -> Result<(), String> {
+pub(super) fn unmap_marker(pid: i32, (addr, len): (u64, u64)) -> Result<(), AnyThreadError> {
     with_any_thread(pid, |session, tid| {
-        let r = session
-            .remote_syscall_on(tid, libc::SYS_munmap, [addr, len, 0, 0, 0, 0])
-            .map_err(RemoteCallError::Session)?;
-        if r < 0 {
-            return Err(session_error(tid, format!("munmap failed: errno {}", -r)));
-        }
+        let r = session.remote_syscall_on(tid, libc::SYS_munmap, [addr, len, 0, 0, 0, 0])?;
+        syscall_result(pid, "munmap", libc::SYS_munmap, r)?;
         Ok(())
     })
 }

@@ -21,7 +21,7 @@ use trampolines::x86_64::{
 };
 
 use crate::arch::{jump_patch, Arch, ArchPlan};
-use crate::error::{hex, Error};
+use crate::error::{Change, Error, FarJumpRefusal, RequestOption, Since};
 use crate::hooks::arena::{
     anywhere_candidates, placement_candidates_below, within_reach, ARENA_CAPACITY,
 };
@@ -449,7 +449,7 @@ fn install_inner(
                 .unwrap_or_default()
                 .trim()
                 .to_string(),
-            what: "--float-args (i386 passes floating-point arguments on the stack, which the window copies)",
+            option: RequestOption::FloatArgs,
         });
     }
     let unwinders = match arch {
@@ -629,7 +629,7 @@ fn install_inner(
                     .map_err(|e| Error::NoArenaSpaceFar {
                         module: p.resolved.module_path.clone(),
                         function: p.resolved.name.clone(),
-                        reason: e.to_string(),
+                        reason: FarJumpRefusal::Plan(e),
                     })?;
                     p.far = true;
                     let existing = arenas
@@ -689,7 +689,7 @@ fn install_inner(
                     Error::NoArenaSpaceFar {
                         module: p.resolved.module_path.clone(),
                         function: p.resolved.name.clone(),
-                        reason: source.to_string(),
+                        reason: FarJumpRefusal::Codegen(source),
                     }
                 } else {
                     Error::Codegen {
@@ -769,10 +769,7 @@ fn install_inner(
                             }
                         ) =>
                     {
-                        Error::ArenaMapFailed {
-                            module,
-                            cause: e.to_string(),
-                        }
+                        Error::ArenaMapFailed { module, cause: e }
                     }
                     _ => Error::NoArenaSpace { module },
                 });
@@ -808,10 +805,9 @@ fn install_inner(
             let fresh = read_arena(&mem, &a.header)?;
             if fresh != *a {
                 return Err(Error::Changed {
-                    function: format!("the arena at 0x{:x}", a.header.base),
-                    when: "read",
-                    expected: "the records read before stopping".into(),
-                    found: "records changed by another argstash".into(),
+                    change: Change::ArenaRecords {
+                        arena: a.header.base,
+                    },
                 });
             }
         }
@@ -820,10 +816,12 @@ fn install_inner(
             let now = mem.read_vec(p.plan.patch_addr(), p.plan.patch_len())?;
             if now != p.plan.original() {
                 return Err(Error::Changed {
-                    function: p.label(),
-                    when: "read",
-                    expected: hex(p.plan.original()),
-                    found: hex(&now),
+                    change: Change::Entry {
+                        function: p.label(),
+                        since: Since::Read,
+                        expected: p.plan.original().to_vec(),
+                        found: now,
+                    },
                 });
             }
         }
@@ -1156,10 +1154,9 @@ fn eject_inner(
             let r = record((*i, *s));
             if fresh != *r {
                 return Err(Error::Changed {
-                    function: r.name.clone(),
-                    when: "read",
-                    expected: "its record".into(),
-                    found: "a changed record".into(),
+                    change: Change::Record {
+                        function: r.name.clone(),
+                    },
                 });
             }
             let expected =
@@ -1175,10 +1172,12 @@ fn eject_inner(
             // marking the record (eject). Ejecting it completes that operation.
             if now != expected && now != r.original {
                 return Err(Error::Changed {
-                    function: format!("{} in {}", r.name, r.module),
-                    when: "hooked",
-                    expected: hex(&expected),
-                    found: hex(&now),
+                    change: Change::Entry {
+                        function: format!("{} in {}", r.name, r.module),
+                        since: Since::Hooked,
+                        expected,
+                        found: now,
+                    },
                 });
             }
         }

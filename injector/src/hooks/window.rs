@@ -20,6 +20,7 @@
 
 use trampolines::x86_64::{analyse_stack_reads, ArgPlacement, StackReads, MAX_STACK_WORDS};
 
+use crate::error::UnsureWindow;
 use crate::memory::Memory;
 pub use reader::args::x86_64::{param_type, placement_of, signature_of};
 use reader::symbols::ProcessSymbols;
@@ -90,7 +91,7 @@ pub struct CodeVerdict {
     /// The function and the functions it tail-calls, merged.
     pub reads: StackReads,
     /// Why the window is unknown, naming the function where it was found.
-    pub unsure: Option<String>,
+    pub unsure: Option<UnsureWindow>,
 }
 
 /// Analyses the code of the function at `entry` (`size` bytes) and of the functions it tail-calls.
@@ -122,10 +123,9 @@ pub fn analyse_code(
         merged.words = merged.words.max(reads.words);
         if unsure.is_none() {
             if let Some(why) = &reads.unsure {
-                unsure = Some(if addr == entry {
-                    why.to_string()
-                } else {
-                    format!("{name}, which it tail-calls: {why}")
+                unsure = Some(UnsureWindow {
+                    tail_called: (addr != entry).then(|| name.clone()),
+                    why: why.clone(),
                 });
             }
         }
@@ -154,7 +154,7 @@ pub fn analyse_code(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WindowRefusal {
     /// The code does not bound the incoming stack words it reads.
-    Unsure(String),
+    Unsure(UnsureWindow),
     /// The function reads more stack words than a trampoline copies.
     TooLarge(u16),
 }
@@ -211,7 +211,10 @@ mod tests {
                 unsure: unsure.then_some(Unsure::AddressTaken { at: 0x10 }),
                 ..StackReads::default()
             },
-            unsure: unsure.then(|| "address taken".to_string()),
+            unsure: unsure.then_some(UnsureWindow {
+                tail_called: None,
+                why: Unsure::AddressTaken { at: 0x10 },
+            }),
         }
     }
 
@@ -227,7 +230,10 @@ mod tests {
         assert_eq!((p.words, p.source, p.xmm), (4, WindowSource::Code, false));
         assert_eq!(
             decide_window(None, None, &verdict(0, false, true), false),
-            Err(WindowRefusal::Unsure("address taken".into()))
+            Err(WindowRefusal::Unsure(UnsureWindow {
+                tail_called: None,
+                why: Unsure::AddressTaken { at: 0x10 }
+            }))
         );
         assert_eq!(
             decide_window(None, None, &verdict(17, false, false), false),

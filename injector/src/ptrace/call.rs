@@ -27,7 +27,7 @@ use nix::sys::ptrace;
 use nix::unistd::Pid;
 use thiserror::Error;
 
-use crate::ptrace::session::{describe_status, wait_tid, Current, Session, SessionError, Waited};
+use crate::ptrace::session::{wait_tid, Current, Session, SessionError, UnexpectedState, Waited};
 use crate::ptrace::syscall::{get_sigmask, set_sigmask, sigbit};
 
 /// The user code segment selector of 64-bit code on Linux x86-64.
@@ -189,7 +189,7 @@ fn poll_tid(tid: i32) -> Result<Option<Waited>, SessionError> {
         }
         return Err(SessionError::Unexpected {
             tid,
-            status: describe_status(status),
+            state: UnexpectedState::Wait(status),
         });
     }
     match nix::errno::Errno::last() {

@@ -454,6 +454,45 @@ impl fmt::Display for NoSafePoint {
     }
 }
 
+/// Threads of `pid`, the best to borrow for a call first: those asleep in a system
+/// call other than `futex` or a memory-management one (unlikely to hold a user-space
+/// lock), then those running user code, then the rest.
+pub(crate) fn call_candidates(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![pid];
+    };
+    let mut tids: Vec<(u8, i32)> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .map(|tid| {
+            let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+                .unwrap_or_default();
+            let nr = syscall
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<i64>().ok());
+            // A thread waiting for a futex, or inside malloc's own mmap/brk, may hold a lock.
+            let risky = [
+                libc::SYS_futex,
+                libc::SYS_mmap,
+                libc::SYS_munmap,
+                libc::SYS_brk,
+                libc::SYS_mremap,
+                libc::SYS_madvise,
+                libc::SYS_mprotect,
+            ];
+            let rank = match nr {
+                Some(n) if risky.contains(&n) => 2,
+                Some(n) if n >= 0 => 0,
+                _ => 1,
+            };
+            (rank, tid)
+        })
+        .collect();
+    tids.sort();
+    tids.into_iter().map(|(_, t)| t).collect()
+}
+
 /// Stops threads of `pid` one at a time until one is at a safe point, for at most
 /// `budget`; returns the session holding it (only that thread is stopped).
 ///
@@ -472,7 +511,7 @@ pub fn borrow_at_safe_point(
     let mut round = 0u32;
     loop {
         let maps = read_maps(pid).unwrap_or_default();
-        for tid in crate::foreign_unwind::call_candidates(pid) {
+        for tid in call_candidates(pid) {
             if started.elapsed() > budget && samples > 0 {
                 break;
             }

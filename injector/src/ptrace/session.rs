@@ -84,13 +84,13 @@ pub enum SessionError {
         /// Its name (`comm`).
         name: String,
     },
-    /// The kernel refused ptrace (EPERM); `detail` says why and what to do.
-    #[error("{detail}")]
+    /// The kernel refused to let us trace or inspect the process.
+    #[error("{}", refusal_message(*.pid, .reason))]
     NotPermitted {
         /// The process.
         pid: i32,
-        /// A full sentence: the reason and the fix.
-        detail: String,
+        /// Why.
+        reason: Refusal,
     },
     /// The process went away while we worked on it.
     #[error("process {pid} exited during the operation")]
@@ -109,12 +109,12 @@ pub enum SessionError {
         source: nix::Error,
     },
     /// A wait reported something this session never asked for.
-    #[error("thread {tid} reported an unexpected state: {status}")]
+    #[error("thread {tid} reported an unexpected state: {state}")]
     Unexpected {
         /// The thread.
         tid: i32,
-        /// The decoded wait status, or what was expected.
-        status: String,
+        /// What it reported, or what it did not.
+        state: UnexpectedState,
     },
     /// The thread is not held by this session.
     #[error("thread {tid} is not stopped in this session")]
@@ -167,6 +167,98 @@ pub enum SessionError {
     /// Reading or writing target memory failed.
     #[error(transparent)]
     Memory(#[from] MemoryError),
+}
+
+/// Why the kernel refused to let us trace or inspect a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Another tracer (a debugger) holds the process or one of its threads.
+    TracedBy {
+        /// The thread it holds, when that is not the leader.
+        thread: Option<i32>,
+        /// The tracer's pid.
+        tracer: i32,
+        /// The tracer's command name (`?` when unreadable).
+        tracer_name: String,
+    },
+    /// `PTRACE_SEIZE` failed with EPERM although we are root: a security module
+    /// (SELinux, AppArmor, Yama) or kernel lockdown forbids it.
+    Policy,
+    /// `PTRACE_SEIZE` failed with EPERM: we are neither root nor the process owner.
+    NotOwner,
+    /// The kernel hides the process's executable (and so its memory) from us.
+    Hidden {
+        /// The process's command name.
+        name: String,
+        /// `EACCES` or `EPERM`.
+        errno: Errno,
+    },
+}
+
+fn refusal_message(pid: i32, reason: &Refusal) -> String {
+    match reason {
+        Refusal::TracedBy {
+            thread,
+            tracer,
+            tracer_name,
+        } => {
+            let who = match thread {
+                Some(t) => format!("thread {t} of process {pid}"),
+                None => format!("process {pid}"),
+            };
+            format!(
+                "{who} is already traced by PID {tracer} ({tracer_name}): detach that debugger first"
+            )
+        }
+        Refusal::Policy => format!(
+            "ptrace of process {pid} was refused (EPERM) although we are root: a security \
+             module (SELinux, AppArmor, Yama) or kernel lockdown forbids it"
+        ),
+        Refusal::NotOwner => format!(
+            "ptrace of process {pid} was refused (EPERM): run as root or as the process owner"
+        ),
+        Refusal::Hidden { name, errno } => format!(
+            "access to process {pid} ({name}) was refused ({errno:?}): run as root or as the \
+             process owner"
+        ),
+    }
+}
+
+/// What a thread reported that a session did not ask for, or what it failed to report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnexpectedState {
+    /// A wait status (decoded in the message).
+    Wait(i32),
+    /// No single-step trap came after `steps` steps over a remote system call.
+    NoStepTrap {
+        /// Steps made.
+        steps: usize,
+    },
+    /// No syscall-exit stop came after `resumptions` resumptions.
+    NoSyscallExit {
+        /// Resumptions made.
+        resumptions: usize,
+    },
+    /// `PTRACE_DETACH` kept failing with ESRCH on a thread that is not gone.
+    DetachKeptFailing,
+}
+
+impl fmt::Display for UnexpectedState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnexpectedState::Wait(status) => f.write_str(&describe_status(*status)),
+            UnexpectedState::NoStepTrap { steps } => write!(
+                f,
+                "no single-step trap after {steps} steps over the system call"
+            ),
+            UnexpectedState::NoSyscallExit { resumptions } => {
+                write!(f, "no syscall-exit stop after {resumptions} resumptions")
+            }
+            UnexpectedState::DetachKeptFailing => {
+                f.write_str("PTRACE_DETACH kept failing with ESRCH")
+            }
+        }
+    }
 }
 
 /// `EINVAL (Invalid argument)` for errno 22.
@@ -373,7 +465,7 @@ fn precheck(pid: i32) -> Result<Status, SessionError> {
     if st.tracer != 0 {
         return Err(SessionError::NotPermitted {
             pid,
-            detail: traced_by(pid, None, st.tracer),
+            reason: traced_by(pid, None, st.tracer),
         });
     }
     Ok(st)
@@ -412,15 +504,15 @@ fn is_root() -> bool {
     euid == 0
 }
 
-fn traced_by(pid: i32, tid: Option<i32>, tracer: i32) -> String {
-    let comm = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
+fn traced_by(pid: i32, tid: Option<i32>, tracer: i32) -> Refusal {
+    let tracer_name = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
         .map(|c| c.trim().to_string())
         .unwrap_or_else(|_| "?".into());
-    let who = match tid {
-        Some(t) if t != pid => format!("thread {t} of process {pid}"),
-        _ => format!("process {pid}"),
-    };
-    format!("{who} is already traced by PID {tracer} ({comm}): detach that debugger first")
+    Refusal::TracedBy {
+        thread: tid.filter(|t| *t != pid),
+        tracer,
+        tracer_name,
+    }
 }
 
 /// What `waitpid` said about one thread.
@@ -461,7 +553,7 @@ pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
             }
             return Err(SessionError::Unexpected {
                 tid,
-                status: describe_status(status),
+                state: UnexpectedState::Wait(status),
             });
         }
         if r < 0 {
@@ -769,16 +861,14 @@ impl Session {
             return Ok(());
         }
         let tracer = if st.tracer != 0 { st.tracer } else { seen };
-        let detail = if tracer != 0 {
+        let reason = if tracer != 0 {
             traced_by(pid, Some(tid), tracer)
         } else if is_root() {
-            format!("ptrace of process {pid} was refused (EPERM) although we are root: a security module (SELinux, AppArmor, Yama) or kernel lockdown forbids it")
+            Refusal::Policy
         } else {
-            format!(
-                "ptrace of process {pid} was refused (EPERM): run as root or as the process owner"
-            )
+            Refusal::NotOwner
         };
-        Err(SessionError::NotPermitted { pid, detail })
+        Err(SessionError::NotPermitted { pid, reason })
     }
 
     /// Waits for a seized thread's stop and records it; handles clone events.
@@ -852,7 +942,7 @@ impl Session {
                     self.threads.push(tracee);
                     return Err(SessionError::Unexpected {
                         tid,
-                        status: describe_status(raw),
+                        state: UnexpectedState::Wait(raw),
                     });
                 }
             }
@@ -1050,7 +1140,7 @@ impl Session {
         }
         Err(SessionError::Unexpected {
             tid: t.tid,
-            status: "PTRACE_DETACH kept failing with ESRCH".into(),
+            state: UnexpectedState::DetachKeptFailing,
         })
     }
 
@@ -1470,14 +1560,18 @@ int main(int argc, char **argv) {
         {
             let tracer = TestChild::spawn("trc", TRACER, &[&pid.to_string()]);
             let e = Session::attach_all(pid).unwrap_err();
-            let SessionError::NotPermitted { pid: p, ref detail } = e else {
+            let SessionError::NotPermitted { pid: p, ref reason } = e else {
                 panic!("{e}")
             };
             assert_eq!(p, pid);
+            assert!(
+                matches!(reason, Refusal::TracedBy { thread: None, tracer: t, .. } if *t == tracer.pid),
+                "{reason:?}"
+            );
             let comm = std::fs::read_to_string(format!("/proc/{}/comm", tracer.pid)).unwrap();
             assert_eq!(
-                detail,
-                &format!(
+                e.to_string(),
+                format!(
                     "process {pid} is already traced by PID {} ({}): detach that debugger first",
                     tracer.pid,
                     comm.trim()

@@ -26,7 +26,7 @@ use nix::unistd::Pid;
 use crate::arch::{Arch, Syscall};
 use crate::memory::{Memory, ProcessMemory, WriteMemory};
 use crate::ptrace::session::{
-    describe_status, stat_flags_and_start, wait_tid, Current, Session, SessionError, ThreadStop,
+    stat_flags_and_start, wait_tid, Current, Session, SessionError, ThreadStop, UnexpectedState,
     Waited, EVENT_STOP,
 };
 use reader::procfs::{parse_maps, MapEntry};
@@ -451,14 +451,14 @@ impl Session {
                 _ => {
                     return Err(SessionError::Unexpected {
                         tid,
-                        status: describe_status(raw),
+                        state: UnexpectedState::Wait(raw),
                     })
                 }
             }
         }
         Err(SessionError::Unexpected {
             tid,
-            status: format!("no single-step trap after {MAX_STEPS} steps over the system call"),
+            state: UnexpectedState::NoStepTrap { steps: MAX_STEPS },
         })
     }
 
@@ -510,14 +510,16 @@ impl Session {
                 _ => {
                     return Err(SessionError::Unexpected {
                         tid,
-                        status: describe_status(raw),
+                        state: UnexpectedState::Wait(raw),
                     })
                 }
             }
         }
         Err(SessionError::Unexpected {
             tid,
-            status: format!("no syscall-exit stop after {MAX_STEPS} resumptions"),
+            state: UnexpectedState::NoSyscallExit {
+                resumptions: MAX_STEPS,
+            },
         })
     }
 
@@ -537,7 +539,7 @@ impl Session {
             0 => self.hold_signal(i),
             _ => Err(SessionError::Unexpected {
                 tid,
-                status: describe_status(raw),
+                state: UnexpectedState::Wait(raw),
             }),
         }
     }

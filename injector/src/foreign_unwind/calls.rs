@@ -1,0 +1,190 @@
+//! Running code in the target after the stop, for the unwinders' sake: the policy
+//! that allows it, borrowing one thread at a safe point for function calls
+//! ([`Borrower`]), and any thread for raw system calls ([`with_any_thread`]).
+
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::memory::{MemoryError, ProcessMemory};
+use crate::ptrace::call::RemoteCallError;
+use crate::ptrace::safe_point::{borrow_at_safe_point, call_candidates, Guard, NoSafePoint};
+use crate::ptrace::session::{Session, SessionError};
+use reader::symbols::ProcessSymbols;
+use reader::unwind::Unwinder;
+
+/// How long one registration call may take before it is abandoned.
+pub const CALL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long [`super::register`] and [`super::unregister`] look for a thread at a safe point by default.
+pub const SAFE_POINT_WAIT: Duration = Duration::from_millis(500);
+
+/// Whether argstash may run functions of the target after the stop (libgcc's frame
+/// registration, the loader's `dlopen`/`dlclose` for the gdb JIT helper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RemoteCalls {
+    /// Only on a thread proved to be at a safe point ([`crate::ptrace::safe_point`]), found
+    /// within the wait allowed; otherwise the call is skipped and reported.
+    #[default]
+    AtSafePoints,
+    /// Never: no code of the target runs (no C++ exception support through hooks, no
+    /// gdb JIT helper; the symbol file and perf files are still written).
+    Off,
+}
+
+/// How [`super::register`] and [`super::unregister`] may run code in the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallPolicy {
+    /// Whether calls run at all.
+    pub calls: RemoteCalls,
+    /// How long to look for a thread at a safe point.
+    pub wait: Duration,
+}
+
+impl Default for CallPolicy {
+    fn default() -> Self {
+        CallPolicy {
+            calls: RemoteCalls::AtSafePoints,
+            wait: SAFE_POINT_WAIT,
+        }
+    }
+}
+
+/// Why the work done on a borrowed thread failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WorkError {
+    /// The function call failed, or did not return in time.
+    #[error(transparent)]
+    Call(#[from] RemoteCallError),
+    /// Recording the call's progress in the target's memory failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+}
+
+/// Why a call in the target was not made or not finished.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallSkipped {
+    /// [`RemoteCalls::Off`].
+    #[error("calls in the target are turned off")]
+    Off,
+    /// Reading what finding a safe point needs (maps, symbols, memory, arenas) failed.
+    #[error("{0}")]
+    Context(Box<Error>),
+    /// No thread was at a safe point in time.
+    #[error("{0}")]
+    NoSafePoint(NoSafePoint),
+    /// The call did not return in time; the thread finishes it by itself.
+    #[error("{0}")]
+    Released(RemoteCallError),
+    /// Something else failed (the thread was restored).
+    #[error("{0}")]
+    Failed(WorkError),
+    /// The borrowed thread could not be let go.
+    #[error("{0}")]
+    Detach(SessionError),
+}
+
+/// What finding a safe point needs, read once per [`Borrower`].
+struct SafePointContext {
+    unwind: Unwinder,
+    guard: Guard,
+    mem: ProcessMemory,
+}
+
+/// Lends threads of one process, each only at a safe point, for calls in the target.
+pub(crate) struct Borrower {
+    pid: i32,
+    policy: CallPolicy,
+    /// Built on first use.
+    ctx: Option<SafePointContext>,
+}
+
+impl Borrower {
+    /// A borrower for `pid` under `policy`.
+    pub(crate) fn new(pid: i32, policy: CallPolicy) -> Borrower {
+        Borrower {
+            pid,
+            policy,
+            ctx: None,
+        }
+    }
+
+    fn context(&mut self) -> Result<&SafePointContext, Error> {
+        if self.ctx.is_none() {
+            let pid = self.pid;
+            let maps = reader::procfs::read_maps(pid).map_err(|source| Error::Proc {
+                path: format!("/proc/{pid}/maps"),
+                source,
+            })?;
+            let symbols = ProcessSymbols::load(pid, &maps)?;
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .ok()
+                .and_then(|p| p.to_str().map(str::to_string));
+            let guard = Guard::new(&symbols, exe.as_deref());
+            let mem = ProcessMemory::open(pid)?;
+            let arenas = reader::arena::discover(&maps, &mem)?;
+            let unwind = Unwinder::new(reader::unwind::Arch::X86_64, symbols, arenas);
+            self.ctx = Some(SafePointContext { unwind, guard, mem });
+        }
+        Ok(self.ctx.as_ref().expect("just built"))
+    }
+
+    /// Runs `call` on a thread borrowed at a safe point (the others keep running).
+    pub(crate) fn with_thread(
+        &mut self,
+        call: impl FnOnce(&mut Session, i32) -> Result<(), WorkError>,
+    ) -> Result<(), CallSkipped> {
+        if self.policy.calls == RemoteCalls::Off {
+            return Err(CallSkipped::Off);
+        }
+        let (pid, wait) = (self.pid, self.policy.wait);
+        let ctx = self
+            .context()
+            .map_err(|e| CallSkipped::Context(Box::new(e)))?;
+        let (mut session, tid) = borrow_at_safe_point(pid, &ctx.unwind, &ctx.guard, &ctx.mem, wait)
+            .map_err(CallSkipped::NoSafePoint)?;
+        let result = call(&mut session, tid);
+        let detached = session.detach();
+        match result {
+            Ok(()) => detached.map(drop).map_err(CallSkipped::Detach),
+            Err(WorkError::Call(e @ RemoteCallError::Released { .. })) => {
+                Err(CallSkipped::Released(e))
+            }
+            Err(e) => Err(CallSkipped::Failed(e)),
+        }
+    }
+}
+
+/// Why raw system calls on some thread of the process could not be run.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AnyThreadError {
+    /// The process has no thread to stop.
+    #[error("no thread could be stopped")]
+    NoThread,
+    /// Stopping a thread, a system call on it, or letting it go failed.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+}
+
+/// Runs `call` on one stopped thread (the others keep running), for raw system calls
+/// only: they take no user-space lock, so any thread will do.
+pub(crate) fn with_any_thread(
+    pid: i32,
+    call: impl FnOnce(&mut Session, i32) -> Result<(), SessionError>,
+) -> Result<(), AnyThreadError> {
+    let mut last = AnyThreadError::NoThread;
+    for tid in call_candidates(pid) {
+        let mut session = match Session::attach_thread(pid, tid) {
+            Ok(s) => s,
+            Err(e) => {
+                last = e.into();
+                continue;
+            }
+        };
+        let result = call(&mut session, tid);
+        let detached = session.detach();
+        result?;
+        detached?;
+        return Ok(());
+    }
+    Err(last)
+}
