@@ -22,6 +22,7 @@ pub mod args;
 pub mod core;
 pub mod debuginfo;
 pub mod error;
+pub mod hint;
 pub mod memory;
 pub mod procfs;
 pub mod symbols;
