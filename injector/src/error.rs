@@ -10,7 +10,7 @@ use crate::ptrace::session::SessionError;
 use reader::core::CoreError;
 use reader::symbols::SymbolError;
 
-pub use reader::error::{Hint, RequestOption, UNNAMED_CODE_ADVICE};
+pub use reader::hint::{Hint, RequestOption, UNNAMED_CODE_ADVICE};
 
 /// Everything an injector operation can fail with.
 #[derive(Debug, Error)]

@@ -27,7 +27,8 @@ use goblin::elf::note::{NoteDataIterator, NT_FILE, NT_PRPSINFO, NT_PRSTATUS};
 use goblin::elf::program_header::{ProgramHeader, PF_R, PF_W, PF_X, PT_LOAD, PT_NOTE};
 
 use crate::arena::discover;
-use crate::error::{Error, Hint};
+use crate::error::Error;
+use crate::hint::Hint;
 use crate::memory::{Memory, MemoryError};
 use crate::procfs::{MapEntry, Perms};
 use crate::symbols::{Module, ProcessSymbols, SymbolError, VDSO};

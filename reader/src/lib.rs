@@ -24,6 +24,7 @@ pub mod core;
 pub mod debuginfo;
 pub mod dwarf;
 pub mod error;
+pub mod hint;
 pub mod memory;
 pub mod procfs;
 pub mod symbols;

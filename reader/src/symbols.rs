@@ -38,7 +38,7 @@ use goblin::elf::sym::{STB_LOCAL, STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::Elf;
 use goblin::options::ParseOptions;
 
-use crate::error::Hint;
+use crate::hint::Hint;
 use crate::memory::Memory;
 use crate::procfs::MapEntry;
 
