@@ -1,8 +1,8 @@
 //! Checks of what argstash leaves in a target: a refused operation leaves it
-//! untouched ([`Untouched`]); a function's entry is pristine or
+//! untouched ([`Untouched`], [`refused`]); a function's entry is pristine or
 //! a whole patch, never torn ([`entry_state`]).
 
-use crate::cli::{hex_bytes, E2E_TIMEOUT};
+use crate::cli::{expect_fail, hex_bytes, E2E_TIMEOUT};
 use crate::elf::{expected_patch, function_bytes, jmp_rel32_target};
 use crate::process::Target;
 use crate::procfs::{maps, proc_state, read_mem, thread_state, tracer_pid, try_read_mem, MapEntry};
@@ -83,6 +83,16 @@ impl Untouched {
         t.expect_line(E2E_TIMEOUT);
         t.assert_healthy();
     }
+}
+
+/// Run `argstash args` against `t`, expecting exit `code` and `needle` in
+/// stderr, and check `t` is [`Untouched`]; returns stderr.
+#[track_caller]
+pub fn refused(t: &mut Target, args: &[&str], code: i32, needle: &str) -> String {
+    let before = Untouched::take(t);
+    let out = expect_fail(args, code, needle);
+    before.check(t);
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// What a function's entry looks like in a live process (see [`entry_state`]).

@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -367,6 +367,39 @@ pub fn build_i386(name: &str) -> PathBuf {
             .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
     }
     out
+}
+
+/// True when `cc -m32` links a program here; otherwise prints why the calling test skips.
+///
+/// The probe runs once per test process; the message is printed on every call
+/// that returns false, so each skipped test says why.
+pub fn m32_available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    let ok = *OK.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("argstash-m32-probe-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("temp dir");
+        let src = dir.join("probe.c");
+        fs::write(
+            &src,
+            "#include <stdio.h>\nint main(void) { puts(\"\"); return 0; }\n",
+        )
+        .expect("write probe");
+        let ok = Command::new("cc")
+            .arg("-m32")
+            .arg("-o")
+            .arg(dir.join("probe"))
+            .arg(&src)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let _ = fs::remove_dir_all(&dir);
+        ok
+    });
+    if !ok {
+        eprintln!("SKIP: `cc -m32` cannot link here (install gcc-multilib: scripts/setup.sh)");
+    }
+    ok
 }
 
 #[cfg(test)]

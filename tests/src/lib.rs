@@ -3,7 +3,8 @@
 //! The modules, by role:
 //! - [`fixtures`]: compile a C fixture from `tests/fixtures/` in a chosen
 //!   [`Variant`] (optimisation, PIE or not, extra flags) into a content-hashed
-//!   cache under `target/fixtures/` ([`build`], [`build_i386`]);
+//!   cache under `target/fixtures/` ([`build`], [`build_i386`],
+//!   [`m32_available`]);
 //! - [`consts`]: what the fixtures promise (arguments, results, thread
 //!   counts); the header comment of each `tests/fixtures/*.c` documents the
 //!   rest of its behaviour;
@@ -20,7 +21,7 @@
 //!   and an objdump wrapper ([`disassemble`], [`branch_targets`]),
 //!   independent of the injector's own decoder;
 //! - [`checks`]: what argstash must leave in a target ([`Untouched`],
-//!   [`entry_state`]);
+//!   [`refused`], [`entry_state`]);
 //! - [`faults`]: seeds, kill points and outcomes of the fault and soak tests.
 //!
 //! Everything is re-exported here, so `use argstash_tests::*;` gives a test

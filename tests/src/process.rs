@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use crate::cli::argstash_cmd;
 use crate::elf::{function_bytes, symbol};
 use crate::fixtures::{build, Variant};
-use crate::procfs::{proc_state, proc_status_field, read_mem, runtime_addr, thread_ids};
+use crate::procfs::{
+    proc_state, proc_status_field, read_mem, runtime_addr, thread_ids, thread_names,
+};
 
 /// How long [`Target::spawn`] waits for the `ready` line.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -339,6 +341,20 @@ impl Target {
     /// Thread ids of the process (see [`thread_ids`]).
     pub fn tids(&self) -> Vec<i32> {
         thread_ids(self.pid)
+    }
+
+    /// Id of the thread called `name`, waiting up to `timeout` for it to show
+    /// (a fixture's threads may name themselves after it printed `ready`).
+    pub fn tid_named(&self, name: &str, timeout: Duration) -> i32 {
+        let mut tid = None;
+        wait_until(timeout, || {
+            tid = thread_names(self.pid)
+                .into_iter()
+                .find(|(_, n)| n == name)
+                .map(|(tid, _)| tid);
+            tid.is_some()
+        });
+        tid.unwrap_or_else(|| panic!("no thread {name:?} in {:?}", thread_names(self.pid)))
     }
 
     /// The live bytes of function `sym` (its `st_size` bytes at its runtime address).
