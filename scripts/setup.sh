@@ -24,7 +24,7 @@ NEEDS=(
     "systemd busctl"       # another one
     "util-linux setpriv"   # runs a bus client as another uid
     "gcc-multilib -"       # 32-bit (-m32) fixtures for the i386 tests
-    "libc6-dbg -"          # libc's .symtab and DWARF: IFUNC implementations by name (tests/tests/symbols.rs)
+    "libc6-dbg -"          # libc's .symtab and DWARF: IFUNC implementations by name (tests/tests/e2e/symbols.rs)
 )
 
 have() {

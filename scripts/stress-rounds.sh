@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long version of tests/tests/busy_targets.rs (issue 9): inject+eject
+# The long version of tests/tests/e2e/busy_targets.rs (issue 9): inject+eject
 # rounds of a never-called function on the four busy fixtures (malloc loop,
 # dlopen loop, printf loop, C++ exceptions), across fresh processes.
 #
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 rounds="${1:-${ARGSTASH_ROUNDS:-1000}}"
 log="$(mktemp -t stress-rounds.XXXXXX)"
 start=$(date +%s)
-ARGSTASH_ROUNDS="$rounds" cargo test -p argstash-tests --test busy_targets -- \
+ARGSTASH_ROUNDS="$rounds" cargo test -p argstash-tests --test e2e -- busy_targets:: \
     --nocapture --test-threads=1 >"$log" 2>&1
 status=$?
 elapsed=$(( $(date +%s) - start ))

@@ -84,15 +84,6 @@ impl Drop for ModLibs {
     }
 }
 
-/// `argstash args`, expecting exit 1, `needle` in stderr, and `t` untouched; returns stderr.
-#[track_caller]
-fn refused(t: &mut Target, args: &[&str], needle: &str) -> String {
-    let before = Untouched::take(t);
-    let out = expect_fail(args, 1, needle);
-    before.check(t);
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// The active hooks of `name`, as `(module, address)`.
 fn active(pid: i32, name: &str) -> Vec<(String, u64)> {
     list_hooks(pid)
@@ -171,6 +162,7 @@ fn modules_by_path_soname_file_name_and_prefix() {
         let stderr = refused(
             &mut t,
             &["inject", "--pid", &pid, "--func", &spec],
+            1,
             &format!("no loaded module matches `{bad}`"),
         );
         assert!(
@@ -184,6 +176,7 @@ fn modules_by_path_soname_file_name_and_prefix() {
     let stderr = refused(
         &mut t,
         &["inject", "--pid", &pid, "--func", "libsdemo!modlib_twin"],
+        1,
         "`libsdemo!modlib_twin` is ambiguous: `libsdemo` matches 2 loaded modules that define `modlib_twin`",
     );
     for (path, spelling) in [
@@ -224,6 +217,7 @@ fn libc_by_file_name_and_prefix() {
     refused(
         &mut t,
         &["inject", "--pid", &pid, "--func", "libc.s!unlinkat"],
+        1,
         "no loaded module matches `libc.s`",
     );
     t.assert_function_pristine("bar");
@@ -346,6 +340,7 @@ fn ifunc_refusal_names_what_the_got_holds() {
     let stderr = refused(
         &mut t,
         &["inject", "--pid", &p, "--func", "memset"],
+        1,
         &format!("`memset` in {libc} is a GNU indirect function (IFUNC)"),
     );
     assert!(
@@ -385,6 +380,7 @@ fn ifunc_refusal_names_what_the_got_holds() {
     let stderr = refused(
         &mut t,
         &["inject", "--pid", &p, "--func", "libc!strlen"],
+        1,
         "`strlen` in ",
     );
     for slot in slots {
@@ -465,6 +461,7 @@ fn symtab_only_libc_functions_hook() {
         refused(
             &mut t,
             &["inject", "--pid", &p, "--func", "libc.so.6!__restore_rt"],
+            1,
             "`__restore_rt`: symbol has no size",
         );
     } else {

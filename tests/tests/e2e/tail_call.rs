@@ -55,32 +55,6 @@ fn wait_bt_text(args: &[&str], needle: &str) -> String {
     last
 }
 
-/// True when `cc -m32` links a program here; prints why the test skips otherwise.
-fn m32_available() -> bool {
-    let dir = std::env::temp_dir().join(format!("argstash-m32-tail-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let src = dir.join("probe.c");
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\nint main(void) { puts(\"\"); return 0; }\n",
-    )
-    .expect("write probe");
-    let ok = std::process::Command::new("cc")
-        .arg("-m32")
-        .arg("-o")
-        .arg(dir.join("probe"))
-        .arg(&src)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let _ = std::fs::remove_dir_all(&dir);
-    if !ok {
-        println!("SKIPPED: `cc -m32` cannot link here (install gcc-multilib: scripts/setup.sh)");
-    }
-    ok
-}
-
 fn check_variant(variant: Variant, with_dwarf: bool, m32: bool) {
     let exe = build("tailcall", variant);
     assert_tail_jump(&exe);

@@ -11,16 +11,6 @@ use std::process::Command;
 use argstash_tests::*;
 use serde_json::json;
 
-/// Runs `argstash args` against `t`, expecting exit `code` and `needle` in
-/// stderr, and checks `t` is untouched; returns stderr.
-#[track_caller]
-fn refused(t: &mut Target, args: &[&str], code: i32, needle: &str) -> String {
-    let before = Untouched::take(t);
-    let out = expect_fail(args, code, needle);
-    before.check(t);
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// [`refused`] for `inject --pid P --func F...` (one `--func` per name), exit code 1.
 #[track_caller]
 fn refuse_inject(t: &mut Target, funcs: &[&str], needle: &str) -> String {

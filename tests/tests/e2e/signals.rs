@@ -26,20 +26,6 @@ fn round(t: &mut Target, k: i64, n: i64) {
     assert_eq!(t.expect_line(SOON), format!("echo {n} {}", n * 1000 + 7));
 }
 
-/// The thread called `name`; waits for it, as sigwait.c's threads name
-/// themselves after "ready" may have been printed.
-fn tid_named(t: &Target, name: &str) -> i32 {
-    let mut tid = None;
-    wait_until(SOON, || {
-        tid = thread_names(t.pid())
-            .into_iter()
-            .find(|(_, n)| n == name)
-            .map(|(tid, _)| tid);
-        tid.is_some()
-    });
-    tid.unwrap_or_else(|| panic!("no thread {name:?} in {:?}", thread_names(t.pid())))
-}
-
 fn finish(mut t: Target) {
     t.assert_healthy();
     assert_eq!(t.drain_lines(), Vec::<String>::new(), "unexpected output");
@@ -52,7 +38,7 @@ fn finish(mut t: Target) {
 fn hooks_around_blocking_calls(v: Variant) {
     let mut t = Target::start("sigwait", v);
     let p = t.pid().to_string();
-    let sleeper = tid_named(&t, "sleeper");
+    let sleeper = t.tid_named("sleeper", SOON);
     round(&mut t, 1, 3);
 
     let mut args = vec!["inject", "--pid", &p];
@@ -84,7 +70,7 @@ fn hooks_around_blocking_calls(v: Variant) {
     // The blocked threads unwind to their entry functions.
     let main = bt_thread(&bt, t.pid()).unwrap();
     assert!(frame_named(main, "main").is_some(), "{main:#}");
-    let waiter = bt_thread(&bt, tid_named(&t, "sigwaiter")).unwrap();
+    let waiter = bt_thread(&bt, t.tid_named("sigwaiter", SOON)).unwrap();
     assert!(frame_named(waiter, "sigwaiter").is_some(), "{waiter:#}");
 
     for k in 2..5 {

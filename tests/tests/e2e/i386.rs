@@ -6,15 +6,11 @@
 //! instruction against the original. Skips (with a message) when `cc -m32`
 //! cannot link on this machine (scripts/setup.sh installs gcc-multilib).
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use argstash_tests::{
-    bt_thread, build, frame_named, maps, run_json, run_ok, symbol, wait_bt, wait_until, Opt,
-    Target, Variant, E2E_TIMEOUT,
+    bt_thread, build, frame_named, m32_available, maps, read_mem, run_json, run_ok, symbol,
+    wait_bt, wait_until, Opt, Target, Variant, E2E_TIMEOUT,
 };
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, Register};
 use trampolines::i386::{pc_thunk_register, plan_patch};
@@ -30,35 +26,6 @@ fn variants() -> Vec<Variant> {
         }
     }
     v
-}
-
-/// True when `cc -m32` links a program here; prints why the tests skip otherwise.
-fn m32_available() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("argstash-m32-probe-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let src = dir.join("probe.c");
-        std::fs::write(
-            &src,
-            "#include <stdio.h>\nint main(void) { puts(\"\"); return 0; }\n",
-        )
-        .expect("write probe");
-        let ok = Command::new("cc")
-            .arg("-m32")
-            .arg("-o")
-            .arg(dir.join("probe"))
-            .arg(&src)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        let _ = std::fs::remove_dir_all(&dir);
-        if !ok {
-            eprintln!("SKIP: `cc -m32` cannot link here (install gcc-multilib: scripts/setup.sh)");
-        }
-        ok
-    })
 }
 
 /// Load bias of a 32-bit executable in `pid`: 0 for ET_EXEC, the lowest mapping for ET_DYN.
@@ -77,14 +44,6 @@ fn load_bias32(pid: i32, exe: &Path) -> u64 {
         .map(|m| m.start)
         .min()
         .expect("executable is mapped")
-}
-
-fn read_mem(pid: i32, addr: u64, len: usize) -> Vec<u8> {
-    let mem = File::open(format!("/proc/{pid}/mem")).expect("open /proc/PID/mem");
-    let mut buf = vec![0u8; len];
-    mem.read_exact_at(&mut buf, addr)
-        .unwrap_or_else(|e| panic!("read {len} bytes at {addr:#x}: {e}"));
-    buf
 }
 
 fn decode(code: &[u8], at: u64) -> Vec<Instruction> {

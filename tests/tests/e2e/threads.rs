@@ -11,6 +11,9 @@ use serde_json::{json, Value};
 /// parked() sleeps 200 ms per call: a hooked call shows up well within this.
 const SOON: Duration = Duration::from_secs(5);
 
+/// threads.c names every thread before it prints `ready`: no need to wait for a name.
+const NAMED: Duration = Duration::ZERO;
+
 /// A "tick N calls C parked P" line of threads.c, as (C, P).
 fn tick(t: &mut Target) -> (u64, u64) {
     let line = t.wait_for_line(SOON, |l| l.starts_with("tick "));
@@ -30,14 +33,6 @@ fn assert_progress(t: &mut Target) {
     assert!(c1 > c0, "work() calls stalled: {c0} -> {c1}");
     assert!(p1 > p0, "parked() calls stalled: {p0} -> {p1}");
     t.assert_healthy();
-}
-
-fn tid_named(t: &Target, name: &str) -> i32 {
-    thread_names(t.pid())
-        .into_iter()
-        .find(|(_, n)| n == name)
-        .unwrap_or_else(|| panic!("no thread {name:?} in {:?}", thread_names(t.pid())))
-        .0
 }
 
 /// True when thread `tid` of `bt` shows `parked` hooked.
@@ -91,7 +86,7 @@ fn backtraces_of_all_threads_and_of_one() {
     let pid = t.pid().to_string();
     let tids = t.tids();
     assert_eq!(tids.len(), consts::THREADS_TOTAL);
-    let parked = tid_named(&t, "parked");
+    let parked = t.tid_named("parked", NAMED);
 
     run_ok(&[
         "inject", "--pid", &pid, "--func", "work", "--func", "parked",
@@ -120,7 +115,7 @@ fn backtraces_of_all_threads_and_of_one() {
     }
     check_parked(bt_thread(&bt, parked).unwrap());
     for w in 0..consts::THREADS_WORKERS {
-        let tid = tid_named(&t, &format!("work{w}"));
+        let tid = t.tid_named(&format!("work{w}"), NAMED);
         check_worker(bt_thread(&bt, tid).unwrap(), w as i64);
     }
 
@@ -141,7 +136,7 @@ fn backtraces_of_all_threads_and_of_one() {
     } else {
         check_parked(th);
     }
-    let w3 = tid_named(&t, "work3");
+    let w3 = t.tid_named("work3", NAMED);
     let mut caught_in_work = 0;
     for _ in 0..20 {
         let one = bt_json(t.pid(), Some(w3));
@@ -213,7 +208,7 @@ fn inject_eject_cycles_under_load() {
     assert_progress(&mut t);
 
     // The parked hook lived through all of it.
-    let parked = tid_named(&t, "parked");
+    let parked = t.tid_named("parked", NAMED);
     let bt = wait_bt(t.pid(), Some(parked), SOON, |bt| parked_hooked(bt, parked));
     check_parked(&bt_threads(&bt)[0]);
 
