@@ -11,7 +11,8 @@
 //!    movdqu [rsp+16*i], xmm{i}]    ;   xmm0..xmm7        -> rbp-208 .. rbp-81
 //!   [lea rsp, [rsp-8]]             ; odd window: keep rsp 16-byte aligned
 //!   push qword [rbp+16+8*(n-1)] .. push qword [rbp+16] ; stack-argument window
-//!   call relocated_prologue
+//!   call relocated_prologue        ; or, reached through a pointer (emit_call_through):
+//!                                  ;   call qword [rip -> target word]
 //! after_call:
 //!   leave
 //!   ret
@@ -82,30 +83,89 @@ fn fits_rel32(from_end: u64, to: u64) -> bool {
 }
 
 /// Assembles a trampoline for `spec`.
+pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError> {
+    emit_frame(
+        spec.address,
+        spec.record,
+        spec.layout,
+        spec.endbr64,
+        CallTo::Direct(spec.relocated),
+    )
+}
+
+/// Everything the emitter needs for a trampoline that calls through a pointer.
+///
+/// Such a trampoline is reached through a function pointer (CPython's PEP 523
+/// frame-evaluation slot, for one) rather than through a patched entry, and calls
+/// its target with `call qword [rip+disp32]` through the 8-byte word at `pointer`,
+/// so the target may lie anywhere in the address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallThroughSpec {
+    /// Address at which the trampoline will live.
+    pub address: u64,
+    /// Address of the hook record (stored in every stash frame).
+    pub record: u64,
+    /// Address of the 8-byte word that holds the call target (within ±2 GiB of the trampoline).
+    pub pointer: u64,
+    /// Stack layout (window size, xmm area).
+    pub layout: StashLayout,
+    /// Start with `endbr64` (a target of indirect calls under CET).
+    pub endbr64: bool,
+}
+
+/// Assembles a stash trampoline that calls through the pointer at `spec.pointer`.
+///
+/// The frame and the offsets are those of [`emit_trampoline`]; only the `call`
+/// differs (6 bytes, `ff 15 disp32`, reading the pointer and writing no register or flag).
+pub fn emit_call_through(spec: &CallThroughSpec) -> Result<Trampoline, CodegenError> {
+    emit_frame(
+        spec.address,
+        spec.record,
+        spec.layout,
+        spec.endbr64,
+        CallTo::Pointer(spec.pointer),
+    )
+}
+
+/// How the trampoline reaches the function it calls.
+#[derive(Debug, Clone, Copy)]
+enum CallTo {
+    /// `call rel32` to this address.
+    Direct(u64),
+    /// `call qword [rip+disp32]` through the word at this address.
+    Pointer(u64),
+}
+
+/// The common trampoline: stash frame, stack window, the call, `leave; ret`.
 // dynasm's register expansion converts the register number to `u8` again.
 #[allow(clippy::useless_conversion)]
-pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError> {
-    let words = spec.layout.stack_words;
+fn emit_frame(
+    address: u64,
+    record: u64,
+    layout: StashLayout,
+    endbr64: bool,
+    call: CallTo,
+) -> Result<Trampoline, CodegenError> {
+    let words = layout.stack_words;
     if words > MAX_STACK_WORDS {
         return Err(CodegenError::WindowTooLarge {
             requested: words,
             max: MAX_STACK_WORDS,
         });
     }
-    let base =
-        usize::try_from(spec.address).map_err(|_| CodegenError::Assembler("address".into()))?;
+    let base = usize::try_from(address).map_err(|_| CodegenError::Assembler("address".into()))?;
     let mut ops: VecAssembler<X64Relocation> = VecAssembler::new(base);
     let mut offsets = TrampolineOffsets::default();
     let here = |ops: &VecAssembler<X64Relocation>| ops.offset().0 as u32;
 
-    if spec.endbr64 {
+    if endbr64 {
         ops.extend(ENDBR64);
     }
     dynasm!(ops ; .arch x64 ; push rbp);
     offsets.after_push_rbp = here(&ops);
     dynasm!(ops ; .arch x64 ; mov rbp, rsp);
     offsets.after_mov_rbp = here(&ops);
-    for value in [STASH_MARKER, spec.record] {
+    for value in [STASH_MARKER, record] {
         let lo = value as u32 as i32;
         let hi = (value >> 32) as u32 as i32;
         dynasm!(ops
@@ -117,28 +177,41 @@ pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError
     for reg in STASHED_REGS {
         ops.extend(push_reg(reg.encoding()).as_slice());
     }
-    if spec.layout.xmm {
+    if layout.xmm {
         // `lea`, not `sub`: the caller's flags stay untouched.
         dynasm!(ops ; .arch x64 ; lea rsp, [rsp - 128]);
         for i in 0..XMM_ARGS as u8 {
             ops.extend(movdqu_to_rsp(i).as_slice());
         }
     }
-    if spec.layout.padding() != 0 {
+    if layout.padding() != 0 {
         dynasm!(ops ; .arch x64 ; lea rsp, [rsp - 8]);
     }
     for i in (0..i32::from(words)).rev() {
         ops.extend(push_rbp_relative(16 + 8 * i).as_slice());
     }
-    let call_at = spec.address + u64::from(here(&ops));
-    if !fits_rel32(call_at + 5, spec.relocated) {
-        return Err(CodegenError::OutOfReach {
-            from: call_at,
-            to: spec.relocated,
-        });
+    let call_at = address + u64::from(here(&ops));
+    match call {
+        CallTo::Direct(to) => {
+            if !fits_rel32(call_at + 5, to) {
+                return Err(CodegenError::OutOfReach { from: call_at, to });
+            }
+            let target = to as usize;
+            dynasm!(ops ; .arch x64 ; call extern target);
+        }
+        CallTo::Pointer(pointer) => {
+            // ff 15 disp32: call qword [rip + disp32], rip = the next instruction.
+            if !fits_rel32(call_at + 6, pointer) {
+                return Err(CodegenError::OutOfReach {
+                    from: call_at,
+                    to: pointer,
+                });
+            }
+            let disp = pointer.wrapping_sub(call_at + 6) as i64 as i32;
+            ops.extend([0xff, 0x15]);
+            ops.extend(disp.to_le_bytes());
+        }
     }
-    let target = spec.relocated as usize;
-    dynasm!(ops ; .arch x64 ; call extern target);
     offsets.after_call = here(&ops);
     dynasm!(ops ; .arch x64 ; leave);
     offsets.ret = here(&ops);
@@ -147,7 +220,7 @@ pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError
         .finalize()
         .map_err(|e| CodegenError::Assembler(e.to_string()))?;
     Ok(Trampoline {
-        address: spec.address,
+        address,
         code,
         offsets,
     })
@@ -326,6 +399,61 @@ mod tests {
             emit_trampoline(&spec),
             Err(CodegenError::WindowTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn call_through_differs_only_in_the_call() {
+        for (words, xmm) in [(0u16, false), (3, true), (MAX_STACK_WORDS, false)] {
+            let layout = StashLayout::new(words).with_xmm(xmm);
+            let direct = emit_trampoline(&TrampolineSpec {
+                address: 0x7000_0000_1000,
+                record: 0x7000_0000_0040,
+                relocated: 0x7000_0000_10a0,
+                layout,
+                endbr64: true,
+            })
+            .unwrap();
+            let pointer = 0x7000_0000_10f8;
+            let through = emit_call_through(&CallThroughSpec {
+                address: 0x7000_0000_1000,
+                record: 0x7000_0000_0040,
+                pointer,
+                layout,
+                endbr64: true,
+            })
+            .unwrap();
+            let call = direct.offsets.after_call as usize - 5;
+            assert_eq!(through.code[..call], direct.code[..call]);
+            assert_eq!(through.code[call..call + 2], [0xff, 0x15]);
+            assert_eq!(through.offsets.after_call, direct.offsets.after_call + 1);
+            assert_eq!(
+                (
+                    through.offsets.after_push_rbp,
+                    through.offsets.after_mov_rbp
+                ),
+                (direct.offsets.after_push_rbp, direct.offsets.after_mov_rbp)
+            );
+            assert_eq!(
+                through.code[through.offsets.after_call as usize..],
+                direct.code[direct.offsets.after_call as usize..]
+            );
+            let ins = disasm(&through);
+            let call = ins.iter().find(|i| i.1 == Mnemonic::Call).unwrap();
+            assert_eq!(call.2, format!("call qword [rel {pointer:X}h]"));
+            assert_eq!(
+                through.after_call(),
+                ins.iter().find(|i| i.1 == Mnemonic::Leave).unwrap().0
+            );
+            assert!(through.code.len() <= super::super::hook::RELOCATED_OFFSET);
+        }
+        let far = emit_call_through(&CallThroughSpec {
+            address: 0x1000,
+            record: 0,
+            pointer: 0x7fff_0000_0000,
+            layout: StashLayout::new(0),
+            endbr64: false,
+        });
+        assert!(matches!(far, Err(CodegenError::OutOfReach { .. })));
     }
 
     #[test]
