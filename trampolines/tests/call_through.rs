@@ -9,7 +9,7 @@ use dynasmrt::{dynasm, DynasmApi, DynasmLabelApi, VecAssembler};
 use trampolines::arena::{Arena, ArenaHeader, HEADER_LEN, RECORD_LEN};
 use trampolines::x86_64::{build_call_through, HookMeta, StashFrame, StashLayout, StashedReg};
 
-/// Assembles `probe(a, b, c, buf)`: copies `len` bytes from its CFA (where the
+/// Assembles `probe(a, b, c, buf, e, f)`: copies `len` bytes from its CFA (where the
 /// stash read starts) into `buf`, returns `a ^ b ^ c` (all three arguments arrived).
 fn probe(len: usize) -> region::Allocation {
     let mut mem = region::alloc(4096, region::Protection::READ_WRITE).unwrap();
@@ -46,7 +46,7 @@ fn probe(len: usize) -> region::Allocation {
     mem
 }
 
-type Probe = extern "C" fn(u64, u64, u64, *mut u8) -> u64;
+type Probe = extern "C" fn(u64, u64, u64, *mut u8, u64, u64) -> u64;
 
 #[test]
 fn called_through_a_pointer_it_stashes_and_calls_its_target() {
@@ -79,10 +79,9 @@ fn called_through_a_pointer_it_stashes_and_calls_its_target() {
     let hooked: Probe = unsafe { std::mem::transmute(code.trampoline.address as usize) };
     let mut buf = vec![0u8; layout.read_len()];
     let (a, b, c) = (0x1111_2222_3333_4444, 0x0f0f_0f0f, 7);
-    assert_eq!(
-        std::hint::black_box(hooked)(a, b, c, buf.as_mut_ptr()),
-        a ^ b ^ c
-    );
+    let (e, f) = (0x5555_aaaa_5555_aaaa, u64::MAX);
+    let got = std::hint::black_box(hooked)(a, b, c, buf.as_mut_ptr(), e, f);
+    assert_eq!(got, a ^ b ^ c);
 
     // The bytes were read at the probe's CFA: the stash read start.
     let frame = StashFrame::parse(layout.base_from_callee_cfa(0), &layout, &buf).unwrap();
@@ -90,6 +89,7 @@ fn called_through_a_pointer_it_stashes_and_calls_its_target() {
     assert_eq!(frame.reg(StashedReg::Rsi), b);
     assert_eq!(frame.reg(StashedReg::Rdx), c);
     assert_eq!(frame.reg(StashedReg::Rcx), buf.as_ptr() as u64);
+    assert_eq!(frame.arguments()[4..], [e, f]);
     assert_eq!(frame.record, header.record_addr(0));
 
     // A reader that rediscovers the arena from memory alone finds the hook.

@@ -10,22 +10,27 @@
 //! ```text
 //! slot + 0                 trampoline (emit_call_through), `call qword [rip -> target]`
 //!                          int3 fill
+//! slot + CONSTANTS_OFFSET  STASH_MARKER, then the record's address (pushed from here)
 //! slot + TARGET_OFFSET     the call target, 8 bytes little-endian
 //! ```
 //!
 //! The target word lives in the slot, so the trampoline reaches any address in
 //! the process and the arena can be placed anywhere. Readers need nothing new: a
 //! return address equal to the record's `after_call` marks a stash frame, as for
-//! every hook.
+//! every hook. The frame stashes the six argument registers; its rax and r10
+//! slots are not written (see [`emit_call_through`]).
 
 use super::emit::{emit_call_through, CallThroughSpec, Trampoline};
-use super::frame::StashLayout;
+use super::frame::{StashLayout, STASH_MARKER};
 use super::hook::HookMeta;
 use crate::arena::{ArenaHeader, HookRecord, HookState, SLOT_LEN};
 use crate::error::CodegenError;
 
 /// Offset of the 8-byte call target inside the slot (its last word).
 pub const TARGET_OFFSET: usize = SLOT_LEN - 8;
+
+/// Offset of the marker word and the record-address word the trampoline pushes.
+pub const CONSTANTS_OFFSET: usize = TARGET_OFFSET - 16;
 
 /// The code and record of one call-through hook, ready to be written.
 #[derive(Debug, Clone)]
@@ -36,15 +41,19 @@ pub struct CallThroughCode {
     pub trampoline: Trampoline,
     /// The function the trampoline calls.
     pub target: u64,
+    /// Address of the record (pushed into every stash frame).
+    pub record_addr: u64,
     /// The record describing it.
     pub record: HookRecord,
 }
 
 impl CallThroughCode {
-    /// The slot's full contents: trampoline, `int3` fill, call target.
+    /// The slot's full contents: trampoline, `int3` fill, marker, record address, call target.
     pub fn slot_bytes(&self) -> [u8; SLOT_LEN] {
         let mut bytes = [0xcc; SLOT_LEN];
         bytes[..self.trampoline.code.len()].copy_from_slice(&self.trampoline.code);
+        bytes[CONSTANTS_OFFSET..CONSTANTS_OFFSET + 8].copy_from_slice(&STASH_MARKER.to_le_bytes());
+        bytes[CONSTANTS_OFFSET + 8..TARGET_OFFSET].copy_from_slice(&self.record_addr.to_le_bytes());
         bytes[TARGET_OFFSET..].copy_from_slice(&self.target.to_le_bytes());
         bytes
     }
@@ -64,12 +73,12 @@ pub fn build_call_through(
     let slot_addr = header.slot_addr(slot);
     let trampoline = emit_call_through(&CallThroughSpec {
         address: slot_addr,
-        record: header.record_addr(slot),
+        constants: slot_addr + CONSTANTS_OFFSET as u64,
         pointer: slot_addr + TARGET_OFFSET as u64,
         layout,
         endbr64: true,
     })?;
-    if trampoline.code.len() > TARGET_OFFSET {
+    if trampoline.code.len() > CONSTANTS_OFFSET {
         return Err(CodegenError::WindowTooLarge {
             requested: layout.stack_words,
             max: super::frame::MAX_STACK_WORDS,
@@ -100,6 +109,7 @@ pub fn build_call_through(
         slot,
         trampoline,
         target,
+        record_addr: header.record_addr(slot),
         record,
     })
 }
@@ -125,6 +135,11 @@ mod tests {
         let at = header.slot_addr(0);
         assert_eq!(code.trampoline.address, at);
         assert_eq!(slot[TARGET_OFFSET..], target.to_le_bytes());
+        assert_eq!(slot[CONSTANTS_OFFSET..CONSTANTS_OFFSET + 8], *b"ARGSTASH");
+        assert_eq!(
+            slot[CONSTANTS_OFFSET + 8..TARGET_OFFSET],
+            header.record_addr(0).to_le_bytes()
+        );
         // The call reads exactly the target word.
         let mut d = Decoder::with_ip(64, &code.trampoline.code, at, DecoderOptions::NONE);
         let call = d.iter().find(|i| i.mnemonic() == Mnemonic::Call).unwrap();
@@ -148,14 +163,14 @@ mod tests {
     }
 
     #[test]
-    fn every_window_fits_before_the_target_word() {
+    fn every_window_fits_before_the_constants() {
         let header = ArenaHeader::new(0x7f00_0000_0000, 2);
         for words in [0, 1, crate::x86_64::MAX_STACK_WORDS] {
             for xmm in [false, true] {
                 let layout = StashLayout::new(words).with_xmm(xmm);
                 let code =
                     build_call_through(&header, 1, 0x1000, layout, &HookMeta::default()).unwrap();
-                assert!(code.trampoline.code.len() <= TARGET_OFFSET);
+                assert!(code.trampoline.code.len() <= CONSTANTS_OFFSET);
                 assert_eq!(code.record.layout(), layout);
             }
         }

@@ -11,8 +11,7 @@
 //!    movdqu [rsp+16*i], xmm{i}]    ;   xmm0..xmm7        -> rbp-208 .. rbp-81
 //!   [lea rsp, [rsp-8]]             ; odd window: keep rsp 16-byte aligned
 //!   push qword [rbp+16+8*(n-1)] .. push qword [rbp+16] ; stack-argument window
-//!   call relocated_prologue        ; or, reached through a pointer (emit_call_through):
-//!                                  ;   call qword [rip -> target word]
+//!   call relocated_prologue
 //! after_call:
 //!   leave
 //!   ret
@@ -22,11 +21,16 @@
 //! touched (`push`, `mov`, `lea`, `movdqu`, `call`, `leave`, `ret` leave RFLAGS
 //! alone; `movdqu` to memory reads the xmm register and writes nothing else). The
 //! only memory written is the trampoline's own frame below the caller's `rsp`.
+//!
+//! [`emit_call_through`] builds the same frame for a trampoline reached through a
+//! function pointer, with fewer stores (see there).
 
 use dynasmrt::x64::X64Relocation;
 use dynasmrt::{dynasm, DynasmApi, DynasmLabelApi, VecAssembler};
 
-use super::frame::{StashLayout, MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER, XMM_ARGS};
+use super::frame::{
+    StashLayout, ARGUMENT_REGS, MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER, XMM_ARGS,
+};
 use crate::error::CodegenError;
 
 /// The `endbr64` instruction bytes.
@@ -103,8 +107,9 @@ pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError
 pub struct CallThroughSpec {
     /// Address at which the trampoline will live.
     pub address: u64,
-    /// Address of the hook record (stored in every stash frame).
-    pub record: u64,
+    /// Address of 16 bytes holding [`STASH_MARKER`] and then the hook record's
+    /// address, which the trampoline pushes from there (within ±2 GiB).
+    pub constants: u64,
     /// Address of the 8-byte word that holds the call target (within ±2 GiB of the trampoline).
     pub pointer: u64,
     /// Stack layout (window size, xmm area).
@@ -115,25 +120,62 @@ pub struct CallThroughSpec {
 
 /// Assembles a stash trampoline that calls through the pointer at `spec.pointer`.
 ///
-/// The frame and the offsets are those of [`emit_trampoline`]; only the `call`
-/// differs (6 bytes, `ff 15 disp32`, reading the pointer and writing no register or flag).
+/// The stash frame has the layout and the trampoline the offsets of
+/// [`emit_trampoline`]'s, built more cheaply, since the caller calls through a
+/// function pointer and so cannot expect more than the ABI (flags and
+/// caller-saved registers are the callee's):
+///
+/// ```text
+///   [endbr64]
+///   push rbp ; mov rbp, rsp
+///   push qword [rip -> marker]       ; one store per constant, not two
+///   push qword [rip -> record address]
+///   push rdi, rsi, rdx, rcx, r8, r9  ; the six argument registers
+///   lea  rsp, [rsp-16]               ; the rax and r10 slots: reserved, not written
+///   [xmm area, padding, window as in emit_trampoline]
+///   call qword [rip -> target]
+///   leave ; ret
+/// ```
+///
+/// The rax and r10 slots hold stale stack bytes: a function pointer call is not
+/// variadic (al) and passes no static chain (r10), and readers show only the six
+/// argument registers. Each store fewer is measurable on a hot path such as
+/// CPython's frame evaluation.
 pub fn emit_call_through(spec: &CallThroughSpec) -> Result<Trampoline, CodegenError> {
     emit_frame(
         spec.address,
-        spec.record,
+        0,
         spec.layout,
         spec.endbr64,
-        CallTo::Pointer(spec.pointer),
+        CallTo::Pointer {
+            pointer: spec.pointer,
+            constants: spec.constants,
+        },
     )
 }
 
 /// How the trampoline reaches the function it calls.
 #[derive(Debug, Clone, Copy)]
 enum CallTo {
-    /// `call rel32` to this address.
+    /// Patched entry: `call rel32` to this address; constants as immediates, all eight registers.
     Direct(u64),
-    /// `call qword [rip+disp32]` through the word at this address.
-    Pointer(u64),
+    /// Call-through: `call qword [rip+disp32]` through the word at `pointer`;
+    /// constants pushed from `constants`, the six argument registers.
+    Pointer {
+        /// The target word.
+        pointer: u64,
+        /// The marker word, then the record-address word.
+        constants: u64,
+    },
+}
+
+/// `push qword [rip+disp32]` of the word at `word`, for an instruction at `at`.
+fn push_rip_relative(at: u64, word: u64) -> Result<[u8; 6], CodegenError> {
+    if !fits_rel32(at + 6, word) {
+        return Err(CodegenError::OutOfReach { from: at, to: word });
+    }
+    let disp = (word.wrapping_sub(at + 6) as i64 as i32).to_le_bytes();
+    Ok([0xff, 0x35, disp[0], disp[1], disp[2], disp[3]])
 }
 
 /// The common trampoline: stash frame, stack window, the call, `leave; ret`.
@@ -165,17 +207,32 @@ fn emit_frame(
     offsets.after_push_rbp = here(&ops);
     dynasm!(ops ; .arch x64 ; mov rbp, rsp);
     offsets.after_mov_rbp = here(&ops);
-    for value in [STASH_MARKER, record] {
-        let lo = value as u32 as i32;
-        let hi = (value >> 32) as u32 as i32;
-        dynasm!(ops
-            ; .arch x64
-            ; push lo
-            ; mov DWORD [rsp + 4], hi
-        );
-    }
-    for reg in STASHED_REGS {
-        ops.extend(push_reg(reg.encoding()).as_slice());
+    match call {
+        CallTo::Direct(_) => {
+            for value in [STASH_MARKER, record] {
+                let lo = value as u32 as i32;
+                let hi = (value >> 32) as u32 as i32;
+                dynasm!(ops
+                    ; .arch x64
+                    ; push lo
+                    ; mov DWORD [rsp + 4], hi
+                );
+            }
+            for reg in STASHED_REGS {
+                ops.extend(push_reg(reg.encoding()).as_slice());
+            }
+        }
+        CallTo::Pointer { constants, .. } => {
+            for word in [constants, constants + 8] {
+                let at = address + u64::from(here(&ops));
+                ops.extend(push_rip_relative(at, word)?);
+            }
+            for reg in ARGUMENT_REGS {
+                ops.extend(push_reg(reg.encoding()).as_slice());
+            }
+            // The rax and r10 slots (see emit_call_through); `lea` leaves the flags.
+            dynasm!(ops ; .arch x64 ; lea rsp, [rsp - 16]);
+        }
     }
     if layout.xmm {
         // `lea`, not `sub`: the caller's flags stay untouched.
@@ -199,7 +256,7 @@ fn emit_frame(
             let target = to as usize;
             dynasm!(ops ; .arch x64 ; call extern target);
         }
-        CallTo::Pointer(pointer) => {
+        CallTo::Pointer { pointer, .. } => {
             // ff 15 disp32: call qword [rip + disp32], rip = the next instruction.
             if !fits_rel32(call_at + 6, pointer) {
                 return Err(CodegenError::OutOfReach {
@@ -402,8 +459,13 @@ mod tests {
     }
 
     #[test]
-    fn call_through_differs_only_in_the_call() {
-        for (words, xmm) in [(0u16, false), (3, true), (MAX_STACK_WORDS, false)] {
+    fn call_through_builds_the_same_frame_with_fewer_stores() {
+        for (words, xmm) in [
+            (0u16, false),
+            (3, true),
+            (MAX_STACK_WORDS, false),
+            (1, false),
+        ] {
             let layout = StashLayout::new(words).with_xmm(xmm);
             let direct = emit_trampoline(&TrampolineSpec {
                 address: 0x7000_0000_1000,
@@ -413,19 +475,15 @@ mod tests {
                 endbr64: true,
             })
             .unwrap();
-            let pointer = 0x7000_0000_10f8;
+            let (constants, pointer) = (0x7000_0000_10e8, 0x7000_0000_10f8);
             let through = emit_call_through(&CallThroughSpec {
                 address: 0x7000_0000_1000,
-                record: 0x7000_0000_0040,
+                constants,
                 pointer,
                 layout,
                 endbr64: true,
             })
             .unwrap();
-            let call = direct.offsets.after_call as usize - 5;
-            assert_eq!(through.code[..call], direct.code[..call]);
-            assert_eq!(through.code[call..call + 2], [0xff, 0x15]);
-            assert_eq!(through.offsets.after_call, direct.offsets.after_call + 1);
             assert_eq!(
                 (
                     through.offsets.after_push_rbp,
@@ -433,23 +491,61 @@ mod tests {
                 ),
                 (direct.offsets.after_push_rbp, direct.offsets.after_mov_rbp)
             );
-            assert_eq!(
-                through.code[through.offsets.after_call as usize..],
-                direct.code[direct.offsets.after_call as usize..]
-            );
             let ins = disasm(&through);
-            let call = ins.iter().find(|i| i.1 == Mnemonic::Call).unwrap();
-            assert_eq!(call.2, format!("call qword [rel {pointer:X}h]"));
+            let text: Vec<&str> = ins.iter().map(|i| i.2.as_str()).collect();
+            let mut want = vec![
+                "endbr64".to_string(),
+                "push rbp".into(),
+                "mov rbp,rsp".into(),
+                format!("push qword [rel {constants:X}h]"),
+                format!("push qword [rel {:X}h]", constants + 8),
+            ];
+            want.extend(ARGUMENT_REGS.iter().map(|r| format!("push {}", r.name())));
+            want.push("lea rsp,[rsp-10h]".into());
+            // From here on (xmm area, padding, window) the direct form's code, then the call.
+            let direct_ins = disasm(&direct);
+            let shared = direct_ins
+                .iter()
+                .skip_while(|i| i.2 != "push r10")
+                .skip(1)
+                .take_while(|i| i.1 != Mnemonic::Call)
+                .map(|i| i.2.clone());
+            want.extend(shared);
+            want.push(format!("call qword [rel {pointer:X}h]"));
+            want.extend(["leave".to_string(), "ret".to_string()]);
+            assert_eq!(text, want);
+            // rsp at the call is where the layout puts it: count what was pushed.
+            let pushed: u64 = ins
+                .iter()
+                .filter(|i| i.1 == Mnemonic::Push && i.2 != "push rbp")
+                .count() as u64
+                * 8
+                + 16
+                + layout.xmm_len()
+                + layout.padding();
+            assert_eq!(pushed, layout.call_sp_offset());
             assert_eq!(
                 through.after_call(),
                 ins.iter().find(|i| i.1 == Mnemonic::Leave).unwrap().0
             );
-            assert!(through.code.len() <= super::super::hook::RELOCATED_OFFSET);
+            assert_eq!(
+                through.address + u64::from(through.offsets.ret),
+                ins.last().unwrap().0
+            );
+            assert!(through.code.len() < direct.code.len() + 8);
         }
         let far = emit_call_through(&CallThroughSpec {
             address: 0x1000,
-            record: 0,
+            constants: 0x2000,
             pointer: 0x7fff_0000_0000,
+            layout: StashLayout::new(0),
+            endbr64: false,
+        });
+        assert!(matches!(far, Err(CodegenError::OutOfReach { .. })));
+        let far = emit_call_through(&CallThroughSpec {
+            address: 0x1000,
+            constants: 0x7fff_0000_0000,
+            pointer: 0x2000,
             layout: StashLayout::new(0),
             endbr64: false,
         });
