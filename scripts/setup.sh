@@ -25,6 +25,12 @@ NEEDS=(
     "util-linux setpriv"   # runs a bus client as another uid
     "gcc-multilib -"       # 32-bit (-m32) fixtures for the i386 tests
     "libc6-dbg -"          # libc's .symtab and DWARF: IFUNC implementations by name (tests/tests/e2e/symbols.rs)
+    # pep523-ext (scripts/test-python.sh): Debian's static-libpython CPython 3.11 is
+    # the second interpreter the tests run under; Python.h for the C PEP 523 fixture.
+    "python3.11 python3.11"
+    "python3.11-dev -"
+    "python3.11-venv -"
+    "python3-pytest -"     # pytest for Debian's python3.11
 )
 
 have() {
@@ -65,6 +71,17 @@ if ((${#missing[@]})); then
     echo "setup: installed ${missing[*]}"
 else
     echo "setup: nothing to install"
+fi
+
+# pep523-ext: maturin builds the `argstash` wheel and pytest runs its tests under the
+# `python3` on PATH (a pyenv CPython here). PIP_BREAK_SYSTEM_PACKAGES: when that
+# python3 is Debian's own, pip would otherwise refuse (PEP 668) on this test machine.
+if python3 -c 'import maturin, pytest' >/dev/null 2>&1; then
+    echo "setup: ok       maturin, pytest (python3 -m pip)"
+else
+    echo "setup: python3 -m pip install maturin pytest"
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore maturin pytest
+    python3 -c 'import maturin, pytest' || { echo "setup: maturin/pytest still missing for python3" >&2; exit 1; }
 fi
 
 # Not installable from here: the Rust toolchain comes with the machine.

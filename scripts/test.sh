@@ -8,4 +8,8 @@
 # the test binaries, e.g. `scripts/test.sh seed` to filter by name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec cargo test --workspace --no-fail-fast -- --test-threads=2 "$@"
+status=0
+cargo test --workspace --no-fail-fast -- --test-threads=2 "$@" || status=$?
+# Then the Python extension's pytest suite (pep523-ext), under each CPython 3.11 here.
+scripts/test-python.sh || status=$?
+exit "$status"

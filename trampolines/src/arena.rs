@@ -243,6 +243,14 @@ impl ArenaHeader {
 }
 
 /// One hook as recorded in the arena.
+///
+/// A record with no patch (`patch_addr` 0, no original bytes) describes a
+/// *call-through* hook: its trampoline is reached through a function pointer
+/// that its owner set (CPython's PEP 523 frame-evaluation slot, set by the
+/// `argstash` Python extension) instead of a patched entry, and `function` is
+/// what the trampoline calls. Its stash frames read like any other; there is
+/// nothing to restore in code, only the pointer's owner can remove it
+/// (see [`HookRecord::is_call_through`] and `x86_64::call_through`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookRecord {
     /// Lifecycle state.
@@ -333,6 +341,11 @@ impl HookRecord {
         self.original.len()
     }
 
+    /// True for a call-through hook: reached through a function pointer, no patched bytes.
+    pub fn is_call_through(&self) -> bool {
+        self.original.is_empty() && self.patch_addr == 0
+    }
+
     /// The trampoline's after-call address: the return address that marks a stash frame.
     pub fn after_call(&self) -> u64 {
         self.trampoline + u64::from(self.offsets.after_call)
@@ -378,7 +391,8 @@ impl HookRecord {
 
     /// Serialises the record into exactly [`RECORD_LEN`] bytes.
     pub fn encode(&self) -> Result<[u8; RECORD_LEN], FormatError> {
-        if self.original.len() > MAX_ORIGINAL || self.original.is_empty() {
+        if self.original.len() > MAX_ORIGINAL || (self.original.is_empty() && self.patch_addr != 0)
+        {
             return Err(FormatError::Corrupt("patch length"));
         }
         if self.map.len() > MAX_MAP {
@@ -430,8 +444,10 @@ impl HookRecord {
         let state = HookState::from_u32(u32_at(b, 0))?;
         let patch_len = b[32] as usize;
         let map_len = b[33] as usize;
+        // No patch bytes: a call-through hook, which has no patch address either.
+        let no_patch = patch_len == 0 && u64_at(b, 24) == 0;
         if state != HookState::Free
-            && (patch_len == 0 || patch_len > MAX_ORIGINAL || map_len > MAX_MAP)
+            && ((patch_len == 0 && !no_patch) || patch_len > MAX_ORIGINAL || map_len > MAX_MAP)
         {
             return Err(FormatError::Corrupt("patch or map length"));
         }
@@ -719,6 +735,29 @@ mod tests {
         let a = Arena::decode(0x7000_0000, &bytes).unwrap();
         assert_eq!(a.signature(0), Some("int, const char *"));
         assert!(encode_signature(&"x".repeat(MAX_SIGNATURE + 1)).is_err());
+    }
+
+    #[test]
+    fn call_through_records_have_no_patch_and_roundtrip() {
+        let mut r = sample();
+        r.patch_addr = 0;
+        r.original.clear();
+        r.relocated = 0;
+        r.relocated_len = 0;
+        r.map.clear();
+        assert!(r.is_call_through() && !sample().is_call_through());
+        let back = HookRecord::decode(&r.encode().unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert!(!back.inside_patch(0) && !back.in_relocated(0));
+        // Patch bytes without an address, or an address without bytes, stay corrupt.
+        r.patch_addr = 0x5555_0000_1134;
+        assert_eq!(r.encode(), Err(FormatError::Corrupt("patch length")));
+        let mut b = sample().encode().unwrap();
+        b[32] = 0;
+        assert_eq!(
+            HookRecord::decode(&b),
+            Err(FormatError::Corrupt("patch or map length"))
+        );
     }
 
     #[test]

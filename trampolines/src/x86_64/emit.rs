@@ -21,11 +21,16 @@
 //! touched (`push`, `mov`, `lea`, `movdqu`, `call`, `leave`, `ret` leave RFLAGS
 //! alone; `movdqu` to memory reads the xmm register and writes nothing else). The
 //! only memory written is the trampoline's own frame below the caller's `rsp`.
+//!
+//! [`emit_call_through`] builds the same frame for a trampoline reached through a
+//! function pointer, with fewer stores (see there).
 
 use dynasmrt::x64::X64Relocation;
 use dynasmrt::{dynasm, DynasmApi, DynasmLabelApi, VecAssembler};
 
-use super::frame::{StashLayout, MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER, XMM_ARGS};
+use super::frame::{
+    StashLayout, ARGUMENT_REGS, MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER, XMM_ARGS,
+};
 use crate::error::CodegenError;
 
 /// The `endbr64` instruction bytes.
@@ -82,63 +87,188 @@ fn fits_rel32(from_end: u64, to: u64) -> bool {
 }
 
 /// Assembles a trampoline for `spec`.
+pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError> {
+    emit_frame(
+        spec.address,
+        spec.record,
+        spec.layout,
+        spec.endbr64,
+        CallTo::Direct(spec.relocated),
+    )
+}
+
+/// Everything the emitter needs for a trampoline that calls through a pointer.
+///
+/// Such a trampoline is reached through a function pointer (CPython's PEP 523
+/// frame-evaluation slot, for one) rather than through a patched entry, and calls
+/// its target with `call qword [rip+disp32]` through the 8-byte word at `pointer`,
+/// so the target may lie anywhere in the address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallThroughSpec {
+    /// Address at which the trampoline will live.
+    pub address: u64,
+    /// Address of 16 bytes holding [`STASH_MARKER`] and then the hook record's
+    /// address, which the trampoline pushes from there (within ±2 GiB).
+    pub constants: u64,
+    /// Address of the 8-byte word that holds the call target (within ±2 GiB of the trampoline).
+    pub pointer: u64,
+    /// Stack layout (window size, xmm area).
+    pub layout: StashLayout,
+    /// Start with `endbr64` (a target of indirect calls under CET).
+    pub endbr64: bool,
+}
+
+/// Assembles a stash trampoline that calls through the pointer at `spec.pointer`.
+///
+/// The stash frame has the layout and the trampoline the offsets of
+/// [`emit_trampoline`]'s, built more cheaply, since the caller calls through a
+/// function pointer and so cannot expect more than the ABI (flags and
+/// caller-saved registers are the callee's):
+///
+/// ```text
+///   [endbr64]
+///   push rbp ; mov rbp, rsp
+///   push qword [rip -> marker]       ; one store per constant, not two
+///   push qword [rip -> record address]
+///   push rdi, rsi, rdx, rcx, r8, r9  ; the six argument registers
+///   lea  rsp, [rsp-16]               ; the rax and r10 slots: reserved, not written
+///   [xmm area, padding, window as in emit_trampoline]
+///   call qword [rip -> target]
+///   leave ; ret
+/// ```
+///
+/// The rax and r10 slots hold stale stack bytes: a function pointer call is not
+/// variadic (al) and passes no static chain (r10), and readers show only the six
+/// argument registers. Each store fewer is measurable on a hot path such as
+/// CPython's frame evaluation.
+pub fn emit_call_through(spec: &CallThroughSpec) -> Result<Trampoline, CodegenError> {
+    emit_frame(
+        spec.address,
+        0,
+        spec.layout,
+        spec.endbr64,
+        CallTo::Pointer {
+            pointer: spec.pointer,
+            constants: spec.constants,
+        },
+    )
+}
+
+/// How the trampoline reaches the function it calls.
+#[derive(Debug, Clone, Copy)]
+enum CallTo {
+    /// Patched entry: `call rel32` to this address; constants as immediates, all eight registers.
+    Direct(u64),
+    /// Call-through: `call qword [rip+disp32]` through the word at `pointer`;
+    /// constants pushed from `constants`, the six argument registers.
+    Pointer {
+        /// The target word.
+        pointer: u64,
+        /// The marker word, then the record-address word.
+        constants: u64,
+    },
+}
+
+/// `push qword [rip+disp32]` of the word at `word`, for an instruction at `at`.
+fn push_rip_relative(at: u64, word: u64) -> Result<[u8; 6], CodegenError> {
+    if !fits_rel32(at + 6, word) {
+        return Err(CodegenError::OutOfReach { from: at, to: word });
+    }
+    let disp = (word.wrapping_sub(at + 6) as i64 as i32).to_le_bytes();
+    Ok([0xff, 0x35, disp[0], disp[1], disp[2], disp[3]])
+}
+
+/// The common trampoline: stash frame, stack window, the call, `leave; ret`.
 // dynasm's register expansion converts the register number to `u8` again.
 #[allow(clippy::useless_conversion)]
-pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError> {
-    let words = spec.layout.stack_words;
+fn emit_frame(
+    address: u64,
+    record: u64,
+    layout: StashLayout,
+    endbr64: bool,
+    call: CallTo,
+) -> Result<Trampoline, CodegenError> {
+    let words = layout.stack_words;
     if words > MAX_STACK_WORDS {
         return Err(CodegenError::WindowTooLarge {
             requested: words,
             max: MAX_STACK_WORDS,
         });
     }
-    let base =
-        usize::try_from(spec.address).map_err(|_| CodegenError::Assembler("address".into()))?;
+    let base = usize::try_from(address).map_err(|_| CodegenError::Assembler("address".into()))?;
     let mut ops: VecAssembler<X64Relocation> = VecAssembler::new(base);
     let mut offsets = TrampolineOffsets::default();
     let here = |ops: &VecAssembler<X64Relocation>| ops.offset().0 as u32;
 
-    if spec.endbr64 {
+    if endbr64 {
         ops.extend(ENDBR64);
     }
     dynasm!(ops ; .arch x64 ; push rbp);
     offsets.after_push_rbp = here(&ops);
     dynasm!(ops ; .arch x64 ; mov rbp, rsp);
     offsets.after_mov_rbp = here(&ops);
-    for value in [STASH_MARKER, spec.record] {
-        let lo = value as u32 as i32;
-        let hi = (value >> 32) as u32 as i32;
-        dynasm!(ops
-            ; .arch x64
-            ; push lo
-            ; mov DWORD [rsp + 4], hi
-        );
+    match call {
+        CallTo::Direct(_) => {
+            for value in [STASH_MARKER, record] {
+                let lo = value as u32 as i32;
+                let hi = (value >> 32) as u32 as i32;
+                dynasm!(ops
+                    ; .arch x64
+                    ; push lo
+                    ; mov DWORD [rsp + 4], hi
+                );
+            }
+            for reg in STASHED_REGS {
+                ops.extend(push_reg(reg.encoding()).as_slice());
+            }
+        }
+        CallTo::Pointer { constants, .. } => {
+            for word in [constants, constants + 8] {
+                let at = address + u64::from(here(&ops));
+                ops.extend(push_rip_relative(at, word)?);
+            }
+            for reg in ARGUMENT_REGS {
+                ops.extend(push_reg(reg.encoding()).as_slice());
+            }
+            // The rax and r10 slots (see emit_call_through); `lea` leaves the flags.
+            dynasm!(ops ; .arch x64 ; lea rsp, [rsp - 16]);
+        }
     }
-    for reg in STASHED_REGS {
-        ops.extend(push_reg(reg.encoding()).as_slice());
-    }
-    if spec.layout.xmm {
+    if layout.xmm {
         // `lea`, not `sub`: the caller's flags stay untouched.
         dynasm!(ops ; .arch x64 ; lea rsp, [rsp - 128]);
         for i in 0..XMM_ARGS as u8 {
             ops.extend(movdqu_to_rsp(i).as_slice());
         }
     }
-    if spec.layout.padding() != 0 {
+    if layout.padding() != 0 {
         dynasm!(ops ; .arch x64 ; lea rsp, [rsp - 8]);
     }
     for i in (0..i32::from(words)).rev() {
         ops.extend(push_rbp_relative(16 + 8 * i).as_slice());
     }
-    let call_at = spec.address + u64::from(here(&ops));
-    if !fits_rel32(call_at + 5, spec.relocated) {
-        return Err(CodegenError::OutOfReach {
-            from: call_at,
-            to: spec.relocated,
-        });
+    let call_at = address + u64::from(here(&ops));
+    match call {
+        CallTo::Direct(to) => {
+            if !fits_rel32(call_at + 5, to) {
+                return Err(CodegenError::OutOfReach { from: call_at, to });
+            }
+            let target = to as usize;
+            dynasm!(ops ; .arch x64 ; call extern target);
+        }
+        CallTo::Pointer { pointer, .. } => {
+            // ff 15 disp32: call qword [rip + disp32], rip = the next instruction.
+            if !fits_rel32(call_at + 6, pointer) {
+                return Err(CodegenError::OutOfReach {
+                    from: call_at,
+                    to: pointer,
+                });
+            }
+            let disp = pointer.wrapping_sub(call_at + 6) as i64 as i32;
+            ops.extend([0xff, 0x15]);
+            ops.extend(disp.to_le_bytes());
+        }
     }
-    let target = spec.relocated as usize;
-    dynasm!(ops ; .arch x64 ; call extern target);
     offsets.after_call = here(&ops);
     dynasm!(ops ; .arch x64 ; leave);
     offsets.ret = here(&ops);
@@ -147,7 +277,7 @@ pub fn emit_trampoline(spec: &TrampolineSpec) -> Result<Trampoline, CodegenError
         .finalize()
         .map_err(|e| CodegenError::Assembler(e.to_string()))?;
     Ok(Trampoline {
-        address: spec.address,
+        address,
         code,
         offsets,
     })
@@ -326,6 +456,100 @@ mod tests {
             emit_trampoline(&spec),
             Err(CodegenError::WindowTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn call_through_builds_the_same_frame_with_fewer_stores() {
+        for (words, xmm) in [
+            (0u16, false),
+            (3, true),
+            (MAX_STACK_WORDS, false),
+            (1, false),
+        ] {
+            let layout = StashLayout::new(words).with_xmm(xmm);
+            let direct = emit_trampoline(&TrampolineSpec {
+                address: 0x7000_0000_1000,
+                record: 0x7000_0000_0040,
+                relocated: 0x7000_0000_10a0,
+                layout,
+                endbr64: true,
+            })
+            .unwrap();
+            let (constants, pointer) = (0x7000_0000_10e8, 0x7000_0000_10f8);
+            let through = emit_call_through(&CallThroughSpec {
+                address: 0x7000_0000_1000,
+                constants,
+                pointer,
+                layout,
+                endbr64: true,
+            })
+            .unwrap();
+            assert_eq!(
+                (
+                    through.offsets.after_push_rbp,
+                    through.offsets.after_mov_rbp
+                ),
+                (direct.offsets.after_push_rbp, direct.offsets.after_mov_rbp)
+            );
+            let ins = disasm(&through);
+            let text: Vec<&str> = ins.iter().map(|i| i.2.as_str()).collect();
+            let mut want = vec![
+                "endbr64".to_string(),
+                "push rbp".into(),
+                "mov rbp,rsp".into(),
+                format!("push qword [rel {constants:X}h]"),
+                format!("push qword [rel {:X}h]", constants + 8),
+            ];
+            want.extend(ARGUMENT_REGS.iter().map(|r| format!("push {}", r.name())));
+            want.push("lea rsp,[rsp-10h]".into());
+            // From here on (xmm area, padding, window) the direct form's code, then the call.
+            let direct_ins = disasm(&direct);
+            let shared = direct_ins
+                .iter()
+                .skip_while(|i| i.2 != "push r10")
+                .skip(1)
+                .take_while(|i| i.1 != Mnemonic::Call)
+                .map(|i| i.2.clone());
+            want.extend(shared);
+            want.push(format!("call qword [rel {pointer:X}h]"));
+            want.extend(["leave".to_string(), "ret".to_string()]);
+            assert_eq!(text, want);
+            // rsp at the call is where the layout puts it: count what was pushed.
+            let pushed: u64 = ins
+                .iter()
+                .filter(|i| i.1 == Mnemonic::Push && i.2 != "push rbp")
+                .count() as u64
+                * 8
+                + 16
+                + layout.xmm_len()
+                + layout.padding();
+            assert_eq!(pushed, layout.call_sp_offset());
+            assert_eq!(
+                through.after_call(),
+                ins.iter().find(|i| i.1 == Mnemonic::Leave).unwrap().0
+            );
+            assert_eq!(
+                through.address + u64::from(through.offsets.ret),
+                ins.last().unwrap().0
+            );
+            assert!(through.code.len() < direct.code.len() + 8);
+        }
+        let far = emit_call_through(&CallThroughSpec {
+            address: 0x1000,
+            constants: 0x2000,
+            pointer: 0x7fff_0000_0000,
+            layout: StashLayout::new(0),
+            endbr64: false,
+        });
+        assert!(matches!(far, Err(CodegenError::OutOfReach { .. })));
+        let far = emit_call_through(&CallThroughSpec {
+            address: 0x1000,
+            constants: 0x7fff_0000_0000,
+            pointer: 0x2000,
+            layout: StashLayout::new(0),
+            endbr64: false,
+        });
+        assert!(matches!(far, Err(CodegenError::OutOfReach { .. })));
     }
 
     #[test]

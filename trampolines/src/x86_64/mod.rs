@@ -1,6 +1,7 @@
 //! x86-64 (SysV ABI): stash frame, trampoline emitter, prologue relocation.
 
 pub mod analysis;
+pub mod call_through;
 pub mod emit;
 pub mod frame;
 pub mod patch;
@@ -8,8 +9,10 @@ pub mod relocate;
 pub mod stack_reads;
 pub mod sysv;
 
+pub use call_through::{build_call_through, CallThroughCode};
 pub use emit::{
-    emit_trampoline, jump_patch, Trampoline, TrampolineOffsets, TrampolineSpec, ENDBR64,
+    emit_call_through, emit_trampoline, jump_patch, CallThroughSpec, Trampoline, TrampolineOffsets,
+    TrampolineSpec, ENDBR64,
 };
 pub use frame::{
     StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, LAYOUT_VERSION_XMM,

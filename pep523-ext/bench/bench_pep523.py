@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Cost of PEP 523 hooks on call-heavy Python: unhooked vs argstash vs an empty C hook.
+
+Each measurement runs in a fresh interpreter (the one running this script, or
+--python), modes interleaved round by round in one run so that machine noise
+hits them alike:
+
+    unhooked   no frame-evaluation function set
+    argstash   argstash.install() (the stash trampoline, calling the default)
+    empty_c    tests/fixtures/python/empty_pep523.c: an empty C hook calling the default
+
+Workloads: recursive fib (function calls) and a method-call loop. Each child
+warms up once and reports the best of --repeat runs, in CPU time of its thread
+(time.thread_time: time spent descheduled on a busy machine does not count, the
+cost of sharing caches with other work still does); the table shows, per mode,
+the median and the minimum over rounds and the overhead against unhooked; the
+last column is argstash minus empty_c in percentage points (target: at most 3).
+
+    python pep523-ext/bench/bench_pep523.py [--rounds 15] [--repeat 3] [--python PATH] [--json]
+
+Needs the argstash module installed in the interpreter and a C compiler.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE_C = REPO / "tests" / "fixtures" / "python" / "empty_pep523.c"
+
+CHILD = r"""
+import sys, time
+mode, workload, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+class Counter:
+    def __init__(self):
+        self.k = 1
+    def step(self, x):
+        return x + self.k
+
+def methods(n):
+    c = Counter()
+    acc = 0
+    for _ in range(n):
+        acc = c.step(acc)
+    return acc
+
+def run():
+    if workload == "fib":
+        return fib(25)
+    return methods(300_000)
+
+if mode == "argstash":
+    import argstash
+    assert argstash.install()
+elif mode == "empty_c":
+    import empty_pep523
+    assert empty_pep523.install()
+run()
+best = float("inf")
+for _ in range(repeat):
+    t = time.thread_time()
+    run()
+    best = min(best, time.thread_time() - t)
+print(best)
+"""
+
+MODES = ["unhooked", "argstash", "empty_c"]
+WORKLOADS = ["fib", "methods"]
+
+
+def build_fixture(python: str, out: Path) -> None:
+    """Compiles the empty C hook for `python` into `out`."""
+    query = "import sysconfig; print(sysconfig.get_paths()['include']); print(sysconfig.get_config_var('EXT_SUFFIX'))"
+    include, suffix = subprocess.run([python, "-c", query], check=True, capture_output=True, text=True).stdout.split()
+    subprocess.run(
+        [os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", f"-I{include}", str(FIXTURE_C), "-o", str(out / f"empty_pep523{suffix}")],
+        check=True,
+    )
+
+
+def measure(python: str, fixture_dir: Path, mode: str, workload: str, repeat: int) -> float:
+    env = dict(os.environ, PYTHONPATH=str(fixture_dir))
+    env.pop("ARGSTASH_PEP523", None)
+    out = subprocess.run([python, "-c", CHILD, mode, workload, str(repeat)], env=env, check=True, capture_output=True, text=True)
+    return float(out.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--python", default=sys.executable, help="interpreter to measure (default: this one)")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", action="store_true", help="print the raw samples as JSON too")
+    args = ap.parse_args()
+
+    version = subprocess.run(
+        [args.python, "-c", "import sys; print(sys.version.split()[0], sys.executable)"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    samples = {(w, m): [] for w in WORKLOADS for m in MODES}
+    with tempfile.TemporaryDirectory() as tmp:
+        build_fixture(args.python, Path(tmp))
+        for r in range(args.rounds):
+            # Rotate the order each round so that no mode always runs first.
+            order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]
+            for w in WORKLOADS:
+                for m in order:
+                    samples[(w, m)].append(measure(args.python, Path(tmp), m, w, args.repeat))
+
+    print(f"python {version}; {args.rounds} rounds, best of {args.repeat} per child (thread CPU time)")
+    print(f"{'workload':16} {'unhooked':>12} {'argstash':>18} {'empty_c':>18} {'argstash-empty_c':>18}")
+    for stat, pick in (("median", statistics.median), ("min", min)):
+        for w in WORKLOADS:
+            t = {m: pick(samples[(w, m)]) for m in MODES}
+            over = {m: 100.0 * (t[m] / t["unhooked"] - 1.0) for m in MODES}
+            print(
+                f"{w + ' ' + stat:16} {t['unhooked'] * 1e3:9.2f} ms "
+                f"{t['argstash'] * 1e3:9.2f} ms {over['argstash']:+5.1f}% "
+                f"{t['empty_c'] * 1e3:9.2f} ms {over['empty_c']:+5.1f}% "
+                f"{over['argstash'] - over['empty_c']:+15.1f} pt"
+            )
+    if args.json:
+        print(json.dumps({f"{w}/{m}": v for (w, m), v in samples.items()}))
+
+
+if __name__ == "__main__":
+    main()
