@@ -376,6 +376,12 @@ pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
     }
 }
 
+impl From<reader::arena::ArenaError> for Error {
+    fn from(e: reader::arena::ArenaError) -> Error {
+        reader::Error::from(e).into()
+    }
+}
+
 impl From<reader::Error> for Error {
     fn from(e: reader::Error) -> Error {
         match e {

@@ -7,12 +7,29 @@
 
 use trampolines::arena::{Arena, ArenaHeader, ARENA_MAGIC, HEADER_LEN, PAGE};
 
-use crate::error::Error;
-use crate::memory::Memory;
+use trampolines::FormatError;
+
+use crate::memory::{Memory, MemoryError};
 use crate::procfs::MapEntry;
 
+/// Why the arenas of a target could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ArenaError {
+    /// Reading an arena's header or records failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// An arena in the target is malformed.
+    #[error("arena at 0x{addr:x} in the target is unreadable: {source}")]
+    Format {
+        /// Arena address.
+        addr: u64,
+        /// Why.
+        source: FormatError,
+    },
+}
+
 /// Finds every arena in the mappings (anonymous `r-x` mappings starting with the magic).
-pub fn discover(maps: &[MapEntry], mem: &dyn Memory) -> Result<Vec<Arena>, Error> {
+pub fn discover(maps: &[MapEntry], mem: &dyn Memory) -> Result<Vec<Arena>, ArenaError> {
     let mut found = Vec::new();
     for m in maps {
         if !(m.perms.exec && m.perms.read && m.perms.private) || m.inode != 0 || !m.path.is_empty()
@@ -26,7 +43,7 @@ pub fn discover(maps: &[MapEntry], mem: &dyn Memory) -> Result<Vec<Arena>, Error
         if mem.read(m.start, &mut head).is_err() || head[..8] != ARENA_MAGIC {
             continue;
         }
-        let header = ArenaHeader::decode(m.start, &head).map_err(|source| Error::Format {
+        let header = ArenaHeader::decode(m.start, &head).map_err(|source| ArenaError::Format {
             addr: m.start,
             source,
         })?;
@@ -36,10 +53,10 @@ pub fn discover(maps: &[MapEntry], mem: &dyn Memory) -> Result<Vec<Arena>, Error
 }
 
 /// Reads an arena's header and records.
-pub fn read_arena(mem: &dyn Memory, header: &ArenaHeader) -> Result<Arena, Error> {
+pub fn read_arena(mem: &dyn Memory, header: &ArenaHeader) -> Result<Arena, ArenaError> {
     let mut bytes = vec![0u8; header.header_len()];
     mem.read(header.base, &mut bytes)?;
-    Arena::decode(header.base, &bytes).map_err(|source| Error::Format {
+    Arena::decode(header.base, &bytes).map_err(|source| ArenaError::Format {
         addr: header.base,
         source,
     })

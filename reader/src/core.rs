@@ -26,8 +26,7 @@ use goblin::elf::header::{ELFCLASS32, ELFCLASS64, EM_386, EM_X86_64, ET_CORE, ET
 use goblin::elf::note::{NoteDataIterator, NT_FILE, NT_PRPSINFO, NT_PRSTATUS};
 use goblin::elf::program_header::{ProgramHeader, PF_R, PF_W, PF_X, PT_LOAD, PT_NOTE};
 
-use crate::arena::discover;
-use crate::error::Error;
+use crate::arena::{discover, ArenaError};
 use crate::hint::Hint;
 use crate::memory::{Memory, MemoryError};
 use crate::procfs::{MapEntry, Perms};
@@ -144,6 +143,9 @@ pub enum CoreError {
         /// The file.
         path: String,
     },
+    /// An arena (the hooks' code and records) in the core is unreadable.
+    #[error(transparent)]
+    Arena(#[from] ArenaError),
 }
 
 impl CoreError {
@@ -1204,7 +1206,10 @@ pub struct CoreBacktrace {
 }
 
 /// Unwinds every thread (or `opts.tid`) of a core, with stashed arguments from its arenas.
-pub fn backtrace_core(core: &CoreFile, opts: &BacktraceOptions) -> Result<CoreBacktrace, Error> {
+pub fn backtrace_core(
+    core: &CoreFile,
+    opts: &BacktraceOptions,
+) -> Result<CoreBacktrace, CoreError> {
     backtrace_core_with(core, opts, DebugSearch::default())
 }
 
@@ -1213,7 +1218,7 @@ pub fn backtrace_core_with(
     core: &CoreFile,
     opts: &BacktraceOptions,
     search: DebugSearch,
-) -> Result<CoreBacktrace, Error> {
+) -> Result<CoreBacktrace, CoreError> {
     let maps = core.maps();
     let (symbols, missing) = core.symbols(&maps);
     let arenas = discover(&maps, core)?;
@@ -1227,8 +1232,7 @@ pub fn backtrace_core_with(
                     path: core.path.display().to_string(),
                     tid,
                     threads: core.threads.iter().map(|t| t.tid).collect(),
-                }
-                .into());
+                });
             }
             t
         }

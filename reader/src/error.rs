@@ -3,6 +3,7 @@
 use thiserror::Error;
 use trampolines::FormatError;
 
+use crate::arena::ArenaError;
 use crate::core::CoreError;
 use crate::hint::Hint;
 use crate::memory::MemoryError;
@@ -36,6 +37,15 @@ pub enum Error {
         /// Cause.
         source: std::io::Error,
     },
+}
+
+impl From<ArenaError> for Error {
+    fn from(e: ArenaError) -> Error {
+        match e {
+            ArenaError::Memory(e) => Error::Memory(e),
+            ArenaError::Format { addr, source } => Error::Format { addr, source },
+        }
+    }
 }
 
 impl Error {

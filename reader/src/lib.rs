@@ -21,6 +21,7 @@
 pub mod arena;
 pub mod args;
 pub mod core;
+pub mod debugfile;
 pub mod debuginfo;
 pub mod dwarf;
 pub mod error;

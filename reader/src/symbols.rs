@@ -665,10 +665,10 @@ impl Module {
             if !self.path.starts_with('/') {
                 return Vec::new();
             }
-            crate::debuginfo::separate_symbols(
+            separate_symbols(
                 Path::new(&self.path),
                 self.bias,
-                &crate::debuginfo::DebugSearch::default(),
+                &crate::debugfile::DebugSearch::default(),
             )
         })
     }
@@ -1607,6 +1607,61 @@ pub fn same_file_in(pid: i32, a: &str, b: &str) -> bool {
         (Some(x), Some(y)) => x == y,
         _ => false,
     }
+}
+
+/// Function symbols of the `.symtab` of the module file `path`'s separate debug
+/// file (found and checked as [`crate::debuginfo::ModuleDebug::load`] does), at runtime addresses
+/// for load bias `bias`, sorted by address; at one address global names first,
+/// then those with fewer leading underscores. Empty when there is none.
+///
+/// Stripped libraries keep only `.dynsym`; their debug file's `.symtab` also
+/// names local functions, such as glibc's IFUNC implementations
+/// (`__memset_avx2_unaligned_erms`).
+pub fn separate_symbols(
+    path: &Path,
+    bias: u64,
+    search: &crate::debugfile::DebugSearch,
+) -> Vec<Symbol> {
+    let Ok(module) = crate::debugfile::ElfSections::open(path) else {
+        return Vec::new();
+    };
+    let mut warnings = Vec::new();
+    let Some((file, _)) = crate::debugfile::separate_files(&module, path, search, &mut warnings)
+        .find(|(f, _)| {
+            f.sections
+                .iter()
+                .any(|s| s.kind == crate::debugfile::SHT_SYMTAB)
+        })
+    else {
+        return Vec::new();
+    };
+    let mut syms: Vec<(Symbol, bool)> = file
+        .function_symbols()
+        .into_iter()
+        .map(|(name, addr, size, local)| {
+            let name = match name.split_once("@@") {
+                Some((plain, _)) => plain.to_string(),
+                None => name,
+            };
+            let sym = Symbol {
+                name,
+                addr: addr.wrapping_add(bias),
+                size,
+            };
+            (sym, local)
+        })
+        .collect();
+    syms.sort_by(|(a, a_local), (b, b_local)| {
+        let underscores = |s: &Symbol| s.name.bytes().take_while(|&c| c == b'_').count();
+        (a.addr, *a_local, underscores(a), &a.name).cmp(&(
+            b.addr,
+            *b_local,
+            underscores(b),
+            &b.name,
+        ))
+    });
+    syms.dedup_by(|later, kept| later.0.addr == kept.0.addr && later.0.name == kept.0.name);
+    syms.into_iter().map(|(s, _)| s).collect()
 }
 
 #[cfg(test)]
