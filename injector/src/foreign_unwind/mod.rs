@@ -6,7 +6,7 @@
 //! its trampoline and relocated prologue ([`trampolines::x86_64::hook_eh_frame`]) and
 //! the storage libgcc links into its list of registered objects.
 //!
-//! - Install, inside the stop: [`create_area`] for every new arena, [`write_slot`] for
+//! - Install, inside the stop: [`map_area`] and [`init_area`] for every new arena, [`write_slot`] for
 //!   every hook.
 //! - Install, after the stop: [`register`] calls `__register_frame_info(eh_frame,
 //!   object)` in the target (libgcc's own function, found in `libgcc_s.so.1` or the
@@ -42,6 +42,7 @@ use trampolines::x86_64::{hook_eh_frame, HookCode, HookCodeRanges};
 use crate::error::Error;
 use crate::memory::{Memory, ProcessMemory, WriteMemory};
 use crate::ptrace::call::RemoteCallError;
+use crate::ptrace::gadgets::Gadgets;
 use crate::ptrace::session::Session;
 use reader::symbols::{FuncSpec, ProcessSymbols};
 
@@ -175,12 +176,8 @@ pub fn find_unwinder(symbols: &ProcessSymbols) -> Option<Unwinder> {
     })
 }
 
-/// Maps a new unwind area for `arena` (inside the stop) and points the arena header at it.
-pub fn create_area(
-    session: &mut Session,
-    mem: &dyn WriteMemory,
-    arena: &ArenaHeader,
-) -> Result<UnwindArea, Error> {
+/// Maps the memory of a new unwind area for `arena` (inside the stop), not yet initialised.
+pub fn map_area(session: &mut Session, arena: &ArenaHeader) -> Result<UnwindArea, Error> {
     let len = UnwindArea::new(0, arena.base, arena.capacity).len();
     let base = session.remote_mmap(
         0,
@@ -188,13 +185,21 @@ pub fn create_area(
         libc::PROT_READ | libc::PROT_WRITE,
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
     )?;
-    let area = UnwindArea::new(base, arena.base, arena.capacity);
-    mem.write(base, &area.encode_header())?;
+    Ok(UnwindArea::new(base, arena.base, arena.capacity))
+}
+
+/// Writes the header of the unwind area `area` mapped by [`map_area`] and points the arena header at it.
+pub fn init_area(
+    mem: &dyn WriteMemory,
+    arena: &ArenaHeader,
+    area: &UnwindArea,
+) -> Result<(), Error> {
+    mem.write(area.base, &area.encode_header())?;
     mem.write(
         arena.base + ARENA_HEADER_UNWIND_AT as u64,
-        &base.to_le_bytes(),
+        &area.base.to_le_bytes(),
     )?;
-    Ok(area)
+    Ok(())
 }
 
 /// The unwind area of `arena`, if it has a valid one.
@@ -301,19 +306,13 @@ pub(crate) fn set_flags(mem: &dyn WriteMemory, hook: &UnwindHook, flags: u32) ->
 /// call other than `futex` or a memory-management one (unlikely to hold a user-space
 /// lock), then those running user code, then the rest.
 pub(crate) fn call_candidates(pid: i32) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+    let Ok(tids) = reader::procfs::read_task_ids(pid) else {
         return vec![pid];
     };
-    let mut tids: Vec<(u8, i32)> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    let mut tids: Vec<(u8, i32)> = tids
+        .into_iter()
         .map(|tid| {
-            let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
-                .unwrap_or_default();
-            let nr = syscall
-                .split_whitespace()
-                .next()
-                .and_then(|n| n.parse::<i64>().ok());
+            let nr = reader::procfs::read_task_syscall(pid, tid);
             // A thread waiting for a futex, or inside malloc's own mmap/brk, may hold a lock.
             let risky = [
                 libc::SYS_futex,
@@ -340,6 +339,7 @@ pub(crate) fn call_candidates(pid: i32) -> Vec<i32> {
 /// only: they take no user-space lock, so any thread will do.
 pub(crate) fn with_any_thread(
     pid: i32,
+    gadgets: &mut Gadgets,
     call: impl FnOnce(&mut Session, i32) -> Result<(), RemoteCallError>,
 ) -> Result<(), String> {
     let mut last = String::from("no thread could be stopped");
@@ -351,7 +351,9 @@ pub(crate) fn with_any_thread(
                 continue;
             }
         };
+        session.set_gadgets(gadgets);
         let result = call(&mut session, tid);
+        keep_gadgets(gadgets, &session);
         let detached = session.detach();
         return match result {
             Ok(()) => detached.map(drop).map_err(|e| e.to_string()),
@@ -385,10 +387,19 @@ impl std::fmt::Display for CallSkipped {
     }
 }
 
+/// Takes back the gadgets a session found (see [`crate::ptrace::gadgets`]).
+fn keep_gadgets(gadgets: &mut Gadgets, session: &Session) {
+    if session.gadgets().owner() == gadgets.owner() {
+        *gadgets = session.gadgets().clone();
+    }
+}
+
 /// Lends threads of one process, each only at a safe point, for calls in the target.
-pub(crate) struct Borrower {
+pub(crate) struct Borrower<'g> {
     pid: i32,
     policy: CallPolicy,
+    /// The caller's gadgets, given to every borrowed session.
+    gadgets: &'g mut Gadgets,
     /// Built on first use: unwinding context, module roles, memory.
     ctx: Option<(
         reader::unwind::x86_64::Unwind,
@@ -397,14 +408,20 @@ pub(crate) struct Borrower {
     )>,
 }
 
-impl Borrower {
-    /// A borrower for `pid` under `policy`.
-    pub(crate) fn new(pid: i32, policy: CallPolicy) -> Borrower {
+impl<'g> Borrower<'g> {
+    /// A borrower for `pid` under `policy`, lending sessions the caller's `gadgets`.
+    pub(crate) fn new(pid: i32, policy: CallPolicy, gadgets: &'g mut Gadgets) -> Borrower<'g> {
         Borrower {
             pid,
             policy,
+            gadgets,
             ctx: None,
         }
+    }
+
+    /// The caller's gadgets (for sessions opened without a borrower meanwhile).
+    pub(crate) fn gadgets(&mut self) -> &mut Gadgets {
+        self.gadgets
     }
 
     fn context(
@@ -421,7 +438,7 @@ impl Borrower {
             let pid = self.pid;
             let maps = reader::procfs::read_maps(pid).map_err(|e| e.to_string())?;
             let symbols = ProcessSymbols::load(pid, &maps).map_err(|e| e.to_string())?;
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            let exe = reader::procfs::read_exe_link(pid)
                 .ok()
                 .and_then(|p| p.to_str().map(str::to_string));
             let guard = crate::ptrace::safe_point::Guard::new(&symbols, exe.as_deref());
@@ -446,7 +463,9 @@ impl Borrower {
         let (mut session, tid) =
             crate::ptrace::safe_point::borrow_at_safe_point(pid, unwind, guard, mem, wait)
                 .map_err(CallSkipped::NoSafePoint)?;
+        session.set_gadgets(self.gadgets);
         let result = call(&mut session, tid);
+        keep_gadgets(self.gadgets, &session);
         let detached = session.detach();
         match result {
             Ok(()) => detached
@@ -461,14 +480,18 @@ impl Borrower {
 /// Registers every hook's `.eh_frame` with the target's unwinder and writes perf map lines.
 ///
 /// Never fails the install: what could not be done is described in the report's notes.
+///
+/// Borrowed threads run through `gadgets` (found before, kept by the caller) and
+/// add what they find to it.
 pub fn register(
     pid: i32,
     unwinders: &Unwinders,
     hooks: &[UnwindHook],
     policy: CallPolicy,
+    gadgets: &mut Gadgets,
 ) -> UnwindReport {
     let started = std::time::Instant::now();
-    let mut report = register_timed(pid, unwinders, hooks, policy);
+    let mut report = register_timed(pid, unwinders, hooks, policy, gadgets);
     report.elapsed = started.elapsed();
     report
 }
@@ -493,6 +516,7 @@ fn register_timed(
     unwinders: &Unwinders,
     hooks: &[UnwindHook],
     policy: CallPolicy,
+    gadgets: &mut Gadgets,
 ) -> UnwindReport {
     let unwinder = unwinders.libgcc.as_ref();
     let mut report = UnwindReport {
@@ -512,10 +536,10 @@ fn register_timed(
     sweep_stale_files();
     perf_map_add(pid, &mem, hooks, &mut report);
     let jit_started = std::time::Instant::now();
-    crate::foreign_unwind::perf_jit::register(pid, &mem, hooks, &mut report);
+    crate::foreign_unwind::perf_jit::register(pid, &mem, hooks, &mut report, gadgets);
     report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
-    let mut borrower = Borrower::new(pid, policy);
+    let mut borrower = Borrower::new(pid, policy, gadgets);
     crate::foreign_unwind::gdb_jit::register(
         pid,
         &mem,
@@ -583,14 +607,26 @@ fn register_timed(
 }
 
 /// Deregisters the hooks' `.eh_frame` from the target's unwinder and removes their perf map lines.
-pub fn unregister(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> UnwindReport {
+///
+/// Borrowed threads run through `gadgets`, as for [`register`].
+pub fn unregister(
+    pid: i32,
+    hooks: &[UnwindHook],
+    policy: CallPolicy,
+    gadgets: &mut Gadgets,
+) -> UnwindReport {
     let started = std::time::Instant::now();
-    let mut report = unregister_timed(pid, hooks, policy);
+    let mut report = unregister_timed(pid, hooks, policy, gadgets);
     report.elapsed = started.elapsed();
     report
 }
 
-fn unregister_timed(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> UnwindReport {
+fn unregister_timed(
+    pid: i32,
+    hooks: &[UnwindHook],
+    policy: CallPolicy,
+    gadgets: &mut Gadgets,
+) -> UnwindReport {
     let mut report = UnwindReport::default();
     if hooks.is_empty() {
         return report;
@@ -625,7 +661,7 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> Unwin
              confirmed; the unwind information stays mapped, so this is harmless)"
         ));
     }
-    let mut borrower = Borrower::new(pid, policy);
+    let mut borrower = Borrower::new(pid, policy, gadgets);
     let mut done = 0usize;
     if !todo.is_empty() {
         let outcome = borrower.with_thread(|session, tid| {
@@ -663,7 +699,7 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> Unwin
     crate::foreign_unwind::gdb_jit::unregister(pid, &mem, hooks, &mut report, &mut borrower);
     perf_map_remove(pid, &mem, hooks, &mut report);
     let jit_started = std::time::Instant::now();
-    crate::foreign_unwind::perf_jit::unregister(pid, &mem, &mut report);
+    crate::foreign_unwind::perf_jit::unregister(pid, &mem, &mut report, borrower.gadgets());
     report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
     report

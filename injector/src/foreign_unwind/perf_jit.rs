@@ -36,6 +36,7 @@ use crate::foreign_unwind::{
 };
 use crate::memory::{Memory, WriteMemory};
 use crate::ptrace::call::RemoteCallError;
+use crate::ptrace::gadgets::Gadgets;
 
 /// `JiTD`, as a little-endian `u32`.
 pub const JITDUMP_MAGIC: u32 = 0x4A69_5444;
@@ -339,7 +340,12 @@ fn session_error(tid: i32, status: String) -> RemoteCallError {
 }
 
 /// Maps the jitdump in the target (open, mmap read+exec, close); returns its address.
-fn map_marker(pid: i32, mem: &dyn WriteMemory, scratch: (u64, usize)) -> Result<u64, String> {
+fn map_marker(
+    pid: i32,
+    mem: &dyn WriteMemory,
+    scratch: (u64, usize),
+    gadgets: &mut Gadgets,
+) -> Result<u64, String> {
     let path = jitdump_path(pid);
     let mut cstr = path
         .to_str()
@@ -352,7 +358,7 @@ fn map_marker(pid: i32, mem: &dyn WriteMemory, scratch: (u64, usize)) -> Result<
     }
     mem.write(scratch.0, &cstr).map_err(|e| e.to_string())?;
     let mut addr = 0u64;
-    let outcome = with_any_thread(pid, |session, tid| {
+    let outcome = with_any_thread(pid, gadgets, |session, tid| {
         let fd = session
             .remote_syscall_on(
                 tid,
@@ -393,8 +399,8 @@ fn map_marker(pid: i32, mem: &dyn WriteMemory, scratch: (u64, usize)) -> Result<
 }
 
 /// Unmaps the jitdump marker from the target.
-fn unmap_marker(pid: i32, (addr, len): (u64, u64)) -> Result<(), String> {
-    with_any_thread(pid, |session, tid| {
+fn unmap_marker(pid: i32, (addr, len): (u64, u64), gadgets: &mut Gadgets) -> Result<(), String> {
+    with_any_thread(pid, gadgets, |session, tid| {
         let r = session
             .remote_syscall_on(tid, libc::SYS_munmap, [addr, len, 0, 0, 0, 0])
             .map_err(RemoteCallError::Session)?;
@@ -407,7 +413,13 @@ fn unmap_marker(pid: i32, (addr, len): (u64, u64)) -> Result<(), String> {
 
 /// Appends records for the arenas holding `hooks` to `/tmp/jit-PID.dump` (creating it)
 /// and maps it in the target if it is not yet.
-pub fn register(pid: i32, mem: &dyn WriteMemory, hooks: &[UnwindHook], report: &mut UnwindReport) {
+pub fn register(
+    pid: i32,
+    mem: &dyn WriteMemory,
+    hooks: &[UnwindHook],
+    report: &mut UnwindReport,
+    gadgets: &mut Gadgets,
+) {
     let path = jitdump_path(pid);
     let existing = std::fs::read(&path).ok();
     let mut index = match &existing {
@@ -460,7 +472,7 @@ pub fn register(pid: i32, mem: &dyn WriteMemory, hooks: &[UnwindHook], report: &
     }
     if marker_mapping(pid).is_none() {
         let scratch = described[0].area.scratch();
-        if let Err(e) = map_marker(pid, mem, scratch) {
+        if let Err(e) = map_marker(pid, mem, scratch, gadgets) {
             report.notes.push(format!(
                 "cannot map {} in the target (perf inject --jit will not find it): {e}",
                 path.display()
@@ -480,7 +492,12 @@ pub fn register(pid: i32, mem: &dyn WriteMemory, hooks: &[UnwindHook], report: &
 }
 
 /// Once no active hook is left, unmaps the jitdump from the target and removes it.
-pub fn unregister(pid: i32, mem: &dyn WriteMemory, report: &mut UnwindReport) {
+pub fn unregister(
+    pid: i32,
+    mem: &dyn WriteMemory,
+    report: &mut UnwindReport,
+    gadgets: &mut Gadgets,
+) {
     if !active_blocks(pid, mem).is_empty() {
         return;
     }
@@ -489,7 +506,7 @@ pub fn unregister(pid: i32, mem: &dyn WriteMemory, report: &mut UnwindReport) {
         return;
     }
     if let Some(mapping) = marker_mapping(pid) {
-        if let Err(e) = unmap_marker(pid, mapping) {
+        if let Err(e) = unmap_marker(pid, mapping, gadgets) {
             report.notes.push(format!(
                 "cannot unmap {} from the target: {e}",
                 path.display()
