@@ -6,8 +6,8 @@
 //! its trampoline and relocated prologue ([`trampolines::x86_64::hook_eh_frame`]) and
 //! the storage libgcc links into its list of registered objects.
 //!
-//! - Install, inside the stop: [`map_area`] and [`init_area`] for every new arena, [`write_slot`] for
-//!   every hook.
+//! - Install, inside the stop: [`map_area`] and [`init_area`] for every new arena,
+//!   [`write_slot`] for every hook.
 //! - Install, after the stop: [`register`] calls `__register_frame_info(eh_frame,
 //!   object)` in the target (libgcc's own function, found in `libgcc_s.so.1` or the
 //!   executable) on one thread while the others keep running, so a lock held by

@@ -145,7 +145,7 @@ pub(crate) fn search_syscall(
 }
 
 /// The first occurrence of each of `patterns` in mapping `m`, reading [`CHUNK`]
-/// bytes at a time and stopping once all are found or a read fails.
+/// bytes at a time into one buffer and stopping once all are found or a read fails.
 fn first_of<const N: usize>(
     mem: &dyn Memory,
     m: &MapEntry,
@@ -153,30 +153,45 @@ fn first_of<const N: usize>(
 ) -> [Option<u64>; N] {
     let mut found = [None; N];
     let keep = patterns.iter().map(|p| p.len()).max().unwrap_or(1) - 1;
-    // `window` holds the bytes from `window_at`: the tail of the last chunk, then the new one.
-    let mut window: Vec<u8> = Vec::new();
+    // `window[..kept]` is the tail of the last chunk (a pattern may straddle the
+    // boundary), then the new chunk; `window[0]` is at `window_at`.
+    let mut window = vec![0u8; keep + CHUNK as usize];
+    let mut kept = 0;
     let mut window_at = m.start;
     let mut addr = m.start;
     while addr < m.end && found.iter().any(Option::is_none) {
         let len = CHUNK.min(m.end - addr) as usize;
-        let Ok(chunk) = mem.read_vec(addr, len) else {
+        if mem.read(addr, &mut window[kept..kept + len]).is_err() {
             break;
-        };
-        window.extend_from_slice(&chunk);
+        }
+        let filled = &window[..kept + len];
         for (slot, pat) in found.iter_mut().zip(patterns) {
             if slot.is_none() {
-                *slot = window
-                    .windows(pat.len())
-                    .position(|w| w == pat)
-                    .map(|i| window_at + i as u64);
+                *slot = find(filled, pat).map(|i| window_at + i as u64);
             }
         }
         addr += len as u64;
-        let drop = window.len().saturating_sub(keep);
-        window.drain(..drop);
-        window_at += drop as u64;
+        let next = keep.min(kept + len);
+        window.copy_within(kept + len - next..kept + len, 0);
+        window_at += (kept + len - next) as u64;
+        kept = next;
     }
     found
+}
+
+/// The offset of the first `needle` in `haystack` (glibc's `memmem`).
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    // SAFETY: both pointers come from live slices and the lengths are theirs;
+    // memmem only reads within them and returns null or a pointer into `haystack`.
+    let at = unsafe {
+        libc::memmem(
+            haystack.as_ptr().cast(),
+            haystack.len(),
+            needle.as_ptr().cast(),
+            needle.len(),
+        )
+    };
+    (!at.is_null()).then(|| at as usize - haystack.as_ptr() as usize)
 }
 
 impl Session {
