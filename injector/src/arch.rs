@@ -5,14 +5,12 @@
 //! `trampolines::i386`. Everything else (arenas, records, install/eject steps) is
 //! shared, so the rest of the injector asks this module and nothing else.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-
 use trampolines::arena::ArenaHeader;
 use trampolines::error::{CodegenError, PlanError};
 use trampolines::{i386, x86_64};
 
 use crate::memory::Memory;
+use reader::procfs::ElfClass;
 
 /// Instruction set of a target process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,12 +42,16 @@ pub const USER32_CS: u64 = 0x23;
 
 impl Arch {
     /// The architecture of `pid`'s executable (`/proc/PID/exe`'s ELF class); x86-64 when it cannot be read.
+    ///
+    /// An operation reads it once, in its [`crate::target::ProcessInfo`].
     pub fn of_process(pid: i32) -> Arch {
-        let mut ident = [0u8; 5];
-        let read =
-            File::open(format!("/proc/{pid}/exe")).and_then(|f| f.read_exact_at(&mut ident, 0));
-        match read {
-            Ok(()) if ident[..4] == *b"\x7fELF" && ident[4] == 1 => Arch::I386,
+        Arch::of_class(reader::procfs::read_exe_class(pid).ok().flatten())
+    }
+
+    /// The architecture of an executable of ELF class `class`; x86-64 when unknown.
+    pub fn of_class(class: Option<ElfClass>) -> Arch {
+        match class {
+            Some(ElfClass::Elf32) => Arch::I386,
             _ => Arch::X86_64,
         }
     }

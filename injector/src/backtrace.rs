@@ -27,21 +27,15 @@ fn unwind_arch(arch: Arch) -> reader::unwind::Arch {
 }
 
 fn thread_name(pid: i32, tid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-        .unwrap_or_default()
-        .trim()
-        .to_string()
+    reader::procfs::read_task_comm(pid, tid).unwrap_or_default()
 }
 
 /// The thread ids of a process.
 pub fn thread_ids(pid: i32) -> Result<Vec<i32>, Error> {
-    let path = format!("/proc/{pid}/task");
-    let dir = std::fs::read_dir(&path).map_err(|source| Error::Proc { path, source })?;
-    let mut tids: Vec<i32> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
+    reader::procfs::read_task_ids(pid).map_err(|source| Error::Proc {
+        path: format!("/proc/{pid}/task"),
+        source,
+    })
 }
 
 /// The file-backed executable mappings: when they are unchanged, so are the
@@ -55,9 +49,7 @@ fn code_key(maps: &[MapEntry]) -> Vec<(u64, u64, u64, u64, String)> {
 
 /// Start time of a process (field 22 of `/proc/PID/stat`): tells a reused pid apart.
 fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 2..];
-    after_comm.split(' ').nth(19)?.parse().ok()
+    reader::procfs::read_stat(pid).ok().map(|s| s.start_time)
 }
 
 /// Reads backtraces of one process again and again, keeping its parsed symbols and

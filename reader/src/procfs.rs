@@ -1,6 +1,17 @@
-//! Parsing of `/proc/PID/maps`: the target's address space, one [`MapEntry`] per line.
+//! Every `/proc/PID/...` file argstash reads, one parser each: `maps` (the address
+//! space, one [`MapEntry`] per line), `stat` ([`Stat`]), `status` ([`Status`]),
+//! `comm`, the `task` directory (thread ids), `exe` (its path and ELF class),
+//! `auxv`, and a thread's `syscall`.
+//!
+//! Each file has a pure parser over its text (unit-tested on sample text) and a
+//! `read_*` function that reads the file of a given process. I/O errors are
+//! returned as they come: callers decide whether "not found" means "the process
+//! is gone" ([`is_gone`]).
 
+use std::io;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 
 /// Access rights and sharing of one mapping, as the four `rwxp` letters say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -125,6 +136,247 @@ pub fn read_maps(pid: i32) -> std::io::Result<Vec<MapEntry>> {
     ))?))
 }
 
+/// Reads and parses `/proc/PID/task/TID/maps`: the same address space seen through
+/// one thread (a live thread still shows it after the group leader has exited).
+pub fn read_task_maps(pid: i32, tid: i32) -> std::io::Result<Vec<MapEntry>> {
+    Ok(parse_maps(&std::fs::read_to_string(format!(
+        "/proc/{pid}/task/{tid}/maps"
+    ))?))
+}
+
+/// True while `/proc/PID` exists (a zombie not yet reaped still has it).
+pub fn exists(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// True while `/proc/PID/task/TID` exists: `tid` is a thread of `pid`.
+pub fn task_exists(pid: i32, tid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
+/// True for the errors `/proc` gives when the process or thread is not there (any more).
+pub fn is_gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+}
+
+/// The fields of `/proc/PID/stat` argstash uses.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stat {
+    /// The command name (field 2, without its parentheses).
+    pub comm: String,
+    /// The state letter (field 3: `R`, `S`, `D`, `T`, `t`, `Z`, `X`, ...).
+    pub state: char,
+    /// The kernel's `PF_*` flags (field 9).
+    pub flags: u64,
+    /// When the process started, in clock ticks since boot (field 22): with the
+    /// pid, the identity of a process (a reused pid has another start time).
+    pub start_time: u64,
+}
+
+/// `PF_KTHREAD` in [`Stat::flags`]: the task is a kernel thread.
+pub const PF_KTHREAD: u64 = 0x0020_0000;
+
+impl Stat {
+    /// True for a kernel thread (no user space).
+    pub fn is_kernel_thread(&self) -> bool {
+        self.flags & PF_KTHREAD != 0
+    }
+
+    /// True for a zombie or dead task.
+    pub fn is_dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Parses the text of a `stat` file; `None` when it is malformed.
+///
+/// The command name may hold spaces and parentheses, so the fields after it are
+/// counted from the last `)`.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    Some(Stat {
+        comm,
+        state: fields.first()?.chars().next()?,
+        flags: fields.get(6)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Reads `/proc/ID/stat` (`id` a process or a thread id: every thread has its own entry).
+pub fn read_stat(id: i32) -> io::Result<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{id}/stat"))?;
+    parse_stat(&text).ok_or_else(|| malformed(&format!("/proc/{id}/stat")))
+}
+
+/// The fields of `/proc/PID/status` argstash uses.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Status {
+    /// `Name`: the command name.
+    pub name: String,
+    /// `State`: the state letter.
+    pub state: char,
+    /// `Tgid`: the process a thread belongs to.
+    pub tgid: i32,
+    /// `TracerPid`: who ptraces it (0: nobody).
+    pub tracer: i32,
+    /// `Threads`: how many threads the process has.
+    pub threads: u32,
+    /// `SigIgn`: the ignored signals (bit `sig - 1`).
+    pub sig_ignored: u64,
+}
+
+impl Status {
+    /// True when the process ignores signal `sig` (`SIG_IGN`).
+    pub fn ignores(&self, sig: i32) -> bool {
+        (1..=64).contains(&sig) && self.sig_ignored & (1 << (sig - 1)) != 0
+    }
+}
+
+/// Parses the text of a `status` file; missing or malformed fields stay at their default.
+pub fn parse_status(text: &str) -> Status {
+    let mut s = Status::default();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match key {
+            "Name" => s.name = value.to_string(),
+            "State" => s.state = value.chars().next().unwrap_or('?'),
+            "Tgid" => s.tgid = value.parse().unwrap_or(0),
+            "TracerPid" => s.tracer = value.parse().unwrap_or(0),
+            "Threads" => s.threads = value.parse().unwrap_or(0),
+            "SigIgn" => s.sig_ignored = u64::from_str_radix(value, 16).unwrap_or(0),
+            _ => {}
+        }
+    }
+    s
+}
+
+/// Reads `/proc/PID/status`.
+pub fn read_status(pid: i32) -> io::Result<Status> {
+    Ok(parse_status(&std::fs::read_to_string(format!(
+        "/proc/{pid}/status"
+    ))?))
+}
+
+/// Reads `/proc/PID/task/TID/status` (one thread's view: its own state and tracer).
+pub fn read_task_status(pid: i32, tid: i32) -> io::Result<Status> {
+    Ok(parse_status(&std::fs::read_to_string(format!(
+        "/proc/{pid}/task/{tid}/status"
+    ))?))
+}
+
+/// Parses a `comm` file: the name without its newline.
+pub fn parse_comm(text: &str) -> String {
+    text.trim().to_string()
+}
+
+/// Reads `/proc/PID/comm`.
+pub fn read_comm(pid: i32) -> io::Result<String> {
+    Ok(parse_comm(&std::fs::read_to_string(format!(
+        "/proc/{pid}/comm"
+    ))?))
+}
+
+/// Reads `/proc/PID/task/TID/comm`: a thread's name.
+pub fn read_task_comm(pid: i32, tid: i32) -> io::Result<String> {
+    Ok(parse_comm(&std::fs::read_to_string(format!(
+        "/proc/{pid}/task/{tid}/comm"
+    ))?))
+}
+
+/// The thread ids among directory entry names (those that are numbers), sorted.
+pub fn parse_task_ids<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Vec<i32> {
+    let mut tids: Vec<i32> = names
+        .into_iter()
+        .filter_map(|n| n.as_ref().parse().ok())
+        .collect();
+    tids.sort_unstable();
+    tids
+}
+
+/// Lists `/proc/PID/task`: the process's thread ids, ascending (the leader is the pid).
+pub fn read_task_ids(pid: i32) -> io::Result<Vec<i32>> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task"))?;
+    Ok(parse_task_ids(dir.filter_map(|e| {
+        e.ok()?.file_name().to_str().map(str::to_string)
+    })))
+}
+
+/// The word size of an ELF file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElfClass {
+    /// `ELFCLASS32`: a 32-bit program (i386 here).
+    Elf32,
+    /// `ELFCLASS64`: a 64-bit program.
+    Elf64,
+}
+
+/// The class of an ELF file from its first bytes (`e_ident`); `None` when it is not ELF.
+pub fn parse_elf_class(ident: &[u8]) -> Option<ElfClass> {
+    if ident.len() < 5 || ident[..4] != *b"\x7fELF" {
+        return None;
+    }
+    match ident[4] {
+        1 => Some(ElfClass::Elf32),
+        2 => Some(ElfClass::Elf64),
+        _ => None,
+    }
+}
+
+/// Path of `/proc/PID/exe` (the link to the executable).
+pub fn exe_path(pid: i32) -> String {
+    format!("/proc/{pid}/exe")
+}
+
+/// Opens `/proc/PID/exe`: the executable itself, even when its path is gone or
+/// in another mount namespace. Fails with `EACCES`/`EPERM` when the kernel hides
+/// it (another user's or a non-dumpable process).
+pub fn open_exe(pid: i32) -> io::Result<std::fs::File> {
+    std::fs::File::open(exe_path(pid))
+}
+
+/// The ELF class of an opened executable; `None` when it is not ELF or unreadable.
+pub fn exe_class(exe: &std::fs::File) -> Option<ElfClass> {
+    let mut ident = [0u8; 5];
+    exe.read_exact_at(&mut ident, 0).ok()?;
+    parse_elf_class(&ident)
+}
+
+/// Reads the ELF class of `/proc/PID/exe`: `Ok(None)` when it is not ELF or not readable.
+pub fn read_exe_class(pid: i32) -> io::Result<Option<ElfClass>> {
+    Ok(exe_class(&open_exe(pid)?))
+}
+
+/// Reads where `/proc/PID/exe` points (the executable's path as the process sees it).
+pub fn read_exe_link(pid: i32) -> io::Result<PathBuf> {
+    std::fs::read_link(exe_path(pid))
+}
+
+/// Reads and parses `/proc/PID/auxv`.
+pub fn read_auxv(pid: i32) -> io::Result<Vec<(u64, u64)>> {
+    Ok(parse_auxv(&std::fs::read(format!("/proc/{pid}/auxv"))?))
+}
+
+/// Parses a thread's `syscall` file: the number of the system call it is blocked
+/// in, `-1` when it is in user space, `None` when running or unreadable.
+pub fn parse_syscall(text: &str) -> Option<i64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Reads `/proc/PID/task/TID/syscall` (see [`parse_syscall`]).
+pub fn read_task_syscall(pid: i32, tid: i32) -> Option<i64> {
+    parse_syscall(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?)
+}
+
+fn malformed(path: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("malformed {path}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +409,95 @@ garbage line
         let m = read_maps(std::process::id() as i32).unwrap();
         let here = reads_own_maps as fn() as usize as u64;
         assert!(m.iter().any(|e| e.contains(here) && e.perms.exec));
+    }
+    #[test]
+    fn stat_fields_count_from_the_last_parenthesis() {
+        let text = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 97 0 0 0 0 0 0 0 20 0 1 0 123456 1000 100 ...\n";
+        let st = parse_stat(text).unwrap();
+        assert_eq!(st.comm, "a (b) c");
+        assert_eq!(st.state, 'S');
+        assert_eq!(st.flags, 4194560);
+        assert_eq!(st.start_time, 123456);
+        assert!(!st.is_kernel_thread() && !st.is_dead());
+        let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n";
+        assert!(parse_stat(kthread).unwrap().is_kernel_thread());
+        let zombie = "7 (z) Z 1 7 7 0 -1 4194316 0 0 0 0 0 0 0 0 20 0 1 0 9 0 0\n";
+        assert!(parse_stat(zombie).unwrap().is_dead());
+        assert_eq!(parse_stat("7 (short) R 1 2"), None);
+        assert_eq!(parse_stat("no parentheses"), None);
+    }
+
+    #[test]
+    fn status_fields() {
+        let text = "Name:\tprog\nUmask:\t0022\nState:\tt (tracing stop)\nTgid:\t100\nPid:\t101\n\
+                    TracerPid:\t55\nThreads:\t3\nSigIgn:\t0000000000000020\nSigCgt:\t0\n";
+        let st = parse_status(text);
+        assert_eq!(st.name, "prog");
+        assert_eq!(st.state, 't');
+        assert_eq!((st.tgid, st.tracer, st.threads), (100, 55, 3));
+        assert!(st.ignores(6) && !st.ignores(5) && !st.ignores(0) && !st.ignores(65));
+        assert_eq!(parse_status(""), Status::default());
+    }
+
+    #[test]
+    fn comm_task_ids_syscall_and_elf_class() {
+        assert_eq!(parse_comm("worker 1\n"), "worker 1");
+        assert_eq!(
+            parse_task_ids(["12", "3", ".", "x", "100"]),
+            vec![3, 12, 100]
+        );
+        assert_eq!(
+            parse_syscall("230 0x1 0x0 0x7ffc 0x0 0x0 0x0 0x7ffc 0x7f\n"),
+            Some(230)
+        );
+        assert_eq!(parse_syscall("-1 0x7ffc 0x55\n"), Some(-1));
+        assert_eq!(parse_syscall("running\n"), None);
+        assert_eq!(parse_elf_class(b"\x7fELF\x01\x01"), Some(ElfClass::Elf32));
+        assert_eq!(parse_elf_class(b"\x7fELF\x02"), Some(ElfClass::Elf64));
+        assert_eq!(parse_elf_class(b"#!/bin/sh"), None);
+        assert_eq!(parse_elf_class(b"\x7fEL"), None);
+    }
+
+    #[test]
+    fn auxv_pairs() {
+        let mut bytes = Vec::new();
+        for (k, v) in [(33u64, 0x7ffd_1000u64), (6, 4096), (0, 0)] {
+            bytes.extend_from_slice(&k.to_le_bytes());
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        bytes.extend_from_slice(&[1, 2, 3]);
+        assert_eq!(
+            parse_auxv(&bytes),
+            vec![(33, 0x7ffd_1000), (6, 4096), (0, 0)]
+        );
+    }
+
+    #[test]
+    fn reads_own_process() {
+        let pid = std::process::id() as i32;
+        let stat = read_stat(pid).unwrap();
+        assert!(stat.start_time > 0 && !stat.is_kernel_thread());
+        let status = read_status(pid).unwrap();
+        assert_eq!(status.tgid, pid);
+        assert_eq!(stat.comm, read_comm(pid).unwrap());
+        let tids = read_task_ids(pid).unwrap();
+        assert_eq!(tids.first(), Some(&pid));
+        assert_eq!(read_task_status(pid, pid).unwrap().tgid, pid);
+        assert_eq!(read_exe_class(pid).unwrap(), Some(ElfClass::Elf64));
+        assert_eq!(
+            read_exe_link(pid).unwrap(),
+            std::fs::read_link("/proc/self/exe").unwrap()
+        );
+        assert!(read_auxv(pid).unwrap().iter().any(|(k, _)| *k == 6));
+        assert!(read_task_ids(-1).is_err_and(|e| is_gone(&e)));
+        assert!(read_stat(i32::MAX).is_err_and(|e| is_gone(&e)));
+        assert!(exists(pid) && task_exists(pid, pid));
+        assert!(!exists(i32::MAX) && !task_exists(pid, i32::MAX));
+        let here = reads_own_process as fn() as usize as u64;
+        assert!(read_task_maps(pid, pid)
+            .unwrap()
+            .iter()
+            .any(|m| m.contains(here)));
+        assert!(read_task_maps(pid, i32::MAX).is_err_and(|e| is_gone(&e)));
     }
 }

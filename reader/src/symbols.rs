@@ -40,7 +40,7 @@ use goblin::options::ParseOptions;
 
 use crate::hint::Hint;
 use crate::memory::Memory;
-use crate::procfs::MapEntry;
+use crate::procfs::{self, MapEntry};
 
 /// Mask that rounds an address or file offset down to its 4 KiB page.
 const PAGE_MASK: u64 = !0xfff;
@@ -1066,7 +1066,20 @@ impl ProcessSymbols {
     /// files with no executable mapping (locale archives, fonts, data) are never
     /// opened. Fails only when the process itself is gone.
     pub fn load(pid: i32, maps: &[MapEntry]) -> Result<ProcessSymbols, SymbolError> {
-        let exe_32bit = executable_is_32bit(pid)?;
+        Ok(ProcessSymbols::load_known(
+            pid,
+            maps,
+            executable_is_32bit(pid)?,
+        ))
+    }
+
+    /// [`ProcessSymbols::load`] for a caller that has read the executable's class
+    /// already (`is_32bit`: it is `ELFCLASS32`), so `/proc/PID/exe` is not read again.
+    pub fn load_with_class(pid: i32, maps: &[MapEntry], is_32bit: bool) -> ProcessSymbols {
+        ProcessSymbols::load_known(pid, maps, is_32bit.then(|| procfs::exe_path(pid)))
+    }
+
+    fn load_known(pid: i32, maps: &[MapEntry], exe_32bit: Option<String>) -> ProcessSymbols {
         let mut paths: Vec<&str> = Vec::new();
         for e in maps {
             if e.perms.exec && (e.is_file() || e.path == VDSO) {
@@ -1080,11 +1093,11 @@ impl ProcessSymbols {
             .iter()
             .filter_map(|p| Module::load(pid, p, maps).ok())
             .collect();
-        Ok(ProcessSymbols {
+        ProcessSymbols {
             pid,
             modules,
             exe_32bit,
-        })
+        }
     }
 
     /// Symbols of a process that is not running (a core file): modules built by the caller.
@@ -1516,15 +1529,13 @@ fn bounded_levenshtein(a: &str, b: &str, limit: usize) -> Option<usize> {
 
 /// The executable's path if `/proc/PID/exe` is a 32-bit ELF; errors only if the process is gone.
 fn executable_is_32bit(pid: i32) -> Result<Option<String>, SymbolError> {
-    let exe = format!("/proc/{pid}/exe");
-    let mut ident = [0u8; 5];
-    let read = File::open(&exe).and_then(|f| f.read_exact_at(&mut ident, 0));
-    match read {
-        Ok(()) if ident.starts_with(b"\x7fELF") && ident[4] == goblin::elf::header::ELFCLASS32 => {
-            let path = std::fs::read_link(&exe).map_or(exe, |p| p.to_string_lossy().into_owned());
+    let exe = procfs::exe_path(pid);
+    match procfs::read_exe_class(pid) {
+        Ok(Some(procfs::ElfClass::Elf32)) => {
+            let path = procfs::read_exe_link(pid).map_or(exe, |p| p.to_string_lossy().into_owned());
             Ok(Some(path))
         }
-        Ok(()) => Ok(None),
+        Ok(_) => Ok(None),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err(SymbolError::Io {
             path: exe,
             source: e,

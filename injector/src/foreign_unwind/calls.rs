@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::memory::{MemoryError, ProcessMemory};
 use crate::ptrace::call::RemoteCallError;
+use crate::ptrace::gadgets::Gadgets;
 use crate::ptrace::safe_point::{borrow_at_safe_point, call_candidates, Guard, NoSafePoint};
 use crate::ptrace::session::{Session, SessionError};
 use reader::symbols::ProcessSymbols;
@@ -91,21 +92,29 @@ struct SafePointContext {
 }
 
 /// Lends threads of one process, each only at a safe point, for calls in the target.
-pub(crate) struct Borrower {
+pub(crate) struct Borrower<'g> {
     pid: i32,
     policy: CallPolicy,
+    /// The caller's gadgets, given to every borrowed session.
+    gadgets: &'g mut Gadgets,
     /// Built on first use.
     ctx: Option<SafePointContext>,
 }
 
-impl Borrower {
-    /// A borrower for `pid` under `policy`.
-    pub(crate) fn new(pid: i32, policy: CallPolicy) -> Borrower {
+impl<'g> Borrower<'g> {
+    /// A borrower for `pid` under `policy`, lending sessions the caller's `gadgets`.
+    pub(crate) fn new(pid: i32, policy: CallPolicy, gadgets: &'g mut Gadgets) -> Borrower<'g> {
         Borrower {
             pid,
             policy,
+            gadgets,
             ctx: None,
         }
+    }
+
+    /// The caller's gadgets (for sessions opened without a borrower meanwhile).
+    pub(crate) fn gadgets(&mut self) -> &mut Gadgets {
+        self.gadgets
     }
 
     fn context(&mut self) -> Result<&SafePointContext, Error> {
@@ -116,7 +125,7 @@ impl Borrower {
                 source,
             })?;
             let symbols = ProcessSymbols::load(pid, &maps)?;
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            let exe = reader::procfs::read_exe_link(pid)
                 .ok()
                 .and_then(|p| p.to_str().map(str::to_string));
             let guard = Guard::new(&symbols, exe.as_deref());
@@ -142,7 +151,9 @@ impl Borrower {
             .map_err(|e| CallSkipped::Context(Box::new(e)))?;
         let (mut session, tid) = borrow_at_safe_point(pid, &ctx.unwind, &ctx.guard, &ctx.mem, wait)
             .map_err(CallSkipped::NoSafePoint)?;
+        session.set_gadgets(self.gadgets);
         let result = call(&mut session, tid);
+        keep_gadgets(self.gadgets, &session);
         let detached = session.detach();
         match result {
             Ok(()) => detached.map(drop).map_err(CallSkipped::Detach),
@@ -169,6 +180,7 @@ pub(crate) enum AnyThreadError {
 /// only: they take no user-space lock, so any thread will do.
 pub(crate) fn with_any_thread(
     pid: i32,
+    gadgets: &mut Gadgets,
     call: impl FnOnce(&mut Session, i32) -> Result<(), SessionError>,
 ) -> Result<(), AnyThreadError> {
     let mut last = AnyThreadError::NoThread;
@@ -180,11 +192,20 @@ pub(crate) fn with_any_thread(
                 continue;
             }
         };
+        session.set_gadgets(gadgets);
         let result = call(&mut session, tid);
+        keep_gadgets(gadgets, &session);
         let detached = session.detach();
         result?;
         detached?;
         return Ok(());
     }
     Err(last)
+}
+
+/// Takes back the gadgets a session found (see [`crate::ptrace::gadgets`]).
+fn keep_gadgets(gadgets: &mut Gadgets, session: &Session) {
+    if session.gadgets().owner() == gadgets.owner() {
+        *gadgets = session.gadgets().clone();
+    }
 }

@@ -150,7 +150,7 @@ const DT_DEBUG: u64 = 21;
 /// the auxiliary vector) give its dynamic section, whose `DT_DEBUG` entry points at
 /// the loader's `r_debug` and its list of loaded objects.
 pub(crate) fn link_map_of(pid: i32, mem: &dyn Memory, path: &str) -> Option<u64> {
-    let auxv = reader::procfs::parse_auxv(&std::fs::read(format!("/proc/{pid}/auxv")).ok()?);
+    let auxv = reader::procfs::read_auxv(pid).ok()?;
     let aux = |key: u64| auxv.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
     let (phdr, phnum) = (aux(AT_PHDR)?, aux(AT_PHNUM)?.min(256));
     let headers = mem.read_vec(phdr, 56 * phnum as usize).ok()?;

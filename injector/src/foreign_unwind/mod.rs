@@ -6,8 +6,8 @@
 //! its trampoline and relocated prologue ([`trampolines::x86_64::hook_eh_frame`]) and
 //! the storage libgcc links into its list of registered objects.
 //!
-//! - Install, inside the stop: [`create_area`] for every new arena, [`write_slot`] for
-//!   every hook.
+//! - Install, inside the stop: [`map_area`] and [`init_area`] for every new arena,
+//!   [`write_slot`] for every hook.
 //! - Install, after the stop: [`register`] calls `__register_frame_info(eh_frame,
 //!   object)` in the target (libgcc's own function, found in `libgcc_s.so.1` or the
 //!   executable) on one thread while the others keep running, so a lock held by
@@ -54,7 +54,7 @@ pub use libgcc::{find_unwinder, Unwinder};
 pub use perf_map::lines as perf_map_lines;
 pub use report::UnwindReport;
 pub use slots::{
-    create_area, eh_frame_for, hook_of, read_area, write_slot, EhFrameError, UnwindHook,
+    eh_frame_for, hook_of, init_area, map_area, read_area, write_slot, EhFrameError, UnwindHook,
 };
 pub use symbol_file::refresh_symbol_file;
 
@@ -62,6 +62,7 @@ use trampolines::unwind_area::{FLAG_GDB_JIT, FLAG_PERF_JIT, FLAG_PERF_MAP};
 
 use crate::error::Error;
 use crate::memory::ProcessMemory;
+use crate::ptrace::gadgets::Gadgets;
 use calls::Borrower;
 use reader::symbols::ProcessSymbols;
 use slots::read_slot;
@@ -86,14 +87,18 @@ pub fn find_unwinders(symbols: &ProcessSymbols) -> Unwinders {
 /// Registers every hook's `.eh_frame` with the target's unwinder and writes perf map lines.
 ///
 /// Never fails the install: what could not be done is described in the report's notes.
+///
+/// Borrowed threads run through `gadgets` (found before, kept by the caller) and
+/// add what they find to it.
 pub fn register(
     pid: i32,
     unwinders: &Unwinders,
     hooks: &[UnwindHook],
     policy: CallPolicy,
+    gadgets: &mut Gadgets,
 ) -> UnwindReport {
     let started = std::time::Instant::now();
-    let mut report = register_timed(pid, unwinders, hooks, policy);
+    let mut report = register_timed(pid, unwinders, hooks, policy, gadgets);
     report.elapsed = started.elapsed();
     report
 }
@@ -103,6 +108,7 @@ fn register_timed(
     unwinders: &Unwinders,
     hooks: &[UnwindHook],
     policy: CallPolicy,
+    gadgets: &mut Gadgets,
 ) -> UnwindReport {
     let unwinder = unwinders.libgcc.as_ref();
     let mut report = UnwindReport {
@@ -122,10 +128,10 @@ fn register_timed(
     sweep_stale_files();
     perf_map::add(pid, &mem, hooks, &mut report);
     let jit_started = std::time::Instant::now();
-    perf_jit::register(pid, &mem, hooks, &mut report);
+    perf_jit::register(pid, &mem, hooks, &mut report, gadgets);
     report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
-    let mut borrower = Borrower::new(pid, policy);
+    let mut borrower = Borrower::new(pid, policy, gadgets);
     gdb_jit::register(
         pid,
         &mem,
@@ -139,14 +145,26 @@ fn register_timed(
 }
 
 /// Deregisters the hooks' `.eh_frame` from the target's unwinder and removes their perf map lines.
-pub fn unregister(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> UnwindReport {
+///
+/// Borrowed threads run through `gadgets`, as for [`register`].
+pub fn unregister(
+    pid: i32,
+    hooks: &[UnwindHook],
+    policy: CallPolicy,
+    gadgets: &mut Gadgets,
+) -> UnwindReport {
     let started = std::time::Instant::now();
-    let mut report = unregister_timed(pid, hooks, policy);
+    let mut report = unregister_timed(pid, hooks, policy, gadgets);
     report.elapsed = started.elapsed();
     report
 }
 
-fn unregister_timed(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> UnwindReport {
+fn unregister_timed(
+    pid: i32,
+    hooks: &[UnwindHook],
+    policy: CallPolicy,
+    gadgets: &mut Gadgets,
+) -> UnwindReport {
     let mut report = UnwindReport::default();
     if hooks.is_empty() {
         return report;
@@ -160,12 +178,12 @@ fn unregister_timed(pid: i32, hooks: &[UnwindHook], policy: CallPolicy) -> Unwin
             return report;
         }
     };
-    let mut borrower = Borrower::new(pid, policy);
+    let mut borrower = Borrower::new(pid, policy, gadgets);
     libgcc::deregister(&mem, hooks, &mut report, &mut borrower);
     gdb_jit::unregister(pid, &mem, hooks, &mut report, &mut borrower);
     perf_map::remove(pid, &mem, hooks, &mut report);
     let jit_started = std::time::Instant::now();
-    perf_jit::unregister(pid, &mem, &mut report);
+    perf_jit::unregister(pid, &mem, &mut report, borrower.gadgets());
     report.perf_jitdump_elapsed = jit_started.elapsed();
     refresh_symbol_file(pid, &mem, &mut report);
     report
@@ -262,7 +280,7 @@ fn sweep_stale_files() {
             perf_jit::remove_if_dead(pid, &entry.path());
         }
         if let Some(pid) = pid.or(perf_pid) {
-            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            if !reader::procfs::exists(pid as i32) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }

@@ -35,6 +35,7 @@ use super::calls::{with_any_thread, AnyThreadError};
 use super::report::UnwindReport;
 use super::slots::{hook_of, read_area, read_slot, set_flags, UnwindHook};
 use crate::memory::{Memory, MemoryError, WriteMemory};
+use crate::ptrace::gadgets::Gadgets;
 use crate::ptrace::session::SessionError;
 
 /// `JiTD`, as a little-endian `u32`.
@@ -370,6 +371,7 @@ pub(super) fn map_marker(
     pid: i32,
     mem: &dyn WriteMemory,
     scratch: (u64, usize),
+    gadgets: &mut Gadgets,
 ) -> Result<u64, MarkerError> {
     let path = jitdump_path(pid);
     let mut cstr = path
@@ -383,7 +385,7 @@ pub(super) fn map_marker(
     }
     mem.write(scratch.0, &cstr)?;
     let mut addr = 0u64;
-    let outcome = with_any_thread(pid, |session, tid| {
+    let outcome = with_any_thread(pid, gadgets, |session, tid| {
         let open = session.remote_syscall_on(
             tid,
             libc::SYS_open,
@@ -415,8 +417,12 @@ pub(super) fn map_marker(
 }
 
 /// Unmaps the jitdump marker from the target.
-pub(super) fn unmap_marker(pid: i32, (addr, len): (u64, u64)) -> Result<(), AnyThreadError> {
-    with_any_thread(pid, |session, tid| {
+pub(super) fn unmap_marker(
+    pid: i32,
+    (addr, len): (u64, u64),
+    gadgets: &mut Gadgets,
+) -> Result<(), AnyThreadError> {
+    with_any_thread(pid, gadgets, |session, tid| {
         let r = session.remote_syscall_on(tid, libc::SYS_munmap, [addr, len, 0, 0, 0, 0])?;
         syscall_result(pid, "munmap", libc::SYS_munmap, r)?;
         Ok(())
@@ -425,7 +431,13 @@ pub(super) fn unmap_marker(pid: i32, (addr, len): (u64, u64)) -> Result<(), AnyT
 
 /// Appends records for the arenas holding `hooks` to `/tmp/jit-PID.dump` (creating it)
 /// and maps it in the target if it is not yet.
-pub fn register(pid: i32, mem: &dyn WriteMemory, hooks: &[UnwindHook], report: &mut UnwindReport) {
+pub fn register(
+    pid: i32,
+    mem: &dyn WriteMemory,
+    hooks: &[UnwindHook],
+    report: &mut UnwindReport,
+    gadgets: &mut Gadgets,
+) {
     let path = jitdump_path(pid);
     let existing = std::fs::read(&path).ok();
     let mut index = match &existing {
@@ -478,7 +490,7 @@ pub fn register(pid: i32, mem: &dyn WriteMemory, hooks: &[UnwindHook], report: &
     }
     if marker_mapping(pid).is_none() {
         let scratch = described[0].area.scratch();
-        if let Err(e) = map_marker(pid, mem, scratch) {
+        if let Err(e) = map_marker(pid, mem, scratch, gadgets) {
             report.notes.push(format!(
                 "cannot map {} in the target (perf inject --jit will not find it): {e}",
                 path.display()
@@ -498,7 +510,12 @@ pub fn register(pid: i32, mem: &dyn WriteMemory, hooks: &[UnwindHook], report: &
 }
 
 /// Once no active hook is left, unmaps the jitdump from the target and removes it.
-pub fn unregister(pid: i32, mem: &dyn WriteMemory, report: &mut UnwindReport) {
+pub fn unregister(
+    pid: i32,
+    mem: &dyn WriteMemory,
+    report: &mut UnwindReport,
+    gadgets: &mut Gadgets,
+) {
     if !active_blocks(pid, mem).is_empty() {
         return;
     }
@@ -507,7 +524,7 @@ pub fn unregister(pid: i32, mem: &dyn WriteMemory, report: &mut UnwindReport) {
         return;
     }
     if let Some(mapping) = marker_mapping(pid) {
-        if let Err(e) = unmap_marker(pid, mapping) {
+        if let Err(e) = unmap_marker(pid, mapping, gadgets) {
             report.notes.push(format!(
                 "cannot unmap {} from the target: {e}",
                 path.display()
@@ -525,7 +542,7 @@ pub fn unregister(pid: i32, mem: &dyn WriteMemory, report: &mut UnwindReport) {
 
 /// Removes our jitdump of a process that no longer exists.
 pub fn remove_if_dead(pid: u32, path: &std::path::Path) {
-    if !std::path::Path::new(&format!("/proc/{pid}")).exists() && is_ours(path) {
+    if !reader::procfs::exists(pid as i32) && is_ours(path) {
         let _ = std::fs::remove_file(path);
     }
 }

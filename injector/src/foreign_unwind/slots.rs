@@ -54,12 +54,8 @@ pub enum EhFrameError {
     },
 }
 
-/// Maps a new unwind area for `arena` (inside the stop) and points the arena header at it.
-pub fn create_area(
-    session: &mut Session,
-    mem: &dyn WriteMemory,
-    arena: &ArenaHeader,
-) -> Result<UnwindArea, Error> {
+/// Maps the memory of a new unwind area for `arena` (inside the stop), not yet initialised.
+pub fn map_area(session: &mut Session, arena: &ArenaHeader) -> Result<UnwindArea, Error> {
     let len = UnwindArea::new(0, arena.base, arena.capacity).len();
     let base = session.remote_mmap(
         0,
@@ -67,13 +63,21 @@ pub fn create_area(
         libc::PROT_READ | libc::PROT_WRITE,
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
     )?;
-    let area = UnwindArea::new(base, arena.base, arena.capacity);
-    mem.write(base, &area.encode_header())?;
+    Ok(UnwindArea::new(base, arena.base, arena.capacity))
+}
+
+/// Writes the header of the unwind area `area` mapped by [`map_area`] and points the arena header at it.
+pub fn init_area(
+    mem: &dyn WriteMemory,
+    arena: &ArenaHeader,
+    area: &UnwindArea,
+) -> Result<(), Error> {
+    mem.write(area.base, &area.encode_header())?;
     mem.write(
         arena.base + ARENA_HEADER_UNWIND_AT as u64,
-        &base.to_le_bytes(),
+        &area.base.to_le_bytes(),
     )?;
-    Ok(area)
+    Ok(())
 }
 
 /// The unwind area of `arena`, if it has a valid one.

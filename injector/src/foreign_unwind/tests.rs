@@ -21,6 +21,7 @@ use super::perf_jit::{MarkerError, JITDUMP_HEADER_LEN};
 use super::slots::{read_slot, set_flags, set_registered, REGISTRATION_PENDING};
 use super::*;
 use crate::memory::{Memory, MemoryError, WriteMemory};
+use crate::ptrace::gadgets::Gadgets;
 use crate::ptrace::session::test_support::TestChild;
 use crate::ptrace::session::SessionError;
 
@@ -301,7 +302,8 @@ fn with_calls_off_libgcc_registration_is_skipped_with_a_note_and_the_slots_uncha
         deregister: 0x2000,
     };
     // No pid is touched when calls are off.
-    let mut borrower = Borrower::new(-1, off);
+    let mut gadgets = Gadgets::new(-1, 0);
+    let mut borrower = Borrower::new(-1, off, &mut gadgets);
     assert!(matches!(
         borrower.with_thread(|_, _| unreachable!()),
         Err(CallSkipped::Off)
@@ -348,7 +350,7 @@ fn with_calls_off_libgcc_registration_is_skipped_with_a_note_and_the_slots_uncha
 fn raw_calls_on_a_process_that_is_gone_fail_with_the_session_error() {
     // A pid above any pid_max: never a process.
     let gone = 1 << 30;
-    match with_any_thread(gone, |_, _| unreachable!()) {
+    match with_any_thread(gone, &mut Gadgets::new(gone, 0), |_, _| unreachable!()) {
         Err(AnyThreadError::Session(SessionError::NoSuchProcess { pid })) => assert_eq!(pid, gone),
         other => panic!("{other:?}"),
     }
@@ -388,8 +390,10 @@ fn the_jitdump_is_mapped_and_unmapped_in_a_real_process() {
     let mem = crate::memory::ProcessMemory::open(pid).unwrap();
     let path = jitdump_path(pid);
     let _ = std::fs::remove_file(&path);
+    let start_time = reader::procfs::read_stat(pid).unwrap().start_time;
+    let mut gadgets = Gadgets::new(pid, start_time);
     // No file yet: the remote open fails, and says so in the target's terms.
-    match map_marker(pid, &mem, scratch) {
+    match map_marker(pid, &mem, scratch, &mut gadgets) {
         Err(MarkerError::Thread(AnyThreadError::Session(SessionError::RemoteSyscall {
             name,
             errno,
@@ -399,7 +403,7 @@ fn the_jitdump_is_mapped_and_unmapped_in_a_real_process() {
     }
     assert_eq!(marker_mapping(pid), None);
     std::fs::write(&path, super::perf_jit::encode_header(pid as u32, 0)).unwrap();
-    let addr = map_marker(pid, &mem, scratch).unwrap();
+    let addr = map_marker(pid, &mem, scratch, &mut gadgets).unwrap();
     let (start, len) = marker_mapping(pid).unwrap();
     assert_eq!(start, addr);
     assert!(len >= JITDUMP_HEADER_LEN as u64);
@@ -407,10 +411,12 @@ fn the_jitdump_is_mapped_and_unmapped_in_a_real_process() {
     assert_eq!(mem.read_vec(scratch.0, 256).unwrap(), vec![0; 256]);
     // No room for the path: refused before anything runs in the target.
     assert!(matches!(
-        map_marker(pid, &mem, (scratch.0, 8)),
+        map_marker(pid, &mem, (scratch.0, 8), &mut gadgets),
         Err(MarkerError::NoRoom)
     ));
-    unmap_marker(pid, (start, len)).unwrap();
+    unmap_marker(pid, (start, len), &mut gadgets).unwrap();
+    // The gadgets the sessions found stay with the caller, for the next session.
+    assert_eq!(gadgets.owner(), (pid, start_time));
     assert_eq!(marker_mapping(pid), None);
     let _ = std::fs::remove_file(&path);
 }

@@ -80,15 +80,9 @@ pub enum RemoteCallError {
     TooManyArgs(usize),
 }
 
+/// Read fresh before each call: the program may change its SIGSEGV disposition at any time.
 fn segv_ignored(pid: i32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigIgn:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|mask| mask & sigbit(libc::SIGSEGV) != 0)
+    reader::procfs::read_status(pid).is_ok_and(|st| st.ignores(libc::SIGSEGV))
 }
 
 /// `PTRACE_GETFPREGS`: x87, MXCSR and the SSE registers.

@@ -6,6 +6,7 @@
 //! tracee to the tracer thread).
 
 pub mod call;
+pub mod gadgets;
 pub mod safe_point;
 pub mod session;
 pub mod sigframe;

@@ -458,19 +458,13 @@ impl fmt::Display for NoSafePoint {
 /// call other than `futex` or a memory-management one (unlikely to hold a user-space
 /// lock), then those running user code, then the rest.
 pub(crate) fn call_candidates(pid: i32) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+    let Ok(tids) = reader::procfs::read_task_ids(pid) else {
         return vec![pid];
     };
-    let mut tids: Vec<(u8, i32)> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    let mut tids: Vec<(u8, i32)> = tids
+        .into_iter()
         .map(|tid| {
-            let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
-                .unwrap_or_default();
-            let nr = syscall
-                .split_whitespace()
-                .next()
-                .and_then(|n| n.parse::<i64>().ok());
+            let nr = reader::procfs::read_task_syscall(pid, tid);
             // A thread waiting for a futex, or inside malloc's own mmap/brk, may hold a lock.
             let risky = [
                 libc::SYS_futex,

@@ -27,20 +27,18 @@ use std::ffi::c_void;
 use std::fmt;
 use std::io;
 use std::marker::PhantomData;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::ptrace::{self, Options};
 use nix::unistd::Pid;
 
+use crate::arch::Arch;
 use crate::memory::{MemoryError, ProcessMemory};
+use reader::procfs::{self, Status};
 
 /// `PTRACE_EVENT_STOP` (the interrupt, a group-stop, or a new traced thread's first stop).
 pub(crate) const EVENT_STOP: i32 = 128;
-
-/// `PF_KTHREAD` in the flags field of `/proc/PID/stat`.
-pub(crate) const PF_KTHREAD: u64 = 0x0020_0000;
 
 /// Errors attaching to, controlling or detaching from a process.
 #[derive(Debug, thiserror::Error)]
@@ -333,6 +331,10 @@ pub struct Session {
     /// libc's `syscall; ret` and `__restore_rt`, for self-restoring borrowed runs
     /// (`None`: not searched yet; `Some(None)`: not available).
     pub(crate) sigreturn: Option<Option<crate::ptrace::sigframe::SigreturnGadgets>>,
+    /// Gadgets in libc: the caller's cache ([`Session::set_gadgets`]) and what this session found.
+    pub(crate) gadgets: crate::ptrace::gadgets::Gadgets,
+    /// The process's architecture: the caller's ([`Session::set_arch`]), or read once when first needed.
+    arch: std::cell::OnceCell<Arch>,
     /// The thread remote system calls ran on last.
     pub(crate) syscall_tid: Option<i32>,
     memory: Option<ProcessMemory>,
@@ -358,73 +360,38 @@ impl fmt::Debug for Session {
     }
 }
 
-/// The fields of `/proc/PID/status` we use.
-#[derive(Debug, Default)]
-struct Status {
-    name: String,
-    state: char,
-    tgid: i32,
-    tracer: i32,
-    threads: u32,
-    sig_ignored: u64,
+fn proc_exists(pid: i32) -> bool {
+    procfs::exists(pid)
+}
+
+/// Lists `/proc/PID/task` (fresh each time: threads come and go).
+fn list_tasks(pid: i32) -> Result<Vec<i32>, SessionError> {
+    procfs::read_task_ids(pid).map_err(|source| {
+        if procfs::is_gone(&source) {
+            SessionError::Exited { pid }
+        } else {
+            SessionError::Proc {
+                path: format!("/proc/{pid}/task"),
+                source,
+            }
+        }
+    })
+}
+
+/// What [`precheck`] read about the process.
+struct Prechecked {
+    status: Status,
     /// From `/proc/PID/stat` (clock ticks since boot): tells a reused pid apart.
     start_time: u64,
 }
 
-fn read_status(path: &str) -> io::Result<Status> {
-    let text = std::fs::read_to_string(path)?;
-    let mut s = Status::default();
-    for line in text.lines() {
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        match key {
-            "Name" => s.name = value.to_string(),
-            "State" => s.state = value.chars().next().unwrap_or('?'),
-            "Tgid" => s.tgid = value.parse().unwrap_or(0),
-            "TracerPid" => s.tracer = value.parse().unwrap_or(0),
-            "Threads" => s.threads = value.parse().unwrap_or(0),
-            "SigIgn" => s.sig_ignored = u64::from_str_radix(value, 16).unwrap_or(0),
-            _ => {}
-        }
-    }
-    Ok(s)
-}
-
-/// True for "the process or thread is not there" errors from `/proc`.
-fn is_gone(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
-}
-
-fn proc_exists(pid: i32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// The `flags` and `starttime` fields of `/proc/PID/stat`.
-pub(crate) fn stat_flags_and_start(pid: i32) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
-    Some((fields.get(6)?.parse().ok()?, fields.get(19)?.parse().ok()?))
-}
-
-/// Lists `/proc/PID/task`.
-fn list_tasks(pid: i32) -> Result<Vec<i32>, SessionError> {
-    let path = format!("/proc/{pid}/task");
-    let dir = match std::fs::read_dir(&path) {
-        Ok(d) => d,
-        Err(e) if is_gone(&e) => return Err(SessionError::Exited { pid }),
-        Err(source) => return Err(SessionError::Proc { path, source }),
-    };
-    let mut tids: Vec<i32> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
-}
-
 /// Refuses what must never be stopped, before touching the process; returns its status.
-fn precheck(pid: i32) -> Result<Status, SessionError> {
+///
+/// Read fresh at every attach, right before the first seize: the tracer, the
+/// state and the thread count decide whether the process may be stopped at all,
+/// and `SigIgn` how remote system calls run, so none of them may come from an
+/// earlier reading.
+fn precheck(pid: i32) -> Result<Prechecked, SessionError> {
     if pid == 1 {
         return Err(SessionError::Init);
     }
@@ -435,11 +402,15 @@ fn precheck(pid: i32) -> Result<Status, SessionError> {
     if pid == own {
         return Err(SessionError::OwnProcess { pid });
     }
-    let path = format!("/proc/{pid}/status");
-    let mut st = match read_status(&path) {
+    let st = match procfs::read_status(pid) {
         Ok(s) => s,
-        Err(e) if is_gone(&e) => return Err(SessionError::NoSuchProcess { pid }),
-        Err(source) => return Err(SessionError::Proc { path, source }),
+        Err(e) if procfs::is_gone(&e) => return Err(SessionError::NoSuchProcess { pid }),
+        Err(source) => {
+            return Err(SessionError::Proc {
+                path: format!("/proc/{pid}/status"),
+                source,
+            })
+        }
     };
     if st.tgid == 1 {
         return Err(SessionError::Init);
@@ -457,9 +428,8 @@ fn precheck(pid: i32) -> Result<Status, SessionError> {
     if zombie && st.threads <= 1 {
         return Err(SessionError::Exited { pid });
     }
-    let stat = stat_flags_and_start(pid);
-    st.start_time = stat.map_or(0, |(_, start)| start);
-    if stat.is_some_and(|(flags, _)| flags & PF_KTHREAD != 0) {
+    let stat = procfs::read_stat(pid).ok();
+    if stat.as_ref().is_some_and(procfs::Stat::is_kernel_thread) {
         return Err(SessionError::KernelThread { pid, name: st.name });
     }
     if st.tracer != 0 {
@@ -468,7 +438,10 @@ fn precheck(pid: i32) -> Result<Status, SessionError> {
             reason: traced_by(pid, None, st.tracer),
         });
     }
-    Ok(st)
+    Ok(Prechecked {
+        status: st,
+        start_time: stat.map_or(0, |s| s.start_time),
+    })
 }
 
 /// `PTRACE_SEIZE`, retried briefly when EPERM comes with no tracer to blame.
@@ -485,8 +458,7 @@ fn seize(pid: i32, tid: i32, options: Options) -> Result<(), (Errno, i32)> {
         match ptrace::seize(Pid::from_raw(tid), options) {
             Ok(()) => return Ok(()),
             Err(Errno::EPERM) => {
-                let tracer = read_status(&format!("/proc/{pid}/task/{tid}/status"))
-                    .map_or(0, |st| st.tracer);
+                let tracer = procfs::read_task_status(pid, tid).map_or(0, |st| st.tracer);
                 if tracer != 0 || attempt == RETRIES {
                     return Err((Errno::EPERM, tracer));
                 }
@@ -505,9 +477,7 @@ fn is_root() -> bool {
 }
 
 fn traced_by(pid: i32, tid: Option<i32>, tracer: i32) -> Refusal {
-    let tracer_name = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
-        .map(|c| c.trim().to_string())
-        .unwrap_or_else(|_| "?".into());
+    let tracer_name = procfs::read_comm(tracer).unwrap_or_else(|_| "?".into());
     Refusal::TracedBy {
         thread: tid.filter(|t| *t != pid),
         tracer,
@@ -587,24 +557,15 @@ pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
 
 /// True when every thread of `pid` is gone or a zombie: the process has ended.
 pub fn process_ended(pid: i32) -> bool {
-    match std::fs::read_dir(format!("/proc/{pid}/task")) {
-        Ok(dir) => dir
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .all(thread_is_dead),
+    match procfs::read_task_ids(pid) {
+        Ok(tids) => tids.into_iter().all(thread_is_dead),
         Err(_) => true,
     }
 }
 
 /// True when `/proc` shows thread `tid` as a zombie, dead, or not at all.
 pub(crate) fn thread_is_dead(tid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{tid}/stat")) {
-        Ok(text) => text
-            .rfind(')')
-            .and_then(|i| text[i + 1..].split_whitespace().next())
-            .is_none_or(|state| matches!(state, "Z" | "X" | "x")),
-        Err(_) => true,
-    }
+    procfs::read_stat(tid).map_or(true, |st| st.is_dead())
 }
 
 /// Human-readable wait status.
@@ -690,7 +651,7 @@ fn requeue_signal(pid: i32, tid: i32, info: &libc::siginfo_t) {
 }
 
 impl Session {
-    fn new(pid: i32, all_threads: bool, status: &Status) -> Session {
+    fn new(pid: i32, all_threads: bool, checked: &Prechecked) -> Session {
         Session {
             pid,
             threads: Vec::new(),
@@ -699,12 +660,14 @@ impl Session {
             detached: false,
             gadget: None,
             sigreturn: None,
+            gadgets: crate::ptrace::gadgets::Gadgets::new(pid, checked.start_time),
+            arch: std::cell::OnceCell::new(),
             syscall_tid: None,
             memory: None,
             pending: HashSet::new(),
             clone_events: 0,
-            sigtrap_ignored: status.sig_ignored & (1 << (libc::SIGTRAP - 1)) != 0,
-            start_time: status.start_time,
+            sigtrap_ignored: checked.status.ignores(libc::SIGTRAP),
+            start_time: checked.start_time,
             _not_send: PhantomData,
         }
     }
@@ -723,7 +686,7 @@ impl Session {
     /// Stops only thread `tid` of `pid` (for reading one stack); the others keep running.
     pub fn attach_thread(pid: i32, tid: i32) -> Result<Session, SessionError> {
         let status = precheck(pid)?;
-        if tid <= 0 || !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
+        if tid <= 0 || !procfs::task_exists(pid, tid) {
             return Err(SessionError::NoSuchThread { pid, tid });
         }
         let mut s = Session::new(pid, false, &status);
@@ -853,7 +816,7 @@ impl Session {
     /// even if it has detached since.
     fn refused(&self, tid: i32, seen: i32) -> Result<(), SessionError> {
         let pid = self.pid;
-        let st = match read_status(&format!("/proc/{pid}/task/{tid}/status")) {
+        let st = match procfs::read_task_status(pid, tid) {
             Ok(s) => s,
             Err(_) => return Ok(()),
         };
@@ -946,9 +909,7 @@ impl Session {
                     });
                 }
             }
-            if cloned.contains(&tid)
-                && !Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists()
-            {
+            if cloned.contains(&tid) && !procfs::task_exists(self.pid, tid) {
                 // A new process cloned without SIGCHLD, traced through TRACECLONE: let it go.
                 let _ = ptrace::detach(child, None);
                 return Ok(());
@@ -978,6 +939,19 @@ impl Session {
     /// The process.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// The process's architecture (`/proc/PID/exe` is read once per session, unless
+    /// the caller said it with [`Session::set_arch`]).
+    pub fn arch(&self) -> Arch {
+        *self.arch.get_or_init(|| Arch::of_process(self.pid))
+    }
+
+    /// Tells the session the process's architecture, as the caller's context read
+    /// it, so that nothing is read for it inside the stop (an executable does not
+    /// change while its process lives). Ignored once the session knows it.
+    pub fn set_arch(&mut self, arch: Arch) {
+        let _ = self.arch.set(arch);
     }
 
     /// The stopped threads, in the order they were stopped.
@@ -1294,14 +1268,13 @@ pub(crate) mod test_support {
 
     /// `(state letter, TracerPid)` of one thread.
     pub(crate) fn thread_state(pid: i32, tid: i32) -> (char, i32) {
-        let s = super::read_status(&format!("/proc/{pid}/task/{tid}/status")).unwrap();
+        let s = reader::procfs::read_task_status(pid, tid).unwrap();
         (s.state, s.tracer)
     }
 
     /// The system call a thread is blocked in (first field of /proc/PID/task/TID/syscall).
     pub(crate) fn current_syscall(pid: i32, tid: i32) -> Option<i64> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
-        text.split_whitespace().next()?.parse().ok()
+        reader::procfs::read_task_syscall(pid, tid)
     }
 
     /// Polls until `cond` holds (panics after 20 s).

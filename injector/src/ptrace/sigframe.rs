@@ -23,15 +23,10 @@
 //! issued again; one restarted through `restart_syscall` (`nanosleep`, `poll` with a
 //! timeout: `ERESTART_RESTARTBLOCK`) returns `EINTR`, as after a handled signal.
 
-use std::sync::Mutex;
-
-use crate::memory::Memory;
-use reader::procfs::MapEntry;
-
 /// `syscall; ret`.
-const SYSCALL_RET: [u8; 3] = [0x0f, 0x05, 0xc3];
+pub(crate) const SYSCALL_RET: [u8; 3] = [0x0f, 0x05, 0xc3];
 /// glibc's `__restore_rt`: `mov rax, 15; syscall`.
-const RESTORE_RT: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+pub(crate) const RESTORE_RT: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
 /// Where `rip` is at the syscall-entry stop of `__restore_rt`'s `rt_sigreturn`.
 pub const RESTORE_RT_SYSCALL_END: u64 = 9;
 /// `rt_sigreturn` on x86-64.
@@ -65,62 +60,6 @@ pub struct SigreturnGadgets {
     pub syscall_ret: u64,
     /// `__restore_rt` (`mov rax, 15; syscall`).
     pub restore_rt: u64,
-}
-
-/// Searches `code` (mapped at `start`) for both sequences.
-fn search(code: &[u8], start: u64) -> Option<SigreturnGadgets> {
-    let find = |pat: &[u8]| {
-        code.windows(pat.len())
-            .position(|w| w == pat)
-            .map(|i| start + i as u64)
-    };
-    Some(SigreturnGadgets {
-        syscall_ret: find(&SYSCALL_RET)?,
-        restore_rt: find(&RESTORE_RT)?,
-    })
-}
-
-/// Gadgets per process, keyed by pid and start time (libc is never unmapped).
-static REMEMBERED: Mutex<Vec<(i32, u64, SigreturnGadgets)>> = Mutex::new(Vec::new());
-
-/// Finds the gadgets in the executable mapping of libc of a 64-bit process `pid`
-/// (remembered per process; call it before stopping the process).
-pub fn find(
-    pid: i32,
-    start_time: u64,
-    mem: &dyn Memory,
-    maps: &[MapEntry],
-) -> Option<SigreturnGadgets> {
-    if let Some(g) = remembered(pid, start_time, mem) {
-        return Some(g);
-    }
-    let libc = maps.iter().find(|m| m.perms.exec && m.is_libc())?;
-    let mut code = vec![0u8; usize::try_from(libc.end - libc.start).ok()?];
-    mem.read(libc.start, &mut code).ok()?;
-    let found = search(&code, libc.start)?;
-    let mut cache = REMEMBERED.lock().unwrap_or_else(|e| e.into_inner());
-    cache.retain(|(p, _, _)| *p != pid);
-    if cache.len() >= 64 {
-        cache.remove(0);
-    }
-    cache.push((pid, start_time, found));
-    Some(found)
-}
-
-fn remembered(pid: i32, start_time: u64, mem: &dyn Memory) -> Option<SigreturnGadgets> {
-    let g = REMEMBERED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .find(|(p, s, _)| (*p, *s) == (pid, start_time))
-        .map(|(_, _, g)| *g)?;
-    let mut a = [0u8; 3];
-    let mut b = [0u8; 9];
-    (mem.read(g.syscall_ret, &mut a).is_ok()
-        && a == SYSCALL_RET
-        && mem.read(g.restore_rt, &mut b).is_ok()
-        && b == RESTORE_RT)
-        .then_some(g)
 }
 
 /// Everything of a thread that a borrowed run changes, as saved before it.
@@ -296,14 +235,5 @@ mod tests {
         c.regs.orig_rax = u64::MAX;
         c.regs.rax = 5;
         assert_eq!(resumed_registers(&c.regs).rax, 5);
-    }
-
-    #[test]
-    fn gadgets_are_found_in_our_own_libc() {
-        let pid = std::process::id() as i32;
-        let mem = crate::memory::ProcessMemory::open(pid).unwrap();
-        let maps = reader::procfs::read_maps(pid).unwrap();
-        let g = find(pid, 0, &mem, &maps).expect("libc has syscall; ret and __restore_rt");
-        assert_ne!(g.syscall_ret, g.restore_rt);
     }
 }

@@ -17,114 +17,21 @@
 //! syscall-entry and a syscall-exit stop instead, then is sent back to its signal path.
 
 use std::ffi::c_void;
-use std::sync::Mutex;
 
 use nix::errno::Errno;
 use nix::sys::ptrace::{self, Options};
 use nix::unistd::Pid;
 
 use crate::arch::{Arch, Syscall};
-use crate::memory::{Memory, ProcessMemory, WriteMemory};
+use crate::memory::{Memory, WriteMemory};
+use crate::ptrace::gadgets::search_syscall;
 use crate::ptrace::session::{
-    stat_flags_and_start, wait_tid, Current, Session, SessionError, ThreadStop, UnexpectedState,
-    Waited, EVENT_STOP,
+    wait_tid, Current, Session, SessionError, ThreadStop, UnexpectedState, Waited, EVENT_STOP,
 };
-use reader::procfs::{parse_maps, MapEntry};
+use reader::procfs;
 
 /// Single-steps before giving up (each stop on the way is a held signal or a trap).
 const MAX_STEPS: usize = 16;
-
-/// Finds a `syscall` instruction (`int 0x80` in a 32-bit process) in an executable mapping of `pid` (libc first; call it before stopping the process).
-///
-/// A gadget found in libc is also remembered for the process (libc is never unmapped), so
-/// later sessions on it skip the search inside their stop window.
-pub fn find_syscall_gadget(pid: i32) -> Result<Option<u64>, SessionError> {
-    let path = format!("/proc/{pid}/maps");
-    let text =
-        std::fs::read_to_string(&path).map_err(|source| SessionError::Proc { path, source })?;
-    let mem = ProcessMemory::open(pid)?;
-    let maps = parse_maps(&text);
-    let insn = Arch::of_process(pid).syscall_instruction();
-    if Arch::of_process(pid) == Arch::X86_64 {
-        if let Some((_, start)) = stat_flags_and_start(pid) {
-            // Remembered for the process, so the stop window does not pay for the search.
-            crate::ptrace::sigframe::find(pid, start, &mem, &maps);
-        }
-    }
-    let found = search_gadget(&maps, &mem, insn);
-    if let (Some((addr, 0)), Some((_, start))) = (found, stat_flags_and_start(pid)) {
-        remember_gadget(pid, start, addr);
-    }
-    Ok(found.map(|(addr, _)| addr))
-}
-
-/// Gadgets in libc per process, keyed by pid and start time (a reused pid is another process).
-static GADGETS: Mutex<Vec<(i32, u64, u64)>> = Mutex::new(Vec::new());
-
-/// How many processes' gadgets are remembered.
-const GADGET_CACHE: usize = 64;
-
-fn remembered_gadget(pid: i32, start: u64) -> Option<u64> {
-    let cache = GADGETS.lock().unwrap_or_else(|e| e.into_inner());
-    cache
-        .iter()
-        .find(|(p, s, _)| (*p, *s) == (pid, start))
-        .map(|(_, _, a)| *a)
-}
-
-fn remember_gadget(pid: i32, start: u64, addr: u64) {
-    let mut cache = GADGETS.lock().unwrap_or_else(|e| e.into_inner());
-    cache.retain(|(p, _, _)| *p != pid);
-    if cache.len() >= GADGET_CACHE {
-        cache.remove(0);
-    }
-    cache.push((pid, start, addr));
-}
-
-/// Search order: libc, other mapped files, the vDSO, anonymous code.
-fn rank(m: &MapEntry) -> u8 {
-    if m.is_libc() {
-        0
-    } else if m.is_file() {
-        1
-    } else if m.path == "[vdso]" {
-        2
-    } else {
-        3
-    }
-}
-
-/// The first gadget in search order, with the rank of its mapping (0: libc).
-fn search_gadget(maps: &[MapEntry], mem: &dyn Memory, insn: [u8; 2]) -> Option<(u64, u8)> {
-    let mut candidates: Vec<&MapEntry> = maps
-        .iter()
-        .filter(|m| m.perms.exec && m.end <= 0x8000_0000_0000 && m.path != "[vsyscall]")
-        .collect();
-    candidates.sort_by_key(|m| rank(m));
-    candidates
-        .into_iter()
-        .find_map(|m| scan(m, mem, insn).map(|a| (a, rank(m))))
-}
-
-/// The first `insn` (`0f 05` or `cd 80`) in a mapping, reading 64 KiB at a time.
-fn scan(m: &MapEntry, mem: &dyn Memory, insn: [u8; 2]) -> Option<u64> {
-    const CHUNK: u64 = 64 * 1024;
-    let mut addr = m.start;
-    let mut last = None;
-    while addr < m.end {
-        let len = CHUNK.min(m.end - addr) as usize;
-        let buf = mem.read_vec(addr, len).ok()?;
-        if last == Some(insn[0]) && buf.first() == Some(&insn[1]) {
-            return Some(addr - 1);
-        }
-        if let Some(i) = buf.windows(2).position(|w| w == insn) {
-            return Some(addr + i as u64);
-        }
-        last = buf.last().copied();
-        addr += len as u64;
-    }
-    None
-}
 
 /// The bit of `sig` in a kernel signal set.
 pub(crate) fn sigbit(sig: i32) -> u64 {
@@ -163,12 +70,12 @@ pub(crate) fn set_sigmask(tid: i32, mask: u64) -> Result<(), Errno> {
 }
 
 impl Session {
-    /// Uses `addr` (which must hold `0f 05`) for remote system calls, e.g. one found by [`find_syscall_gadget`] before stopping.
+    /// Uses `addr` (which must hold `0f 05`) for remote system calls, e.g. one found by [`crate::ptrace::gadgets::Gadgets::find`] before stopping.
     pub fn set_syscall_gadget(&mut self, addr: u64) -> Result<(), SessionError> {
         let pid = self.pid;
         let mut got = [0u8; 2];
         self.memory()?.read(addr, &mut got)?;
-        if got != Arch::of_process(pid).syscall_instruction() {
+        if got != self.arch().syscall_instruction() {
             return Err(SessionError::BadGadget { pid, addr });
         }
         self.gadget = Some(Some(addr));
@@ -182,10 +89,18 @@ impl Session {
         if let Some(g) = self.sigreturn {
             return Ok(g);
         }
-        let found = if Arch::of_process(self.pid) == Arch::X86_64 {
-            let (pid, start) = (self.pid, self.start_time);
-            let maps = reader::procfs::read_maps(pid).unwrap_or_default();
-            crate::ptrace::sigframe::find(pid, start, self.memory()?, &maps)
+        let found = if self.arch() == Arch::X86_64 {
+            let mut gadgets = self.gadgets.clone();
+            match gadgets.sigreturn_in(self.memory()?) {
+                Some(g) => Some(g),
+                None => {
+                    // Not found before the stop: search now (maps read fresh, inside the stop).
+                    let maps = reader::procfs::read_maps(self.pid).unwrap_or_default();
+                    let found = gadgets.sigreturn(self.memory()?, &maps);
+                    self.gadgets = gadgets;
+                    found
+                }
+            }
         } else {
             None
         };
@@ -223,19 +138,16 @@ impl Session {
             .map(|()| (gadgets, frame.addr)))
     }
 
-    /// The `syscall` gadget: remembered for the process, or searched for once per session.
+    /// The `syscall` gadget: the caller's ([`Session::set_gadgets`]), or searched for once per session.
     fn gadget(&mut self) -> Result<Option<u64>, SessionError> {
         if let Some(g) = self.gadget {
             return Ok(g);
         }
-        if let Some(addr) = remembered_gadget(self.pid, self.start_time) {
-            let mut got = [0u8; 2];
-            if self.memory()?.read(addr, &mut got).is_ok()
-                && got == Arch::of_process(self.pid).syscall_instruction()
-            {
-                self.gadget = Some(Some(addr));
-                return Ok(Some(addr));
-            }
+        let arch = self.arch();
+        let kept = self.gadgets.clone();
+        if let Some(addr) = kept.syscall_in(arch, self.memory()?) {
+            self.gadget = Some(Some(addr));
+            return Ok(Some(addr));
         }
         let tid = self
             .threads
@@ -243,13 +155,13 @@ impl Session {
             .map(|t| t.tid)
             .ok_or(SessionError::Exited { pid: self.pid })?;
         // Through a live thread: the maps of an exited group leader are empty.
-        let path = format!("/proc/{}/task/{tid}/maps", self.pid);
-        let text =
-            std::fs::read_to_string(&path).map_err(|source| SessionError::Proc { path, source })?;
-        let insn = Arch::of_process(self.pid).syscall_instruction();
-        let found = search_gadget(&parse_maps(&text), self.memory()?, insn);
+        let maps = procfs::read_task_maps(self.pid, tid).map_err(|source| SessionError::Proc {
+            path: format!("/proc/{}/task/{tid}/maps", self.pid),
+            source,
+        })?;
+        let found = search_syscall(&maps, self.memory()?, arch.syscall_instruction());
         if let Some((addr, 0)) = found {
-            remember_gadget(self.pid, self.start_time, addr);
+            self.gadgets.keep_syscall(addr);
         }
         self.gadget = Some(found.map(|(addr, _)| addr));
         Ok(self.gadget.flatten())
@@ -288,7 +200,7 @@ impl Session {
     ) -> Result<i64, SessionError> {
         self.index(tid)?;
         let saved = self.regs(tid)?;
-        let arch = Arch::of_process(self.pid);
+        let arch = self.arch();
         if !arch.expects_cs(saved.cs) {
             return Err(SessionError::Not64Bit { tid, cs: saved.cs });
         }
@@ -549,7 +461,7 @@ impl Session {
         if (-4095..0).contains(&r) {
             Err(SessionError::RemoteSyscall {
                 pid: self.pid,
-                name: Arch::of_process(self.pid).syscall_name(nr),
+                name: self.arch().syscall_name(nr),
                 nr,
                 errno: (-r) as i32,
             })
@@ -566,21 +478,21 @@ impl Session {
         prot: i32,
         flags: i32,
     ) -> Result<u64, SessionError> {
-        let nr = Arch::of_process(self.pid).syscall_number(Syscall::Mmap);
+        let nr = self.arch().syscall_number(Syscall::Mmap);
         let r = self.remote_syscall(nr, [addr, len, prot as u64, flags as u64, u64::MAX, 0])?;
         self.syscall_ok(nr, r).map(|a| a as u64)
     }
 
     /// Unmaps `len` bytes at `addr` in the target.
     pub fn remote_munmap(&mut self, addr: u64, len: u64) -> Result<(), SessionError> {
-        let nr = Arch::of_process(self.pid).syscall_number(Syscall::Munmap);
+        let nr = self.arch().syscall_number(Syscall::Munmap);
         let r = self.remote_syscall(nr, [addr, len, 0, 0, 0, 0])?;
         self.syscall_ok(nr, r).map(drop)
     }
 
     /// Changes the protection of `len` bytes at `addr` in the target.
     pub fn remote_mprotect(&mut self, addr: u64, len: u64, prot: i32) -> Result<(), SessionError> {
-        let nr = Arch::of_process(self.pid).syscall_number(Syscall::Mprotect);
+        let nr = self.arch().syscall_number(Syscall::Mprotect);
         let r = self.remote_syscall(nr, [addr, len, prot as u64, 0, 0, 0])?;
         self.syscall_ok(nr, r).map(drop)
     }
@@ -591,6 +503,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::ptrace::gadgets::Gadgets;
     use crate::ptrace::session::test_support::*;
     use reader::procfs::read_maps;
 
@@ -1122,21 +1035,22 @@ int main(void) {
     fn errors_are_rendered() {
         let child = TestChild::spawn("errs", READERS, &[]);
         let pid = child.pid;
-        let gadget = find_syscall_gadget(pid).unwrap().unwrap();
-        let start = stat_flags_and_start(pid).unwrap().1;
-        assert_eq!(remembered_gadget(pid, start), Some(gadget));
-        assert_eq!(
-            remembered_gadget(pid, start + 1),
-            None,
-            "another process with that pid"
-        );
-        let libc_code = read_maps(pid)
-            .unwrap()
-            .into_iter()
-            .find(|m| m.contains(gadget))
-            .unwrap();
+        let start = reader::procfs::read_stat(pid).unwrap().start_time;
+        let maps = read_maps(pid).unwrap();
+        let mem = crate::memory::ProcessMemory::open(pid).unwrap();
+        let mut gadgets = Gadgets::new(pid, start);
+        let gadget = gadgets.find(Arch::X86_64, &maps, &mem).unwrap();
+        assert_eq!(gadgets.syscall_in(Arch::X86_64, &mem), Some(gadget));
+        let libc_code = maps.iter().find(|m| m.contains(gadget)).unwrap();
         assert!(libc_code.path.contains("libc"), "{}", libc_code.path);
         let mut s = Session::attach_all(pid).unwrap();
+        // Gadgets of another process with that pid are not used.
+        let mut other = Gadgets::new(pid, start + 1);
+        other.find(Arch::X86_64, &maps, &mem);
+        s.set_gadgets(&other);
+        assert_ne!(s.gadgets(), &other, "another process with that pid");
+        s.set_gadgets(&gadgets);
+        assert_eq!(s.gadgets(), &gadgets);
         s.set_syscall_gadget(gadget).unwrap();
         assert!(matches!(
             s.set_syscall_gadget(gadget + 1),

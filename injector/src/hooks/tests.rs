@@ -1,0 +1,240 @@
+//! The install and eject phases against real processes: a plan that stops
+//! nothing, commits that fail at each of their writes and leave the target byte
+//! for byte as it was, and the commit that finally succeeds.
+
+use trampolines::arena::ArenaHeader;
+
+use super::*;
+use crate::hooks::arena::ArenaChoice;
+use crate::hooks::eject::Ejection;
+use crate::hooks::plan::Plan;
+use crate::hooks::undo::FailingWrite;
+use crate::memory::{Memory, MemoryError};
+use crate::ptrace::session::test_support::{thread_state, wait_all_blocked, TestChild};
+use reader::procfs::{read_maps, MapEntry};
+
+/// `work(x)` formats `7x` and parses it back (a real prologue, a call inside);
+/// main answers each line of stdin with `work(line)`.
+const PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) int work(int x) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%d", x * 7);
+    return atoi(buf) + 1;
+}
+int main(void) {
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        printf("%d\n", work(atoi(line)));
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
+/// Everything an install or eject may change: the mappings, and the bytes of the
+/// program's code, of every arena and of every arena's unwind area.
+#[derive(Debug, PartialEq, Eq)]
+struct TargetState {
+    maps: Vec<MapEntry>,
+    bytes: Vec<(u64, Vec<u8>)>,
+}
+
+fn target_state(pid: i32) -> TargetState {
+    let maps = read_maps(pid).unwrap();
+    let mem = ProcessMemory::open(pid).unwrap();
+    let exe = reader::procfs::read_exe_link(pid).unwrap();
+    let mut ranges: Vec<(u64, u64)> = maps
+        .iter()
+        .filter(|m| m.perms.exec && std::path::Path::new(m.file_path()) == exe)
+        .map(|m| (m.start, m.end))
+        .collect();
+    for a in discover(&maps, &mem).unwrap() {
+        ranges.push((a.header.base, a.header.base + a.header.arena_len));
+        if let Some(area) = crate::foreign_unwind::read_area(&mem, &a.header) {
+            ranges.push((area.base, area.base + area.len()));
+        }
+    }
+    let bytes = ranges
+        .into_iter()
+        .map(|(start, end)| (start, mem.read_vec(start, (end - start) as usize).unwrap()))
+        .collect();
+    TargetState { maps, bytes }
+}
+
+fn ask(child: &mut TestChild, x: i32) -> String {
+    child.send(&format!("{x}\n"));
+    child.line()
+}
+
+fn work_spec() -> Vec<FuncSpec> {
+    vec![FuncSpec::parse("work")]
+}
+
+/// Commits an install of `work` failing at write 0, 1, 2, ... until one
+/// succeeds, checking after each failure that the target is as it was; returns
+/// the successful commit and how many writes it made.
+fn install_through_every_failure(pid: i32) -> (commit::Committed, usize) {
+    let before = target_state(pid);
+    for fail_at in 0.. {
+        let ctx = ProcessInfo::read(pid, Access::Stop).unwrap();
+        let mem = ProcessMemory::open(pid).unwrap();
+        let mut prepared = Plan::new(&ctx, &mem, &work_spec(), &[], &InstallOptions::default())
+            .unwrap()
+            .prepare(now_ns())
+            .unwrap();
+        let mut session = ctx.stop_all().unwrap();
+        let failing = FailingWrite::new(&mem, fail_at);
+        let result = prepared.commit(&mut session, &failing);
+        session.detach().unwrap();
+        match result {
+            Err(e) => {
+                assert!(
+                    matches!(e, Error::Memory(MemoryError::Write { .. })),
+                    "write {fail_at}: {e}"
+                );
+                assert_eq!(
+                    target_state(pid),
+                    before,
+                    "the target changed after a commit failed at write {fail_at}"
+                );
+            }
+            Ok(done) => {
+                assert_eq!(failing.writes(), fail_at);
+                return (done, fail_at);
+            }
+        }
+    }
+    unreachable!()
+}
+
+/// Ejects `work` failing at each write until it succeeds, checking the target after each failure.
+fn eject_through_every_failure(pid: i32) -> usize {
+    let before = target_state(pid);
+    for fail_at in 0.. {
+        let ctx = ProcessInfo::read(pid, Access::Stop).unwrap();
+        let mem = ProcessMemory::open(pid).unwrap();
+        let arenas = discover(&ctx.maps, &mem).unwrap();
+        let what = EjectWhat::Functions(work_spec());
+        let ejection = Ejection::choose(pid, ctx.arch, arenas, &what).unwrap();
+        let mut session = ctx.stop_all().unwrap();
+        let failing = FailingWrite::new(&mem, fail_at);
+        let result = ejection.commit(&mut session, &failing);
+        session.detach().unwrap();
+        match result {
+            Err(e) => {
+                assert!(matches!(e, Error::Memory(MemoryError::Write { .. })), "{e}");
+                assert_eq!(
+                    target_state(pid),
+                    before,
+                    "the target changed after an eject failed at write {fail_at}"
+                );
+            }
+            Ok(done) => {
+                assert_eq!(done.hooks.len(), 1);
+                assert_eq!(done.hooks[0].state, HookState::Ejected);
+                return fail_at;
+            }
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+fn a_commit_failing_at_any_write_leaves_the_target_as_it_was() {
+    let mut child = TestChild::spawn("txn", PROGRAM, &[]);
+    let pid = child.pid;
+    assert_eq!(ask(&mut child, 6), "43");
+    wait_all_blocked(pid);
+    let pristine = target_state(pid);
+
+    // A fresh process: the commit creates the arena and its unwind area.
+    let (done, writes) = install_through_every_failure(pid);
+    // Arena header, unwind area header and pointer, code, signature, record,
+    // unwind slot, patch.
+    assert_eq!(writes, 8);
+    assert_eq!(done.new_arenas.len(), 1);
+    assert_eq!(done.hooks.len(), 1);
+    assert_eq!(done.hooks[0].name, "work");
+    assert_eq!(done.unwind_hooks.len(), 1);
+    assert_eq!(ask(&mut child, 6), "43", "the hooked function works");
+    assert_eq!(list(pid).unwrap().len(), 1);
+
+    assert_eq!(
+        eject_through_every_failure(pid),
+        2,
+        "restored bytes, record"
+    );
+    assert_eq!(ask(&mut child, 5), "36");
+    wait_all_blocked(pid);
+    let ejected = target_state(pid);
+    assert_eq!(
+        ejected.bytes[0], pristine.bytes[0],
+        "the program's code is the original again"
+    );
+
+    // The arena exists now: the commit writes into a free slot of it.
+    let (done, writes) = install_through_every_failure(pid);
+    assert_eq!(writes, 5, "code, signature, record, unwind slot, patch");
+    assert!(done.new_arenas.is_empty());
+    assert_eq!(done.hooks[0].slot, 1);
+    assert_eq!(ask(&mut child, 2), "15");
+    let listed = list(pid).unwrap();
+    assert_eq!(
+        listed.iter().map(|h| h.state).collect::<Vec<_>>(),
+        [HookState::Ejected, HookState::Active]
+    );
+    eject(pid, &EjectWhat::All).unwrap();
+    assert_eq!(ask(&mut child, 1), "8");
+}
+
+#[test]
+fn a_plan_stops_nothing_and_places_the_hook_near_its_module() {
+    let mut child = TestChild::spawn("plan", PROGRAM, &[]);
+    let pid = child.pid;
+    wait_all_blocked(pid);
+    let ctx = ProcessInfo::read(pid, Access::Stop).unwrap();
+    let mem = ProcessMemory::open(pid).unwrap();
+    let plan = Plan::new(&ctx, &mem, &work_spec(), &[], &InstallOptions::default()).unwrap();
+    for tid in reader::procfs::read_task_ids(pid).unwrap() {
+        assert_eq!(thread_state(pid, tid).1, 0, "no tracer while planning");
+    }
+    assert!(plan.arenas.is_empty());
+    assert_eq!(plan.new_arenas.len(), 1);
+    assert_eq!(plan.hooks[0].target, ArenaChoice::New(0, 0));
+    let work = plan.hooks[0].resolved.addr;
+    let base = plan.new_arenas[0].candidates[0];
+    let len = ArenaHeader::new(0, arena::ARENA_CAPACITY).arena_len;
+    assert!(arena::within_reach(&(base..base + len), &(work..work + 1)));
+    assert!(ctx
+        .maps
+        .iter()
+        .all(|m| m.end <= base || m.start >= base + len));
+    let prepared = plan.prepare(7).unwrap();
+    let code = &prepared.hooks[0].code;
+    assert_eq!(code.record.function, work);
+    assert_eq!(code.record.installed_ns, 7);
+    assert_eq!(code.patch[0], 0xe9, "a rel32 jump");
+    assert!(code.record.trampoline >= base && code.record.trampoline < base + len);
+    assert!(!prepared.creates_arenas() || prepared.new_arenas[0].chosen == 0);
+    // Nothing was written: the function still answers as before.
+    assert_eq!(ask(&mut child, 3), "22");
+
+    // A function named twice is refused while planning.
+    let twice = [FuncSpec::parse("work"), FuncSpec::parse("work")];
+    let e = Plan::new(&ctx, &mem, &twice, &[], &InstallOptions::default())
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::Duplicate { .. }), "{e}");
+    // And a hooked one too.
+    install(pid, &work_spec(), &InstallOptions::default()).unwrap();
+    let ctx = ProcessInfo::read(pid, Access::Stop).unwrap();
+    let e = Plan::new(&ctx, &mem, &work_spec(), &[], &InstallOptions::default())
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::AlreadyHooked { .. }), "{e}");
+    eject(pid, &EjectWhat::All).unwrap();
+}
