@@ -10,7 +10,9 @@ use super::version::PythonVersion;
 #[derive(Debug, Error)]
 pub enum PythonError {
     /// No mapped module has CPython's frame evaluator (`_PyEval_EvalFrameDefault`).
-    #[error("process {pid} is not a CPython interpreter (no module defines _PyEval_EvalFrameDefault)")]
+    #[error(
+        "process {pid} is not a CPython interpreter (no module defines _PyEval_EvalFrameDefault)"
+    )]
     NotPython {
         /// The process.
         pid: i32,

@@ -316,10 +316,7 @@ impl Layout {
         let c = &self.code;
         let o = &self.object;
         let mut v = vec![
-            (
-                "runtime.interpreters_head",
-                self.runtime.interpreters_head,
-            ),
+            ("runtime.interpreters_head", self.runtime.interpreters_head),
             ("interp.next", self.interp.next),
             ("interp.threads_head", self.interp.threads_head),
             ("tstate.next", t.next),

@@ -161,8 +161,14 @@ mod tests {
             line_for(&[0x05], 1, 0),
             Err(LineTableError::BadEntry { at: 0 })
         );
-        assert_eq!(line_for(&[head(3, 1)], 1, 0), Err(LineTableError::Truncated));
-        assert_eq!(line_for(&[head(13, 1), 64], 1, 0), Err(LineTableError::Truncated));
+        assert_eq!(
+            line_for(&[head(3, 1)], 1, 0),
+            Err(LineTableError::Truncated)
+        );
+        assert_eq!(
+            line_for(&[head(13, 1), 64], 1, 0),
+            Err(LineTableError::Truncated)
+        );
         assert_eq!(
             line_for(&[head(13, 1), 64, 64, 64, 64, 64, 64, 64], 1, 0),
             Err(LineTableError::VarintTooLong { at: 1 })

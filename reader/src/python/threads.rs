@@ -155,7 +155,8 @@ fn walk_one(
             return;
         }
         if walk.threads.len() >= MAX_THREADS {
-            walk.problems.push(problem(WalkReason::TooMany(MAX_THREADS)));
+            walk.problems
+                .push(problem(WalkReason::TooMany(MAX_THREADS)));
             return;
         }
         let field = |off: u64| mem.read_u64(ts.wrapping_add(off));
@@ -265,10 +266,10 @@ mod tests {
             addr: 0x2000,
             reason: WalkReason::Loop
         }));
-        assert!(w.problems.iter().any(|p| matches!(
-            p.reason,
-            WalkReason::WrongInterpreter { found: 0x9999 }
-        )));
+        assert!(w
+            .problems
+            .iter()
+            .any(|p| matches!(p.reason, WalkReason::WrongInterpreter { found: 0x9999 })));
 
         let mut m = FakeMem::default();
         m.put_u64(RT + 40, 0x2000);

@@ -60,6 +60,46 @@ enum Kind {
     Other,
 }
 
+impl Kind {
+    /// The `tp_name` of a builtin kind.
+    fn builtin_name(self) -> &'static str {
+        match self {
+            Kind::Int => "int",
+            Kind::Bool => "bool",
+            Kind::Float => "float",
+            Kind::Str => "str",
+            Kind::Bytes => "bytes",
+            Kind::None => "NoneType",
+            Kind::Tuple => "tuple",
+            Kind::List => "list",
+            Kind::Dict => "dict",
+            Kind::Cell => "cell",
+            Kind::Code => "code",
+            Kind::Other => "object",
+        }
+    }
+
+    /// The builtin kind named `name` (for modules that do not export their types).
+    fn by_name(name: &str) -> Kind {
+        [
+            Kind::Int,
+            Kind::Bool,
+            Kind::Float,
+            Kind::Str,
+            Kind::Bytes,
+            Kind::None,
+            Kind::Tuple,
+            Kind::List,
+            Kind::Dict,
+            Kind::Cell,
+            Kind::Code,
+        ]
+        .into_iter()
+        .find(|k| k.builtin_name() == name)
+        .unwrap_or(Kind::Other)
+    }
+}
+
 /// Reads objects of one interpreter from target memory.
 #[derive(Clone, Copy)]
 pub struct Objects<'a> {
@@ -105,7 +145,8 @@ impl<'a> Objects<'a> {
         let mut out = Vec::new();
         // Read in small pieces so a name near the end of a mapping still reads.
         while out.len() < MAX_TYPE_NAME {
-            let piece = self.bytes_at(name.wrapping_add(out.len() as u64), 16)
+            let piece = self
+                .bytes_at(name.wrapping_add(out.len() as u64), 16)
                 .or_else(|_| self.bytes_at(name.wrapping_add(out.len() as u64), 1))?;
             match piece.iter().position(|&b| b == 0) {
                 Some(end) => {
@@ -118,7 +159,8 @@ impl<'a> Objects<'a> {
         Err(ObjectProblem::Malformed)
     }
 
-    fn kind(&self, ty: u64, name: &str) -> Kind {
+    /// The kind of type `ty` by its address, when the module exports the builtin types.
+    fn kind_by_addr(&self, ty: u64) -> Option<Kind> {
         let t = self.types;
         let by_addr = [
             (t.int, Kind::Int),
@@ -133,38 +175,29 @@ impl<'a> Objects<'a> {
             (t.cell, Kind::Cell),
             (t.code, Kind::Code),
         ];
-        let mut known = false;
-        for (addr, kind) in by_addr {
-            if addr != 0 {
-                known = true;
-                if addr == ty {
-                    return kind;
-                }
-            }
+        if by_addr.iter().all(|(addr, _)| *addr == 0) {
+            return None;
         }
-        if known {
-            return Kind::Other;
-        }
-        match name {
-            "int" => Kind::Int,
-            "bool" => Kind::Bool,
-            "float" => Kind::Float,
-            "str" => Kind::Str,
-            "bytes" => Kind::Bytes,
-            "NoneType" => Kind::None,
-            "tuple" => Kind::Tuple,
-            "list" => Kind::List,
-            "dict" => Kind::Dict,
-            "cell" => Kind::Cell,
-            "code" => Kind::Code,
-            _ => Kind::Other,
-        }
+        Some(
+            by_addr
+                .iter()
+                .find(|(addr, _)| *addr == ty)
+                .map_or(Kind::Other, |(_, k)| *k),
+        )
     }
 
+    /// The kind and type name of `obj`; the name is read only when needed.
     fn kind_of(&self, obj: u64) -> Result<(Kind, String), ObjectProblem> {
         let ty = self.type_of(obj)?;
+        if let Some(kind) = self.kind_by_addr(ty).filter(|k| *k != Kind::Other) {
+            return Ok((kind, kind.builtin_name().to_string()));
+        }
         let name = self.type_name(ty)?;
-        Ok((self.kind(ty, &name), name))
+        let kind = match self.kind_by_addr(ty) {
+            Some(k) => k,
+            None => Kind::by_name(&name),
+        };
+        Ok((kind, name))
     }
 
     /// True when `obj` is a code object.
@@ -202,9 +235,9 @@ impl<'a> Objects<'a> {
         };
         let shown = match kind {
             Kind::None => Ok("None".to_string()),
-            Kind::Bool => self.int_value(obj).map(|v| {
-                if v == "0" { "False" } else { "True" }.to_string()
-            }),
+            Kind::Bool => self
+                .int_value(obj)
+                .map(|v| if v == "0" { "False" } else { "True" }.to_string()),
             Kind::Int => self.int_value(obj),
             Kind::Float => self
                 .u64_at(obj.wrapping_add(self.layout.object.float_value))
@@ -246,7 +279,11 @@ impl<'a> Objects<'a> {
         let ndigits = usize::try_from(size.unsigned_abs()).map_err(|_| ObjectProblem::Malformed)?;
         let bits = o.long_digit_bits as usize;
         // Decimal digits are at least (ndigits - 1) * bits * log10(2).
-        if ndigits.saturating_sub(1).saturating_mul(bits).saturating_mul(30103) / 100_000
+        if ndigits
+            .saturating_sub(1)
+            .saturating_mul(bits)
+            .saturating_mul(30103)
+            / 100_000
             > MAX_INT_DECIMAL_DIGITS
         {
             return Ok(format!(
@@ -291,7 +328,10 @@ impl<'a> Objects<'a> {
         if len > max as u64 {
             return Err(ObjectProblem::Malformed);
         }
-        self.bytes_at(obj.wrapping_add(self.layout.object.bytes_data), len as usize)
+        self.bytes_at(
+            obj.wrapping_add(self.layout.object.bytes_data),
+            len as usize,
+        )
     }
 
     /// The items of a tuple, at most `max` (an error when longer).
@@ -656,13 +696,20 @@ mod tests {
         object(&mut m, 0x700, INT_T, 1_000_000);
         assert!(show(&m, 0x700).starts_with("<int of about 30000000 bits"));
         object(&mut m, 0x800, INT_T, i64::MIN);
-        assert!(show(&m, 0x800).starts_with("<int of about"), "{}", show(&m, 0x800));
+        assert!(
+            show(&m, 0x800).starts_with("<int of about"),
+            "{}",
+            show(&m, 0x800)
+        );
     }
 
     #[test]
     fn decimal_conversion() {
         assert_eq!(digits_to_decimal(&[], 30), "0");
-        assert_eq!(digits_to_decimal(&[1_000_000_000 % (1 << 30)], 30), "1000000000");
+        assert_eq!(
+            digits_to_decimal(&[1_000_000_000], 30),
+            "1000000000"
+        );
         let mut d = vec![0u32; 10];
         d.push(1);
         // 2**300
@@ -692,7 +739,7 @@ mod tests {
             (f64::INFINITY, "inf"),
             (f64::NEG_INFINITY, "-inf"),
             (f64::NAN, "nan"),
-            (3.141592653589793, "3.141592653589793"),
+            (std::f64::consts::PI, "3.141592653589793"),
             (1234.5, "1234.5"),
             (100.0, "100.0"),
         ];

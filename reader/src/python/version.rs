@@ -238,9 +238,7 @@ impl<'a> DataSymbols<'a> {
     fn of(module: &'a Module) -> DataSymbols<'a> {
         let tables = [(".dynsym", ".dynstr"), (".symtab", ".strtab")]
             .iter()
-            .filter_map(|(syms, strs)| {
-                Some((module.section(syms)?.1, module.section(strs)?.1))
-            })
+            .filter_map(|(syms, strs)| Some((module.section(syms)?.1, module.section(strs)?.1)))
             .collect();
         DataSymbols {
             tables,
@@ -286,7 +284,10 @@ mod tests {
         assert_eq!(PythonVersion::from_hex(0x030c01c1).to_string(), "3.12.1rc1");
         let n = PythonVersion::from_file_name("libpython3.10.so.1.0").unwrap();
         assert_eq!((n.major, n.minor), (3, 10));
-        assert_eq!(PythonVersion::from_file_name("python3.12").unwrap().minor, 12);
+        assert_eq!(
+            PythonVersion::from_file_name("python3.12").unwrap().minor,
+            12
+        );
         assert_eq!(PythonVersion::from_file_name("python3"), None);
         assert_eq!(PythonVersion::from_file_name("libc.so.6"), None);
     }
@@ -311,7 +312,10 @@ mod tests {
         assert_eq!(find_object(&syms, strs, "_PyRuntime"), Some(0x1000));
         assert_eq!(find_object(&syms, strs, "Py_Version"), None, "undefined");
         assert_eq!(find_object(&syms, strs, "func"), None, "a function");
-        assert_eq!(find_object(&syms[..2 * SYM64 + 5], strs, "_PyRuntime"), Some(0x1000));
+        assert_eq!(
+            find_object(&syms[..2 * SYM64 + 5], strs, "_PyRuntime"),
+            Some(0x1000)
+        );
         assert_eq!(find_object(&syms, b"\0_PyRun", "_PyRuntime"), None);
     }
 }
