@@ -235,7 +235,25 @@ fn frames_threads_and_arguments_match_what_python_says() {
     for exe in interpreters() {
         let run = run(&exe, "frames", &[]);
         let mem = ProcMem::open(run.pid());
-        let interp = attach(run.pid(), &mem);
+        let maps = read_maps(run.pid()).unwrap();
+        let symbols = ProcessSymbols::load(run.pid(), &maps).unwrap();
+        let t = Instant::now();
+        let interp = Interpreter::attach(&symbols, &mem).unwrap();
+        let attached = t.elapsed();
+        let walk = interp.threads(&mem).unwrap();
+        let mut reader = interp.frame_reader(&mem);
+        let n: usize = walk
+            .threads
+            .iter()
+            .filter_map(|t| t.current_frame)
+            .map(|f| reader.chain(f, 1000).frames.len())
+            .sum();
+        eprintln!(
+            "{}: attach {attached:?}, threads and {n} frames {:?}, {} reads",
+            exe.display(),
+            t.elapsed() - attached,
+            mem.reads()
+        );
         let hex = ask(&exe, "import sys; print(sys.hexversion)").unwrap();
         assert_eq!(
             interp.located().version_source,
@@ -285,6 +303,7 @@ fn frames_threads_and_arguments_match_what_python_says() {
             is_eval: true,
             stashed_frame: Some(chain.frames[0].addr),
         };
+        eprintln!("  {}", chain.frames[2]);
         let p = chain.pair_with(&[c, stashed, c, eval, c]);
         assert!(p.notes.is_empty(), "{:?}", p.notes);
         let owners: Vec<_> = p

@@ -101,6 +101,27 @@ pub struct PyFrame {
     pub params_note: Option<&'static str>,
 }
 
+impl fmt::Display for PyFrame {
+    /// `outer (depth=0, *rest=<tuple object at 0x..., len 2>) at /srv/app.py:27`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (", self.qualname)?;
+        for (i, p) in self.params.iter().enumerate() {
+            let stars = match p.kind {
+                ParamKind::VarArgs => "*",
+                ParamKind::VarKeywords => "**",
+                _ => "",
+            };
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{stars}{}={}", p.name, p.value.display)?;
+        }
+        write!(f, ") at {}", self.file)?;
+        match self.line {
+            Some(line) => write!(f, ":{line}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Why a frame could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CorruptReason {
@@ -443,5 +464,207 @@ impl<'a> FrameReader<'a> {
                 Ok((name, kind, kind_bytes[i] & c.kind_cell != 0))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::layout::PY311;
+    use super::super::testmem::FakeMem;
+    use super::super::version::BuiltinTypes;
+    use super::*;
+
+    const CODE_T: u64 = 0x1000;
+    const STR_T: u64 = 0x1100;
+    const BYTES_T: u64 = 0x1200;
+    const TUPLE_T: u64 = 0x1300;
+    const INT_T: u64 = 0x1400;
+    const CODE: u64 = 0x10000;
+    const A: u64 = 0x20000;
+    const B: u64 = 0x21000;
+    const C: u64 = 0x22000;
+
+    fn types() -> BuiltinTypes {
+        BuiltinTypes {
+            code: CODE_T,
+            str: STR_T,
+            bytes: BYTES_T,
+            tuple: TUPLE_T,
+            int: INT_T,
+            ..BuiltinTypes::default()
+        }
+    }
+
+    fn object(m: &mut FakeMem, at: u64, ty: u64, size: u64) {
+        m.put_u64(at, 1);
+        m.put_u64(at + 8, ty);
+        m.put_u64(at + 16, size);
+    }
+
+    fn text(m: &mut FakeMem, at: u64, s: &str) -> u64 {
+        object(m, at, STR_T, s.len() as u64);
+        m.put_u64(at + 24, 0); // hash
+        m.put_u32(at + 32, 0x80 | 0x40 | 0x20 | (1 << 2));
+        m.put(at + 48, s.as_bytes());
+        at
+    }
+
+    fn bytes(m: &mut FakeMem, at: u64, b: &[u8]) -> u64 {
+        object(m, at, BYTES_T, b.len() as u64);
+        m.put(at + 32, b);
+        at
+    }
+
+    fn frame(m: &mut FakeMem, at: u64, code: u64, previous: u64, lasti: i64, locals: &[u64]) {
+        m.put(at, &[0; 72]);
+        m.put_u64(at + 32, code);
+        m.put_u64(at + 48, previous);
+        m.put_u64(at + 56, (CODE + 184).wrapping_add((lasti * 2) as u64));
+        m.put(at + 68, &[1, 0]);
+        for (i, v) in locals.iter().enumerate() {
+            m.put_u64(at + 72 + 8 * i as u64, *v);
+        }
+    }
+
+    /// `def f(a, *rest)` (qualname `C.f`, in `/f.py`, first line 10, every code
+    /// unit on line 11), a frame A calling it from B, and a small int.
+    fn mem() -> FakeMem {
+        let mut m = FakeMem::default();
+        m.put(CODE, &[0; 184]);
+        object(&mut m, CODE, CODE_T, 8);
+        m.put_u32(CODE + 48, 0x4);
+        m.put_u32(CODE + 56, 1);
+        m.put_u32(CODE + 72, 10);
+        m.put_u32(CODE + 76, 3);
+        let names = 0x30000;
+        object(&mut m, names, TUPLE_T, 3);
+        for (i, n) in ["a", "rest", "x"].iter().enumerate() {
+            let s = text(&mut m, 0x31000 + 0x100 * i as u64, n);
+            m.put_u64(names + 24 + 8 * i as u64, s);
+        }
+        m.put_u64(CODE + 96, names);
+        let p = bytes(&mut m, 0x32000, &[0x26, 0x26, 0x20]);
+        m.put_u64(CODE + 104, p);
+        let p = text(&mut m, 0x33000, "/f.py");
+        m.put_u64(CODE + 112, p);
+        let p = text(&mut m, 0x34000, "f");
+        m.put_u64(CODE + 120, p);
+        let p = text(&mut m, 0x35000, "C.f");
+        m.put_u64(CODE + 128, p);
+        let p = bytes(&mut m, 0x36000, &[0x80 | (13 << 3) | 7, 2]);
+        m.put_u64(CODE + 136, p);
+        m.put_u32(CODE + 168, 0);
+        object(&mut m, 0x40000, INT_T, 1);
+        m.put_u32(0x40000 + 24, 5);
+        object(&mut m, 0x41000, TUPLE_T, 2);
+        for (t, name) in [(STR_T, "str"), (TUPLE_T, "tuple"), (INT_T, "int")] {
+            m.put_u64(t + 24, t + 0x80);
+            m.put(t + 0x80, format!("{name}\0").as_bytes());
+        }
+        m
+    }
+
+    fn chain(m: &FakeMem, start: u64, limit: usize) -> FrameChain {
+        let t = types();
+        let objects = Objects::new(m, &PY311, &t);
+        FrameReader::new(m, &PY311, objects).chain(start, limit)
+    }
+
+    #[test]
+    fn reads_names_lines_and_params() {
+        let mut m = mem();
+        frame(&mut m, A, CODE, B, 1, &[0x40000, 0x41000]);
+        frame(&mut m, B, CODE, 0, -1, &[0x40000, 0]);
+        let c = chain(&m, A, 10);
+        assert_eq!(c.end, ChainEnd::Root);
+        assert_eq!(c.frames.len(), 2);
+        let f = &c.frames[0];
+        assert_eq!((f.qualname.as_str(), f.file.as_str()), ("C.f", "/f.py"));
+        assert_eq!((f.line, f.first_line, f.incomplete), (Some(11), 10, false));
+        assert!(f.is_entry);
+        let params: Vec<_> = f
+            .params
+            .iter()
+            .map(|p| (p.name.as_str(), p.kind, p.value.display.as_str()))
+            .collect();
+        assert_eq!(
+            params,
+            vec![
+                ("a", ParamKind::Positional, "5"),
+                (
+                    "rest",
+                    ParamKind::VarArgs,
+                    "<tuple object at 0x41000, len 2>"
+                )
+            ]
+        );
+        // Not started yet: hidden by CPython, on its first line.
+        let g = &c.frames[1];
+        assert!(g.incomplete);
+        assert_eq!(g.line, Some(10));
+        assert_eq!(g.params[1].value.display, "<unbound>");
+        assert_eq!(
+            f.to_string(),
+            "C.f (a=5, *rest=<tuple object at 0x41000, len 2>) at /f.py:11"
+        );
+    }
+
+    #[test]
+    fn loops_limits_and_corruption_end_the_chain() {
+        let mut m = mem();
+        frame(&mut m, A, CODE, B, 1, &[0x40000, 0x41000]);
+        frame(&mut m, B, CODE, A, 1, &[0x40000, 0x41000]);
+        let c = chain(&m, A, 10);
+        assert_eq!(c.frames.len(), 2);
+        assert_eq!(c.end, ChainEnd::Loop { addr: A });
+        let c = chain(&m, A, 1);
+        assert_eq!(c.end, ChainEnd::Limit { limit: 1, next: B });
+
+        // f_code points at a string; a frame beyond readable memory; a null code.
+        frame(&mut m, C, 0x33000, 0, 1, &[]);
+        frame(&mut m, B, CODE, C, 1, &[0x40000, 0x41000]);
+        let c = chain(&m, A, 10);
+        assert_eq!(c.frames.len(), 2);
+        assert_eq!(
+            c.end,
+            ChainEnd::Corrupt {
+                addr: C,
+                reason: CorruptReason::NotCode
+            }
+        );
+        frame(&mut m, B, CODE, 0x9_0000_0000, 1, &[0x40000, 0x41000]);
+        assert_eq!(
+            chain(&m, A, 10).end,
+            ChainEnd::Corrupt {
+                addr: 0x9_0000_0000,
+                reason: CorruptReason::UnreadableFrame
+            }
+        );
+        frame(&mut m, C, 0, 0, 1, &[]);
+        assert!(matches!(
+            chain(&m, C, 10).end,
+            ChainEnd::Corrupt {
+                reason: CorruptReason::NullCode,
+                ..
+            }
+        ));
+
+        // Parameter counts that do not fit the code object: the frame stays, without them.
+        m.put_u32(CODE + 56, 1000);
+        let c = chain(&m, A, 1);
+        assert_eq!(c.frames.len(), 1);
+        assert!(c.frames[0].params.is_empty());
+        assert!(c.frames[0].params_note.is_some());
+        // A broken line table ends the chain.
+        let mut m = mem();
+        frame(&mut m, A, CODE, 0, 1, &[0x40000, 0x41000]);
+        m.put(0x36000 + 32, &[0x05]);
+        assert!(matches!(
+            chain(&m, A, 10).end,
+            ChainEnd::Corrupt {
+                reason: CorruptReason::BadLineTable,
+                ..
+            }
+        ));
     }
 }

@@ -375,13 +375,19 @@ impl<'a> Objects<'a> {
     /// The first `max` code points of a `str` and whether there are more.
     fn str_chars(&self, obj: u64, max: usize) -> Result<(Vec<u32>, bool), ObjectProblem> {
         let o = &self.layout.object;
-        let len = self.i64_at(obj.wrapping_add(o.str_length))?;
+        // One read for the length and the state.
+        let head_len = (o.str_length + 8).max(o.str_state + 4) as usize;
+        let head = self.bytes_at(obj, head_len)?;
+        let field = |off: u64, n: usize| head.get(off as usize..off as usize + n);
+        let len = field(o.str_length, 8)
+            .and_then(|b| b.try_into().ok())
+            .map(i64::from_le_bytes)
+            .ok_or(ObjectProblem::Malformed)?;
         let len = u64::try_from(len).map_err(|_| ObjectProblem::Malformed)?;
-        let mut state = [0u8; 4];
-        self.mem
-            .read(obj.wrapping_add(o.str_state), &mut state)
-            .map_err(|_| ObjectProblem::Unreadable)?;
-        let state = u32::from_le_bytes(state);
+        let state = field(o.str_state, 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)
+            .ok_or(ObjectProblem::Malformed)?;
         let kind = (state & o.str_kind_mask) >> o.str_kind_mask.trailing_zeros();
         let compact = state & o.str_compact_bit != 0;
         let ascii = state & o.str_ascii_bit != 0;
@@ -647,12 +653,14 @@ mod tests {
 
     fn ascii(m: &mut FakeMem, at: u64, s: &str) {
         object(m, at, STR_T, s.len() as i64);
+        m.put_u64(at + 24, 0); // hash
         m.put_u32(at + 32, 0x80 | 0x40 | 0x20 | (1 << 2));
         m.put(at + 48, s.as_bytes());
     }
 
     fn wide(m: &mut FakeMem, at: u64, kind: u32, chars: &[u32]) {
         object(m, at, STR_T, chars.len() as i64);
+        m.put_u64(at + 24, 0); // hash
         m.put_u32(at + 32, 0x80 | 0x20 | (kind << 2));
         for (i, c) in chars.iter().enumerate() {
             let p = at + 72 + (i as u64) * u64::from(kind);
@@ -706,10 +714,7 @@ mod tests {
     #[test]
     fn decimal_conversion() {
         assert_eq!(digits_to_decimal(&[], 30), "0");
-        assert_eq!(
-            digits_to_decimal(&[1_000_000_000], 30),
-            "1000000000"
-        );
+        assert_eq!(digits_to_decimal(&[1_000_000_000], 30), "1000000000");
         let mut d = vec![0u32; 10];
         d.push(1);
         // 2**300
@@ -771,10 +776,12 @@ mod tests {
         assert_eq!(show(&m, 0x700), "'😀\\U0010ffff'");
         // Impossible kind.
         object(&mut m, 0x800, STR_T, 3);
+        m.put_u64(0x800 + 24, 0);
         m.put_u32(0x800 + 32, 0x80 | 0x20 | (3 << 2));
         assert_eq!(show(&m, 0x800), "<malformed str object at 0x800>");
         // A huge length reads only the shown part, which is missing here.
         object(&mut m, 0x900, STR_T, i64::MAX);
+        m.put_u64(0x900 + 24, 0);
         m.put_u32(0x900 + 32, 0x80 | 0x40 | 0x20 | (1 << 2));
         assert_eq!(show(&m, 0x900), "<unreadable str object at 0x900>");
         let t = types();

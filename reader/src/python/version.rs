@@ -223,10 +223,9 @@ pub fn locate(symbols: &ProcessSymbols, mem: &dyn Memory) -> Result<Located, Pyt
     })
 }
 
-/// The data symbols of one 64-bit module, read from its `.dynsym` and `.symtab`.
-struct DataSymbols<'a> {
-    tables: Vec<(&'a [u8], &'a [u8])>,
-    bias: u64,
+/// Data symbols looked up by name in one 64-bit module's `.dynsym`, then `.symtab`.
+struct DataSymbols {
+    found: Vec<(&'static str, u64)>,
 }
 
 /// Size of an `Elf64_Sym`.
@@ -234,41 +233,93 @@ const SYM64: usize = 24;
 /// `STT_OBJECT`.
 const STT_OBJECT: u8 = 1;
 
-impl<'a> DataSymbols<'a> {
-    fn of(module: &'a Module) -> DataSymbols<'a> {
-        let tables = [(".dynsym", ".dynstr"), (".symtab", ".strtab")]
-            .iter()
-            .filter_map(|(syms, strs)| Some((module.section(syms)?.1, module.section(strs)?.1)))
-            .collect();
-        DataSymbols {
-            tables,
-            bias: module.bias,
+/// Every data symbol the reader looks up.
+const DATA_SYMBOLS: [&str; 16] = [
+    "_PyRuntime",
+    "Py_Version",
+    "PyCode_Type",
+    "PyLong_Type",
+    "PyBool_Type",
+    "PyFloat_Type",
+    "PyUnicode_Type",
+    "PyBytes_Type",
+    "PyTuple_Type",
+    "PyList_Type",
+    "PyDict_Type",
+    "PyCell_Type",
+    "_PyNone_Type",
+    "_Py_NoneStruct",
+    "_Py_TrueStruct",
+    "_Py_FalseStruct",
+];
+
+impl DataSymbols {
+    /// Looks up every name of [`DATA_SYMBOLS`] in one pass per table.
+    fn of(module: &Module) -> DataSymbols {
+        let mut found: Vec<(&'static str, u64)> = Vec::new();
+        for (syms, strs) in [(".dynsym", ".dynstr"), (".symtab", ".strtab")] {
+            if found.len() == DATA_SYMBOLS.len() {
+                break;
+            }
+            let (Some((_, syms)), Some((_, strs))) = (module.section(syms), module.section(strs))
+            else {
+                continue;
+            };
+            for (name, value) in find_objects(syms, strs, &DATA_SYMBOLS) {
+                if !found.iter().any(|(n, _)| *n == name) {
+                    found.push((name, value.wrapping_add(module.bias)));
+                }
+            }
         }
+        DataSymbols { found }
     }
 
     /// Runtime address of the defined data object `name`.
     fn get(&self, name: &str) -> Option<u64> {
-        self.tables
-            .iter()
-            .find_map(|(syms, strs)| find_object(syms, strs, name))
-            .map(|v| v.wrapping_add(self.bias))
+        self.found.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
     }
 }
 
-/// The `st_value` of the defined `STT_OBJECT` symbol `name` in an `Elf64_Sym` table.
-fn find_object(syms: &[u8], strs: &[u8], name: &str) -> Option<u64> {
-    syms.chunks_exact(SYM64).find_map(|s| {
-        let st_name = u32::from_le_bytes(s.get(0..4)?.try_into().ok()?) as usize;
-        let st_info = *s.get(4)?;
-        let st_shndx = u16::from_le_bytes(s.get(6..8)?.try_into().ok()?);
-        let st_value = u64::from_le_bytes(s.get(8..16)?.try_into().ok()?);
+/// The `st_value` of each defined `STT_OBJECT` symbol of `names` in an `Elf64_Sym` table.
+fn find_objects(syms: &[u8], strs: &[u8], names: &[&'static str]) -> Vec<(&'static str, u64)> {
+    let mut out = Vec::new();
+    for s in syms.chunks_exact(SYM64) {
+        let field = |r: std::ops::Range<usize>| s.get(r);
+        let (Some(st_name), Some(&st_info), Some(st_shndx), Some(st_value)) = (
+            field(0..4)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_le_bytes),
+            s.get(4),
+            field(6..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u16::from_le_bytes),
+            field(8..16)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes),
+        ) else {
+            continue;
+        };
         if st_info & 0xf != STT_OBJECT || st_shndx == 0 || st_value == 0 {
-            return None;
+            continue;
         }
-        let rest = strs.get(st_name..)?;
-        let end = rest.iter().position(|&b| b == 0)?;
-        (rest.get(..end)? == name.as_bytes()).then_some(st_value)
-    })
+        let Some(rest) = strs.get(st_name as usize..) else {
+            continue;
+        };
+        let Some(end) = rest.iter().position(|&b| b == 0) else {
+            continue;
+        };
+        let name = &rest[..end];
+        if let Some(n) = names.iter().find(|n| n.as_bytes() == name) {
+            out.push((*n, st_value));
+        }
+    }
+    out
+}
+
+/// The `st_value` of the defined `STT_OBJECT` symbol `name` (tests).
+#[cfg(test)]
+fn find_object(syms: &[u8], strs: &[u8], name: &'static str) -> Option<u64> {
+    find_objects(syms, strs, &[name]).first().map(|(_, v)| *v)
 }
 
 #[cfg(test)]
