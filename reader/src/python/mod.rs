@@ -13,7 +13,7 @@
 //!   innermost frame.
 //! - [`frames`]: a frame chain outward, with names, files, lines ([`linetable`])
 //!   and arguments ([`value`]).
-//! - [`pair`]: which native `_PyEval_EvalFrameDefault` frame runs which Python frames.
+//! - [`mod@pair`]: which native `_PyEval_EvalFrameDefault` frame runs which Python frames.
 //!
 //! A backtrace of a Python process, per OS thread:
 //!
