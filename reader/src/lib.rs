@@ -17,6 +17,7 @@
 //! - [`arena`]: the hooks' arenas found in a target's memory.
 //! - [`unwind`]: frames, stash frames, the x86-64 and i386 unwinders.
 //! - [`core`]: core files as a memory, thread and module source.
+//! - [`python`]: CPython's threads, frames and arguments, paired with native frames.
 
 pub mod arena;
 pub mod args;
@@ -28,6 +29,7 @@ pub mod error;
 pub mod hint;
 pub mod memory;
 pub mod procfs;
+pub mod python;
 pub mod symbols;
 pub mod unwind;
 

@@ -1,0 +1,64 @@
+//! What can go wrong finding and reading a CPython interpreter in a target.
+
+use thiserror::Error;
+
+use crate::memory::MemoryError;
+
+use super::version::PythonVersion;
+
+/// Why a process's CPython state cannot be read.
+#[derive(Debug, Error)]
+pub enum PythonError {
+    /// No mapped module has CPython's frame evaluator (`_PyEval_EvalFrameDefault`).
+    #[error(
+        "process {pid} is not a CPython interpreter (no module defines _PyEval_EvalFrameDefault)"
+    )]
+    NotPython {
+        /// The process.
+        pid: i32,
+    },
+    /// The interpreter module was found but a data symbol the reader needs is missing.
+    #[error("{module} looks like CPython but does not export {symbol}")]
+    MissingSymbol {
+        /// Path of the module with the evaluator.
+        module: String,
+        /// The symbol (`_PyRuntime`).
+        symbol: &'static str,
+    },
+    /// The interpreter's version could be found neither in memory nor in a file name.
+    #[error("cannot tell the CPython version of {module}: no Py_Version symbol and no version in its file name")]
+    UnknownVersion {
+        /// Path of the module with the evaluator.
+        module: String,
+    },
+    /// A 32-bit interpreter: the tables describe 64-bit builds only.
+    #[error("{module} is a 32-bit CPython; only 64-bit layouts are known")]
+    Not64Bit {
+        /// Path of the module with the evaluator.
+        module: String,
+    },
+    /// The version has no layout table.
+    #[error("{}", no_layout_message(.version, *.debug_offsets))]
+    NoLayout {
+        /// The version found.
+        version: PythonVersion,
+        /// The interpreter publishes `_Py_DebugOffsets` (3.13+), which a future
+        /// reader can use instead of a table.
+        debug_offsets: bool,
+    },
+    /// Reading the interpreter's global state failed.
+    #[error("cannot read CPython's runtime state: {0}")]
+    Memory(#[from] MemoryError),
+}
+
+fn no_layout_message(version: &PythonVersion, debug_offsets: bool) -> String {
+    let mut s = format!(
+        "CPython {version} has no known memory layout (tested: 3.11); only native frames can be shown"
+    );
+    if debug_offsets {
+        s.push_str(
+            " (it publishes _Py_DebugOffsets, which this reader detects but does not read yet)",
+        );
+    }
+    s
+}

@@ -1,0 +1,153 @@
+//! Reading CPython's state from a target's memory: threads, Python frames, their
+//! arguments, and the pairing with native evaluator frames.
+//!
+//! Pure reading, like the rest of the crate: everything goes through a
+//! [`Memory`] and the process's [`ProcessSymbols`], so a live process and a core
+//! file read alike. The pieces, each in a file of its own:
+//!
+//! - [`version`]: which module is the interpreter (libpython or the executable),
+//!   its version, `_PyRuntime` and the builtin type objects.
+//! - [`layout`]: every layout fact, one table per minor version (3.11 only; 3.13+
+//!   `_Py_DebugOffsets` is detected).
+//! - [`threads`]: interpreters and thread states, each with its OS thread id and
+//!   innermost frame.
+//! - [`frames`]: a frame chain outward, with names, files, lines ([`linetable`])
+//!   and arguments ([`value`]).
+//! - [`mod@pair`]: which native `_PyEval_EvalFrameDefault` frame runs which Python frames.
+//!
+//! A backtrace of a Python process, per OS thread:
+//!
+//! ```no_run
+//! # use reader::python::{Interpreter, pair::NativeEval};
+//! # fn bt(symbols: &reader::symbols::ProcessSymbols, mem: &dyn reader::memory::Memory,
+//! #       tid: u64, native: &[NativeEval]) -> Result<(), reader::python::PythonError> {
+//! let interp = Interpreter::attach(symbols, mem)?;
+//! let walk = interp.threads(mem)?;
+//! let mut frames = interp.frame_reader(mem);
+//! if let Some(frame) = walk.for_tid(tid).and_then(|t| t.current_frame) {
+//!     let chain = frames.chain(frame, 512);
+//!     let pairing = chain.pair_with(native);
+//!     for m in pairing.interleave(native.len()) { /* print */ }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! The native side names an evaluator frame by its function,
+//! [`EVAL_FRAME_FUNCTION`]; a hook's stash of it holds `(tstate, frame,
+//! throwflag)`, so the `frame` pointer is stashed argument [`EVAL_FRAME_ARG`].
+
+pub mod error;
+pub mod frames;
+pub mod layout;
+pub mod linetable;
+pub mod pair;
+pub mod threads;
+pub mod value;
+pub mod version;
+
+#[cfg(test)]
+mod testmem;
+
+pub use error::PythonError;
+pub use frames::{ChainEnd, FrameChain, FrameReader, PyFrame, PyParam};
+pub use pair::{pair, NativeEval, PairedBy, Pairing, PyLink};
+pub use threads::{ThreadState, ThreadWalk};
+pub use value::PyValue;
+pub use version::{PythonVersion, EVAL_FRAME_FUNCTION};
+
+use crate::memory::Memory;
+use crate::symbols::ProcessSymbols;
+
+use layout::Layout;
+use value::Objects;
+use version::Located;
+
+/// Index of the `frame` argument among `_PyEval_EvalFrameDefault`'s arguments
+/// (`tstate`, `frame`, `throwflag`).
+pub const EVAL_FRAME_ARG: usize = 1;
+
+/// A CPython interpreter found in a process, with the layout to read it.
+#[derive(Debug, Clone)]
+pub struct Interpreter {
+    located: Located,
+    layout: &'static Layout,
+}
+
+impl Interpreter {
+    /// Finds the interpreter in a process and picks its layout.
+    ///
+    /// Fails with [`PythonError::NotPython`] when no module has CPython's
+    /// evaluator, [`PythonError::NoLayout`] (naming the version) when the version
+    /// has no table.
+    pub fn attach(symbols: &ProcessSymbols, mem: &dyn Memory) -> Result<Interpreter, PythonError> {
+        let located = version::locate(symbols, mem)?;
+        let debug = layout::probe_debug_offsets(mem, located.runtime);
+        let layout = layout::layout_for(located.version, debug)?;
+        Ok(Interpreter { located, layout })
+    }
+
+    /// The interpreter's version.
+    pub fn version(&self) -> PythonVersion {
+        self.located.version
+    }
+
+    /// Path of the module holding the interpreter (libpython or the executable).
+    pub fn module(&self) -> &str {
+        &self.located.module
+    }
+
+    /// Runtime address of `_PyEval_EvalFrameDefault` (the function to hook).
+    pub fn eval_frame_addr(&self) -> u64 {
+        self.located.eval_frame
+    }
+
+    /// Everything found about the interpreter (addresses, version source).
+    pub fn located(&self) -> &Located {
+        &self.located
+    }
+
+    /// The layout table in use.
+    pub fn layout(&self) -> &'static Layout {
+        self.layout
+    }
+
+    /// Every interpreter's thread states, with their OS thread ids and innermost frames.
+    pub fn threads(&self, mem: &dyn Memory) -> Result<ThreadWalk, PythonError> {
+        threads::walk_threads(mem, self.layout, self.located.runtime)
+    }
+
+    /// A frame reader for `mem`; keep it for all threads of one backtrace (it
+    /// decodes each code object once).
+    pub fn frame_reader<'a>(&'a self, mem: &'a dyn Memory) -> FrameReader<'a> {
+        let objects = Objects::new(mem, self.layout, &self.located.types);
+        FrameReader::new(mem, self.layout, objects)
+    }
+
+    /// Reads the frame chain from `frame` outward, at most `limit` frames.
+    pub fn frames(&self, mem: &dyn Memory, frame: u64, limit: usize) -> FrameChain {
+        self.frame_reader(mem).chain(frame, limit)
+    }
+
+    /// Shows the object at `obj` as Python's `repr` would (within limits).
+    pub fn value(&self, mem: &dyn Memory, obj: u64) -> PyValue {
+        Objects::new(mem, self.layout, &self.located.types).value(obj)
+    }
+}
+
+impl FrameChain {
+    /// The frames as the pairing sees them.
+    pub fn links(&self) -> Vec<PyLink> {
+        self.frames
+            .iter()
+            .map(|f| PyLink {
+                addr: f.addr,
+                is_entry: f.is_entry,
+            })
+            .collect()
+    }
+
+    /// Pairs this chain with one thread's native frames (innermost first).
+    pub fn pair_with(&self, native: &[NativeEval]) -> Pairing {
+        pair(native, &self.links(), self.end == ChainEnd::Root)
+    }
+}
