@@ -10,12 +10,12 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use argstash_dbus::{HookEntry, Injector1ProxyBlocking, Param};
 use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
-use injector::backtrace::{
+use injector::reader::args::{ArgSource, ArgValue};
+use injector::{
     Backtrace, Frame, FrameKind, InlinedFrame, StashedArgs, StopReason, ThreadBacktrace,
 };
-use injector::foreign_unwind::{HookUnwindStatus, UnwindReport};
-use injector::hooks::{EjectReport, HookInfo, InstallReport};
-use injector::reader::args::{ArgSource, ArgValue};
+use injector::{EjectReport, HookInfo, InstallReport};
+use injector::{HookUnwindStatus, UnwindReport};
 use trampolines::arena::HookState;
 use zbus::blocking::{connection, Connection};
 use zbus::zvariant::Value;
@@ -35,8 +35,8 @@ fn connect(bus: &str) -> Result<Connection> {
     conn.map_err(|e| anyhow::anyhow!("cannot connect to the {bus} bus: {e}"))
 }
 
-fn pid_arg(pid: i32) -> Result<u32> {
-    u32::try_from(pid).with_context(|| format!("{pid} is not a valid pid"))
+fn pid_arg(pid: injector::Pid) -> Result<u32> {
+    u32::try_from(pid.as_raw()).with_context(|| format!("{pid} is not a valid pid"))
 }
 
 fn hook_info(e: &HookEntry) -> HookInfo {
@@ -101,7 +101,7 @@ fn install_report(r: argstash_dbus::InstallReport) -> InstallReport {
             .map(|(i, e)| HookInfo {
                 window_source: sources
                     .get(i)
-                    .and_then(|s| injector::hooks::window::WindowSource::from_name(s)),
+                    .and_then(|s| injector::WindowSource::from_name(s)),
                 ..hook_info(e)
             })
             .collect(),
@@ -294,7 +294,9 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
                 bail!("`bt --core` reads the core file here, not through the daemon: drop --bus");
             };
             let tid = match a.tid {
-                Some(t) => u32::try_from(t).with_context(|| format!("{t} is not a valid tid"))?,
+                Some(t) => {
+                    u32::try_from(t.as_raw()).with_context(|| format!("{t} is not a valid tid"))?
+                }
                 None => 0,
             };
             let mut opts = HashMap::new();
@@ -305,7 +307,7 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
                 threads: threads
                     .iter()
                     .map(|t| ThreadBacktrace {
-                        tid: t.tid as i32,
+                        tid: injector::Tid::from_raw(t.tid as i32),
                         name: t.name.clone(),
                         frames: t.frames.iter().map(frame).collect(),
                         truncated: (!t.truncated.is_empty())

@@ -10,9 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use injector::backtrace::{backtrace, Backtrace, BacktraceOptions};
-use injector::hooks::{eject, install, EjectWhat, InstallOptions};
 use injector::reader::symbols::FuncSpec;
+use injector::{backtrace, Backtrace, BacktraceOptions};
+use injector::{eject, install, EjectOptions, InstallOptions, Pid};
 
 use crate::output::frame_text;
 
@@ -67,7 +67,7 @@ fn bar_frame(bt: &Backtrace) -> Option<String> {
 fn backtrace_until(pid: i32, want: impl Fn(&Backtrace) -> bool) -> Result<Backtrace> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let bt = backtrace(pid, &BacktraceOptions::default())?;
+        let bt = backtrace(Pid::from_raw(pid), &BacktraceOptions::default())?;
         if want(&bt) || Instant::now() > deadline {
             return Ok(bt);
         }
@@ -113,7 +113,7 @@ pub fn run() -> Result<()> {
     );
 
     let report = install(
-        pid,
+        Pid::from_raw(pid),
         &[FuncSpec::parse("bar"), FuncSpec::parse("foo")],
         &InstallOptions::default(),
     )?;
@@ -131,11 +131,11 @@ pub fn run() -> Result<()> {
         bail!("the hooked bar frame did not show its stashed arguments within 5 s");
     }
 
-    let ejected = eject(pid, &EjectWhat::All)?;
+    let ejected = eject(Pid::from_raw(pid), &EjectOptions::all())?;
     println!("$ argstash eject --pid {pid} --all");
     crate::output::print_eject(&ejected);
     // The code in memory must equal the file on disk again.
-    let mem = injector::memory::ProcessMemory::open(pid)?;
+    let mem = injector::ProcessMemory::open(pid)?;
     let maps = injector::reader::procfs::read_maps(pid)?;
     let symbols = injector::reader::symbols::ProcessSymbols::load(pid, &maps)?;
     for h in &ejected.hooks {
@@ -145,7 +145,7 @@ pub fn run() -> Result<()> {
         let on_disk = module
             .file_bytes(h.patch_addr, h.patch_len as u64)
             .context("the patch's bytes in the file")?;
-        let in_memory = injector::memory::Memory::read_vec(&mem, h.patch_addr, h.patch_len)?;
+        let in_memory = injector::Memory::read_vec(&mem, h.patch_addr, h.patch_len)?;
         if on_disk != in_memory.as_slice() {
             bail!(
                 "{} was not restored: memory {:02x?} vs file {:02x?}",

@@ -6,7 +6,7 @@
 //! exactly what the standalone command prints.
 
 use argstash_dbus::ErrorHint;
-use injector::error::{hint_of, Hint, RequestOption, UNNAMED_CODE_ADVICE};
+use injector::{hint_of, Hint, RequestOption, UNNAMED_CODE_ADVICE};
 
 /// A hint in command-line syntax, as a clause appended to the error's message.
 fn hint_text(hint: &Hint) -> String {
@@ -131,9 +131,9 @@ mod tests {
 
     use super::*;
     use argstash_dbus::{ErrorKind, HINT_EJECT_FIRST};
-    use injector::error::UnsureWindow;
     use injector::reader::core::CoreError;
     use injector::reader::symbols::{AddressPlace, IfuncTarget, SymbolError};
+    use injector::UnsureWindow;
     use trampolines::x86_64::Unsure;
 
     fn printed(e: impl Into<anyhow::Error>) -> String {

@@ -13,13 +13,10 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use injector::backtrace::{BacktraceOptions, ProcessReader};
-use injector::hooks::{
-    eject_with_policy, install_with_signatures, list, EjectWhat, InstallOptions,
+use injector::{
+    backtrace_core, eject, install, list, BacktraceOptions, CoreFile, CoreOptions, DebugSearch,
+    EjectOptions, EjectWhat, FuncSpec, HookTarget, InstallOptions, Pid, ProcessReader, Tid,
 };
-use injector::reader::core::{backtrace_core_with, CoreFile, CoreOptions};
-use injector::reader::debuginfo::DebugSearch;
-use injector::reader::symbols::FuncSpec;
 
 /// Stash function arguments on the stack of a running process, then read them back from any unwind.
 #[derive(Parser)]
@@ -50,7 +47,7 @@ enum Command {
 struct InjectArgs {
     /// Target process id.
     #[arg(long)]
-    pid: i32,
+    pid: Pid,
     /// Function to hook: NAME, MODULE!NAME (e.g. libc.so.6!write) or 0xADDR, optionally
     /// with its parameter list for `bt` when there is no DWARF: 'bar(int, const char *)'. Repeatable.
     #[arg(long = "func", value_name = "FUNC", required_unless_present = "addr")]
@@ -81,7 +78,7 @@ struct InjectArgs {
 struct EjectArgs {
     /// Target process id.
     #[arg(long)]
-    pid: i32,
+    pid: Pid,
     /// Function whose hook to remove: NAME, MODULE!NAME or 0xADDR. Repeatable.
     #[arg(
         long = "func",
@@ -115,11 +112,11 @@ enum Registration {
 }
 
 /// The library's call policy for these options.
-fn call_policy(r: Registration, wait_ms: u64) -> injector::foreign_unwind::CallPolicy {
-    injector::foreign_unwind::CallPolicy {
+fn call_policy(r: Registration, wait_ms: u64) -> injector::CallPolicy {
+    injector::CallPolicy {
         calls: match r {
-            Registration::Safe => injector::foreign_unwind::RemoteCalls::AtSafePoints,
-            Registration::Off => injector::foreign_unwind::RemoteCalls::Off,
+            Registration::Safe => injector::RemoteCalls::AtSafePoints,
+            Registration::Off => injector::RemoteCalls::Off,
         },
         wait: std::time::Duration::from_millis(wait_ms),
     }
@@ -129,7 +126,7 @@ fn call_policy(r: Registration, wait_ms: u64) -> injector::foreign_unwind::CallP
 struct ListArgs {
     /// Target process id.
     #[arg(long)]
-    pid: i32,
+    pid: Pid,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -139,7 +136,7 @@ struct ListArgs {
 struct BtArgs {
     /// Target process id.
     #[arg(long, required_unless_present = "core", conflicts_with_all = ["core", "exe", "sysroot"])]
-    pid: Option<i32>,
+    pid: Option<Pid>,
     /// Read a core file instead of a live process.
     #[arg(long, value_name = "FILE")]
     core: Option<PathBuf>,
@@ -151,7 +148,7 @@ struct BtArgs {
     sysroot: Option<PathBuf>,
     /// Only this thread.
     #[arg(long)]
-    tid: Option<i32>,
+    tid: Option<Tid>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -190,18 +187,18 @@ fn run(cli: Cli) -> Result<()> {
     }
     match cli.command {
         Command::Inject(a) => {
-            let mut specs: Vec<FuncSpec> = Vec::new();
-            let mut signatures = Vec::new();
+            let mut targets: Vec<HookTarget> = Vec::new();
             for f in &a.funcs {
-                let (name, sig) = injector::reader::args::split_signature(f)?;
-                specs.push(FuncSpec::parse(name));
-                signatures.push(sig);
+                let (name, signature) = injector::reader::args::split_signature(f)?;
+                targets.push(HookTarget {
+                    function: FuncSpec::parse(name),
+                    signature,
+                });
             }
-            specs.extend(a.addr.iter().map(|x| FuncSpec::Addr(*x)));
-            let report = install_with_signatures(
+            targets.extend(a.addr.iter().map(|x| HookTarget::new(FuncSpec::Addr(*x))));
+            let report = install(
                 a.pid,
-                &specs,
-                &signatures,
+                &targets,
                 &InstallOptions {
                     stack_words: a.stack_args.unwrap_or(0),
                     force_stack_words: a.stack_args.is_some(),
@@ -217,10 +214,12 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 EjectWhat::Functions(a.funcs.iter().map(|f| FuncSpec::parse(f)).collect())
             };
-            let report = eject_with_policy(
+            let report = eject(
                 a.pid,
-                &what,
-                call_policy(a.unwind_registration, a.safe_point_wait),
+                &EjectOptions {
+                    what,
+                    calls: call_policy(a.unwind_registration, a.safe_point_wait),
+                },
             )?;
             output::print_eject(&report);
         }
@@ -228,26 +227,26 @@ fn run(cli: Cli) -> Result<()> {
             let hooks = list(a.pid)?;
             output::print_list(a.pid, &hooks, a.json);
             if !a.json {
-                if let Ok((status, has_libgcc)) = injector::foreign_unwind::list_status(a.pid) {
+                if let Ok((status, has_libgcc)) = injector::unwind_status(a.pid) {
                     output::print_unwind_status(&status, has_libgcc);
                 }
             }
         }
         Command::Bt(a) => {
-            let opts = BacktraceOptions {
+            let mut opts = BacktraceOptions {
                 tid: a.tid,
                 show_trampolines: a.show_trampolines,
+                ..BacktraceOptions::default()
             };
-            let search = (!a.debug_dirs.is_empty()).then(|| DebugSearch {
-                dirs: a.debug_dirs.clone(),
-            });
+            if !a.debug_dirs.is_empty() {
+                opts.debug_search = DebugSearch {
+                    dirs: a.debug_dirs.clone(),
+                };
+            }
             match (a.pid, &a.core) {
-                (_, Some(core)) => bt_core(core, a.exe, a.sysroot, search, &opts, a.json)?,
+                (_, Some(core)) => bt_core(core, a.exe, a.sysroot, &opts, a.json)?,
                 (Some(pid), None) => {
                     let mut reader = ProcessReader::new(pid);
-                    if let Some(search) = search {
-                        reader.set_debug_search(search);
-                    }
                     let bt = reader.backtrace(&opts)?;
                     for w in reader.debug_warnings() {
                         eprintln!("argstash: warning: {w}");
@@ -269,7 +268,6 @@ fn bt_core(
     path: &Path,
     exe: Option<PathBuf>,
     sysroot: Option<PathBuf>,
-    search: Option<DebugSearch>,
     opts: &BacktraceOptions,
     json: bool,
 ) -> Result<()> {
@@ -288,7 +286,7 @@ fn bt_core(
         );
     }
     let core = CoreFile::open(path, CoreOptions { exe, sysroot })?;
-    let bt = backtrace_core_with(&core, opts, search.unwrap_or_default())?;
+    let bt = backtrace_core(&core, opts)?;
     for w in &bt.debug_warnings {
         eprintln!("argstash: warning: {w}");
     }

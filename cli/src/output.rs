@@ -1,8 +1,8 @@
 //! Text and JSON rendering of injector results.
 
-use injector::backtrace::{Backtrace, Frame, FrameKind};
-use injector::hooks::{EjectReport, HookInfo, InstallReport};
 use injector::reader::args::ArgValue;
+use injector::{Backtrace, Frame, FrameKind};
+use injector::{EjectReport, HookInfo, InstallReport};
 use serde_json::{json, Value};
 
 /// A value as a person reads it: small numbers in decimal, the rest in hex.
@@ -62,10 +62,7 @@ pub fn print_install(r: &InstallReport) {
 }
 
 /// Prints, per active hook, which other unwinders know about it.
-pub fn print_unwind_status(
-    status: &[injector::foreign_unwind::HookUnwindStatus],
-    has_libgcc: bool,
-) {
+pub fn print_unwind_status(status: &[injector::HookUnwindStatus], has_libgcc: bool) {
     if status.is_empty() {
         return;
     }
@@ -90,7 +87,7 @@ pub fn print_unwind_status(
 }
 
 /// Prints what happened to the hooks' unwind information (libgcc, perf map).
-fn print_unwind(u: &injector::foreign_unwind::UnwindReport, verb: &str) {
+fn print_unwind(u: &injector::UnwindReport, verb: &str) {
     if let Some(m) = &u.unwinder {
         println!("unwind info {verb} with {m} for {} hooks", u.registered);
     } else if u.registered > 0 {
@@ -160,11 +157,11 @@ fn hook_json(h: &HookInfo) -> Value {
 }
 
 /// Prints the hooks of a process.
-pub fn print_list(pid: i32, hooks: &[HookInfo], json: bool) {
+pub fn print_list(pid: injector::Pid, hooks: &[HookInfo], json: bool) {
     if json {
         println!(
             "{}",
-            json!({ "pid": pid, "hooks": hooks.iter().map(hook_json).collect::<Vec<_>>() })
+            json!({ "pid": pid.as_raw(), "hooks": hooks.iter().map(hook_json).collect::<Vec<_>>() })
         );
         return;
     }
@@ -384,7 +381,7 @@ pub fn print_backtrace(bt: &Backtrace, json: bool) {
             .iter()
             .map(|t| {
                 let mut v = json!({
-                    "tid": t.tid,
+                    "tid": t.tid.as_raw(),
                     "name": t.name,
                     "stopped_us": t.stopped.as_micros() as u64,
                     "frames": t.frames.iter().enumerate().map(|(i, f)| frame_json(i, f)).collect::<Vec<_>>(),
@@ -395,7 +392,7 @@ pub fn print_backtrace(bt: &Backtrace, json: bool) {
                 v
             })
             .collect();
-        println!("{}", json!({ "pid": bt.pid, "threads": threads }));
+        println!("{}", json!({ "pid": bt.pid.as_raw(), "threads": threads }));
         return;
     }
     for (n, t) in bt.threads.iter().enumerate() {

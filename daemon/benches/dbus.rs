@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use argstash_tests::{Target, Variant};
 use common::Bus;
-use injector::backtrace::{backtrace, BacktraceOptions, ProcessReader};
-use injector::hooks::{eject, install, EjectWhat, InstallOptions};
 use injector::reader::symbols::FuncSpec;
+use injector::{backtrace, BacktraceOptions, ProcessReader};
+use injector::{eject, install, EjectOptions, InstallOptions, Pid};
 
 const ROUNDS: usize = 30;
 
@@ -74,19 +74,21 @@ fn main() {
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     // Cold: a fresh reader, as one CLI run has, with no parsed debug info to share.
     let lib_cold: Vec<Duration> = (0..10)
-        .map(|_| time(|| drop(backtrace(pid, &BacktraceOptions::default()).unwrap())))
+        .map(|_| {
+            time(|| drop(backtrace(Pid::from_raw(pid), &BacktraceOptions::default()).unwrap()))
+        })
         .collect();
     // The daemon keeps a reader per process; so does the library side here.
-    let mut reader = ProcessReader::new(pid);
+    let mut reader = ProcessReader::new(Pid::from_raw(pid));
     let cli = cli();
     for _ in 0..ROUNDS {
         lib_inj.push(time(|| {
-            install(pid, &spec, &InstallOptions::default()).unwrap();
+            install(Pid::from_raw(pid), &spec, &InstallOptions::default()).unwrap();
         }));
         lib_bt.push(time(|| {
             reader.backtrace(&BacktraceOptions::default()).unwrap();
         }));
-        eject(pid, &EjectWhat::All).unwrap();
+        eject(Pid::from_raw(pid), &EjectOptions::all()).unwrap();
 
         bus_inj.push(time(|| {
             proxy.inject(pid as u32, &["bar"], HashMap::new()).unwrap();
@@ -112,7 +114,7 @@ fn main() {
                     .unwrap();
                 assert!(o.status.success());
             }));
-            eject(pid, &EjectWhat::All).unwrap();
+            eject(Pid::from_raw(pid), &EjectOptions::all()).unwrap();
         }
     }
     println!("argstashd round trips on seed (O2g, 1 thread), median of {ROUNDS}:");

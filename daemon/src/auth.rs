@@ -3,7 +3,7 @@
 use std::os::unix::fs::MetadataExt;
 
 use argstash_dbus::{Error, ErrorKind};
-use injector::ptrace::session::SessionError;
+use injector::SessionError;
 use zbus::fdo::DBusProxy;
 use zbus::names::{BusName, UniqueName};
 

@@ -4,12 +4,12 @@ use argstash_dbus::{
     hook_path, Arg, Error, ErrorHint, ErrorKind, Frame, HookEntry, HookUnwind, Inlined, Param,
     Thread, UnwindStatus, OPT_FLOAT_ARGS, OPT_STACK_ARGS,
 };
-use injector::backtrace::{Backtrace, FrameKind};
-use injector::error::{Hint, RequestOption, UNNAMED_CODE_ADVICE};
-use injector::hooks::HookInfo;
-use injector::ptrace::session::{Refusal, SessionError};
 use injector::reader::args::{ArgValue, SignatureError};
 use injector::reader::symbols::SymbolError;
+use injector::HookInfo;
+use injector::{Backtrace, FrameKind};
+use injector::{Hint, RequestOption, UNNAMED_CODE_ADVICE};
+use injector::{Refusal, SessionError};
 use trampolines::arena::HookState;
 use zbus::zvariant::OwnedObjectPath;
 
@@ -244,8 +244,8 @@ fn micros(d: std::time::Duration) -> u64 {
 /// Every field is named (no `..`): a field added to the injector's report does not
 /// compile here until it is carried, so `--bus` cannot silently print less than the
 /// standalone CLI. Notes are carried as they are, whatever they say.
-pub fn unwind_report(u: &injector::foreign_unwind::UnwindReport) -> argstash_dbus::UnwindReport {
-    let injector::foreign_unwind::UnwindReport {
+pub fn unwind_report(u: &injector::UnwindReport) -> argstash_dbus::UnwindReport {
+    let injector::UnwindReport {
         registered,
         unwinder,
         notes,
@@ -270,11 +270,8 @@ pub fn unwind_report(u: &injector::foreign_unwind::UnwindReport) -> argstash_dbu
 }
 
 /// An install report as `InjectWithReport` returns it (every field named, as in [`unwind_report`]).
-pub fn install_report(
-    pid: i32,
-    r: &injector::hooks::InstallReport,
-) -> argstash_dbus::InstallReport {
-    let injector::hooks::InstallReport {
+pub fn install_report(pid: i32, r: &injector::InstallReport) -> argstash_dbus::InstallReport {
+    let injector::InstallReport {
         hooks,
         stopped,
         threads,
@@ -305,8 +302,8 @@ pub fn install_report(
 }
 
 /// An eject report as `EjectWithReport` returns it (every field named, as in [`unwind_report`]).
-pub fn eject_report(pid: i32, r: &injector::hooks::EjectReport) -> argstash_dbus::EjectReport {
-    let injector::hooks::EjectReport {
+pub fn eject_report(pid: i32, r: &injector::EjectReport) -> argstash_dbus::EjectReport {
+    let injector::EjectReport {
         hooks,
         stopped,
         moved_threads,
@@ -322,17 +319,14 @@ pub fn eject_report(pid: i32, r: &injector::hooks::EjectReport) -> argstash_dbus
 }
 
 /// The unwind rows of `list` as `UnwindStatus` returns them.
-pub fn unwind_status(
-    status: &[injector::foreign_unwind::HookUnwindStatus],
-    has_libgcc: bool,
-) -> UnwindStatus {
+pub fn unwind_status(status: &[injector::HookUnwindStatus], has_libgcc: bool) -> UnwindStatus {
     UnwindStatus {
         has_libgcc: Some(has_libgcc),
         hooks: Some(
             status
                 .iter()
                 .map(|s| {
-                    let injector::foreign_unwind::HookUnwindStatus {
+                    let injector::HookUnwindStatus {
                         name,
                         arena,
                         slot,
@@ -426,7 +420,7 @@ pub fn threads(bt: &Backtrace) -> Vec<Thread> {
     bt.threads
         .iter()
         .map(|t| Thread {
-            tid: t.tid as u32,
+            tid: t.tid.as_raw() as u32,
             name: t.name.clone(),
             stopped_us: t.stopped.as_micros() as u64,
             truncated: t

@@ -13,8 +13,8 @@ use std::collections::VecDeque;
 use std::sync::mpsc;
 use std::sync::Mutex;
 
-use injector::backtrace::{Backtrace, BacktraceOptions, ProcessReader};
 use injector::reader::debuginfo::{DebugSearch, DwarfCache};
+use injector::{Backtrace, BacktraceOptions, Pid, ProcessReader};
 
 /// One cached reader: a process is identified by its pid and start time.
 struct Entry {
@@ -67,7 +67,13 @@ impl ReaderCache {
         opts: &BacktraceOptions,
     ) -> Result<Backtrace, injector::Error> {
         let (mut reader, stale) = self.take(pid, start);
-        let bt = reader.backtrace(opts);
+        let bt = match &self.search {
+            Some(search) => reader.backtrace(&BacktraceOptions {
+                debug_search: search.clone(),
+                ..opts.clone()
+            }),
+            None => reader.backtrace(opts),
+        };
         let debug = reader.take_debug_over(self.debug_bytes);
         let mut evicted = self.put(Entry { pid, start, reader });
         evicted.extend(stale);
@@ -110,11 +116,8 @@ impl ReaderCache {
             }
         }
         let reader = found.unwrap_or_else(|| {
-            let mut r = ProcessReader::new(pid);
+            let mut r = ProcessReader::new(Pid::from_raw(pid));
             r.set_dwarf_cache(self.dwarf.clone());
-            if let Some(s) = &self.search {
-                r.set_debug_search(s.clone());
-            }
             r
         });
         (reader, stale)

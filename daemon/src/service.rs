@@ -11,14 +11,14 @@ use argstash_dbus::{Error, ErrorKind, HookEntry, Thread, MANAGER_PATH};
 use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS};
 use async_io::{Async, Timer};
 use futures_lite::future;
-use injector::hooks::{
-    eject, install_with_signatures, list, EjectReport, EjectWhat, HookInfo, InstallOptions,
-    InstallReport,
-};
-use injector::ptrace::session::SessionError;
 use injector::reader::args::{parse_params, split_signature, Signature};
 use injector::reader::symbols::FuncSpec;
 use injector::reader::unwind::BacktraceOptions;
+use injector::SessionError;
+use injector::{
+    eject, install, list, EjectOptions, EjectReport, EjectWhat, HookInfo, HookTarget,
+    InstallOptions, InstallReport, Pid, Tid,
+};
 use trampolines::arena::HookState;
 use zbus::fdo::DBusProxy;
 use zbus::message::Header;
@@ -423,7 +423,7 @@ impl Shared {
                             if !shared.arenas_mapped(pid) {
                                 let listed = shared
                                     .workers
-                                    .run(pid, "revalidation", move || list(pid))
+                                    .run(pid, "revalidation", move || list(Pid::from_raw(pid)))
                                     .await;
                                 if let Ok(listed) = listed {
                                     shared.sync(&c, pid, listed).await;
@@ -494,7 +494,7 @@ impl Shared {
                 continue;
             }
             // Reading arenas needs no ptrace stop, so a hung target cannot delay the start.
-            let listed = blocking::unblock(move || list(pid)).await;
+            let listed = blocking::unblock(move || list(Pid::from_raw(pid))).await;
             if let Err(e) = &listed {
                 eprintln!("argstashd: cannot re-read process {pid}: {e}");
             }
@@ -516,8 +516,12 @@ impl Shared {
                 if let Err(e) = same_process(pid, start) {
                     return (Err(e), Err(SessionError::NoSuchProcess { pid }.into()));
                 }
-                let r = eject(pid, &what);
-                (r, list(pid))
+                let opts = EjectOptions {
+                    what,
+                    calls: Default::default(),
+                };
+                let r = eject(Pid::from_raw(pid), &opts);
+                (r, list(Pid::from_raw(pid)))
             })
             .await?;
         self.sync(conn, pid, listed).await;
@@ -540,14 +544,22 @@ impl Shared {
             return Err(invalid("name at least one function to hook".to_string()));
         }
         let (specs, signatures) = inject_specs(&functions, signatures)?;
+        let targets: Vec<HookTarget> = specs
+            .into_iter()
+            .zip(signatures)
+            .map(|(function, signature)| HookTarget {
+                function,
+                signature,
+            })
+            .collect();
         let (res, listed) = self
             .workers
             .run(pid, "Inject", move || {
                 if let Err(e) = same_process(pid, start) {
                     return (Err(e), Err(SessionError::NoSuchProcess { pid }.into()));
                 }
-                let r = install_with_signatures(pid, &specs, &signatures, &opts);
-                (r, list(pid))
+                let r = install(Pid::from_raw(pid), &targets, &opts);
+                (r, list(Pid::from_raw(pid)))
             })
             .await?;
         self.sync(conn, pid, listed).await;
@@ -677,9 +689,9 @@ fn backtrace_options(
         tid: if tid == 0 {
             None
         } else {
-            Some(i32::try_from(tid).map_err(|_| invalid(format!("{tid} is not a valid tid")))?)
+            Some(Tid::try_from(tid).map_err(|_| invalid(format!("{tid} is not a valid tid")))?)
         },
-        show_trampolines: false,
+        ..BacktraceOptions::default()
     };
     for (k, v) in options {
         match k.as_str() {
@@ -804,7 +816,7 @@ impl Manager {
             .workers
             .run(pid, "UnwindStatus", move || {
                 same_process(pid, start)?;
-                injector::foreign_unwind::list_status(pid)
+                injector::unwind_status(Pid::from_raw(pid))
             })
             .await?
             .map_err(|e| convert::error(pid, e))?;
@@ -842,7 +854,7 @@ impl Manager {
                 .workers
                 .run(pid, "ListHooks", move || {
                     same_process(pid, start)?;
-                    list(pid)
+                    list(Pid::from_raw(pid))
                 })
                 .await?;
             let entries = match &listed {
@@ -866,7 +878,7 @@ impl Manager {
                     continue;
                 }
                 // Reading arenas needs no ptrace stop: do not queue behind a stuck worker.
-                if let Ok(hooks) = blocking::unblock(move || list(pid)).await {
+                if let Ok(hooks) = blocking::unblock(move || list(Pid::from_raw(pid))).await {
                     out.extend(hooks.iter().map(|h| convert::hook_entry(pid, h)));
                 }
             }

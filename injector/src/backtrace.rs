@@ -4,6 +4,7 @@
 
 use reader::arena::discover;
 use reader::debuginfo::{DebugSearch, DwarfCache, ModuleDebug};
+use reader::ids::{Pid, Tid};
 use reader::memory::{Memory, StackSnapshot};
 use reader::procfs::{read_maps, MapEntry};
 use reader::symbols::ProcessSymbols;
@@ -70,9 +71,9 @@ pub struct ProcessReader {
 impl ProcessReader {
     /// A reader for `pid`; symbols are loaded by the first backtrace. Its DWARF
     /// parses are its own (see [`Self::set_dwarf_cache`]).
-    pub fn new(pid: i32) -> ProcessReader {
+    pub fn new(pid: Pid) -> ProcessReader {
         ProcessReader {
-            pid,
+            pid: pid.as_raw(),
             started: None,
             key: Vec::new(),
             unwind: None,
@@ -90,14 +91,6 @@ impl ProcessReader {
         self.dwarf = cache;
     }
 
-    /// Sets where separate debug files are looked for.
-    pub fn set_debug_search(&mut self, search: DebugSearch) {
-        if let Some(u) = self.unwind.as_mut() {
-            u.set_debug_search(search.clone());
-        }
-        self.search = search;
-    }
-
     /// Problems met while loading debug info (e.g. a debug file of another build).
     pub fn debug_warnings(&self) -> Vec<String> {
         self.unwind
@@ -107,8 +100,8 @@ impl ProcessReader {
     }
 
     /// The process this reader serves.
-    pub fn pid(&self) -> i32 {
-        self.pid
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.pid)
     }
 
     /// Takes out the loaded debug info of modules with more than `max_bytes` of
@@ -120,8 +113,17 @@ impl ProcessReader {
     }
 
     /// Takes a backtrace, reusing the cached symbols when they are still valid.
+    ///
+    /// Separate debug files are looked for where `opts.debug_search` says; a
+    /// change of it applies to modules whose debug info is not loaded yet.
     pub fn backtrace(&mut self, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
         let pid = self.pid;
+        if opts.debug_search != self.search {
+            self.search = opts.debug_search.clone();
+            if let Some(u) = self.unwind.as_mut() {
+                u.set_debug_search(self.search.clone());
+            }
+        }
         crate::target::check_target(pid, crate::target::Access::Stop)?;
         let arch = Arch::of_process(pid);
         let maps = read_maps(pid).map_err(|source| Error::Proc {
@@ -151,20 +153,10 @@ impl ProcessReader {
     }
 }
 
-/// Takes a backtrace of every thread (or one) of a live process.
-pub fn backtrace(pid: i32, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
+/// Takes a backtrace of every thread (or `opts.tid`) of a live process, stopping
+/// each thread only while its registers and stack are copied.
+pub fn backtrace(pid: Pid, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
     ProcessReader::new(pid).backtrace(opts)
-}
-
-/// Like [`backtrace`], looking for separate debug files as `search` says.
-pub fn backtrace_with_search(
-    pid: i32,
-    opts: &BacktraceOptions,
-    search: &DebugSearch,
-) -> Result<Backtrace, Error> {
-    let mut reader = ProcessReader::new(pid);
-    reader.set_debug_search(search.clone());
-    reader.backtrace(opts)
 }
 
 /// Stops each thread just long enough to copy its registers and stack, then unwinds the copy.
@@ -175,7 +167,7 @@ fn read_threads(
     unwind: &Unwinder,
     opts: &BacktraceOptions,
 ) -> Result<Backtrace, Error> {
-    let tids = match opts.tid {
+    let tids = match opts.tid.map(Tid::as_raw) {
         Some(t) => {
             if !thread_ids(pid)?.contains(&t) {
                 return Err(SessionError::NoSuchThread { pid, tid: t }.into());
@@ -208,12 +200,15 @@ fn read_threads(
         let regs = unwind.arch().dwarf_registers(&regs);
         let (frames, truncated) = unwind.unwind(&regs, &snapshot, opts.show_trampolines);
         threads.push(ThreadBacktrace {
-            tid,
+            tid: Tid::from_raw(tid),
             name: thread_name(pid, tid),
             frames,
             truncated,
             stopped,
         });
     }
-    Ok(Backtrace { pid, threads })
+    Ok(Backtrace {
+        pid: Pid::from_raw(pid),
+        threads,
+    })
 }

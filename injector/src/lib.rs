@@ -1,26 +1,105 @@
-//! The live-process side of argstash.
+//! argstash's live-process library: hook functions of a running process so that
+//! their arguments stay recoverable, and read stacks back with those arguments.
 //!
-//! Attaches to a running process over ptrace, finds functions by symbol, places an
-//! arena of trampolines near them, patches function entries, and reads stacks back
-//! with the stashed arguments. Reading without ptrace (symbols, DWARF, unwinding,
-//! core files) is the [`reader`] crate. The library is the product; the `argstash`
-//! binary and the daemon are thin drivers of the same API:
+//! A hook patches a function's entry with a jump to a small generated trampoline
+//! that pushes the argument registers into a self-describing stash frame and then
+//! *calls* the function. While that call is live its arguments sit on the stack,
+//! so any unwind (this crate's, gdb's, perf's, a crash reporter's) finds them.
 //!
-//! - [`hooks::install`], [`hooks::eject`], [`hooks::list`]
-//! - [`backtrace::backtrace`], and [`reader::core::backtrace_core`] for core files
+//! The few things a caller needs are here at the top:
 //!
-//! Every operation checks its target first ([`target::check_target`]), does slow work
-//! (symbols, code generation) before stopping the process, and leaves the process
-//! exactly as it was when it fails.
+//! | Operation | Function | Options | Result |
+//! |---|---|---|---|
+//! | hook functions | [`install`] | [`InstallOptions`], [`HookTarget`] | [`InstallReport`] |
+//! | remove hooks | [`eject`] | [`EjectOptions`] | [`EjectReport`] |
+//! | list hooks | [`list`] | | [`HookInfo`] |
+//! | read every thread's stack | [`backtrace`], [`ProcessReader`] (warm, for repeated reads) | [`BacktraceOptions`] | [`Backtrace`] |
+//! | read a core file's stacks | [`backtrace_core`] on a [`CoreFile`] | [`BacktraceOptions`] | [`CoreBacktrace`] |
+//!
+//! Every operation checks its target first, does the slow work (symbols, code
+//! generation) before stopping the process, stops every thread only for the
+//! patch itself, and leaves the process exactly as it was when it fails; errors
+//! are [`Error`], whose [`Error::hint`] says what the caller can do.
+//!
+//! Reading without ptrace (symbols, DWARF, argument types, unwinding from any
+//! [`Memory`], core files, CPython frames) is the [`reader`] crate, re-exported.
+//!
+//! # Example
+//!
+//! Hook `clock_nanosleep` in a running `sleep`, see the hook, read its stack, and
+//! take the hook out again (needs ptrace rights over the child, as the tests have):
+//!
+//! ```
+//! use injector::{backtrace, eject, install, list, BacktraceOptions, EjectOptions, HookTarget, InstallOptions, Pid};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut child = std::process::Command::new("sleep").arg("30").spawn()?;
+//! let pid = Pid::try_from(child.id())?;
+//! # std::thread::sleep(std::time::Duration::from_millis(200));
+//!
+//! let report = install(pid, &["clock_nanosleep"], &InstallOptions::default())?;
+//! println!("threads stopped for {:?}", report.stopped);
+//! assert_eq!(list(pid)?.len(), 1);
+//!
+//! for thread in backtrace(pid, &BacktraceOptions::default())?.threads {
+//!     for frame in &thread.frames {
+//!         println!("{} {}", thread.tid, frame.function.as_deref().unwrap_or("??"));
+//!     }
+//! }
+//!
+//! eject(pid, &EjectOptions::all())?;
+//! child.kill()?;
+//! # child.wait()?;
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
 
-pub mod arch;
-pub mod backtrace;
-pub mod error;
-pub mod foreign_unwind;
-pub mod hooks;
-pub mod memory;
-pub mod ptrace;
-pub mod target;
+mod arch;
+mod backtrace;
+mod error;
+mod foreign_unwind;
+mod hooks;
+mod memory;
+mod ptrace;
+mod target;
 
-pub use error::Error;
 pub use reader;
+pub use reader::ids::{IdError, Pid, Tid};
+
+// Hooks.
+pub use hooks::arena::ARENA_CAPACITY;
+pub use hooks::window::WindowSource;
+pub use hooks::{
+    eject, install, list, EjectOptions, EjectReport, EjectWhat, HookInfo, HookTarget,
+    InstallOptions, InstallReport, RipCensus,
+};
+pub use reader::args::Signature;
+pub use reader::symbols::FuncSpec;
+pub use trampolines::arena::HookState;
+
+// Other unwinders fed through hooks (libgcc, gdb, perf).
+pub use foreign_unwind::{
+    list_status as unwind_status, CallPolicy, HookUnwindStatus, RemoteCalls, UnwindReport,
+};
+
+// Backtraces.
+pub use backtrace::{
+    backtrace, Backtrace, BacktraceOptions, Frame, FrameKind, InlinedFrame, ProcessReader,
+    StashSlot, StashedArgs, StopReason, ThreadBacktrace,
+};
+pub use reader::core::{backtrace_core, CoreBacktrace, CoreFile, CoreOptions};
+pub use reader::debugfile::DebugSearch;
+pub use reader::debuginfo::DwarfCache;
+
+// Errors.
+pub use error::{
+    hint_of, Change, Error, FarJumpRefusal, Hint, Operation, RequestOption, Since, UnsureWindow,
+    UNNAMED_CODE_ADVICE,
+};
+pub use ptrace::call::RemoteCallError;
+pub use ptrace::session::{Refusal, SessionError, UnexpectedState};
+
+// Lower level: a process's memory, and a ptrace session on it.
+pub use memory::{Memory, MemoryError, ProcessMemory, WriteMemory};
+pub use ptrace::session::Session;

@@ -104,8 +104,6 @@ pub struct ProcessInfo {
     pub arch: Arch,
     /// Its command name (`comm`).
     pub comm: String,
-    /// When it started, in clock ticks since boot: with the pid, its identity.
-    pub start_time: u64,
     /// Its address space (`/proc/PID/maps`).
     pub maps: Vec<MapEntry>,
     /// Code that remote system calls and calls run through, found before a stop
@@ -135,7 +133,6 @@ impl ProcessInfo {
             pid,
             arch,
             comm,
-            start_time,
             maps,
             gadgets: Gadgets::new(pid, start_time),
         })
@@ -168,10 +165,10 @@ mod tests {
         let info = ProcessInfo::read(pid, Access::Read).unwrap();
         assert_eq!(info.arch, Arch::X86_64);
         assert_eq!(info.comm, procfs::read_comm(pid).unwrap());
-        assert_eq!(info.start_time, procfs::read_stat(pid).unwrap().start_time);
+        let start_time = procfs::read_stat(pid).unwrap().start_time;
         let here = context_of_a_process as fn() as usize as u64;
         assert!(info.maps.iter().any(|m| m.contains(here)));
-        assert_eq!(info.gadgets.owner(), (pid, info.start_time));
+        assert_eq!(info.gadgets.owner(), (pid, start_time));
         assert!(matches!(
             ProcessInfo::read(-3, Access::Read),
             Err(Error::Session(SessionError::NoSuchProcess { pid: -3 }))

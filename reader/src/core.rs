@@ -13,7 +13,6 @@
 //! the mappings rebuilt from the segments. A mapped file missing on disk only costs
 //! its frames their names (they show addresses); it never fails the backtrace.
 
-use crate::debuginfo::DebugSearch;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
@@ -28,6 +27,7 @@ use goblin::elf::program_header::{ProgramHeader, PF_R, PF_W, PF_X, PT_LOAD, PT_N
 
 use crate::arena::{discover, ArenaError};
 use crate::hint::Hint;
+use crate::ids::{Pid, Tid};
 use crate::memory::{Memory, MemoryError};
 use crate::procfs::{MapEntry, Perms};
 use crate::symbols::{Module, ProcessSymbols, SymbolError, VDSO};
@@ -1205,32 +1205,24 @@ pub struct CoreBacktrace {
     pub debug_warnings: Vec<String>,
 }
 
-/// Unwinds every thread (or `opts.tid`) of a core, with stashed arguments from its arenas.
+/// Unwinds every thread (or `opts.tid`) of a core, with stashed arguments from
+/// its arenas, looking for separate debug files where `opts.debug_search` says.
 pub fn backtrace_core(
     core: &CoreFile,
     opts: &BacktraceOptions,
-) -> Result<CoreBacktrace, CoreError> {
-    backtrace_core_with(core, opts, DebugSearch::default())
-}
-
-/// [`backtrace_core`], looking for separate debug files as `search` says.
-pub fn backtrace_core_with(
-    core: &CoreFile,
-    opts: &BacktraceOptions,
-    search: DebugSearch,
 ) -> Result<CoreBacktrace, CoreError> {
     let maps = core.maps();
     let (symbols, missing) = core.symbols(&maps);
     let arenas = discover(&maps, core)?;
     let mut unwind = Unwinder::new(core.arch, symbols, arenas);
-    unwind.set_debug_search(search);
+    unwind.set_debug_search(opts.debug_search.clone());
     let selected: Vec<&CoreThread> = match opts.tid {
         Some(tid) => {
-            let t: Vec<&CoreThread> = core.threads.iter().filter(|t| t.tid == tid).collect();
+            let t: Vec<&CoreThread> = core.threads.iter().filter(|t| tid == t.tid).collect();
             if t.is_empty() {
                 return Err(CoreError::NoSuchThread {
                     path: core.path.display().to_string(),
-                    tid,
+                    tid: tid.as_raw(),
                     threads: core.threads.iter().map(|t| t.tid).collect(),
                 });
             }
@@ -1243,7 +1235,7 @@ pub fn backtrace_core_with(
         .map(|t| {
             let (frames, truncated) = unwind.unwind(&t.registers, core, opts.show_trampolines);
             ThreadBacktrace {
-                tid: t.tid,
+                tid: Tid::from_raw(t.tid),
                 name: if t.tid == core.pid {
                     core.command.clone()
                 } else {
@@ -1257,7 +1249,7 @@ pub fn backtrace_core_with(
         .collect();
     Ok(CoreBacktrace {
         backtrace: Backtrace {
-            pid: core.pid,
+            pid: Pid::from_raw(core.pid),
             threads,
         },
         signal: core.threads.first().map_or(0, |t| t.signal),
@@ -1619,8 +1611,8 @@ mod tests {
         let err = backtrace_core(
             &c,
             &BacktraceOptions {
-                tid: Some(5),
-                show_trampolines: false,
+                tid: Some(Tid::from_raw(5)),
+                ..BacktraceOptions::default()
             },
         )
         .unwrap_err()

@@ -66,7 +66,7 @@ pub enum DebugSource {
 }
 
 /// Where to look for separate debug files.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DebugSearch {
     /// Global debug directories, searched in order (default: `/usr/lib/debug`).
     pub dirs: Vec<PathBuf>,

@@ -19,6 +19,8 @@
 //! - [`core`]: core files as a memory, thread and module source.
 //! - [`python`]: CPython's threads, frames and arguments, paired with native frames.
 
+#![deny(missing_docs)]
+
 pub mod arena;
 pub mod args;
 pub mod core;
@@ -27,6 +29,7 @@ pub mod debuginfo;
 pub mod dwarf;
 pub mod error;
 pub mod hint;
+pub mod ids;
 pub mod memory;
 pub mod procfs;
 pub mod python;

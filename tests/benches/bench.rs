@@ -35,9 +35,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use argstash_tests::{argstash, build, consts, Opt, Target, Variant};
-use injector::backtrace::{backtrace, BacktraceOptions, ProcessReader};
-use injector::hooks::{eject, install, EjectWhat, InstallOptions, InstallReport};
 use injector::reader::symbols::FuncSpec;
+use injector::{backtrace, BacktraceOptions, ProcessReader};
+use injector::{eject, install, EjectOptions, InstallOptions, InstallReport, Pid};
 
 /// Timeout for one fixture reply.
 const REPLY: Duration = Duration::from_secs(30);
@@ -359,7 +359,7 @@ fn run_call_bench(title: &str, variant: Variant, conds: [(&str, Option<u16>); 3]
     let mut t = Target::start("bench_call", variant);
     let pid = t.pid();
     let work = [FuncSpec::parse("work")];
-    let eject_work = EjectWhat::Functions(work.to_vec());
+    let eject_work = EjectOptions::functions(work.to_vec());
 
     measure_calls(&mut t, 20); // warm-up: caches, branch predictors, CPU frequency
 
@@ -373,7 +373,7 @@ fn run_call_bench(title: &str, variant: Variant, conds: [(&str, Option<u16>); 3]
             let words = conds[ci].1;
             if let Some(stack_words) = words {
                 let r = install(
-                    pid,
+                    Pid::from_raw(pid),
                     &work,
                     &InstallOptions {
                         stack_words,
@@ -386,7 +386,8 @@ fn run_call_bench(title: &str, variant: Variant, conds: [(&str, Option<u16>); 3]
             }
             let m = measure_calls(&mut t, ROUNDS);
             if words.is_some() {
-                eject(pid, &eject_work).unwrap_or_else(|e| panic!("eject work: {e}"));
+                eject(Pid::from_raw(pid), &eject_work)
+                    .unwrap_or_else(|e| panic!("eject work: {e}"));
             }
             let diffs: Vec<f64> = m.iter().map(|(w, p)| w - p).collect();
             cycle_diff[ci].push(median(&diffs));
@@ -529,8 +530,8 @@ fn bench_args() {
             let (_, shape, opts) = conds[ci];
             let spec = [FuncSpec::parse(shape)];
             if let Some(opts) = opts {
-                let r =
-                    install(pid, &spec, &opts).unwrap_or_else(|e| panic!("install {shape}: {e}"));
+                let r = install(Pid::from_raw(pid), &spec, &opts)
+                    .unwrap_or_else(|e| panic!("install {shape}: {e}"));
                 let h = &r.hooks[0];
                 windows[ci] = format!(
                     "{}{}{}",
@@ -541,7 +542,7 @@ fn bench_args() {
             }
             let m = measure_shape(&mut t, shape, ROUNDS);
             if opts.is_some() {
-                eject(pid, &EjectWhat::Functions(spec.to_vec()))
+                eject(Pid::from_raw(pid), &EjectOptions::functions(spec.to_vec()))
                     .unwrap_or_else(|e| panic!("eject {shape}: {e}"));
             }
             let diffs: Vec<f64> = m.iter().map(|(w, p)| w - p).collect();
@@ -756,7 +757,7 @@ fn timed_install(t: &mut Target) -> (InstallReport, f64, Duration) {
     gap_reset(t);
     let t0 = Instant::now();
     let r = install(
-        pid,
+        Pid::from_raw(pid),
         &[FuncSpec::parse("handler")],
         &InstallOptions::default(),
     )
@@ -769,7 +770,7 @@ fn bench_gap() {
     println!("\n## 2. Stop window (bench_gap.c: watcher thread + idle threads, hook on handler)\n");
     let exe = build("bench_gap", Variant::O2G);
     let bin = argstash();
-    let eject_handler = EjectWhat::Functions(vec![FuncSpec::parse("handler")]);
+    let eject_handler = EjectOptions::functions(vec![FuncSpec::parse("handler")]);
     let mut table =
         Table::new(&["threads", "what", "n", "median us", "p90 us", "max us"]).left_aligned(2);
     for threads in [2usize, 64] {
@@ -786,7 +787,7 @@ fn bench_gap() {
             s.gap_arena.push(gap);
             s.threads_seen.push(r.threads);
             let mut window = wall;
-            eject(pid, &eject_handler).unwrap_or_else(|e| panic!("eject: {e}"));
+            eject(Pid::from_raw(pid), &eject_handler).unwrap_or_else(|e| panic!("eject: {e}"));
             for i in 0..GAP_ITERS {
                 let baseline = |t: &mut Target, window: Duration| {
                     gap_reset(t);
@@ -808,7 +809,8 @@ fn bench_gap() {
                 window = wall;
                 gap_reset(&mut t);
                 let t0 = Instant::now();
-                let e = eject(pid, &eject_handler).unwrap_or_else(|e| panic!("eject: {e}"));
+                let e = eject(Pid::from_raw(pid), &eject_handler)
+                    .unwrap_or_else(|e| panic!("eject: {e}"));
                 s.wall_eject.push(ms(t0.elapsed()));
                 s.stop_eject.push(us(e.stopped));
                 s.gap_eject.push(gap_report(&mut t));
@@ -950,7 +952,7 @@ fn bench_cli() {
     let pid = t.pid();
     let p = pid.to_string();
     let spec = [FuncSpec::parse("bar")];
-    let eject_bar = EjectWhat::Functions(spec.to_vec());
+    let eject_bar = EjectOptions::functions(spec.to_vec());
     // Create the arena once (untimed), so every timed inject reuses it.
     time_cmd(&mut argstash_at(
         &bin,
@@ -990,14 +992,16 @@ fn bench_cli() {
         eject_w.push(ms(w));
         // The same operations through the library, in this process (no exec, no output).
         let t0 = Instant::now();
-        install(pid, &spec, &InstallOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        install(Pid::from_raw(pid), &spec, &InstallOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
         lib_install.push(ms(t0.elapsed()));
         wait_next_iter(&mut t);
         let t0 = Instant::now();
-        let bt = backtrace(pid, &BacktraceOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        let bt = backtrace(Pid::from_raw(pid), &BacktraceOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
         lib_bt.push(ms(t0.elapsed()));
         bt_stop.extend(bt.threads.iter().map(|th| ms(th.stopped)));
-        eject(pid, &eject_bar).unwrap_or_else(|e| panic!("{e}"));
+        eject(Pid::from_raw(pid), &eject_bar).unwrap_or_else(|e| panic!("{e}"));
     }
 
     let mut gdb_w = Vec::new();
@@ -1221,7 +1225,7 @@ fn bench_dwarf() {
         nodebug_wall.push(ms(w));
     }
 
-    let mut reader = ProcessReader::new(pid);
+    let mut reader = ProcessReader::new(Pid::from_raw(pid));
     let t0 = Instant::now();
     let bt = reader
         .backtrace(&BacktraceOptions::default())

@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use argstash_tests::*;
-use injector::hooks::{eject, install, EjectWhat, InstallOptions};
 use injector::reader::symbols::FuncSpec;
+use injector::{eject, install, EjectOptions, InstallOptions, Pid};
 
 const ROUNDS: usize = 15;
 
@@ -87,13 +87,14 @@ fn main() {
                 (&mut inject_again, &mut eject_again),
             ] {
                 let started = Instant::now();
-                let r = install(t.pid(), &spec, &InstallOptions::default()).expect("install");
+                let r = install(Pid::from_raw(t.pid()), &spec, &InstallOptions::default())
+                    .expect("install");
                 inj.wall.push(us(started.elapsed()));
                 inj.stop.push(us(r.stopped));
                 inj.unwind.push(us(r.unwind.elapsed));
                 inj.jitdump.push(us(r.unwind.perf_jitdump_elapsed));
                 let started = Instant::now();
-                let r = eject(t.pid(), &EjectWhat::All).expect("eject");
+                let r = eject(Pid::from_raw(t.pid()), &EjectOptions::all()).expect("eject");
                 ej.wall.push(us(started.elapsed()));
                 ej.stop.push(us(r.stopped));
                 ej.unwind.push(us(r.unwind.elapsed));

@@ -66,6 +66,8 @@
 //! - [`x86_64`]: stash frame, trampoline emitter (dynasmrt), prologue relocation (iced-x86).
 //! - [`i386`]: the same for 32-bit x86 targets (frame below).
 
+#![deny(missing_docs)]
+
 pub mod arena;
 pub mod error;
 pub mod i386;

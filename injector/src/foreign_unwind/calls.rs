@@ -23,7 +23,7 @@ pub const SAFE_POINT_WAIT: Duration = Duration::from_millis(500);
 /// registration, the loader's `dlopen`/`dlclose` for the gdb JIT helper).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RemoteCalls {
-    /// Only on a thread proved to be at a safe point ([`crate::ptrace::safe_point`]), found
+    /// Only on a thread proved to be at a safe point (`safe_point`), found
     /// within the wait allowed; otherwise the call is skipped and reported.
     #[default]
     AtSafePoints,
@@ -32,7 +32,7 @@ pub enum RemoteCalls {
     Off,
 }
 
-/// How [`super::register`] and [`super::unregister`] may run code in the target.
+/// How `register` and `unregister` may run code in the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallPolicy {
     /// Whether calls run at all.

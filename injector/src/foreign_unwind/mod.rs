@@ -48,14 +48,10 @@ mod symbol_file;
 #[cfg(test)]
 mod tests;
 
-pub use calls::{CallPolicy, RemoteCalls, CALL_TIMEOUT, SAFE_POINT_WAIT};
-pub use files::{perf_map_path, symbol_file_path};
+pub use calls::{CallPolicy, RemoteCalls};
 pub use libgcc::{find_unwinder, Unwinder};
-pub use perf_map::lines as perf_map_lines;
 pub use report::UnwindReport;
-pub use slots::{
-    eh_frame_for, hook_of, init_area, map_area, read_area, write_slot, EhFrameError, UnwindHook,
-};
+pub use slots::{hook_of, init_area, map_area, read_area, write_slot, UnwindHook};
 pub use symbol_file::refresh_symbol_file;
 
 use trampolines::unwind_area::{FLAG_GDB_JIT, FLAG_PERF_JIT, FLAG_PERF_MAP};
@@ -211,7 +207,8 @@ pub struct HookUnwindStatus {
 }
 
 /// Unwind status of every active hook of `pid`, and whether the process has libgcc's unwinder.
-pub fn list_status(pid: i32) -> Result<(Vec<HookUnwindStatus>, bool), Error> {
+pub fn list_status(pid: reader::ids::Pid) -> Result<(Vec<HookUnwindStatus>, bool), Error> {
+    let pid = pid.as_raw();
     use trampolines::arena::HookState;
     let maps = reader::procfs::read_maps(pid).map_err(|source| Error::Proc {
         path: format!("/proc/{pid}/maps"),

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// What [`super::register`] or [`super::unregister`] did.
+/// What `register` or `unregister` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnwindReport {
     /// Hooks whose `.eh_frame` is registered with (or was removed from) the in-process unwinder.

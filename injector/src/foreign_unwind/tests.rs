@@ -18,6 +18,8 @@ use super::calls::{with_any_thread, AnyThreadError, Borrower, CallSkipped};
 use super::gdb_jit::{link_map_of, loaded_helper, HELPER_SO};
 use super::perf_jit::{fde_starts, jitdump_path, map_marker, marker_mapping, unmap_marker};
 use super::perf_jit::{MarkerError, JITDUMP_HEADER_LEN};
+use super::perf_map::lines as perf_map_lines;
+use super::slots::eh_frame_for;
 use super::slots::{read_slot, set_flags, set_registered, REGISTRATION_PENDING};
 use super::*;
 use crate::memory::{Memory, MemoryError, WriteMemory};

@@ -29,6 +29,7 @@ pub fn within_reach(a: &Range<u64>, b: &Range<u64>) -> bool {
 
 /// Candidate base addresses for a new arena of `len` bytes within reach of `near`,
 /// nearest first, each inside a currently free gap of the address space.
+#[cfg(test)]
 pub fn placement_candidates(maps: &[MapEntry], near: &Range<u64>, len: u64) -> Vec<u64> {
     placement_candidates_below(maps, near, len, 0x7fff_ffff_f000)
 }

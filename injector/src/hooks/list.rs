@@ -6,9 +6,11 @@ use crate::hooks::HookInfo;
 use crate::memory::ProcessMemory;
 use crate::target::{Access, ProcessInfo};
 use reader::arena::discover;
+use reader::ids::Pid;
 
 /// Lists every hook recorded in the target's arenas (active and ejected).
-pub fn list(pid: i32) -> Result<Vec<HookInfo>, Error> {
+pub fn list(pid: Pid) -> Result<Vec<HookInfo>, Error> {
+    let pid = pid.as_raw();
     let ctx = ProcessInfo::read(pid, Access::Read)?;
     let mem = ProcessMemory::open(pid)?;
     let arenas = discover(&ctx.maps, &mem)?;

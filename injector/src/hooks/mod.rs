@@ -37,6 +37,7 @@ use crate::hooks::plan::Plan;
 use crate::memory::ProcessMemory;
 use crate::target::{Access, ProcessInfo};
 use reader::arena::discover;
+use reader::ids::Pid;
 use reader::symbols::FuncSpec;
 
 pub use list::list;
@@ -46,7 +47,7 @@ pub use list::list;
 pub struct InstallOptions {
     /// Incoming stack words to copy for callees that read stack-passed arguments;
     /// 0 (unless `force_stack_words`) lets each function's code (or, later, its
-    /// signature) decide, see [`crate::hooks::window`].
+    /// signature) decide, see `window`.
     pub stack_words: u16,
     /// Copy exactly `stack_words` even when it is 0 (the user said `--stack-args 0`).
     pub force_stack_words: bool,
@@ -190,25 +191,63 @@ fn now_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// Hooks every function in `specs` in process `pid` in one stop.
-pub fn install(
-    pid: i32,
-    specs: &[FuncSpec],
-    opts: &InstallOptions,
-) -> Result<InstallReport, Error> {
-    install_with_signatures(pid, specs, &[], opts)
+/// One function to hook, and optionally its parameter list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookTarget {
+    /// The function (`name`, `module!name` or an address).
+    pub function: FuncSpec,
+    /// Its parameter list (`int, const char *`, see [`reader::args::split_signature`]),
+    /// stored with the hook so that a later backtrace types the stashed values
+    /// without DWARF.
+    pub signature: Option<reader::args::Signature>,
 }
 
-/// Like [`install`], also storing `signatures[i]` (a parameter list such as
-/// `int, const char *`, see [`reader::args::split_signature`]) with the hook of
-/// `specs[i]`, so a later `bt` can type the stashed values without DWARF.
-pub fn install_with_signatures(
-    pid: i32,
-    specs: &[FuncSpec],
-    signatures: &[Option<reader::args::Signature>],
+impl HookTarget {
+    /// Hooks `function`, typed from DWARF when it has any.
+    pub fn new(function: FuncSpec) -> HookTarget {
+        HookTarget {
+            function,
+            signature: None,
+        }
+    }
+
+    /// Stores `signature` with the hook.
+    pub fn with_signature(mut self, signature: reader::args::Signature) -> HookTarget {
+        self.signature = Some(signature);
+        self
+    }
+}
+
+impl From<FuncSpec> for HookTarget {
+    fn from(function: FuncSpec) -> HookTarget {
+        HookTarget::new(function)
+    }
+}
+
+impl From<&str> for HookTarget {
+    /// Parses `name`, `module!name` or `0xADDR` as [`FuncSpec::parse`] does.
+    fn from(text: &str) -> HookTarget {
+        HookTarget::new(FuncSpec::parse(text))
+    }
+}
+
+/// Hooks every function in `targets` in process `pid`, in one stop.
+///
+/// All or nothing: when any function cannot be hooked, none is and the process
+/// is left as it was.
+///
+/// `targets` may be [`HookTarget`]s, [`FuncSpec`]s or names (`&str`).
+pub fn install<T: Clone + Into<HookTarget>>(
+    pid: Pid,
+    targets: &[T],
     opts: &InstallOptions,
 ) -> Result<InstallReport, Error> {
-    install_inner(pid, specs, signatures, opts)
+    let pid = pid.as_raw();
+    let targets: Vec<HookTarget> = targets.iter().cloned().map(Into::into).collect();
+    let specs: Vec<FuncSpec> = targets.iter().map(|t| t.function.clone()).collect();
+    let signatures: Vec<Option<reader::args::Signature>> =
+        targets.iter().map(|t| t.signature.clone()).collect();
+    install_inner(pid, &specs, &signatures, opts)
         .map_err(|e| crate::error::exited_during(pid, crate::error::Operation::Inject, e))
 }
 
@@ -293,20 +332,40 @@ fn register(
     crate::foreign_unwind::register(ctx.pid, unwinders, hooks, opts.calls, &mut ctx.gadgets)
 }
 
+/// Options for [`eject`]: which hooks, and how deregistration may run code in the target.
+#[derive(Debug, Clone)]
+pub struct EjectOptions {
+    /// Which hooks to remove.
+    pub what: EjectWhat,
+    /// Whether and how functions of the target may run to deregister the hooks'
+    /// unwind information (libgcc, the gdb JIT helper).
+    pub calls: crate::foreign_unwind::CallPolicy,
+}
+
+impl EjectOptions {
+    /// Every active hook, with the default call policy.
+    pub fn all() -> EjectOptions {
+        EjectOptions {
+            what: EjectWhat::All,
+            calls: Default::default(),
+        }
+    }
+
+    /// The hooks of `functions`, with the default call policy.
+    pub fn functions(functions: Vec<FuncSpec>) -> EjectOptions {
+        EjectOptions {
+            what: EjectWhat::Functions(functions),
+            calls: Default::default(),
+        }
+    }
+}
+
 /// Removes hooks: restores the original bytes exactly and marks the records ejected.
 ///
 /// Trampoline code is never unmapped: a thread may still return into it.
-pub fn eject(pid: i32, what: &EjectWhat) -> Result<EjectReport, Error> {
-    eject_with_policy(pid, what, crate::foreign_unwind::CallPolicy::default())
-}
-
-/// [`eject`], with a policy for the calls in the target that deregistration makes.
-pub fn eject_with_policy(
-    pid: i32,
-    what: &EjectWhat,
-    calls: crate::foreign_unwind::CallPolicy,
-) -> Result<EjectReport, Error> {
-    eject_inner(pid, what, calls)
+pub fn eject(pid: Pid, opts: &EjectOptions) -> Result<EjectReport, Error> {
+    let pid = pid.as_raw();
+    eject_inner(pid, &opts.what, opts.calls)
         .map_err(|e| crate::error::exited_during(pid, crate::error::Operation::Eject, e))
 }
 

@@ -161,7 +161,7 @@ fn a_commit_failing_at_any_write_leaves_the_target_as_it_was() {
     assert_eq!(done.hooks[0].name, "work");
     assert_eq!(done.unwind_hooks.len(), 1);
     assert_eq!(ask(&mut child, 6), "43", "the hooked function works");
-    assert_eq!(list(pid).unwrap().len(), 1);
+    assert_eq!(list(Pid::from_raw(pid)).unwrap().len(), 1);
 
     assert_eq!(
         eject_through_every_failure(pid),
@@ -182,12 +182,12 @@ fn a_commit_failing_at_any_write_leaves_the_target_as_it_was() {
     assert!(done.new_arenas.is_empty());
     assert_eq!(done.hooks[0].slot, 1);
     assert_eq!(ask(&mut child, 2), "15");
-    let listed = list(pid).unwrap();
+    let listed = list(Pid::from_raw(pid)).unwrap();
     assert_eq!(
         listed.iter().map(|h| h.state).collect::<Vec<_>>(),
         [HookState::Ejected, HookState::Active]
     );
-    eject(pid, &EjectWhat::All).unwrap();
+    eject(Pid::from_raw(pid), &EjectOptions::all()).unwrap();
     assert_eq!(ask(&mut child, 1), "8");
 }
 
@@ -230,11 +230,16 @@ fn a_plan_stops_nothing_and_places_the_hook_near_its_module() {
         .unwrap();
     assert!(matches!(e, Error::Duplicate { .. }), "{e}");
     // And a hooked one too.
-    install(pid, &work_spec(), &InstallOptions::default()).unwrap();
+    install(
+        Pid::from_raw(pid),
+        &[HookTarget::from("work")],
+        &InstallOptions::default(),
+    )
+    .unwrap();
     let ctx = ProcessInfo::read(pid, Access::Stop).unwrap();
     let e = Plan::new(&ctx, &mem, &work_spec(), &[], &InstallOptions::default())
         .err()
         .unwrap();
     assert!(matches!(e, Error::AlreadyHooked { .. }), "{e}");
-    eject(pid, &EjectWhat::All).unwrap();
+    eject(Pid::from_raw(pid), &EjectOptions::all()).unwrap();
 }

@@ -13,7 +13,7 @@
 //!
 //! A signature is known when the user typed one (`--func 'f(int, double)'`) or
 //! the module's DWARF describes the function; [`placement_of`] converts its
-//! parameter types ([`param_type`]) and refuses (returns `None`, so the code
+//! parameter types ([`reader::args::x86_64::param_type`]) and refuses (returns `None`, so the code
 //! decides) whenever one of them cannot be classified with certainty: unknown or
 //! incomplete types, bit-fields, `_Float128`, complex numbers, and C++ class
 //! types (which may be passed by invisible reference).
@@ -22,7 +22,7 @@ use trampolines::x86_64::{analyse_stack_reads, ArgPlacement, StackReads, MAX_STA
 
 use crate::error::UnsureWindow;
 use crate::memory::Memory;
-pub use reader::args::x86_64::{param_type, placement_of, signature_of};
+pub use reader::args::x86_64::placement_of;
 use reader::symbols::ProcessSymbols;
 
 /// Stack words copied for a variadic function when the user gives no `--stack-args`.
@@ -43,7 +43,7 @@ pub enum WindowSource {
     Signature,
     /// The function's instructions.
     Code,
-    /// The variadic default ([`DEFAULT_VARIADIC_WORDS`]).
+    /// The variadic default (`DEFAULT_VARIADIC_WORDS`).
     VariadicDefault,
 }
 

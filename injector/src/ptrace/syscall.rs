@@ -70,7 +70,7 @@ pub(crate) fn set_sigmask(tid: i32, mask: u64) -> Result<(), Errno> {
 }
 
 impl Session {
-    /// Uses `addr` (which must hold `0f 05`) for remote system calls, e.g. one found by [`crate::ptrace::gadgets::Gadgets::find`] before stopping.
+    /// Uses `addr` (which must hold `0f 05`) for remote system calls, e.g. one found by `find` before stopping.
     pub fn set_syscall_gadget(&mut self, addr: u64) -> Result<(), SessionError> {
         let pid = self.pid;
         let mut got = [0u8; 2];

@@ -5,14 +5,18 @@ use std::time::Duration;
 use trampolines::error::FrameError;
 
 use crate::args::ArgValue;
+use crate::debugfile::DebugSearch;
+use crate::ids::{Pid, Tid};
 
-/// Options of a backtrace.
-#[derive(Debug, Clone, Copy, Default)]
+/// Options of a backtrace (of a live process or a core file).
+#[derive(Debug, Clone, Default)]
 pub struct BacktraceOptions {
     /// Only this thread.
-    pub tid: Option<i32>,
+    pub tid: Option<Tid>,
     /// Include trampoline frames.
     pub show_trampolines: bool,
+    /// Where to look for separate debug files (default: `/usr/lib/debug`).
+    pub debug_search: DebugSearch,
 }
 
 /// What kind of code a frame's pc is in.
@@ -160,7 +164,7 @@ impl Frame {
 #[derive(Debug, Clone)]
 pub struct ThreadBacktrace {
     /// Thread id.
-    pub tid: i32,
+    pub tid: Tid,
     /// Thread name (`comm`).
     pub name: String,
     /// Frames, innermost first.
@@ -175,7 +179,7 @@ pub struct ThreadBacktrace {
 #[derive(Debug, Clone)]
 pub struct Backtrace {
     /// Process id.
-    pub pid: i32,
+    pub pid: Pid,
     /// Threads, in `/proc/PID/task` order.
     pub threads: Vec<ThreadBacktrace>,
 }

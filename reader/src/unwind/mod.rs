@@ -7,15 +7,15 @@
 //! resumes it and unwinds the copy) and a core file ([`crate::core`]).
 //!
 //! [`Unwinder`] is the one entry, for x86-64 and i386 processes alike. The
-//! algorithm ([`walk`]: the frame loop, stash frames, trampolines, relocated
-//! prologues, the frame limit; [`annotate`]: source lines, DWARF and stashed
-//! arguments, tail calls) is written once over [`ArchUnwind`], which each
+//! algorithm (`walk`: the frame loop, stash frames, trampolines, relocated
+//! prologues, the frame limit; `annotate`: source lines, DWARF and stashed
+//! arguments, tail calls) is written once over `ArchUnwind`, which each
 //! architecture implements in a folder of its own with the same files: `mod.rs`
 //! (registers, argument values), `step.rs` (ordinary frames by CFI),
 //! `trampoline.rs` (stash frames, stepping out of a trampoline). As in
 //! framehop, what a step builds from the modules (CFI index) lives in the
 //! unwinder and is built once, and the step's scratch space and rule cache
-//! ([`ArchUnwind::Cache`]) are kept across backtraces.
+//! (`Cache`) are kept across backtraces.
 //!
 //! A frame whose return address is some hook's `after_call` address is a stash
 //! frame: its base is the hooked function's CFA plus the layout's call offset, so

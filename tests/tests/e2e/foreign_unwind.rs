@@ -558,7 +558,7 @@ fn check_gdb_chain(text: &str) {
 /// own context (registers and XSAVE state exactly as before, its `read` issued again).
 #[test]
 fn blocked_remote_call_is_released_and_returns_by_itself() {
-    use injector::ptrace::session::Session;
+    use injector::Session;
     let exe = build_throws();
     let mut t = Target::spawn(&exe);
     throw_round(&mut t, 5);
@@ -577,10 +577,7 @@ fn blocked_remote_call_is_released_and_returns_by_itself() {
         )
         .expect_err("usleep(400 ms) outlasts a 100 ms limit");
     assert!(
-        matches!(
-            err,
-            injector::ptrace::call::RemoteCallError::Released { .. }
-        ),
+        matches!(err, injector::RemoteCallError::Released { .. }),
         "{err}"
     );
     assert!(err.to_string().contains("did not return within"), "{err}");

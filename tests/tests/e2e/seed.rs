@@ -294,7 +294,7 @@ fn text_backtrace_shows_stashed_arguments() {
 fn a_full_arena_spills_into_a_new_one() {
     // Ejected records are never reused (their code may still be running), so
     // capacity + 2 inject/eject cycles need a second arena.
-    let capacity = injector::hooks::arena::ARENA_CAPACITY as usize;
+    let capacity = injector::ARENA_CAPACITY as usize;
     let cycles = capacity + 2;
     let mut t = Target::start("seed", Variant::new(Opt::O2, false));
     let pid = t.pid().to_string();

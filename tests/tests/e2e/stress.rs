@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use argstash_tests::*;
-use injector::hooks::{eject, install, EjectWhat, InstallOptions, RipCensus};
 use injector::reader::symbols::FuncSpec;
+use injector::{eject, install, EjectOptions, InstallOptions, Pid, RipCensus};
 
 const CYCLES: usize = 200;
 
@@ -49,8 +49,12 @@ fn eight_threads_two_hundred_inject_eject_cycles() {
     let mut last_sum: u64 = start_calls.iter().sum();
     for cycle in 0..CYCLES {
         let call = Instant::now();
-        let report = install(pid, std::slice::from_ref(&work), &InstallOptions::default())
-            .unwrap_or_else(|e| t.fail(&format!("cycle {cycle}: install: {e}")));
+        let report = install(
+            Pid::from_raw(pid),
+            std::slice::from_ref(&work),
+            &InstallOptions::default(),
+        )
+        .unwrap_or_else(|e| t.fail(&format!("cycle {cycle}: install: {e}")));
         assert_eq!(report.hooks.len(), 1);
         assert_eq!(report.threads, consts::THREADS_TOTAL, "cycle {cycle}");
         // Every thread found strictly inside the patched bytes was moved.
@@ -65,8 +69,11 @@ fn eight_threads_two_hundred_inject_eject_cycles() {
         max_stop = max_stop.max(report.stopped);
 
         let call = Instant::now();
-        let report = eject(pid, &EjectWhat::Functions(vec![work.clone()]))
-            .unwrap_or_else(|e| t.fail(&format!("cycle {cycle}: eject: {e}")));
+        let report = eject(
+            Pid::from_raw(pid),
+            &EjectOptions::functions(vec![work.clone()]),
+        )
+        .unwrap_or_else(|e| t.fail(&format!("cycle {cycle}: eject: {e}")));
         assert_eq!(report.hooks.len(), 1);
         // Every thread found in the relocated prologue was moved back.
         assert_eq!(
@@ -172,7 +179,7 @@ fn resume(pid: i32) {
 
 /// RIP of stopped thread `tid` (looked at through a one-thread session).
 fn rip_of(pid: i32, tid: i32) -> u64 {
-    let s = injector::ptrace::session::Session::attach_thread(pid, tid).expect("attach");
+    let s = injector::Session::attach_thread(pid, tid).expect("attach");
     let rip = s.regs(tid).expect("regs").rip;
     s.detach().expect("detach");
     rip
@@ -181,7 +188,7 @@ fn rip_of(pid: i32, tid: i32) -> u64 {
 /// The active record of the hook on `function`.
 fn record_of(pid: i32, function: u64) -> trampolines::arena::HookRecord {
     let maps = injector::reader::procfs::read_maps(pid).unwrap();
-    let mem = injector::memory::ProcessMemory::open(pid).unwrap();
+    let mem = injector::ProcessMemory::open(pid).unwrap();
     let arenas = injector::reader::arena::discover(&maps, &mem).unwrap();
     arenas
         .iter()
@@ -219,7 +226,7 @@ fn threads_parked_in_each_place_are_handled() {
 
     // Install with the worker strictly inside the bytes the patch overwrites.
     let rip = park_thread_where(pid, worker, |rip| rip > patch && rip < patch + len as u64);
-    let report = install(pid, &work(), &InstallOptions::default()).unwrap();
+    let report = install(Pid::from_raw(pid), &work(), &InstallOptions::default()).unwrap();
     // Other workers, stopped wherever the SIGSTOP found them, may be there too.
     assert!(report.rip_census.in_patch >= 1, "{report:?}");
     assert!(report.moved_threads.contains(&worker), "{report:?}");
@@ -230,7 +237,7 @@ fn threads_parked_in_each_place_are_handled() {
 
     // Eject with the worker inside the relocated prologue: moved back.
     let rip = park_thread_where(pid, worker, |rip| r.in_relocated(rip));
-    let report = eject(pid, &EjectWhat::Functions(work())).unwrap();
+    let report = eject(Pid::from_raw(pid), &EjectOptions::functions(work())).unwrap();
     assert!(report.rip_census.in_relocated >= 1, "{report:?}");
     assert!(report.moved_threads.contains(&worker), "{report:?}");
     assert_eq!(read_mem(pid, work_addr, pristine.len()), pristine);
@@ -239,10 +246,10 @@ fn threads_parked_in_each_place_are_handled() {
     progress(&mut t, "being moved back to the original bytes");
 
     // Eject with the worker inside the trampoline: it stays and finishes the call.
-    install(pid, &work(), &InstallOptions::default()).unwrap();
+    install(Pid::from_raw(pid), &work(), &InstallOptions::default()).unwrap();
     let r = record_of(pid, work_addr);
     park_thread_where(pid, worker, |rip| r.in_trampoline(rip));
-    let report = eject(pid, &EjectWhat::Functions(work())).unwrap();
+    let report = eject(Pid::from_raw(pid), &EjectOptions::functions(work())).unwrap();
     assert!(report.rip_census.in_trampoline >= 1, "{report:?}");
     assert!(!report.moved_threads.contains(&worker), "{report:?}");
     resume(pid);

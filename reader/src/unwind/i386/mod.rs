@@ -1,7 +1,7 @@
 //! The i386 half of the unwinder: ordinary frames are stepped with the
 //! module's `.eh_frame` CFI through the shared evaluator, falling back to the
-//! `ebp` chain where no CFI covers the pc ([`step`]); stash frames are read at
-//! their known place ([`trampoline`]): their `eax`/`edx`/`ecx` and copied stack
+//! `ebp` chain where no CFI covers the pc (`step`); stash frames are read at
+//! their known place (`trampoline`): their `eax`/`edx`/`ecx` and copied stack
 //! words become the hooked frame's arguments, the stack words labelled by their
 //! offset from the entry `esp` (`stack+4` is the first cdecl argument).
 //!

@@ -1,7 +1,7 @@
 //! The x86-64 half of the unwinder: ordinary frames are stepped with framehop
-//! over each module's `.eh_frame` ([`step`]), callee-saved registers are moved
+//! over each module's `.eh_frame` (`step`), callee-saved registers are moved
 //! to the caller with the shared CFI evaluator, and stash frames are read at
-//! their known place ([`trampoline`]).
+//! their known place (`trampoline`).
 
 mod step;
 mod trampoline;
