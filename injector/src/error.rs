@@ -369,10 +369,40 @@ pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
         error,
         Error::Session(crate::ptrace::session::SessionError::NoSuchProcess { .. })
     );
-    if !refusal && pid > 0 && crate::ptrace::session::process_ended(pid) {
-        Error::ExitedDuring { pid, operation }
+    if refusal || pid <= 0 {
+        return error;
+    }
+    // A SIGKILLed process loses its address space (ESRCH from /proc/PID/mem)
+    // a moment before /proc shows its threads as zombies: give the kernel that
+    // moment when the error says the process is going away.
+    let wait = if looks_gone(&error) {
+        std::time::Duration::from_millis(200)
     } else {
-        error
+        std::time::Duration::ZERO
+    };
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if crate::ptrace::session::process_ended(pid) {
+            return Error::ExitedDuring { pid, operation };
+        }
+        if std::time::Instant::now() >= deadline {
+            return error;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Whether `error` is what an operation meets when its process is being torn down.
+fn looks_gone(error: &Error) -> bool {
+    let esrch = |e: &std::io::Error| e.raw_os_error() == Some(libc::ESRCH);
+    match error {
+        Error::Memory(
+            MemoryError::Open { source, .. }
+            | MemoryError::Read { source, .. }
+            | MemoryError::Write { source, .. },
+        ) => esrch(source),
+        Error::Session(crate::ptrace::session::SessionError::Exited { .. }) => true,
+        _ => false,
     }
 }
 

@@ -84,9 +84,10 @@ fn stop_and_collect(t: &mut Target, tally: &mut Tally) -> Result<String, String>
     let mut lines = t.drain_lines();
     let deadline = Instant::now() + Duration::from_secs(2);
     while !lines.iter().any(|l| l.starts_with("result ")) && Instant::now() < deadline {
-        match t.next_line(Duration::from_millis(200)) {
-            Some(l) => lines.push(l),
-            None => break,
+        // The process has exited; its last lines may still be on their way
+        // through the reader thread under load: wait until the deadline.
+        if let Some(l) = t.next_line(Duration::from_millis(200)) {
+            lines.push(l);
         }
     }
     if let Some(sig) = status.signal() {
