@@ -311,6 +311,7 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
                         truncated: (!t.truncated.is_empty())
                             .then(|| StopReason::Text(t.truncated.clone())),
                         stopped: Duration::from_micros(t.stopped_us),
+                        python: None,
                     })
                     .collect(),
             };

@@ -20,6 +20,7 @@ pub mod foreign_unwind;
 pub mod hooks;
 pub mod memory;
 pub mod ptrace;
+pub mod python;
 pub mod target;
 
 pub use error::Error;

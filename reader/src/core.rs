@@ -1222,6 +1222,8 @@ pub fn backtrace_core_with(
     let maps = core.maps();
     let (symbols, missing) = core.symbols(&maps);
     let arenas = discover(&maps, core)?;
+    let python = crate::python::ProcessPython::attach(&symbols, core);
+    let mut py = python.reader(core);
     let mut unwind = Unwinder::new(core.arch, symbols, arenas);
     unwind.set_debug_search(search);
     let selected: Vec<&CoreThread> = match opts.tid {
@@ -1242,6 +1244,8 @@ pub fn backtrace_core_with(
         .into_iter()
         .map(|t| {
             let (frames, truncated) = unwind.unwind(&t.registers, core, opts.show_trampolines);
+            let native: Vec<_> = frames.iter().map(|f| f.python_eval()).collect();
+            let python = py.read(t.tid).assemble(&native);
             ThreadBacktrace {
                 tid: t.tid,
                 name: if t.tid == core.pid {
@@ -1252,6 +1256,7 @@ pub fn backtrace_core_with(
                 frames,
                 truncated,
                 stopped: Duration::ZERO,
+                python,
             }
         })
         .collect();
