@@ -392,11 +392,14 @@ fn plan_with(
     let read_file = |at: u64, len: usize| -> Option<Vec<u8>> {
         module?.file_bytes(at, len as u64).map(<[u8]>::to_vec)
     };
+    let landing = crate::hooks::landing::Landing::new(module);
+    let may_land = |from: u64, to: u64| landing.may_land(from, to);
     let ctx = FunctionContext {
         padding,
         returns_twice,
         read_file: Some(&read_file),
         min_len,
+        may_land: Some(&may_land),
     };
     plan_patch_in(addr, code, &ctx)
 }
