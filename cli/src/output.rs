@@ -1,6 +1,6 @@
 //! Text and JSON rendering of injector results.
 
-use injector::backtrace::{Backtrace, Frame, FrameKind};
+use injector::backtrace::{Frame, FrameKind};
 use injector::hooks::{EjectReport, HookInfo, InstallReport};
 use injector::reader::args::ArgValue;
 use serde_json::{json, Value};
@@ -382,11 +382,6 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
         (None, _) => String::new(),
     };
     format!("#{index:<2} 0x{:016x} in {name} {args}{place}", f.pc)
-}
-
-/// Prints a backtrace as gdb-like text or one JSON object, Python frames included.
-pub fn print_backtrace(bt: &Backtrace, json: bool) {
-    crate::python_output::print_backtrace(bt, json, crate::python_output::View::All);
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use argstash_dbus::{Error, ErrorKind, HookEntry, Thread, MANAGER_PATH};
 use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS};
+use argstash_dbus::OPT_PYTHON;
 use async_io::{Async, Timer};
 use futures_lite::future;
 use injector::hooks::{
@@ -330,7 +331,8 @@ impl Shared {
             } else {
                 let fresh: HashMap<OwnedObjectPath, HookInfo> = listed
                     .into_iter()
-                    .filter(|h| h.state == HookState::Active)
+                    // Call-through hooks (the PEP 523 extension's) are the process's own.
+                    .filter(|h| h.state == HookState::Active && !h.is_call_through())
                     .map(|h| (convert::path_of(pid, &h), h))
                     .collect();
                 let is_new = !procs.contains_key(&pid);
@@ -535,16 +537,31 @@ impl Shared {
     ) -> Result<(i32, InstallReport), Error> {
         let pid = pid_arg(pid)?;
         let start = self.authorize(hdr, pid).await?;
-        let InjectRequest { opts, signatures } = inject_options(&options)?;
-        if functions.is_empty() {
-            return Err(invalid("name at least one function to hook".to_string()));
+        let InjectRequest {
+            opts,
+            signatures,
+            python,
+        } = inject_options(&options)?;
+        if functions.is_empty() && !python {
+            return Err(invalid(format!(
+                "name at least one function to hook, or give the option {OPT_PYTHON}"
+            )));
         }
-        let (specs, signatures) = inject_specs(&functions, signatures)?;
+        let (mut specs, mut signatures) = inject_specs(&functions, signatures)?;
         let (res, listed) = self
             .workers
             .run(pid, "Inject", move || {
                 if let Err(e) = same_process(pid, start) {
                     return (Err(e), Err(SessionError::NoSuchProcess { pid }.into()));
+                }
+                if python {
+                    match injector::python::eval_frame_spec(pid) {
+                        Ok(spec) => {
+                            specs.push(spec);
+                            signatures.push(None);
+                        }
+                        Err(e) => return (Err(e), list(pid)),
+                    }
                 }
                 let r = install_with_signatures(pid, &specs, &signatures, &opts);
                 (r, list(pid))
@@ -570,11 +587,14 @@ struct InjectRequest {
     opts: InstallOptions,
     /// `signatures` option: parameter list by function name, as given.
     signatures: HashMap<String, String>,
+    /// `python` option: also hook CPython's frame evaluator.
+    python: bool,
 }
 
 fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InjectRequest, Error> {
     let mut opts = InstallOptions::default();
     let mut signatures = HashMap::new();
+    let mut python = false;
     for (k, v) in options {
         match k.as_str() {
             OPT_STACK_ARGS => {
@@ -609,6 +629,14 @@ fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InjectRequest
                     ))
                 })?;
             }
+            OPT_PYTHON => {
+                python = bool::try_from(v).map_err(|_| {
+                    invalid(format!(
+                        "option {OPT_PYTHON} must be a boolean (b), not {}",
+                        v.value_signature()
+                    ))
+                })?;
+            }
             OPT_SIGNATURES => {
                 signatures = HashMap::<String, String>::try_from(
                     v.try_clone()
@@ -625,12 +653,16 @@ fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InjectRequest
             other => {
                 return Err(invalid(format!(
                     "unknown Inject option `{other}` (known: {OPT_STACK_ARGS}, {OPT_FLOAT_ARGS}, \
-                     {OPT_SIGNATURES})"
+                     {OPT_SIGNATURES}, {OPT_PYTHON})"
                 )))
             }
         }
     }
-    Ok(InjectRequest { opts, signatures })
+    Ok(InjectRequest {
+        opts,
+        signatures,
+        python,
+    })
 }
 
 /// The functions of an `Inject` call with their signatures: from the name
