@@ -267,9 +267,7 @@ fn run(cli: Cli) -> Result<()> {
                 dirs: a.debug_dirs.clone(),
             });
             match (a.pid, &a.core) {
-                (_, Some(core)) => {
-                    bt_core(core, a.exe, a.sysroot, search, &opts, a.json, view)?
-                }
+                (_, Some(core)) => bt_core(core, a.exe, a.sysroot, search, &opts, a.json, view)?,
                 (Some(pid), None) => {
                     let mut reader = ProcessReader::new(pid);
                     if let Some(search) = search {

@@ -60,9 +60,7 @@ fn rows(t: &ThreadBacktrace, view: View) -> Vec<(Row<'_>, Option<usize>)> {
     merged
         .iter()
         .filter_map(|m| match *m {
-            Merged::Native(n) => {
-                (view != View::Python).then(|| (Row::Native(&t.frames[n]), None))
-            }
+            Merged::Native(n) => (view != View::Python).then(|| (Row::Native(&t.frames[n]), None)),
             Merged::Python(p) => {
                 let f = &python.frames[p];
                 let eval = f

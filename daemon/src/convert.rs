@@ -447,7 +447,11 @@ pub fn threads(bt: &Backtrace) -> Vec<Thread> {
                 .flat_map(|p| &p.frames)
                 .map(py_frame)
                 .collect(),
-            python_notes: t.python.as_ref().map(|p| p.notes.clone()).unwrap_or_default(),
+            python_notes: t
+                .python
+                .as_ref()
+                .map(|p| p.notes.clone())
+                .unwrap_or_default(),
         })
         .collect()
 }

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use argstash_dbus::OPT_PYTHON;
 use argstash_dbus::{Error, ErrorKind, HookEntry, Thread, MANAGER_PATH};
 use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS};
-use argstash_dbus::OPT_PYTHON;
 use async_io::{Async, Timer};
 use futures_lite::future;
 use injector::hooks::{

@@ -180,7 +180,10 @@ pub enum Error {
     },
     /// `inject --python` on a process whose CPython evaluator cannot be hooked
     /// (not a CPython, or a version without a known layout).
-    #[error("cannot hook the Python evaluator of process {pid}: {source}{}", python_advice(source))]
+    #[error(
+        "cannot hook the Python evaluator of process {pid}: {source}{}",
+        python_advice(source)
+    )]
     Python {
         /// The process.
         pid: i32,

@@ -267,9 +267,7 @@ fn analyse(
     if let Some((arena, slot, r)) = arenas.iter().find_map(|a| {
         a.hooks()
             .find(|(_, r)| {
-                r.state == HookState::Active
-                    && r.function == resolved.addr
-                    && !r.is_call_through()
+                r.state == HookState::Active && r.function == resolved.addr && !r.is_call_through()
             })
             .map(|(slot, r)| (a.header.base, slot, r))
     }) {

@@ -281,7 +281,12 @@ mod tests {
         let got: Vec<_> = stack
             .frames
             .iter()
-            .map(|f| (f.frame.addr, f.placement.map(|p| (p.eval_frame, p.paired_by))))
+            .map(|f| {
+                (
+                    f.frame.addr,
+                    f.placement.map(|p| (p.eval_frame, p.paired_by)),
+                )
+            })
             .collect();
         assert_eq!(
             got,
