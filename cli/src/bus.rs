@@ -261,6 +261,9 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             if let Some(n) = a.stack_args {
                 opts.insert(OPT_STACK_ARGS, Value::from(n));
             }
+            if a.python > 0 {
+                opts.insert(argstash_dbus::OPT_PYTHON, Value::from(true));
+            }
             let report = proxy.inject_with_report(pid, &names, opts)?;
             output::print_install(&install_report(report));
         }
@@ -269,7 +272,10 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             let report = if a.all {
                 proxy.eject_all_with_report(pid)?
             } else {
-                let names: Vec<&str> = a.funcs.iter().map(String::as_str).collect();
+                let mut names: Vec<&str> = a.funcs.iter().map(String::as_str).collect();
+                if a.python > 0 {
+                    names.push(injector::reader::python::EVAL_FRAME_FUNCTION);
+                }
                 proxy.eject_with_report(pid, &names)?
             };
             output::print_eject(&eject_report(report));
@@ -313,10 +319,12 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
                         truncated: (!t.truncated.is_empty())
                             .then(|| StopReason::Text(t.truncated.clone())),
                         stopped: Duration::from_micros(t.stopped_us),
+                        python: crate::python_output::from_wire(t),
                     })
                     .collect(),
             };
-            output::print_backtrace(&bt, a.json);
+            let view = crate::bt_view(&a);
+            crate::python_output::print_backtrace(&bt, a.json, view);
         }
         Command::Demo => bail!("`demo` runs standalone only: drop --bus"),
     }

@@ -7,6 +7,7 @@ mod bus;
 mod demo;
 mod errors;
 mod output;
+mod python_output;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -50,11 +51,15 @@ struct InjectArgs {
     pid: Pid,
     /// Function to hook: NAME, MODULE!NAME (e.g. libc.so.6!write) or 0xADDR, optionally
     /// with its parameter list for `bt` when there is no DWARF: 'bar(int, const char *)'. Repeatable.
-    #[arg(long = "func", value_name = "FUNC", required_unless_present = "addr")]
+    #[arg(long = "func", value_name = "FUNC", required_unless_present_any = ["addr", "python"])]
     funcs: Vec<String>,
     /// Function entry address to hook (same as --func 0xADDR). Repeatable.
     #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
     addr: Vec<u64>,
+    /// Hook CPython's frame evaluator (_PyEval_EvalFrameDefault, in libpython or the
+    /// executable), so `bt` pairs each native evaluator frame with its Python frames exactly.
+    #[arg(long, action = clap::ArgAction::Count)]
+    python: u8,
     /// Incoming 8-byte stack words to copy (arguments beyond the registers). Default: found
     /// from each function's code; variadic functions get 8. Give it when argstash cannot tell.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=16))]
@@ -83,13 +88,16 @@ struct EjectArgs {
     #[arg(
         long = "func",
         value_name = "FUNC",
-        required_unless_present = "all",
+        required_unless_present_any = ["all", "python"],
         conflicts_with = "all"
     )]
     funcs: Vec<String>,
-    /// Remove every hook.
+    /// Remove every hook (the PEP 523 extension's call-through hooks stay: only it can remove them).
     #[arg(long)]
     all: bool,
+    /// Remove the Python hook (`inject --python`).
+    #[arg(long, action = clap::ArgAction::Count, conflicts_with = "all")]
+    python: u8,
     /// Whether argstash may run the target's own functions after the stop, to register
     /// the hooks' unwind information with libgcc (C++ exceptions) and load the gdb JIT
     /// helper: `safe` (default) only on a thread proved to be outside the allocator,
@@ -155,6 +163,12 @@ struct BtArgs {
     /// Show trampoline frames too.
     #[arg(long)]
     show_trampolines: bool,
+    /// Show only the Python frames of a CPython process.
+    #[arg(long, action = clap::ArgAction::Count, conflicts_with = "native")]
+    python: u8,
+    /// Show only the native frames (no Python frames interleaved).
+    #[arg(long, action = clap::ArgAction::Count)]
+    native: u8,
     /// Look for separate debug files under DIR instead of /usr/lib/debug (build-id and
     /// debuglink layout). Repeatable; searched in order.
     #[arg(long = "debug-dir", value_name = "DIR")]
@@ -196,6 +210,9 @@ fn run(cli: Cli) -> Result<()> {
                 });
             }
             targets.extend(a.addr.iter().map(|x| HookTarget::new(FuncSpec::Addr(*x))));
+            if a.python > 0 {
+                targets.push(injector::python_hook(a.pid)?);
+            }
             let report = install(
                 a.pid,
                 &targets,
@@ -212,7 +229,13 @@ fn run(cli: Cli) -> Result<()> {
             let what = if a.all {
                 EjectWhat::All
             } else {
-                EjectWhat::Functions(a.funcs.iter().map(|f| FuncSpec::parse(f)).collect())
+                let mut specs: Vec<FuncSpec> = a.funcs.iter().map(|f| FuncSpec::parse(f)).collect();
+                if a.python > 0 {
+                    specs.push(FuncSpec::Name(
+                        injector::reader::python::EVAL_FRAME_FUNCTION.to_string(),
+                    ));
+                }
+                EjectWhat::Functions(specs)
             };
             let report = eject(
                 a.pid,
@@ -233,6 +256,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Bt(a) => {
+            let view = bt_view(&a);
             let mut opts = BacktraceOptions {
                 tid: a.tid,
                 show_trampolines: a.show_trampolines,
@@ -244,14 +268,14 @@ fn run(cli: Cli) -> Result<()> {
                 };
             }
             match (a.pid, &a.core) {
-                (_, Some(core)) => bt_core(core, a.exe, a.sysroot, &opts, a.json)?,
+                (_, Some(core)) => bt_core(core, a.exe, a.sysroot, &opts, a.json, view)?,
                 (Some(pid), None) => {
                     let mut reader = ProcessReader::new(pid);
                     let bt = reader.backtrace(&opts)?;
                     for w in reader.debug_warnings() {
                         eprintln!("argstash: warning: {w}");
                     }
-                    output::print_backtrace(&bt, a.json);
+                    python_output::print_backtrace(&bt, a.json, view);
                     // The process exits next: skip freeing megabytes of parsed debug info.
                     std::mem::forget(reader);
                 }
@@ -270,6 +294,7 @@ fn bt_core(
     sysroot: Option<PathBuf>,
     opts: &BacktraceOptions,
     json: bool,
+    view: python_output::View,
 ) -> Result<()> {
     if let Some(exe) = &exe {
         anyhow::ensure!(
@@ -305,8 +330,17 @@ fn bt_core(
         };
         println!("Core of process {} ({}), {how}:", core.pid, core.command);
     }
-    output::print_backtrace(&bt.backtrace, json);
+    python_output::print_backtrace(&bt.backtrace, json, view);
     Ok(())
+}
+
+/// Which frames `bt` prints (`--python`, `--native`).
+fn bt_view(a: &BtArgs) -> python_output::View {
+    match (a.python > 0, a.native > 0) {
+        (true, _) => python_output::View::Python,
+        (_, true) => python_output::View::Native,
+        _ => python_output::View::All,
+    }
 }
 
 /// `11 (SIGSEGV)`: a signal number with its name when it has one.

@@ -1,8 +1,8 @@
 //! Text and JSON rendering of injector results.
 
 use injector::reader::args::ArgValue;
-use injector::{Backtrace, Frame, FrameKind};
 use injector::{EjectReport, HookInfo, InstallReport};
+use injector::{Frame, FrameKind};
 use serde_json::{json, Value};
 
 /// A value as a person reads it: small numbers in decimal, the rest in hex.
@@ -153,6 +153,8 @@ fn hook_json(h: &HookInfo) -> Value {
         "state": h.state.name(),
         "installed_ns": h.installed_ns,
         "signature": h.signature,
+        "python": h.is_python(),
+        "call_through": h.is_call_through(),
     })
 }
 
@@ -179,6 +181,8 @@ pub fn print_list(pid: injector::Pid, hooks: &[HookInfo], json: bool) {
             None => h.name.clone(),
         };
         let kind = match (h.variadic, h.xmm) {
+            _ if h.is_call_through() => "pep523-ext",
+            _ if h.is_python() => "python",
             (true, true) => "variadic+xmm",
             (true, false) => "variadic",
             (false, true) => "xmm",
@@ -195,6 +199,9 @@ pub fn print_list(pid: injector::Pid, hooks: &[HookInfo], json: bool) {
             kind,
             h.module
         );
+    }
+    if hooks.iter().any(|h| h.is_call_through()) {
+        println!("(pep523-ext: the `argstash` Python extension's PEP 523 hook, calling the evaluator; nothing is patched and only the process removes it, with argstash.uninstall())");
     }
     if hooks.iter().any(|h| h.variadic) {
         println!("(variadic: the stack window is a configured size, --stack-args N, default 8; arguments beyond it are not stashed)");
@@ -218,7 +225,8 @@ fn arg_text(a: &ArgValue) -> String {
     format!("{name}={}", a.display)
 }
 
-fn frame_json(index: usize, f: &Frame) -> Value {
+/// One native frame in JSON (see [`crate::python_output`] for the `frames` list).
+pub(crate) fn frame_json(index: usize, f: &Frame) -> Value {
     let slots = f.stash.as_ref().map(|s| s.slots()).unwrap_or_default();
     let args: Vec<Value> = slots
         .iter()
@@ -371,51 +379,6 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
         (None, _) => String::new(),
     };
     format!("#{index:<2} 0x{:016x} in {name} {args}{place}", f.pc)
-}
-
-/// Prints a backtrace as gdb-like text or one JSON object.
-pub fn print_backtrace(bt: &Backtrace, json: bool) {
-    if json {
-        let threads: Vec<Value> = bt
-            .threads
-            .iter()
-            .map(|t| {
-                let mut v = json!({
-                    "tid": t.tid.as_raw(),
-                    "name": t.name,
-                    "stopped_us": t.stopped.as_micros() as u64,
-                    "frames": t.frames.iter().enumerate().map(|(i, f)| frame_json(i, f)).collect::<Vec<_>>(),
-                });
-                if let Some(why) = &t.truncated {
-                    v["truncated"] = json!(why.to_string());
-                }
-                v
-            })
-            .collect();
-        println!("{}", json!({ "pid": bt.pid.as_raw(), "threads": threads }));
-        return;
-    }
-    for (n, t) in bt.threads.iter().enumerate() {
-        if n > 0 {
-            println!();
-        }
-        println!(
-            "Thread {} \"{}\" (stopped {}):",
-            t.tid,
-            t.name,
-            micros(t.stopped)
-        );
-        let mut index = 0;
-        for f in &t.frames {
-            for line in frame_lines(index, f) {
-                println!("{line}");
-            }
-            index += frame_line_count(f);
-        }
-        if let Some(why) = &t.truncated {
-            println!("   (unwinding stopped: {why})");
-        }
-    }
 }
 
 #[cfg(test)]

@@ -434,8 +434,51 @@ pub fn threads(bt: &Backtrace) -> Vec<Thread> {
                 .enumerate()
                 .map(|(i, f)| frame(i, f))
                 .collect(),
+            has_python: t.python.is_some(),
+            python: t
+                .python
+                .iter()
+                .flat_map(|p| &p.frames)
+                .map(py_frame)
+                .collect(),
+            python_notes: t
+                .python
+                .as_ref()
+                .map(|p| p.notes.clone())
+                .unwrap_or_default(),
         })
         .collect()
+}
+
+/// One Python frame in its wire form.
+fn py_frame(f: &injector::reader::python::StackFrame) -> argstash_dbus::PyFrame {
+    use injector::reader::python::stack::param_kind_name;
+    argstash_dbus::PyFrame {
+        function: f.frame.qualname.clone(),
+        file: f.frame.file.clone(),
+        line: f.frame.line.unwrap_or(0),
+        params: f
+            .frame
+            .params
+            .iter()
+            .map(|p| argstash_dbus::PyParam {
+                name: p.name.clone(),
+                type_name: p.value.type_name.clone(),
+                display: p.value.display.clone(),
+                kind: param_kind_name(p.kind).to_string(),
+            })
+            .collect(),
+        paired_by: f
+            .placement
+            .map(|p| p.paired_by.to_string())
+            .unwrap_or_default(),
+        eval_frame: f
+            .placement
+            .and_then(|p| i32::try_from(p.eval_frame).ok())
+            .unwrap_or(-1),
+        frame: f.frame.addr,
+        entry: f.frame.is_entry,
+    }
 }
 
 #[cfg(test)]

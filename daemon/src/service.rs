@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use argstash_dbus::OPT_PYTHON;
 use argstash_dbus::{Error, ErrorKind, HookEntry, Thread, MANAGER_PATH};
 use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS};
 use async_io::{Async, Timer};
@@ -330,7 +331,8 @@ impl Shared {
             } else {
                 let fresh: HashMap<OwnedObjectPath, HookInfo> = listed
                     .into_iter()
-                    .filter(|h| h.state == HookState::Active)
+                    // Call-through hooks (the PEP 523 extension's) are the process's own.
+                    .filter(|h| h.state == HookState::Active && !h.is_call_through())
                     .map(|h| (convert::path_of(pid, &h), h))
                     .collect();
                 let is_new = !procs.contains_key(&pid);
@@ -539,12 +541,18 @@ impl Shared {
     ) -> Result<(i32, InstallReport), Error> {
         let pid = pid_arg(pid)?;
         let start = self.authorize(hdr, pid).await?;
-        let InjectRequest { opts, signatures } = inject_options(&options)?;
-        if functions.is_empty() {
-            return Err(invalid("name at least one function to hook".to_string()));
+        let InjectRequest {
+            opts,
+            signatures,
+            python,
+        } = inject_options(&options)?;
+        if functions.is_empty() && !python {
+            return Err(invalid(format!(
+                "name at least one function to hook, or give the option {OPT_PYTHON}"
+            )));
         }
         let (specs, signatures) = inject_specs(&functions, signatures)?;
-        let targets: Vec<HookTarget> = specs
+        let mut targets: Vec<HookTarget> = specs
             .into_iter()
             .zip(signatures)
             .map(|(function, signature)| HookTarget {
@@ -557,6 +565,12 @@ impl Shared {
             .run(pid, "Inject", move || {
                 if let Err(e) = same_process(pid, start) {
                     return (Err(e), Err(SessionError::NoSuchProcess { pid }.into()));
+                }
+                if python {
+                    match injector::python_hook(Pid::from_raw(pid)) {
+                        Ok(target) => targets.push(target),
+                        Err(e) => return (Err(e), list(Pid::from_raw(pid))),
+                    }
                 }
                 let r = install(Pid::from_raw(pid), &targets, &opts);
                 (r, list(Pid::from_raw(pid)))
@@ -582,11 +596,14 @@ struct InjectRequest {
     opts: InstallOptions,
     /// `signatures` option: parameter list by function name, as given.
     signatures: HashMap<String, String>,
+    /// `python` option: also hook CPython's frame evaluator.
+    python: bool,
 }
 
 fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InjectRequest, Error> {
     let mut opts = InstallOptions::default();
     let mut signatures = HashMap::new();
+    let mut python = false;
     for (k, v) in options {
         match k.as_str() {
             OPT_STACK_ARGS => {
@@ -621,6 +638,14 @@ fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InjectRequest
                     ))
                 })?;
             }
+            OPT_PYTHON => {
+                python = bool::try_from(v).map_err(|_| {
+                    invalid(format!(
+                        "option {OPT_PYTHON} must be a boolean (b), not {}",
+                        v.value_signature()
+                    ))
+                })?;
+            }
             OPT_SIGNATURES => {
                 signatures = HashMap::<String, String>::try_from(
                     v.try_clone()
@@ -637,12 +662,16 @@ fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InjectRequest
             other => {
                 return Err(invalid(format!(
                     "unknown Inject option `{other}` (known: {OPT_STACK_ARGS}, {OPT_FLOAT_ARGS}, \
-                     {OPT_SIGNATURES})"
+                     {OPT_SIGNATURES}, {OPT_PYTHON})"
                 )))
             }
         }
     }
-    Ok(InjectRequest { opts, signatures })
+    Ok(InjectRequest {
+        opts,
+        signatures,
+        python,
+    })
 }
 
 /// The functions of an `Inject` call with their signatures: from the name

@@ -41,6 +41,8 @@ pub const OPT_FLOAT_ARGS: &str = "float-args";
 /// as the CLI's `--func 'bar(int n, const char *s)'`; a function may also carry its
 /// list in its name (`bar(int, char *)`).
 pub const OPT_SIGNATURES: &str = "signatures";
+/// `Inject` option: also hook CPython's frame evaluator (`b`), the CLI's `--python`.
+pub const OPT_PYTHON: &str = "python";
 /// `Backtrace` option: include trampoline frames (`b`).
 pub const OPT_SHOW_TRAMPOLINES: &str = "show-trampolines";
 
@@ -184,6 +186,46 @@ pub struct Thread {
     pub truncated: String,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
+    /// The thread runs CPython code: `python` and `python_notes` are its Python side.
+    pub has_python: bool,
+    /// Its Python frames, innermost first (placed among `frames` by `eval_frame`).
+    pub python: Vec<PyFrame>,
+    /// What did not fit or could not be read of its Python side.
+    pub python_notes: Vec<String>,
+}
+
+/// One Python frame of a thread: a `"kind": "python"` element of `bt --json`'s frames.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct PyFrame {
+    /// Qualified name of its code (`Outer.method`).
+    pub function: String,
+    /// Its code's file name.
+    pub file: String,
+    /// The current line, 0 when the code has none.
+    pub line: i32,
+    /// Its parameters with their values now.
+    pub params: Vec<PyParam>,
+    /// `stash` or `order`: how it was matched to its evaluator frame; empty when none was.
+    pub paired_by: String,
+    /// Index in the thread's `frames` (native only) of the evaluator frame that runs it, -1 when none.
+    pub eval_frame: i32,
+    /// Address of its `_PyInterpreterFrame`.
+    pub frame: u64,
+    /// A C-level evaluator call started at this frame.
+    pub entry: bool,
+}
+
+/// One parameter of a Python frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct PyParam {
+    /// Its name.
+    pub name: String,
+    /// The type of its value (`int`, `MyClass`).
+    pub type_name: String,
+    /// The value as argstash shows it (`'zed'`, `True`, `<list object at 0x..., len 2>`).
+    pub display: String,
+    /// `positional-only`, `positional`, `keyword-only`, `varargs` or `varkeywords`.
+    pub kind: String,
 }
 
 /// What other unwinders (libgcc, gdb, perf) were told about the hooks at an

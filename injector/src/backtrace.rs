@@ -7,6 +7,7 @@ use reader::debuginfo::{DebugSearch, DwarfCache, ModuleDebug};
 use reader::ids::{Pid, Tid};
 use reader::memory::{Memory, StackSnapshot};
 use reader::procfs::{read_maps, MapEntry};
+use reader::python::ProcessPython;
 use reader::symbols::ProcessSymbols;
 use reader::unwind::{stack_range, Unwinder};
 pub use reader::unwind::{
@@ -66,6 +67,8 @@ pub struct ProcessReader {
     unwind: Option<Unwinder>,
     search: DebugSearch,
     dwarf: DwarfCache,
+    /// The interpreter, found again whenever the symbols are reloaded.
+    python: ProcessPython,
 }
 
 impl ProcessReader {
@@ -79,6 +82,7 @@ impl ProcessReader {
             unwind: None,
             search: DebugSearch::default(),
             dwarf: DwarfCache::new(),
+            python: ProcessPython::NotPython,
         }
     }
 
@@ -132,12 +136,14 @@ impl ProcessReader {
         })?;
         let key = code_key(&maps);
         let started = start_time(pid);
+        let mem = ProcessMemory::open(pid)?;
         // A replaced context lives until this call ends, so the debug info it
         // parsed is shared with the new one instead of parsed again.
         let (unwind, _previous) = match self.unwind.take() {
             Some(u) if key == self.key && started == self.started => (u, None),
             previous => {
                 let symbols = ProcessSymbols::load(pid, &maps)?;
+                self.python = ProcessPython::attach(&symbols, &mem);
                 let mut u = Unwinder::new(unwind_arch(arch), symbols, Vec::new());
                 u.set_debug_search(self.search.clone());
                 u.set_dwarf_cache(self.dwarf.clone());
@@ -147,9 +153,8 @@ impl ProcessReader {
         let unwind = self.unwind.insert(unwind);
         self.key = key;
         self.started = started;
-        let mem = ProcessMemory::open(pid)?;
         unwind.set_arenas(discover(&maps, &mem)?);
-        read_threads(pid, &maps, &mem, unwind, opts)
+        read_threads(pid, &maps, &mem, unwind, &self.python, opts)
     }
 }
 
@@ -165,8 +170,10 @@ fn read_threads(
     maps: &[MapEntry],
     mem: &ProcessMemory,
     unwind: &Unwinder,
+    python: &ProcessPython,
     opts: &BacktraceOptions,
 ) -> Result<Backtrace, Error> {
+    let mut py = python.reader(mem);
     let tids = match opts.tid.map(Tid::as_raw) {
         Some(t) => {
             if !thread_ids(pid)?.contains(&t) {
@@ -192,6 +199,8 @@ fn read_threads(
         let (start, end) = stack_range(maps, regs.rsp);
         let mut bytes = vec![0u8; (end - start) as usize];
         let copied = mem.read(start, &mut bytes);
+        // The Python frames are read in the same stop, so they match the stack copy.
+        let py_read = py.read(tid);
         let stopped = session.detach()?;
         if copied.is_err() {
             bytes.clear();
@@ -199,9 +208,11 @@ fn read_threads(
         let snapshot = StackSnapshot::new(start, bytes, mem);
         let regs = unwind.arch().dwarf_registers(&regs);
         let (frames, truncated) = unwind.unwind(&regs, &snapshot, opts.show_trampolines);
+        let native: Vec<_> = frames.iter().map(Frame::python_eval).collect();
         threads.push(ThreadBacktrace {
             tid: Tid::from_raw(tid),
             name: thread_name(pid, tid),
+            python: py_read.assemble(&native),
             frames,
             truncated,
             stopped,

@@ -178,6 +178,30 @@ pub enum Error {
         /// Cause.
         source: std::io::Error,
     },
+    /// `inject --python` on a process whose CPython evaluator cannot be hooked
+    /// (not a CPython, or a version without a known layout).
+    #[error(
+        "cannot hook the Python evaluator of process {pid}: {source}{}",
+        python_advice(source)
+    )]
+    Python {
+        /// The process.
+        pid: i32,
+        /// Why.
+        source: reader::python::PythonError,
+    },
+}
+
+/// What still works when the Python hook is refused.
+fn python_advice(e: &reader::python::PythonError) -> &'static str {
+    match e {
+        reader::python::PythonError::NotPython { .. } => {
+            "; hook native functions by name instead (--func); `argstash bt` shows its native frames"
+        }
+        // The message already says that native frames are shown.
+        reader::python::PythonError::NoLayout { .. } => "",
+        _ => "; `argstash bt` still shows its native frames",
+    }
 }
 
 impl Error {

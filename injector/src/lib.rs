@@ -62,6 +62,7 @@ mod foreign_unwind;
 mod hooks;
 mod memory;
 mod ptrace;
+mod python;
 mod target;
 
 pub use reader;
@@ -77,6 +78,9 @@ pub use hooks::{
 pub use reader::args::Signature;
 pub use reader::symbols::FuncSpec;
 pub use trampolines::arena::HookState;
+
+// Python: the native hook on CPython's frame evaluator.
+pub use python::python_hook;
 
 // Other unwinders fed through hooks (libgcc, gdb, perf).
 pub use foreign_unwind::{

@@ -1214,6 +1214,8 @@ pub fn backtrace_core(
     let maps = core.maps();
     let (symbols, missing) = core.symbols(&maps);
     let arenas = discover(&maps, core)?;
+    let python = crate::python::ProcessPython::attach(&symbols, core);
+    let mut py = python.reader(core);
     let mut unwind = Unwinder::new(core.arch, symbols, arenas);
     unwind.set_debug_search(opts.debug_search.clone());
     let selected: Vec<&CoreThread> = match opts.tid {
@@ -1234,6 +1236,8 @@ pub fn backtrace_core(
         .into_iter()
         .map(|t| {
             let (frames, truncated) = unwind.unwind(&t.registers, core, opts.show_trampolines);
+            let native: Vec<_> = frames.iter().map(|f| f.python_eval()).collect();
+            let python = py.read(t.tid).assemble(&native);
             ThreadBacktrace {
                 tid: Tid::from_raw(t.tid),
                 name: if t.tid == core.pid {
@@ -1244,6 +1248,7 @@ pub fn backtrace_core(
                 frames,
                 truncated,
                 stopped: Duration::ZERO,
+                python,
             }
         })
         .collect();

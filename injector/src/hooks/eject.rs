@@ -57,7 +57,9 @@ impl Ejection {
             .enumerate()
             .flat_map(|(i, a)| {
                 a.hooks()
-                    .filter(|(_, r)| r.state == HookState::Active)
+                    // Call-through records (the PEP 523 extension's) patch
+                    // nothing: only their owner can take them out.
+                    .filter(|(_, r)| r.state == HookState::Active && !r.is_call_through())
                     .map(move |(s, _)| (i, s))
             })
             .collect();

@@ -18,6 +18,7 @@
 pub mod arena;
 pub(crate) mod commit;
 mod eject;
+mod landing;
 mod list;
 pub(crate) mod plan;
 pub(crate) mod undo;

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::ops::Range;
 
-use trampolines::arena::{Arena, ArenaHeader};
+use trampolines::arena::{Arena, ArenaHeader, HookState};
 use trampolines::x86_64::analysis::returns_twice_by_name;
 use trampolines::x86_64::{
     plan_patch_in, FunctionContext, HookCode, HookMeta, PatchPlan, JMP_ABS_LEN, JMP_REL32_LEN,
@@ -262,8 +262,13 @@ fn analyse(
     if !seen.insert(resolved.addr) {
         return Err(Error::Duplicate { function: label });
     }
+    // A call-through record (the PEP 523 extension's) names the function it
+    // calls but patches nothing: it does not stand in the way of a hook.
     if let Some((arena, slot, r)) = arenas.iter().find_map(|a| {
-        a.active_for(resolved.addr)
+        a.hooks()
+            .find(|(_, r)| {
+                r.state == HookState::Active && r.function == resolved.addr && !r.is_call_through()
+            })
             .map(|(slot, r)| (a.header.base, slot, r))
     }) {
         return Err(Error::AlreadyHooked {
@@ -385,11 +390,14 @@ fn plan_with(
     let read_file = |at: u64, len: usize| -> Option<Vec<u8>> {
         module?.file_bytes(at, len as u64).map(<[u8]>::to_vec)
     };
+    let landing = crate::hooks::landing::Landing::new(module);
+    let may_land = |from: u64, to: u64| landing.may_land(from, to);
     let ctx = FunctionContext {
         padding,
         returns_twice,
         read_file: Some(&read_file),
         min_len,
+        may_land: Some(&may_land),
     };
     plan_patch_in(addr, code, &ctx)
 }

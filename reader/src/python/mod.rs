@@ -14,6 +14,7 @@
 //! - [`frames`]: a frame chain outward, with names, files, lines ([`linetable`])
 //!   and arguments ([`value`]).
 //! - [`mod@pair`]: which native `_PyEval_EvalFrameDefault` frame runs which Python frames.
+//! - [`stack`]: one thread's Python frames placed among its native frames (what `bt` shows).
 //!
 //! A backtrace of a Python process, per OS thread:
 //!
@@ -41,6 +42,7 @@ pub mod frames;
 pub mod layout;
 pub mod linetable;
 pub mod pair;
+pub mod stack;
 pub mod threads;
 pub mod value;
 pub mod version;
@@ -51,6 +53,7 @@ mod testmem;
 pub use error::PythonError;
 pub use frames::{ChainEnd, FrameChain, FrameReader, PyFrame, PyParam};
 pub use pair::{pair, NativeEval, PairedBy, Pairing, PyLink};
+pub use stack::{ProcessPython, PythonStack, StackFrame};
 pub use threads::{ThreadState, ThreadWalk};
 pub use value::PyValue;
 pub use version::{PythonVersion, EVAL_FRAME_FUNCTION};

@@ -151,6 +151,28 @@ impl Frame {
         (!same).then_some(hook)
     }
 
+    /// This frame as the Python pairing sees it: whether it runs CPython's
+    /// evaluator and, when that function's hook stashed its arguments, the
+    /// `frame` argument ([`crate::python::EVAL_FRAME_ARG`]).
+    pub fn python_eval(&self) -> crate::python::NativeEval {
+        let eval = crate::python::EVAL_FRAME_FUNCTION;
+        // A split function's cold part (`NAME.cold`) runs in the same frame.
+        let is_eval = self.kind != FrameKind::Trampoline
+            && self.function.as_deref().is_some_and(|f| {
+                f == eval || f.strip_prefix(eval).is_some_and(|r| r.starts_with('.'))
+            });
+        let stashed_frame = self
+            .stash
+            .as_ref()
+            .filter(|s| is_eval && s.hook == eval)
+            .and_then(|s| s.registers.get(crate::python::EVAL_FRAME_ARG))
+            .map(|(_, v)| *v);
+        crate::python::NativeEval {
+            is_eval,
+            stashed_frame,
+        }
+    }
+
     /// The named parameter whose value was stashed from `register` (a [`StashSlot`] name).
     pub fn stashed_param(&self, register: &str) -> Option<&ArgValue> {
         self.args.iter().find(|p| {
@@ -173,6 +195,8 @@ pub struct ThreadBacktrace {
     pub truncated: Option<StopReason>,
     /// How long the thread was stopped.
     pub stopped: Duration,
+    /// The thread's Python frames, placed among `frames`, when it runs CPython code.
+    pub python: Option<crate::python::PythonStack>,
 }
 
 /// A process's backtrace.

@@ -23,6 +23,7 @@
 //! the hooked function's frame.
 
 mod annotate;
+pub mod cfa;
 mod cfi;
 mod frame;
 pub mod i386;

@@ -23,6 +23,7 @@ mod job_control;
 mod jump_tables;
 mod lifecycle;
 mod many_args;
+mod python;
 mod riprel;
 mod seed;
 mod signals;

@@ -20,7 +20,7 @@ pub use frame::{
 };
 pub use patch::{entry_patch, rel32_reaches};
 pub use relocate::{
-    plan_patch, plan_patch_in, FunctionContext, PatchPlan, RelocatedPrologue, JMP_ABS_LEN,
+    plan_patch, plan_patch_in, FunctionContext, MayLand, PatchPlan, RelocatedPrologue, JMP_ABS_LEN,
     JMP_REL32_LEN, MAX_PATCH_LEN,
 };
 pub mod hook;

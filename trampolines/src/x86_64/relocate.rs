@@ -115,7 +115,15 @@ pub struct FunctionContext<'a> {
     pub read_file: Option<ReadFile<'a>>,
     /// Least number of bytes to patch ([`JMP_REL32_LEN`], or [`JMP_ABS_LEN`]).
     pub min_len: usize,
+    /// Whether an indirect jump at `from`, whose targets cannot be bounded, may
+    /// land at `to` (the start of an instruction inside the patch, not its
+    /// first); `None` means it may. A caller proves "it cannot" from facts the
+    /// code does not show (the frame's call-frame information, say).
+    pub may_land: Option<MayLand<'a>>,
 }
+
+/// See [`FunctionContext::may_land`]: `(from, to)`.
+pub type MayLand<'a> = &'a dyn Fn(u64, u64) -> bool;
 
 impl Default for FunctionContext<'_> {
     fn default() -> Self {
@@ -124,6 +132,7 @@ impl Default for FunctionContext<'_> {
             returns_twice: false,
             read_file: None,
             min_len: JMP_REL32_LEN,
+            may_land: None,
         }
     }
 }
@@ -228,13 +237,15 @@ pub fn plan_patch_in(
     let patch_end = patch_addr + patch_len as u64;
     check_branches_into(function, code, patch_addr, patch_end)?;
     if let Some(read) = ctx.read_file {
+        let inner: Vec<u64> = instructions.iter().skip(1).map(|i| i.ip()).collect();
         check_tables_into(
             function,
             code,
             read,
             patch_addr,
             patch_end,
-            instructions.len(),
+            &inner,
+            ctx.may_land,
         )?;
     }
     let mut original = code[skip..skip + moved_len].to_vec();
@@ -250,15 +261,16 @@ pub fn plan_patch_in(
 }
 
 /// Refuses when a jump table sends an indirect jump into the patch's bytes 1..n,
-/// or when an indirect jump cannot be bounded and the patch covers more than
-/// one instruction (a jump could then land on the second).
+/// or when an indirect jump cannot be bounded and may land on the start of an
+/// instruction of the patch after its first (`inner`; see `may_land`).
 fn check_tables_into(
     function: u64,
     code: &[u8],
     read: ReadFile,
     patch_addr: u64,
     patch_end: u64,
-    moved: usize,
+    inner: &[u64],
+    may_land: Option<MayLand>,
 ) -> Result<(), PlanError> {
     for jump in indirect_jumps(function, code, read) {
         match jump.targets {
@@ -272,7 +284,10 @@ fn check_tables_into(
                     });
                 }
             }
-            None if moved > 1 => {
+            None if inner
+                .iter()
+                .any(|&to| may_land.is_none_or(|f| f(jump.from, to))) =>
+            {
                 return Err(PlanError::UnboundedIndirectJump {
                     from: jump.from - function,
                     patch_start: patch_addr - function,
@@ -551,6 +566,39 @@ mod tests {
             matches!(err, PlanError::UnboundedIndirectJump { from: 0x13, .. }),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_unbounded_jump_proved_not_to_land_inside_is_fine() {
+        // The same code with an unreadable table; the caller proves (e.g. from
+        // the CFI) that the jump cannot land on the ja at +3.
+        let mut code = vec![
+            0x83, 0xff, 0x03, 0x77, 0x10, 0x48, 0x8d, 0x15, 0xf4, 0x00, 0x00, 0x00, 0x48, 0x63,
+            0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0,
+        ];
+        code.resize(0x30, 0xc3);
+        let read = |_: u64, _: usize| -> Option<Vec<u8>> { None };
+        let asked = std::cell::RefCell::new(Vec::new());
+        let never = |from: u64, to: u64| {
+            asked.borrow_mut().push((from - F, to - F));
+            false
+        };
+        let ctx = FunctionContext {
+            read_file: Some(&read),
+            may_land: Some(&never),
+            ..FunctionContext::default()
+        };
+        assert!(plan_patch_in(F, &code, &ctx).is_ok());
+        assert_eq!(*asked.borrow(), vec![(0x13, 3)]);
+        let maybe = |_: u64, to: u64| to == F + 3;
+        let ctx = FunctionContext {
+            may_land: Some(&maybe),
+            ..ctx
+        };
+        assert!(matches!(
+            plan_patch_in(F, &code, &ctx),
+            Err(PlanError::UnboundedIndirectJump { from: 0x13, .. })
+        ));
     }
 
     #[test]

@@ -1,0 +1,133 @@
+//! argstashd and Python processes: the `Inject` option `python` hooks CPython's
+//! frame evaluator, and `argstash --bus ... bt --json` prints what the
+//! standalone `argstash bt --json` prints, Python frames included.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use argstash_dbus::OPT_PYTHON;
+use argstash_tests::{fixtures_dir, Target};
+use common::Bus;
+use zbus::zvariant::Value;
+
+/// A CPython 3.11 with ctypes (`python3` on PATH, else Debian's), or `None`.
+fn python() -> Option<PathBuf> {
+    for exe in ["python3", "/usr/bin/python3.11"] {
+        let out = Command::new(exe)
+            .args([
+                "-c",
+                "import sys, ctypes; print(sys.executable if sys.version_info[:2] == (3, 11) else '')",
+            ])
+            .output()
+            .ok()?;
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && !path.is_empty() {
+            return Some(PathBuf::from(path));
+        }
+    }
+    None
+}
+
+/// `tests/fixtures/python/callback.c` as a shared library in `dir`.
+fn callback_lib(dir: &Path) -> PathBuf {
+    let out = dir.join("libcallback.so");
+    let built = Command::new("cc")
+        .args(["-O0", "-g", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(fixtures_dir().join("python/callback.c"))
+        .status()
+        .unwrap();
+    assert!(built.success());
+    out
+}
+
+/// `argstash [--bus ADDR] ARGS` stdout; asserts success.
+fn cli(bus: Option<&Bus>, args: &[&str]) -> String {
+    let mut all: Vec<&str> = Vec::new();
+    if let Some(b) = bus {
+        all.extend(["--bus", b.address.as_str()]);
+    }
+    all.extend(args);
+    let out = argstash_tests::argstash_cmd(&all).output().unwrap();
+    assert!(
+        out.status.success(),
+        "argstash {all:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The backtrace JSON without what differs from one stop to the next.
+fn steady(text: &str) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+    for t in v["threads"].as_array_mut().unwrap() {
+        t["stopped_us"] = 0.into();
+    }
+    v
+}
+
+#[test]
+fn python_inject_and_backtrace_through_the_daemon() {
+    let Some(python) = python() else {
+        println!("SKIPPED python_inject_and_backtrace_through_the_daemon: no CPython 3.11");
+        return;
+    };
+    let bus = Bus::start();
+    let lib = callback_lib(&bus.dir);
+    let script = fixtures_dir().join("python/mixed.py");
+    let mut t = Target::spawn_with_args(
+        &python,
+        &[script.to_str().unwrap(), lib.to_str().unwrap(), "block"],
+    );
+    let pid = t.pid();
+    let proxy = bus.proxy();
+    let mut opts = HashMap::new();
+    opts.insert(OPT_PYTHON, Value::from(true));
+    let hooks = proxy.inject(pid as u32, &[], opts).unwrap();
+    assert_eq!(hooks.len(), 1);
+    let listed = proxy.list_hooks(pid as u32).unwrap();
+    assert_eq!(listed[0].function, "_PyEval_EvalFrameDefault");
+
+    t.write_stdin("go\n");
+    while t.expect_line(Duration::from_secs(20)) != "end" {}
+    // Blocked reading stdin: every backtrace from now on is the same.
+    assert!(argstash_tests::wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
+            .is_ok_and(|s| s.starts_with("0 "))
+    }));
+    let pid_s = pid.to_string();
+    let args = ["bt", "--pid", pid_s.as_str(), "--json"];
+    let standalone = steady(&cli(None, &args));
+    let through = steady(&cli(Some(&bus), &args));
+    assert_eq!(through, standalone);
+    let kinds = |v: &serde_json::Value, kind: &str| {
+        v["threads"][0]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == kind)
+            .count()
+    };
+    assert_eq!(kinds(&through, "python"), 7, "{through:#}");
+    assert!(through["threads"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["paired_by"] == "stash"));
+    // Text and one side only, too.
+    let text = ["bt", "--pid", pid_s.as_str(), "--python"];
+    let strip = |s: String| -> String {
+        s.lines()
+            .filter(|l| !l.starts_with("Thread "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(strip(cli(Some(&bus), &text)), strip(cli(None, &text)));
+    // And out again by name.
+    let out = cli(Some(&bus), &["eject", "--pid", &pid_s, "--python"]);
+    assert!(out.contains("ejected _PyEval_EvalFrameDefault"), "{out}");
+}

@@ -1,0 +1,344 @@
+//! One thread's Python frames placed among its native frames: the Python part
+//! of a backtrace.
+//!
+//! Reading comes in two steps so that a live reader can do the first while the
+//! thread is stopped, as it copies the thread's stack, and the second after it
+//! unwound that copy:
+//!
+//! 1. [`StackReader::read`]: the thread state whose `native_thread_id` is the
+//!    thread's tid, and its frame chain ([`ThreadRead`]).
+//! 2. [`ThreadRead::assemble`]: pair the chain with the native frames (as
+//!    [`NativeEval`]s, innermost first) and keep the frames a display shows
+//!    ([`PythonStack`]).
+//!
+//! Nothing here fails: an unreadable interpreter, thread list or frame becomes a
+//! note, and the native backtrace stands on its own.
+
+use std::fmt;
+
+use crate::memory::Memory;
+use crate::symbols::ProcessSymbols;
+
+use super::frames::{ChainEnd, FrameChain, FrameReader, ParamKind, PyFrame};
+use super::pair::{Merged, NativeEval, Pairing, Placement};
+use super::{Interpreter, PythonError};
+
+/// The most Python frames read per thread.
+pub const STACK_LIMIT: usize = 1024;
+
+/// A process's interpreter as a backtrace sees it.
+#[derive(Debug, Clone)]
+pub enum ProcessPython {
+    /// No module has CPython's evaluator: the process shows native frames only.
+    NotPython,
+    /// A CPython that cannot be read (no layout for its version, a missing
+    /// symbol...): the reason, noted on threads that evaluate Python.
+    Unreadable(String),
+    /// A CPython with a known layout.
+    Found(Interpreter),
+}
+
+impl ProcessPython {
+    /// Finds the interpreter of a process (never fails: see the variants).
+    pub fn attach(symbols: &ProcessSymbols, mem: &dyn Memory) -> ProcessPython {
+        match Interpreter::attach(symbols, mem) {
+            Ok(i) => ProcessPython::Found(i),
+            Err(PythonError::NotPython { .. }) => ProcessPython::NotPython,
+            Err(e) => ProcessPython::Unreadable(e.to_string()),
+        }
+    }
+
+    /// The interpreter, when one was found and can be read.
+    pub fn interpreter(&self) -> Option<&Interpreter> {
+        match self {
+            ProcessPython::Found(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// A reader of the threads' Python frames in `mem`, for one backtrace.
+    pub fn reader<'a>(&'a self, mem: &'a dyn Memory) -> StackReader<'a> {
+        StackReader {
+            python: self,
+            frames: self.interpreter().map(|i| i.frame_reader(mem)),
+            mem,
+        }
+    }
+}
+
+/// Reads the Python frames of threads, one at a time (code objects are decoded
+/// once per reader).
+pub struct StackReader<'a> {
+    python: &'a ProcessPython,
+    frames: Option<FrameReader<'a>>,
+    mem: &'a dyn Memory,
+}
+
+impl StackReader<'_> {
+    /// Reads thread `tid`'s frame chain; a live caller calls it while the thread
+    /// is stopped, so the chain and the native stack agree.
+    pub fn read(&mut self, tid: i32) -> ThreadRead {
+        let (interp, frames) = match (self.python, self.frames.as_mut()) {
+            (ProcessPython::NotPython, _) => return ThreadRead::default(),
+            (ProcessPython::Unreadable(why), _) => {
+                return ThreadRead {
+                    chain: None,
+                    notes: vec![why.clone()],
+                }
+            }
+            (ProcessPython::Found(i), Some(f)) => (i, f),
+            (ProcessPython::Found(_), None) => return ThreadRead::default(),
+        };
+        let walk = match interp.threads(self.mem) {
+            Ok(w) => w,
+            Err(e) => {
+                return ThreadRead {
+                    chain: None,
+                    notes: vec![format!("cannot read CPython's thread states: {e}")],
+                }
+            }
+        };
+        let Some(ts) = u64::try_from(tid).ok().and_then(|t| walk.for_tid(t)) else {
+            // Not a Python thread, unless the list was cut before its state.
+            let notes = walk
+                .problems
+                .iter()
+                .map(|p| {
+                    format!(
+                        "CPython's thread list is incomplete (at 0x{:x}: {})",
+                        p.addr, p.reason
+                    )
+                })
+                .collect();
+            return ThreadRead { chain: None, notes };
+        };
+        let notes = walk
+            .problems
+            .iter()
+            .filter(|p| p.addr == ts.addr)
+            .map(|p| format!("thread state 0x{:x}: {}", p.addr, p.reason))
+            .collect();
+        ThreadRead {
+            chain: ts.current_frame.map(|f| frames.chain(f, STACK_LIMIT)),
+            notes,
+        }
+    }
+}
+
+/// One thread's Python frames as read, before pairing.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadRead {
+    /// The chain from the thread's innermost frame, `None` when it runs no Python.
+    pub chain: Option<FrameChain>,
+    /// What went wrong finding it.
+    pub notes: Vec<String>,
+}
+
+impl ThreadRead {
+    /// Pairs the chain with the thread's native frames (innermost first); `None`
+    /// when the thread shows no Python at all (no frames, nothing to say, or
+    /// nothing to say about a thread that evaluates no Python).
+    pub fn assemble(self, native: &[NativeEval]) -> Option<PythonStack> {
+        let evaluates = native.iter().any(|n| n.is_eval);
+        let Some(chain) = self.chain else {
+            return (evaluates && !self.notes.is_empty()).then(|| PythonStack {
+                frames: Vec::new(),
+                notes: self.notes,
+            });
+        };
+        let pairing = chain.pair_with(native);
+        let mut notes = self.notes;
+        notes.extend(pairing.notes.iter().map(ToString::to_string));
+        match chain.end {
+            ChainEnd::Root => {}
+            end => notes.push(format!("Python frames end early: {end}")),
+        }
+        let frames = chain
+            .frames
+            .into_iter()
+            .zip(pairing.python)
+            .filter(|(f, _)| !f.incomplete)
+            .map(|(frame, placement)| StackFrame { frame, placement })
+            .collect();
+        Some(PythonStack { frames, notes })
+    }
+}
+
+/// One Python frame of a backtrace, with the native frame that runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackFrame {
+    /// The frame.
+    pub frame: PyFrame,
+    /// Its native evaluator frame (index among the thread's native frames) and
+    /// how it was paired; `None` when no native frame claims it.
+    pub placement: Option<Placement>,
+}
+
+/// A thread's Python frames, innermost first, as a backtrace shows them
+/// (frames CPython hides are left out).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PythonStack {
+    /// The frames.
+    pub frames: Vec<StackFrame>,
+    /// What did not fit or could not be read.
+    pub notes: Vec<String>,
+}
+
+impl PythonStack {
+    /// The merged stack over `native_len` native frames, innermost first: each
+    /// evaluator frame's Python frames right before it; unclaimed ones at the end.
+    pub fn interleave(&self, native_len: usize) -> Vec<Merged> {
+        Pairing {
+            python: self.frames.iter().map(|f| f.placement).collect(),
+            notes: Vec::new(),
+        }
+        .interleave(native_len)
+    }
+}
+
+/// The name a parameter kind has in wire forms (`positional`, `*`, ...).
+pub fn param_kind_name(kind: ParamKind) -> &'static str {
+    match kind {
+        ParamKind::PositionalOnly => "positional-only",
+        ParamKind::Positional => "positional",
+        ParamKind::KeywordOnly => "keyword-only",
+        ParamKind::VarArgs => "varargs",
+        ParamKind::VarKeywords => "varkeywords",
+    }
+}
+
+/// The parameter kind named by [`param_kind_name`] (`Positional` for anything else).
+pub fn param_kind_from_name(name: &str) -> ParamKind {
+    match name {
+        "positional-only" => ParamKind::PositionalOnly,
+        "keyword-only" => ParamKind::KeywordOnly,
+        "varargs" => ParamKind::VarArgs,
+        "varkeywords" => ParamKind::VarKeywords,
+        _ => ParamKind::Positional,
+    }
+}
+
+impl fmt::Display for PythonStack {
+    /// One frame per line, innermost first (tests and logs).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for s in &self.frames {
+            writeln!(f, "{}", s.frame)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::frames::FrameOwner;
+    use super::super::pair::PairedBy;
+    use super::*;
+
+    fn frame(addr: u64, is_entry: bool, incomplete: bool) -> PyFrame {
+        PyFrame {
+            addr,
+            code: 0,
+            qualname: format!("f{addr:x}"),
+            file: "/x.py".into(),
+            line: Some(1),
+            first_line: 1,
+            is_entry,
+            owner: FrameOwner::Thread,
+            incomplete,
+            params: Vec::new(),
+            params_note: None,
+        }
+    }
+
+    const C: NativeEval = NativeEval {
+        is_eval: false,
+        stashed_frame: None,
+    };
+
+    #[test]
+    fn assembles_pairs_and_hides_incomplete_frames() {
+        let read = ThreadRead {
+            chain: Some(FrameChain {
+                frames: vec![
+                    frame(0x100, false, true),
+                    frame(0x200, true, false),
+                    frame(0x300, true, false),
+                ],
+                end: ChainEnd::Root,
+            }),
+            notes: Vec::new(),
+        };
+        let stashed = NativeEval {
+            is_eval: true,
+            stashed_frame: Some(0x200),
+        };
+        let eval = NativeEval {
+            is_eval: true,
+            stashed_frame: None,
+        };
+        let stack = read.assemble(&[C, stashed, C, eval]).unwrap();
+        assert!(stack.notes.is_empty(), "{:?}", stack.notes);
+        let got: Vec<_> = stack
+            .frames
+            .iter()
+            .map(|f| {
+                (
+                    f.frame.addr,
+                    f.placement.map(|p| (p.eval_frame, p.paired_by)),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0x200, Some((1, PairedBy::Stash))),
+                (0x300, Some((3, PairedBy::Order)))
+            ]
+        );
+        use Merged::{Native as N, Python as P};
+        assert_eq!(
+            stack.interleave(4),
+            vec![N(0), P(0), N(1), N(2), P(1), N(3)]
+        );
+    }
+
+    #[test]
+    fn problems_become_notes_not_errors() {
+        let eval = NativeEval {
+            is_eval: true,
+            stashed_frame: None,
+        };
+        // A corrupt chain: frames before it, then a note.
+        let read = ThreadRead {
+            chain: Some(FrameChain {
+                frames: vec![frame(0x100, true, false)],
+                end: ChainEnd::Loop { addr: 0x100 },
+            }),
+            notes: Vec::new(),
+        };
+        let stack = read.assemble(&[eval]).unwrap();
+        assert_eq!(stack.frames.len(), 1);
+        assert!(stack.notes[0].contains("loops"), "{:?}", stack.notes);
+        // No chain: a note only where Python is evaluated.
+        let unreadable = ThreadRead {
+            chain: None,
+            notes: vec!["CPython 3.14.0 has no known memory layout".into()],
+        };
+        assert!(unreadable.clone().assemble(&[C]).is_none());
+        assert_eq!(unreadable.assemble(&[eval]).unwrap().notes.len(), 1);
+        assert!(ThreadRead::default().assemble(&[eval]).is_none());
+    }
+
+    #[test]
+    fn kinds_roundtrip_by_name() {
+        for k in [
+            ParamKind::PositionalOnly,
+            ParamKind::Positional,
+            ParamKind::KeywordOnly,
+            ParamKind::VarArgs,
+            ParamKind::VarKeywords,
+        ] {
+            assert_eq!(param_kind_from_name(param_kind_name(k)), k);
+        }
+    }
+}
