@@ -1368,7 +1368,8 @@ mod tests {
         assert_ne!(std::fs::read(&entries[0]).unwrap(), bytes, "rebuilt");
 
         let syms = crate::symbols::separate_symbols(libc, 0, &search);
-        let shown = |f: Vec<SourceFrame>| -> Vec<(Option<String>, Option<String>, Option<u32>, Option<usize>)> {
+        type Shown = (Option<String>, Option<String>, Option<u32>, Option<usize>);
+        let shown = |f: Vec<SourceFrame>| -> Vec<Shown> {
             f.into_iter()
                 .map(|f| (f.function, f.file, f.line, f.info.map(|i| i.params.len())))
                 .collect()

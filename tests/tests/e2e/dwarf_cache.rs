@@ -22,9 +22,12 @@ fn fresh_dir(name: &str) -> PathBuf {
 
 /// libc's build-id, when its debug file is installed under /usr/lib/debug.
 fn libc_debug_build_id() -> Option<String> {
-    let libc = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6"]
-        .into_iter()
-        .find(|p| Path::new(p).is_file())?;
+    let libc = [
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib/x86_64-linux-gnu/libc.so.6",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).is_file())?;
     let out = Command::new("readelf").args(["-n", libc]).output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let id = text
@@ -134,7 +137,10 @@ fn a_damaged_entry_gives_the_same_output_as_no_cache() {
     ] {
         fs::write(&entry, &bytes).unwrap();
         assert_eq!(bt(t.pid(), &xdg, false), uncached, "{what}");
-        assert!(fs::read(&entry).unwrap() == good, "{what}: the entry was rebuilt");
+        assert!(
+            fs::read(&entry).unwrap() == good,
+            "{what}: the entry was rebuilt"
+        );
     }
     let _ = fs::remove_dir_all(&xdg);
 }
