@@ -8,6 +8,9 @@
 # the test binaries, e.g. `scripts/test.sh seed` to filter by name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The on-disk DWARF cache (reader/src/dwarf_cache.rs) of every argstash the tests
+# run goes under target/, not into the user's ~/.cache.
+export XDG_CACHE_HOME="$PWD/target/xdg-cache"
 status=0
 cargo test --workspace --no-fail-fast -- --test-threads=2 "$@" || status=$?
 # Then the Python extension's pytest suite (pep523-ext), under each CPython 3.11 here.

@@ -19,6 +19,8 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
+use crate::dwarf::SharedBytes;
+
 /// The directory distributions install separate debug files under.
 pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
 
@@ -82,7 +84,7 @@ impl Default for DebugSearch {
 
 /// The bytes of a file: mapped from disk or decompressed in memory.
 enum Bytes {
-    Mapped(memmap2::Mmap),
+    Mapped(Arc<memmap2::Mmap>),
     Owned(Vec<u8>),
 }
 
@@ -92,6 +94,20 @@ impl Bytes {
             Bytes::Mapped(m) => m,
             Bytes::Owned(v) => v,
         }
+    }
+}
+
+/// A range of a shared file mapping, as bytes.
+struct MapRange {
+    map: Arc<memmap2::Mmap>,
+    range: std::ops::Range<usize>,
+}
+
+impl std::ops::Deref for MapRange {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.map[self.range.clone()]
     }
 }
 
@@ -150,7 +166,7 @@ impl ElfSections {
         // process truncating the file meanwhile could raise SIGBUS; debug files and
         // binaries are replaced by rename, the risk every debugger accepts.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        ElfSections::parse(shown, Bytes::Mapped(map))
+        ElfSections::parse(shown, Bytes::Mapped(Arc::new(map)))
     }
 
     pub(crate) fn from_vec(path: String, bytes: Vec<u8>) -> Result<ElfSections, DebugInfoError> {
@@ -285,17 +301,37 @@ impl ElfSections {
         if s.flags & SHF_COMPRESSED == 0 {
             return Some(Arc::from(data));
         }
-        let (size, payload) = self.compressed(data)?;
-        // The header gives the exact size: inflate into it in one go (no regrowth).
-        // zlib-rs inflates about twice as fast as miniz_oxide, and a cold `bt`
-        // spends a third of its time here when libc's debug file is installed.
-        let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, size).collect();
-        let (written, code) = zlib_rs::decompress_slice(
-            Arc::get_mut(&mut out)?,
-            payload,
-            zlib_rs::InflateConfig::default(),
-        );
-        (code == zlib_rs::ReturnCode::Ok && written.len() == size).then_some(out)
+        // The header gives the exact size: inflate into it in one go (no
+        // regrowth, no zeroing first). zlib-rs inflates about twice as fast as
+        // miniz_oxide, and a cold `bt` spends a third of its time here when
+        // libc's debug file is installed.
+        let (size, _) = self.compressed(data)?;
+        let out = self.section_prefix(name, size)?;
+        (out.len() == size).then_some(out)
+    }
+
+    /// Like [`Self::section_shared`], without copying an uncompressed section
+    /// of a mapped file: the bytes are read in place from the mapping.
+    pub fn section_bytes(&self, name: &str) -> Option<SharedBytes> {
+        let s = self.header(name)?;
+        match &self.bytes {
+            Bytes::Mapped(map) if s.flags & SHF_COMPRESSED == 0 => {
+                self.raw(s)?;
+                let start = usize::try_from(s.offset).ok()?;
+                let end = start.checked_add(usize::try_from(s.size).ok()?)?;
+                Some(SharedBytes::new(MapRange {
+                    map: map.clone(),
+                    range: start..end,
+                }))
+            }
+            _ => self.section_shared(name).map(SharedBytes::from),
+        }
+    }
+
+    /// True when section `name` is present and `SHF_COMPRESSED`.
+    pub fn is_compressed(&self, name: &str) -> bool {
+        self.header(name)
+            .is_some_and(|s| s.kind != SHT_NOBITS && s.flags & SHF_COMPRESSED != 0)
     }
 
     /// The inflated size and the zlib stream of a compressed section's bytes

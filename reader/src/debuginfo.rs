@@ -16,12 +16,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use gimli::{EndianArcSlice, LittleEndian};
+use gimli::LittleEndian;
 
 use crate::args::{self, FunctionInfo};
 use crate::debugfile::{separate_files, BoundedSink, ElfSections};
 pub use crate::debugfile::{DebugInfoError, DebugSearch, DebugSource, DEFAULT_DEBUG_DIR};
-use crate::dwarf::DwarfReader;
+use crate::dwarf::{DwarfReader, SharedBytes};
+use crate::dwarf_cache::{DiskCache, EntryKey, IndexEntry};
 use crate::symbols::Symbol;
 
 /// The debug info of a process's modules, in the order of its
@@ -109,22 +110,216 @@ pub struct ModuleDebug {
     mini_symbols: Vec<Symbol>,
 }
 
+/// An addr2line context; it parses lazily and caches inside, and the lock makes
+/// that safe across threads.
+type SharedContext = Arc<std::sync::Mutex<addr2line::Context<DwarfReader>>>;
+
+/// Locks `context`: a panic while parsing leaves the lazily filled caches
+/// consistent enough to keep answering (each cell is either filled or not).
+fn lock(context: &SharedContext) -> std::sync::MutexGuard<'_, addr2line::Context<DwarfReader>> {
+    context.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Parsed DWARF of one file, shared through a [`DwarfCache`] by every
 /// [`ModuleDebug`] of that file (libc's, for instance, serves all the processes
 /// a daemon reads).
+///
+/// Lookups go unit by unit: the index says which unit covers an address, and
+/// each unit gets an addr2line context of its own, built on first use over that
+/// unit alone. Building one context over all of libc's 4,000 units cost more
+/// than inflating its DWARF; a unit's costs microseconds. Units that refer to
+/// other units (`DW_FORM_ref_addr` and the like) are looked up in one context
+/// over the whole file instead.
 struct DwarfData {
-    /// The addr2line context parses units lazily and caches them inside; the lock
-    /// makes that safe across threads.
-    context: std::sync::Mutex<addr2line::Context<DwarfReader>>,
+    sections: Vec<(&'static str, SharedBytes)>,
+    /// Address ranges (svma) and the `.debug_info` offset of the unit covering each.
+    index: Vec<IndexEntry>,
+    /// The contexts built so far, by unit offset.
+    units: std::sync::Mutex<Vec<(u64, SharedContext)>>,
+    /// The context over the whole file, when some unit needs it.
+    whole: std::sync::OnceLock<Option<SharedContext>>,
     /// Bytes of the DWARF sections held (decompressed).
     section_bytes: usize,
 }
 
 impl DwarfData {
-    fn context(&self) -> std::sync::MutexGuard<'_, addr2line::Context<DwarfReader>> {
-        // A panic while parsing leaves the lazily filled caches consistent enough
-        // to keep answering (each cell is either filled or not).
-        self.context.lock().unwrap_or_else(|e| e.into_inner())
+    fn new(sections: Vec<(&'static str, SharedBytes)>, index: Vec<IndexEntry>) -> Self {
+        let section_bytes = sections.iter().map(|(_, d)| d.len()).sum();
+        DwarfData {
+            sections,
+            index,
+            units: std::sync::Mutex::new(Vec::new()),
+            whole: std::sync::OnceLock::new(),
+            section_bytes,
+        }
+    }
+
+    fn section(&self, name: &str) -> SharedBytes {
+        self.sections
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or_else(SharedBytes::empty, |(_, d)| d.clone())
+    }
+
+    /// The sections as gimli reads them, `.debug_info` replaced by `info`.
+    fn dwarf(&self, info: Option<SharedBytes>, aranges: bool) -> gimli::Dwarf<DwarfReader> {
+        let load = |id: gimli::SectionId| -> Result<DwarfReader, std::convert::Infallible> {
+            let data = match id {
+                gimli::SectionId::DebugInfo => {
+                    info.clone().unwrap_or_else(|| self.section(id.name()))
+                }
+                gimli::SectionId::DebugAranges if !aranges => SharedBytes::empty(),
+                _ => self.section(id.name()),
+            };
+            Ok(DwarfReader::new(data, LittleEndian))
+        };
+        match gimli::Dwarf::load(load) {
+            Ok(d) => d,
+            Err(e) => match e {},
+        }
+    }
+
+    /// The contexts that may describe svma `probe`, most likely first.
+    fn contexts(&self, probe: u64) -> Vec<SharedContext> {
+        let mut hits: Vec<(u64, u64)> = self
+            .index
+            .iter()
+            .filter(|(r, _)| r.contains(&probe))
+            .map(|(r, unit)| (r.end, *unit))
+            .collect();
+        // addr2line's order: the range that ends first, then the earlier unit.
+        hits.sort_unstable();
+        let mut out: Vec<SharedContext> = Vec::new();
+        for (_, unit) in hits {
+            if let Some(c) = self.unit_context(unit) {
+                if !out.iter().any(|o| Arc::ptr_eq(o, &c)) {
+                    out.push(c);
+                }
+            }
+        }
+        out
+    }
+
+    /// The context of the unit at `.debug_info` offset `unit` (or the whole
+    /// file's, when the unit refers to others).
+    fn unit_context(&self, unit: u64) -> Option<SharedContext> {
+        if let Some((_, c)) = self
+            .units
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(u, _)| *u == unit)
+        {
+            return Some(c.clone());
+        }
+        let made = match self.slice_unit(unit) {
+            Some(info) => {
+                let dwarf = self.dwarf(Some(info), false);
+                let context = addr2line::Context::from_dwarf(dwarf).ok()?;
+                Arc::new(std::sync::Mutex::new(context))
+            }
+            None => self.whole()?,
+        };
+        let mut units = self.units.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, c)) = units.iter().find(|(u, _)| *u == unit) {
+            return Some(c.clone());
+        }
+        units.push((unit, made.clone()));
+        Some(made)
+    }
+
+    /// The one context over all units, built on first need.
+    fn whole(&self) -> Option<SharedContext> {
+        self.whole
+            .get_or_init(|| {
+                let context = addr2line::Context::from_dwarf(self.dwarf(None, true)).ok()?;
+                Some(Arc::new(std::sync::Mutex::new(context)))
+            })
+            .clone()
+    }
+
+    /// `.debug_info` cut to the unit at `unit` alone (its offsets then start at
+    /// 0; unit-relative references are unchanged); `None` when the unit refers
+    /// outside itself, so that cutting would lose what it refers to.
+    fn slice_unit(&self, unit: u64) -> Option<SharedBytes> {
+        let info = self.section(".debug_info");
+        let start = usize::try_from(unit).ok()?;
+        let header = gimli::DebugInfo::from(DwarfReader::new(info.clone(), LittleEndian))
+            .header_from_offset(gimli::DebugInfoOffset(start))
+            .ok()?;
+        if !matches!(
+            header.type_(),
+            gimli::UnitType::Compilation | gimli::UnitType::Skeleton(_)
+        ) {
+            return None;
+        }
+        let end = start.checked_add(header.length_including_self())?;
+        let abbrev = self.section(".debug_abbrev");
+        let abbrev = abbrev.get(header.debug_abbrev_offset().0..)?;
+        if refers_outside(abbrev, header.encoding().version)? {
+            return None;
+        }
+        info.get(start..end)?;
+        Some(SharedBytes::new(UnitSlice {
+            info,
+            range: start..end,
+        }))
+    }
+}
+
+/// One unit's bytes within a shared `.debug_info`.
+struct UnitSlice {
+    info: SharedBytes,
+    range: std::ops::Range<usize>,
+}
+
+impl std::ops::Deref for UnitSlice {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.info[self.range.clone()]
+    }
+}
+
+/// Whether the abbreviation table at the start of `table` lets its unit refer
+/// outside itself: to another unit, a type unit, a supplementary file, or an
+/// imported (partial) unit; also for forms only known per entry
+/// (`DW_FORM_indirect`). `None` when the table is malformed.
+fn refers_outside(table: &[u8], _version: u16) -> Option<bool> {
+    use gimli::Reader;
+    let mut r = gimli::EndianSlice::new(table, LittleEndian);
+    loop {
+        let code = r.read_uleb128().ok()?;
+        if code == 0 {
+            return Some(false);
+        }
+        let tag = r.read_uleb128().ok()?;
+        if tag == u64::from(gimli::DW_TAG_imported_unit.0) {
+            return Some(true);
+        }
+        r.read_u8().ok()?;
+        loop {
+            let name = r.read_uleb128().ok()?;
+            let form = r.read_uleb128().ok()?;
+            if name == 0 && form == 0 {
+                break;
+            }
+            let form = gimli::DwForm(u16::try_from(form).ok()?);
+            if matches!(
+                form,
+                gimli::DW_FORM_ref_addr
+                    | gimli::DW_FORM_ref_sig8
+                    | gimli::DW_FORM_ref_sup4
+                    | gimli::DW_FORM_ref_sup8
+                    | gimli::DW_FORM_GNU_ref_alt
+                    | gimli::DW_FORM_indirect
+            ) {
+                return Some(true);
+            }
+            if form == gimli::DW_FORM_implicit_const {
+                r.read_sleb128().ok()?;
+            }
+        }
     }
 }
 
@@ -147,23 +342,54 @@ type SharedFiles = Vec<(FileKey, std::sync::Weak<DwarfData>)>;
 /// readers, so libc's DWARF is parsed once however many processes it serves. An
 /// entry lives as long as some [`ModuleDebug`] uses it; the cache itself holds
 /// no parse alive.
-#[derive(Clone, Default)]
+///
+/// It may also keep what it parses on disk ([`DiskCache`]), for the next
+/// process: by default in the user's cache directory, unless `ARGSTASH_CACHE=off`.
+#[derive(Clone)]
 pub struct DwarfCache {
     files: Arc<std::sync::Mutex<SharedFiles>>,
+    disk: Option<DiskCache>,
+}
+
+impl Default for DwarfCache {
+    fn default() -> Self {
+        // Unit tests never touch the user's cache.
+        let disk = if cfg!(test) {
+            None
+        } else {
+            DiskCache::from_env()
+        };
+        DwarfCache::with_disk(disk)
+    }
 }
 
 impl std::fmt::Debug for DwarfCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DwarfCache")
             .field("files", &self.lock().len())
+            .field("disk", &self.disk)
             .finish()
     }
 }
 
 impl DwarfCache {
-    /// An empty cache, shared by nothing yet.
+    /// An empty cache, shared by nothing yet, backed by the user's on-disk
+    /// cache as the environment says ([`DiskCache::from_env`]).
     pub fn new() -> DwarfCache {
         DwarfCache::default()
+    }
+
+    /// An empty cache backed by `disk` (none: memory only).
+    pub fn with_disk(disk: Option<DiskCache>) -> DwarfCache {
+        DwarfCache {
+            files: Arc::default(),
+            disk,
+        }
+    }
+
+    /// The on-disk cache behind this one, if any.
+    pub fn disk(&self) -> Option<&DiskCache> {
+        self.disk.as_ref()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SharedFiles> {
@@ -305,8 +531,17 @@ impl ModuleDebug {
             return Vec::new();
         };
         let probe = pc.wrapping_sub(self.bias);
+        for context in d.contexts(probe) {
+            let out = self.frames_in(&lock(&context), probe);
+            if !out.is_empty() {
+                return out;
+            }
+        }
+        Vec::new()
+    }
+
+    fn frames_in(&self, context: &addr2line::Context<DwarfReader>, probe: u64) -> Vec<SourceFrame> {
         let mut out = Vec::new();
-        let context = d.context();
         let unit = context.find_dwarf_and_unit(probe).skip_all_loads();
         let Ok(mut iter) = context.find_frames(probe).skip_all_loads() else {
             return out;
@@ -347,15 +582,15 @@ impl ModuleDebug {
         let Some(d) = &self.dwarf else {
             return Vec::new();
         };
-        let context = d.context();
-        let Some(unit) = context
-            .find_dwarf_and_unit(caller_pc.wrapping_sub(self.bias))
-            .skip_all_loads()
-        else {
-            return Vec::new();
-        };
+        let probe = caller_pc.wrapping_sub(self.bias);
         let want = return_address.wrapping_sub(self.bias);
-        call_site_params(unit, want).unwrap_or_default()
+        for context in d.contexts(probe) {
+            let context = lock(&context);
+            if let Some(unit) = context.find_dwarf_and_unit(probe).skip_all_loads() {
+                return call_site_params(unit, want).unwrap_or_default();
+            }
+        }
+        Vec::new()
     }
 
     /// The parameters of the function (not an inlined copy) whose code contains
@@ -512,7 +747,8 @@ impl EntryDebug {
 
     fn describe(&mut self, unit_offset: usize, svma: u64) -> Option<EntryInfo> {
         let file = self.file.as_ref()?;
-        let reader = |data: &Arc<[u8]>| EndianArcSlice::new(data.clone(), LittleEndian);
+        let reader =
+            |data: &Arc<[u8]>| DwarfReader::new(SharedBytes::from(data.clone()), LittleEndian);
 
         // .debug_info up to the end of this unit, plus the next unit's header
         // (for the bound of this unit's abbreviations).
@@ -724,8 +960,9 @@ const DWARF_SECTIONS: &[&str] = &[
 ];
 
 /// Reads (and decompresses) the DWARF sections, on two threads: distributions
-/// compress them, and inflating is most of the cold cost.
-fn read_sections(file: &ElfSections) -> Vec<(&'static str, Arc<[u8]>)> {
+/// compress them, and inflating is most of the cold cost. Uncompressed sections
+/// are read in place from the file's mapping.
+fn read_sections(file: &ElfSections) -> Vec<(&'static str, SharedBytes)> {
     let mut names: Vec<(&'static str, u64)> = DWARF_SECTIONS
         .iter()
         .filter_map(|n| file.header(n).map(|h| (*n, h.size)))
@@ -743,12 +980,17 @@ fn read_sections(file: &ElfSections) -> Vec<(&'static str, Arc<[u8]>)> {
             sb += size;
         }
     }
-    let read = |names: Vec<&'static str>| -> Vec<(&'static str, Arc<[u8]>)> {
+    let read = |names: Vec<&'static str>| -> Vec<(&'static str, SharedBytes)> {
         names
             .into_iter()
-            .filter_map(|n| Some((n, file.section_shared(n)?)))
+            .filter_map(|n| Some((n, file.section_bytes(n)?)))
             .collect()
     };
+    if b.is_empty() || !b.iter().any(|n| file.is_compressed(n)) {
+        let mut out = read(a);
+        out.extend(read(b));
+        return out;
+    }
     std::thread::scope(|scope| {
         let other = scope.spawn(|| read(b));
         let mut out = read(a);
@@ -765,37 +1007,135 @@ fn load_dwarf(file: &ElfSections, cache: &DwarfCache) -> Result<Arc<DwarfData>, 
     }
     // Parsed without holding the cache's lock: two threads may parse the same
     // file at once, and both results are correct.
-    let data = Arc::new(parse_dwarf(file)?);
+    let data = Arc::new(parse_dwarf(file, cache.disk.as_ref())?);
     if let Some(key) = key {
         cache.insert(key, &data);
     }
     Ok(data)
 }
 
-fn parse_dwarf(file: &ElfSections) -> Result<DwarfData, DebugInfoError> {
+/// The on-disk cache key of `file`: only files with compressed DWARF are worth
+/// an entry (uncompressed sections are read in place already), and only files
+/// with a build-id can have one.
+fn disk_key(file: &ElfSections) -> Option<EntryKey> {
+    if !DWARF_SECTIONS.iter().any(|n| file.is_compressed(n)) {
+        return None;
+    }
+    EntryKey::of_file(Path::new(&file.path), file.build_id()?)
+}
+
+/// The DWARF of `file` from the entry `disk` holds for it, when that entry is
+/// valid and agrees with the file (the same sections, of the same sizes).
+fn from_disk(file: &ElfSections, disk: &DiskCache, key: &EntryKey) -> Option<DwarfData> {
+    let entry = disk.load(key).ok()?;
+    let mut sections = Vec::new();
+    for name in DWARF_SECTIONS {
+        match (file.header(name).is_some(), entry.section(name)) {
+            (false, None) => {}
+            (true, Some(bytes)) if file.section_size(name) == Some(bytes.len()) => {
+                sections.push((*name, bytes));
+            }
+            _ => return None,
+        }
+    }
+    if entry.section_names().count() != sections.len() {
+        return None;
+    }
+    let info_len = sections
+        .iter()
+        .find(|(n, _)| *n == ".debug_info")
+        .map_or(0, |(_, d)| d.len() as u64);
+    if entry.index.iter().any(|(_, unit)| *unit >= info_len) {
+        return None;
+    }
+    Some(DwarfData::new(sections, entry.index))
+}
+
+fn parse_dwarf(file: &ElfSections, disk: Option<&DiskCache>) -> Result<DwarfData, DebugInfoError> {
+    let disk = disk.and_then(|d| Some((d, disk_key(file)?)));
+    if let Some((disk, key)) = &disk {
+        if let Some(data) = from_disk(file, disk, key) {
+            return Ok(data);
+        }
+    }
     let sections = read_sections(file);
-    let load = |id: gimli::SectionId| -> Result<DwarfReader, gimli::Error> {
-        let data: Arc<[u8]> = sections
-            .iter()
-            .find(|(n, _)| *n == id.name())
-            .map_or_else(|| Arc::from(&[][..]), |(_, d)| d.clone());
-        Ok(EndianArcSlice::new(data, LittleEndian))
-    };
-    let dwarf_err = |source| DebugInfoError::Dwarf {
+    let data = DwarfData::new(sections, Vec::new());
+    let index = unit_index(&data.dwarf(None, true)).map_err(|source| DebugInfoError::Dwarf {
         path: file.path.clone(),
         source,
-    };
-    let section_bytes = sections
-        .iter()
-        .filter(|(n, _)| n.starts_with(".debug_"))
-        .map(|(_, d)| d.len())
-        .sum();
-    let dwarf = gimli::Dwarf::load(load).map_err(dwarf_err)?;
-    let context = addr2line::Context::from_dwarf(dwarf).map_err(dwarf_err)?;
-    Ok(DwarfData {
-        context: std::sync::Mutex::new(context),
-        section_bytes,
-    })
+    })?;
+    if let Some((disk, key)) = &disk {
+        let refs: Vec<(&str, &[u8])> = data.sections.iter().map(|(n, d)| (*n, &**d)).collect();
+        // A cache that cannot be written only costs the next run time.
+        let _ = disk.store(key, &refs, &index);
+    }
+    Ok(DwarfData { index, ..data })
+}
+
+/// Which unit covers which addresses, as addr2line decides it: a unit's
+/// `.debug_aranges` entries, else its own ranges (`DW_AT_ranges`,
+/// `DW_AT_low_pc`/`DW_AT_high_pc`), else its line program's sequences. Only the
+/// units without aranges are parsed (gcc gives every unit aranges).
+fn unit_index(dwarf: &gimli::Dwarf<DwarfReader>) -> Result<Vec<IndexEntry>, gimli::Error> {
+    let mut aranges: Vec<(usize, std::ops::Range<u64>)> = Vec::new();
+    let mut headers = dwarf.debug_aranges.headers();
+    while let Some(header) = headers.next()? {
+        let unit = header.debug_info_offset().0;
+        let mut entries = header.entries();
+        // Entry errors end this set only, as addr2line ignores them.
+        while let Ok(Some(e)) = entries.next() {
+            let r = e.range();
+            if r.begin < r.end {
+                aranges.push((unit, r.begin..r.end));
+            }
+        }
+    }
+    aranges.sort_by_key(|(unit, r)| (*unit, r.start));
+    let mut out = Vec::new();
+    let mut units = dwarf.units();
+    while let Some(header) = units.next()? {
+        let Some(offset) = header.debug_info_offset() else {
+            continue;
+        };
+        if matches!(
+            header.type_(),
+            gimli::UnitType::Type { .. }
+                | gimli::UnitType::SplitType { .. }
+                | gimli::UnitType::Partial
+        ) {
+            continue;
+        }
+        let unit = offset.0;
+        let first = aranges.partition_point(|(u, _)| *u < unit);
+        let listed = aranges[first..].iter().take_while(|(u, _)| *u == unit);
+        let before = out.len();
+        out.extend(listed.map(|(_, r)| (r.clone(), unit as u64)));
+        if out.len() > before {
+            continue;
+        }
+        let Ok(parsed) = dwarf.unit(header) else {
+            continue;
+        };
+        if let Ok(mut ranges) = dwarf.unit_ranges(&parsed) {
+            while let Ok(Some(r)) = ranges.next() {
+                if r.begin < r.end {
+                    out.push((r.begin..r.end, unit as u64));
+                }
+            }
+        }
+        if out.len() > before {
+            continue;
+        }
+        if let Some(program) = parsed.line_program.clone() {
+            if let Ok((_, sequences)) = program.sequences() {
+                for s in sequences.iter().filter(|s| s.start < s.end) {
+                    out.push((s.start..s.end, unit as u64));
+                }
+            }
+        }
+    }
+    out.sort_by_key(|(r, unit)| (r.start, r.end, *unit));
+    Ok(out)
 }
 
 /// Function symbols from a module's MiniDebugInfo, at runtime addresses, sorted.
@@ -982,6 +1322,90 @@ mod tests {
         assert!(cache
             .get(file_key(&exe.to_string_lossy()).unwrap())
             .is_none());
+    }
+
+    /// libc's DWARF (when its debug file is installed) answers alike from one
+    /// context over the whole file, from per-unit contexts, from a disk cache
+    /// entry, and after that entry was damaged (it is rebuilt).
+    #[test]
+    fn per_unit_contexts_and_the_disk_cache_answer_as_one_context() {
+        let Some(libc) = [
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+        ]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.is_file()) else {
+            eprintln!("skipped: no x86-64 libc.so.6");
+            return;
+        };
+        let search = DebugSearch::default();
+        let plain = ModuleDebug::load(libc, 0, &search);
+        let Some(whole) = plain.dwarf.as_ref().and_then(|d| d.whole()) else {
+            eprintln!("skipped: libc has no debug info here (apt-get install libc6-dbg)");
+            return;
+        };
+        let dir =
+            std::env::temp_dir().join(format!("argstash-debuginfo-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let disk = DiskCache::new(dir.clone(), crate::dwarf_cache::DEFAULT_MAX_BYTES);
+        let load = || {
+            ModuleDebug::load_cached(libc, 0, &search, &DwarfCache::with_disk(Some(disk.clone())))
+        };
+        let first = load();
+        let entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(entries.len(), 1, "one entry written: {entries:?}");
+        let second = load();
+        // Damage the entry's header: the next load rebuilds it.
+        let mut bytes = std::fs::read(&entries[0]).unwrap();
+        bytes[100] ^= 1;
+        std::fs::write(&entries[0], &bytes).unwrap();
+        let third = load();
+        assert_ne!(std::fs::read(&entries[0]).unwrap(), bytes, "rebuilt");
+
+        let syms = crate::symbols::separate_symbols(libc, 0, &search);
+        type Shown = (Option<String>, Option<String>, Option<u32>, Option<usize>);
+        let shown = |f: Vec<SourceFrame>| -> Vec<Shown> {
+            f.into_iter()
+                .map(|f| (f.function, f.file, f.line, f.info.map(|i| i.params.len())))
+                .collect()
+        };
+        let mut compared = 0;
+        for s in syms.iter().filter(|s| s.size > 0).step_by(13) {
+            let pc = s.addr + s.size / 2;
+            let mut want = Vec::new();
+            {
+                let context = lock(&whole);
+                let mut it = context.find_frames(pc).skip_all_loads().unwrap();
+                while let Ok(Some(f)) = it.next() {
+                    want.push((
+                        f.function
+                            .as_ref()
+                            .and_then(|n| n.raw_name().ok())
+                            .map(|n| demangle(&n)),
+                        f.location.as_ref().and_then(|l| l.line),
+                    ));
+                }
+            }
+            let got = shown(plain.frames(pc));
+            let lines: Vec<_> = got.iter().map(|g| g.2).collect();
+            assert_eq!(
+                lines,
+                want.iter().map(|w| w.1).collect::<Vec<_>>(),
+                "{} at {pc:#x}",
+                s.name
+            );
+            for other in [&first, &second, &third] {
+                assert_eq!(shown(other.frames(pc)), got, "{} at {pc:#x}", s.name);
+            }
+            compared += 1;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(compared > 100, "only {compared} addresses compared");
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod core;
 pub mod debugfile;
 pub mod debuginfo;
 pub mod dwarf;
+pub mod dwarf_cache;
 pub mod error;
 pub mod hint;
 pub mod ids;

@@ -18,7 +18,12 @@
 //!   `gdb -batch -c CORE EXE -ex bt`;
 //! - `dwarf`: `argstash bt` on a 30-frame stack with debug info (source lines,
 //!   DWARF arguments), cold (a new `argstash` process) and warm (one
-//!   `ProcessReader` kept), with the thread's stop time, against gdb.
+//!   `ProcessReader` kept), with the thread's stop time, against gdb (the
+//!   on-disk DWARF cache off, so that cold stays cold);
+//! - `dwarf_cache`: `argstash bt` on the same stack with libc's debug file:
+//!   first run (empty cache), second run (the cache's entry mapped), cache off,
+//!   and without libc's debug file; `ARGSTASH_BASELINE_BIN=PATH` adds another
+//!   build's cold run (e.g. one from before the cache).
 //!
 //! This is a measurement, not a test: nothing fails on a slow figure. Machines
 //! are noisy, so compared variants are interleaved within one run and every
@@ -57,7 +62,7 @@ fn main() {
 
     print_machine();
     let started = Instant::now();
-    let groups: [(&str, fn()); 8] = [
+    let groups: [(&str, fn()); 9] = [
         ("call", bench_call),
         ("call32", bench_call32),
         ("args", bench_args),
@@ -66,6 +71,7 @@ fn main() {
         ("cli", bench_cli),
         ("core", bench_core),
         ("dwarf", bench_dwarf),
+        ("dwarf_cache", bench_dwarf_cache),
     ];
     for (name, run) in groups {
         if want(name) {
@@ -1205,27 +1211,32 @@ fn bench_dwarf() {
     let pid = t.pid();
     // Let the recursion reach its sleep, and warm the page cache once.
     thread::sleep(Duration::from_millis(100));
-    let (_, sample) = time_cmd(&mut argstash_at(&bin, &["bt", "--pid", &p]));
+    let cache_off = |mut c: Command| {
+        c.env("ARGSTASH_CACHE", "off");
+        c
+    };
+    let (_, sample) = time_cmd(&mut cache_off(argstash_at(&bin, &["bt", "--pid", &p])));
     let frames = sample.lines().filter(|l| l.starts_with('#')).count();
 
     let mut cold_wall = Vec::new();
     let mut cold_stop = Vec::new();
     let mut nodebug_wall = Vec::new();
     for _ in 0..DWARF_COLD {
-        let (w, out) = time_cmd(&mut argstash_at(&bin, &["bt", "--pid", &p]));
+        let (w, out) = time_cmd(&mut cache_off(argstash_at(&bin, &["bt", "--pid", &p])));
         cold_wall.push(ms(w));
         cold_stop.extend(printed_bt_stop_us(&out).map(|u| u / 1e3));
         // The same without any debug info found (an empty debug directory and
         // a stripped copy are not needed: --debug-dir only moves the separate
         // files; the fixture's own DWARF is still read).
-        let (w, _) = time_cmd(&mut argstash_at(
+        let (w, _) = time_cmd(&mut cache_off(argstash_at(
             &bin,
             &["bt", "--pid", &p, "--debug-dir", "/nonexistent"],
-        ));
+        )));
         nodebug_wall.push(ms(w));
     }
 
     let mut reader = ProcessReader::new(Pid::from_raw(pid));
+    reader.set_dwarf_cache(injector::DwarfCache::with_disk(None));
     let t0 = Instant::now();
     let bt = reader
         .backtrace(&BacktraceOptions::default())
@@ -1268,7 +1279,7 @@ fn bench_dwarf() {
         ]);
     };
     row(
-        "argstash bt --pid P, cold (new process each run)",
+        "argstash bt --pid P, cold (new process each run, ARGSTASH_CACHE=off)",
         &cold_wall,
     );
     row("  thread stopped (as printed)", &cold_stop);
@@ -1294,4 +1305,132 @@ fn bench_dwarf() {
         "sample `gdb -batch -p P -ex bt` output:\n{}",
         indent(&sample_gdb)
     );
+}
+
+const DWARF_CACHE_RUNS: usize = 20;
+
+/// Wall and CPU (user + system) milliseconds of one run of `cmd`, and its output.
+fn time_cmd_cpu(cmd: &mut Command) -> (f64, f64, String) {
+    let before = CpuSnapshot::now().own;
+    let (w, out) = time_cmd(cmd);
+    (ms(w), (CpuSnapshot::now().own - before) * 1e3, out)
+}
+
+/// The output of `argstash bt` without the thread's stop time.
+fn without_stop_time(out: &str) -> String {
+    out.lines()
+        .map(|l| l.find(" (stopped ").map_or(l, |at| &l[..at]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn bench_dwarf_cache() {
+    println!("\n## 4b. bt cold with the on-disk DWARF cache (deepstack.c, libc6-dbg)\n");
+    let libc_debug = Command::new("sh")
+        .args(["-c", "ls /usr/lib/debug/.build-id/*/*.debug | head -1"])
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty());
+    if !libc_debug {
+        println!(
+            "skipped: no separate debug files under /usr/lib/debug (apt-get install libc6-dbg)"
+        );
+        return;
+    }
+    let bin = argstash();
+    let baseline = std::env::var_os("ARGSTASH_BASELINE_BIN").map(std::path::PathBuf::from);
+    let exe = build("deepstack", Variant::new(Opt::O2g, true));
+    let t = Target::spawn(&exe);
+    let p = t.pid().to_string();
+    thread::sleep(Duration::from_millis(100));
+    let dir =
+        std::env::temp_dir().join(format!("argstash-bench-dwarf-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let bt = |bin: &Path, cache: Option<&Path>, extra: &[&str]| {
+        let mut c = argstash_at(bin, &["bt", "--pid", &p]);
+        c.args(extra);
+        match cache {
+            Some(xdg) => c.env("XDG_CACHE_HOME", xdg).env_remove("ARGSTASH_CACHE"),
+            None => c.env("ARGSTASH_CACHE", "off"),
+        };
+        c
+    };
+    // Warm the page cache (binary, libc's debug file) once.
+    let (_, _, reference) = time_cmd_cpu(&mut bt(&bin, None, &[]));
+    let reference = without_stop_time(&reference);
+
+    let names = [
+        "first (empty cache: inflate, index, write the entry)",
+        "second (entry mapped)",
+        "cache off (ARGSTASH_CACHE=off)",
+        "no libc debug file (--debug-dir /nonexistent)",
+        "baseline binary, cold (ARGSTASH_BASELINE_BIN)",
+    ];
+    let mut wall: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let mut mismatches = 0;
+    for i in 0..DWARF_CACHE_RUNS {
+        // Interleaved: each round runs every variant once.
+        let xdg = dir.join(i.to_string());
+        let runs: [(usize, Command); 4] = [
+            (0, bt(&bin, Some(&xdg), &[])),
+            (1, bt(&bin, Some(&xdg), &[])),
+            (2, bt(&bin, None, &[])),
+            (3, bt(&bin, None, &["--debug-dir", "/nonexistent"])),
+        ];
+        for (k, mut c) in runs {
+            let (w, c_ms, out) = time_cmd_cpu(&mut c);
+            wall[k].push(w);
+            cpu[k].push(c_ms);
+            if k < 3 && without_stop_time(&out) != reference {
+                mismatches += 1;
+            }
+        }
+        if let Some(base) = &baseline {
+            let (w, c_ms, _) = time_cmd_cpu(&mut bt(base, None, &[]));
+            wall[4].push(w);
+            cpu[4].push(c_ms);
+        }
+        let _ = std::fs::remove_dir_all(&xdg);
+    }
+    drop(t);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let mut table = Table::new(&[
+        "argstash bt --pid P",
+        "n",
+        "median ms",
+        "p90 ms",
+        "max ms",
+        "CPU median ms",
+    ]);
+    for (k, name) in names.iter().enumerate() {
+        if wall[k].is_empty() {
+            continue;
+        }
+        table.row(vec![
+            name.to_string(),
+            wall[k].len().to_string(),
+            format!("{:.2}", median(&wall[k])),
+            format!("{:.2}", quantile(&wall[k], 0.9)),
+            format!("{:.2}", max(&wall[k])),
+            format!("{:.2}", median(&cpu[k])),
+        ]);
+    }
+    table.print();
+    let off = median(&wall[2]);
+    println!(
+        "\nmedian wall: second / first = {:.3}, second / cache off = {:.3}, first / cache off = {:.2}",
+        median(&wall[1]) / median(&wall[0]),
+        median(&wall[1]) / off,
+        median(&wall[0]) / off,
+    );
+    if !wall[4].is_empty() {
+        println!(
+            "median wall: first / baseline = {:.2}, second / baseline = {:.3}",
+            median(&wall[0]) / median(&wall[4]),
+            median(&wall[1]) / median(&wall[4]),
+        );
+    }
+    println!("outputs differing from the cache-off reference: {mismatches} (expected 0)");
+    println!("\nsample output:\n{}", indent(&reference));
 }

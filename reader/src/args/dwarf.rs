@@ -673,7 +673,7 @@ fn run(
     depth: u32,
 ) -> Option<Vec<gimli::Piece<DwarfReader>>> {
     use gimli::EvaluationResult as R;
-    let reader = DwarfReader::new(std::sync::Arc::from(expr), gimli::LittleEndian);
+    let reader = DwarfReader::new(crate::dwarf::SharedBytes::from(expr), gimli::LittleEndian);
     let mut eval = gimli::Expression(reader).evaluation(encoding);
     eval.set_max_iterations(10_000);
     let mut step = eval.evaluate().ok()?;

@@ -44,7 +44,7 @@ enum EntryPlace {
 fn entry_place(expr: &[u8], fb: Option<&[u8]>, size: u64, encoding: gimli::Encoding) -> EntryPlace {
     let cfa_based = fb == Some([gimli::DW_OP_call_frame_cfa.0].as_slice());
     let mut ops = gimli::Expression(DwarfReader::new(
-        std::sync::Arc::from(expr),
+        crate::dwarf::SharedBytes::from(expr),
         gimli::LittleEndian,
     ))
     .operations(encoding);

@@ -15,6 +15,7 @@ mod busy_targets;
 mod concurrency;
 mod core;
 mod dwarf;
+mod dwarf_cache;
 mod exit_codes;
 mod faults;
 mod foreign_unwind;
