@@ -763,7 +763,12 @@ mod tests {
         assert_eq!(Inlined::SIGNATURE.to_string(), format!("(ssua{param})"));
         let frame = format!("(utstsbsta(stt{param})bssua{param}a(ssua{param})s)");
         assert_eq!(Frame::SIGNATURE.to_string(), frame);
-        assert_eq!(Thread::SIGNATURE.to_string(), format!("(ustsa{frame})"));
+        let py_frame = "(ssia(ssss)sitb)";
+        assert_eq!(PyFrame::SIGNATURE.to_string(), py_frame);
+        assert_eq!(
+            Thread::SIGNATURE.to_string(),
+            format!("(ustsa{frame}ba{py_frame}as)")
+        );
         assert_eq!(HookEntry::SIGNATURE.to_string(), "(oussttuttuqstbbs)");
         assert_eq!(
             hook_path(42, 0x7f00, 3).as_str(),

@@ -64,7 +64,8 @@ def backtrace(argstash_bin, pid):
     assert out.returncode == 0, out.stderr
     bt = json.loads(out.stdout)
     (thread,) = [t for t in bt["threads"] if t["tid"] == pid]
-    return thread["frames"]
+    # The native frames: the Python frames interleaved with them are not hooks.
+    return [f for f in thread["frames"] if f["kind"] == "native"]
 
 
 def stashed(frame):

@@ -104,7 +104,7 @@ fn a_signal_handler_calls_a_hooked_function() {
     let mut seen_in_bt = false;
     for k in 0..5 {
         t.signal(libc::SIGUSR1);
-        // in_handler sleeps 50 ms: the backtrace catches it with its arguments.
+        // The first in_handler sleeps 2 s: the backtrace catches it with its arguments.
         if k == 0 {
             let th = main_thread_shows(t.pid(), "in_handler", libc::SIGUSR1 as u64);
             let (_, f) = frame_named(&th, "in_handler").unwrap();
