@@ -107,3 +107,10 @@ pub use ptrace::session::{Refusal, SessionError, UnexpectedState};
 // Lower level: a process's memory, and a ptrace session on it.
 pub use memory::{Memory, MemoryError, ProcessMemory, WriteMemory};
 pub use ptrace::session::Session;
+
+// Starting a command with hooks in place (`argstash run`).
+pub mod run;
+pub use run::{Report, ReportReason, RunError, RunEvent, RunOptions, Running};
+
+// Rendering backtraces as `argstash bt` prints them (text and JSON).
+pub mod render;
