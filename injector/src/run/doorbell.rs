@@ -51,6 +51,8 @@ impl Doorbell {
                     libc::syscall(libc::SYS_close_range, 0u32, (door_fd - 1) as u32, 0u32);
                 }
                 libc::syscall(libc::SYS_close_range, (door_fd + 1) as u32, u32::MAX, 0u32);
+                // Out of the terminal's process group: Ctrl-C is not for it.
+                libc::setpgid(0, 0);
                 let mut b = 0u8;
                 loop {
                     let n = libc::read(door_fd, (&mut b as *mut u8).cast(), 1);

@@ -233,7 +233,9 @@ impl Supervisor {
                 self.threads.retain(|k, v| *v != tgid || *k == tgid);
                 self.threads.insert(tgid, tgid);
                 self.readers.remove(&tgid);
-                let program = reader::procfs::exe_path(tgid);
+                let program = reader::procfs::read_exe_link(tgid)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| reader::procfs::exe_path(tgid));
                 self.emit(RunEvent::Exec {
                     pid: Pid::from_raw(tgid),
                     program,
