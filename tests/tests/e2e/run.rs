@@ -465,3 +465,86 @@ fn setuid_program_runs_untraced_with_a_warning() {
     assert_eq!(out.status.code(), Some(4), "{out:?}");
     assert!(stderr(&out).contains("running it untraced"), "{out:?}");
 }
+
+/// The example harness: a test runs a child through the library, and when the
+/// child hangs past its timeout, prints its backtrace with arguments, then kills it.
+#[test]
+fn library_harness_prints_backtrace_of_a_hung_child() {
+    use injector::render::{backtrace_text, View};
+    use injector::{run, RunOptions};
+
+    let mut cmd = Command::new(runner());
+    cmd.args(["hang", "31"]).stdout(Stdio::null());
+    let child = run::spawn(cmd, &["first_thing"], RunOptions::default()).expect("spawn");
+    assert_eq!(child.hooks().len(), 1);
+    let status = child.wait_timeout(Duration::from_millis(300));
+    assert!(status.is_none(), "the child hangs");
+    // Timed out: what is it doing?
+    let bt = child.backtrace().expect("backtrace of the hung child");
+    let text = backtrace_text(&bt, View::All);
+    eprintln!("child {} timed out:\n{text}", child.pid());
+    assert!(text.contains("first_thing (code=31, tag="), "{text}");
+    child.kill().unwrap();
+    assert_eq!(child.wait().signal(), Some(libc::SIGKILL));
+}
+
+/// The cargo set-up from the README, for real: a crate whose
+/// `.cargo/config.toml` makes `argstash run` its runner; `cargo run` of a
+/// program that crashes prints the backtrace with arguments.
+#[test]
+fn cargo_runner_set_up() {
+    let krate = dir().join("crashy");
+    let _ = std::fs::remove_dir_all(&krate);
+    std::fs::create_dir_all(krate.join("src")).unwrap();
+    std::fs::create_dir_all(krate.join(".cargo")).unwrap();
+    std::fs::write(
+        krate.join("Cargo.toml"),
+        "[package]\nname = \"crashy\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n\n[profile.dev]\nopt-level = 2\n",
+    )
+    .unwrap();
+    std::fs::write(
+        krate.join("src/main.rs"),
+        r#"
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn parse_record(id: u64, len: u64) -> u64 {
+    if id == 7 {
+        // SAFETY (test program): a deliberate invalid write.
+        unsafe { std::ptr::write_volatile(len as *mut u64, id) };
+    }
+    id + len
+}
+
+fn main() {
+    let n: u64 = std::env::args().count() as u64;
+    let mut total = 0;
+    for id in 0..10 {
+        total += parse_record(std::hint::black_box(id * n), 16);
+    }
+    println!("{total}");
+}
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        krate.join(".cargo/config.toml"),
+        format!(
+            "[target.x86_64-unknown-linux-gnu]\nrunner = \"{} run --func parse_record --\"\n",
+            argstash().display()
+        ),
+    )
+    .unwrap();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["run", "--quiet", "--offline"])
+        .current_dir(&krate)
+        .env("CARGO_TARGET_DIR", krate.join("target"))
+        .env_remove("RUSTFLAGS")
+        .stdin(Stdio::null());
+    let out = run_command(&mut cmd, Duration::from_secs(240));
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("got SIGSEGV"), "{err}");
+    assert!(err.contains("parse_record (id=7, len=16)") || err.contains("parse_record (rdi=7, rsi=16"), "{err}");
+    let _ = std::fs::remove_dir_all(&krate);
+}
