@@ -3,8 +3,8 @@
 //! the Python side of a D-Bus backtrace turned back into library types.
 
 use injector::reader::python::{PairedBy, PythonStack, StackFrame};
-use injector::Backtrace;
 pub use injector::render::View;
+use injector::Backtrace;
 
 /// Prints a backtrace as text or one JSON object, showing the frames `view` asks for.
 pub fn print_backtrace(bt: &Backtrace, json: bool, view: View) {
@@ -70,4 +70,3 @@ pub fn from_wire(t: &argstash_dbus::Thread) -> Option<PythonStack> {
         notes: t.python_notes.clone(),
     })
 }
-

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use clap::Args;
 use injector::render::{backtrace_json, backtrace_text, View};
-use injector::{FuncSpec, HookTarget, InstallOptions, ReportReason, RunError, RunEvent, RunOptions};
+use injector::{
+    FuncSpec, HookTarget, InstallOptions, ReportReason, RunError, RunEvent, RunOptions,
+};
 
 /// Options of `argstash run`.
 #[derive(Args)]
@@ -30,6 +32,13 @@ pub struct RunArgs {
     /// Also stash xmm0-xmm7 (as `inject --float-args`).
     #[arg(long)]
     float_args: bool,
+    /// Whether argstash may run the program's own functions to register the hooks'
+    /// unwind information (as `inject --unwind-registration`): `safe` or `off`.
+    #[arg(long, value_name = "WHEN", default_value = "safe")]
+    unwind_registration: crate::Registration,
+    /// How long to look for a thread at a safe point, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    safe_point_wait: u64,
     /// Print every thread's backtrace when the program gets a fatal signal (SIGSEGV,
     /// SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP), before it dies of it.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
@@ -47,7 +56,12 @@ pub struct RunArgs {
     #[arg(long)]
     follow_forks: bool,
     /// The command and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     command: Vec<OsString>,
 }
 
@@ -179,7 +193,11 @@ pub fn main(a: RunArgs) -> i32 {
     let mut cmd = std::process::Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
     let report_file = match &a.report {
-        Some(p) => match std::fs::OpenOptions::new().create(true).append(true).open(p) {
+        Some(p) => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+        {
             Ok(f) => Some(f),
             Err(e) => {
                 eprintln!("argstash: --report {}: {e}", p.display());
@@ -233,7 +251,7 @@ pub fn main(a: RunArgs) -> i32 {
             stack_words: a.stack_args.unwrap_or(0),
             force_stack_words: a.stack_args.is_some(),
             float_args: a.float_args,
-            calls: Default::default(),
+            calls: crate::call_policy(a.unwind_registration, a.safe_point_wait),
         },
         python: a.python > 0,
         on_crash: a.on_crash == "on",

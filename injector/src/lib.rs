@@ -61,8 +61,8 @@
 mod arch;
 mod backtrace;
 mod error;
-mod guard;
 mod foreign_unwind;
+mod guard;
 mod hooks;
 mod memory;
 mod ptrace;

@@ -142,4 +142,3 @@ pub fn backtrace_json(bt: &Backtrace, view: View) -> Value {
         .collect();
     json!({ "pid": bt.pid.as_raw(), "threads": threads })
 }
-

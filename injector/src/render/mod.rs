@@ -30,7 +30,9 @@ use reader::python::{PythonStack, StackFrame};
 use reader::unwind::{Frame, ThreadBacktrace};
 
 pub use json::{backtrace_json, frame_json};
-pub use text::{backtrace_text, display_value, frame_line_count, frame_lines, frame_text, thread_lines};
+pub use text::{
+    backtrace_text, display_value, frame_line_count, frame_lines, frame_text, thread_lines,
+};
 
 /// Which frames `bt` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -90,16 +92,15 @@ pub(crate) fn rows(t: &ThreadBacktrace, view: View) -> Vec<(Row<'_>, Option<usiz
         .collect()
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reader::python::{PairedBy, PythonStack};
-    use reader::unwind::Backtrace;
-    use serde_json::Value;
     use reader::python::frames::{FrameOwner, ParamKind};
     use reader::python::pair::Placement;
+    use reader::python::{PairedBy, PythonStack};
     use reader::python::{PyFrame, PyParam, PyValue};
+    use reader::unwind::Backtrace;
+    use serde_json::Value;
 
     fn native(name: &str) -> Frame {
         Frame {

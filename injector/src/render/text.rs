@@ -18,7 +18,6 @@ pub fn display_value(v: u64) -> String {
     }
 }
 
-
 /// `name=display` as gdb prints one argument.
 fn arg_text(a: &ArgValue) -> String {
     let name = a.name.as_deref().or(a.register.as_deref()).unwrap_or("?");

@@ -6,13 +6,13 @@
 //!    in `/proc/PID/auxv`) and a continue: the dynamic loader maps the
 //!    libraries and runs their constructors, then the trap stops the program at
 //!    its first instruction. The byte is put back and the pc moved back onto it.
-//! 3. The entry's first two bytes become `jmp .` (`eb fe`) and the child is
-//!    detached: it spins there, in user space, touching nothing. Now it is an
+//! 3. The entry's first nine bytes become a `pause` system call in a loop and
+//!    the child is detached: it sleeps there, touching nothing. Now it is an
 //!    ordinary running process, so [`crate::install`] attaches, patches and
 //!    detaches exactly as for any other.
 //! 4. The supervisor thread seizes every thread again (`PTRACE_SEIZE` with the
-//!    options it needs), stops the spinning one, checks the two bytes are still
-//!    its `jmp .` and puts the originals back. The program starts at its entry
+//!    options it needs), stops the parked one, checks the nine bytes are still
+//!    the park, puts the originals back and every register as it was at the entry. The program starts at its entry
 //!    with the hooks in place.
 //!
 //! The alternative, a session built on the trace held since the exec, would
@@ -36,8 +36,23 @@ use crate::memory::{Memory, ProcessMemory, WriteMemory};
 
 use super::RunError;
 
-/// `jmp .`: a two-byte jump to itself.
-const PARK: [u8; 2] = [0xeb, 0xfe];
+/// Bytes written over the entry point while the hooks go in.
+const PARK_LEN: usize = 9;
+
+/// `mov eax, __NR_pause; syscall; jmp back to the mov` (x86-64): the parked
+/// thread sleeps in `pause` instead of spinning on a CPU the install needs.
+const PARK_64: [u8; PARK_LEN] = [0xb8, 34, 0, 0, 0, 0x0f, 0x05, 0xeb, 0xf7];
+/// The same for i386: `mov eax, __NR_pause; int 0x80; jmp back`.
+const PARK_32: [u8; PARK_LEN] = [0xb8, 29, 0, 0, 0, 0xcd, 0x80, 0xeb, 0xf7];
+
+/// Where a child is parked: its entry point, the bytes the park replaced, the
+/// registers it had there, and the park's own bytes.
+pub(super) struct Parked {
+    entry: u64,
+    original: [u8; PARK_LEN],
+    regs: libc::user_regs_struct,
+    park: [u8; PARK_LEN],
+}
 
 /// A command stopped at its entry point with its hooks in place, held again by
 /// the calling thread (seized, in an interrupt stop, not yet continued).
@@ -56,7 +71,10 @@ fn resolve(program: &std::ffi::OsStr) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(program))
-        .find(|c| c.metadata().is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0))
+        .find(|c| {
+            c.metadata()
+                .is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
+        })
 }
 
 /// Refuses a set-user-ID or set-group-ID program we could only trace without its privileges.
@@ -195,9 +213,7 @@ pub(super) fn launch(
                         None => RunError::NotExecutable { program, source },
                     }
                 }
-                std::io::ErrorKind::PermissionDenied => {
-                    RunError::NotExecutable { program, source }
-                }
+                std::io::ErrorKind::PermissionDenied => RunError::NotExecutable { program, source },
                 _ if matches!(
                     source.raw_os_error(),
                     Some(libc::ENOEXEC | libc::EISDIR | libc::ETXTBSY)
@@ -235,8 +251,8 @@ pub(super) fn launch(
 }
 
 /// Runs the exec-stopped child to its entry point and leaves it parked there, detached.
-/// Returns the entry point and the two bytes the park replaced.
-fn to_entry(pid: i32, program: &str) -> Result<(u64, [u8; 2]), RunError> {
+/// Leaves the child parked at its entry point, detached.
+fn to_entry(pid: i32, program: &str) -> Result<Parked, RunError> {
     let trace_err = |step: &'static str| {
         move |source: nix::Error| RunError::Trace {
             program: program.to_string(),
@@ -258,7 +274,7 @@ fn to_entry(pid: i32, program: &str) -> Result<(u64, [u8; 2]), RunError> {
     let entry =
         entry_point(pid).ok_or_else(|| entry_err("no AT_ENTRY in its auxiliary vector".into()))?;
     let mem = ProcessMemory::open(pid).map_err(|e| entry_err(e.to_string()))?;
-    let mut first = [0u8; 2];
+    let mut first = [0u8; PARK_LEN];
     mem.read(entry, &mut first)
         .map_err(|e| entry_err(e.to_string()))?;
     mem.write(entry, &[0xcc])
@@ -283,11 +299,22 @@ fn to_entry(pid: i32, program: &str) -> Result<(u64, [u8; 2]), RunError> {
             .ok()
             .filter(|s| *s != nix::sys::signal::Signal::SIGTRAP || status >> 16 == 0);
     }
-    mem.write(entry, &PARK)
+    let elf32 = matches!(
+        procfs::read_exe_class(pid).ok().flatten(),
+        Some(procfs::ElfClass::Elf32)
+    );
+    let park = if elf32 { PARK_32 } else { PARK_64 };
+    mem.write(entry, &park)
         .map_err(|e| entry_err(e.to_string()))?;
     set_pc(pid, entry).map_err(trace_err("PTRACE_SETREGS"))?;
+    let regs = ptrace::getregs(child).map_err(trace_err("PTRACE_GETREGS"))?;
     ptrace::detach(child, None).map_err(trace_err("PTRACE_DETACH"))?;
-    Ok((entry, first))
+    Ok(Parked {
+        entry,
+        original: first,
+        regs,
+        park,
+    })
 }
 
 /// Installs the hooks into the parked (running, untraced) child.
@@ -324,12 +351,7 @@ fn hook(
 
 /// Seizes every thread of the parked child, stops the parked one and puts its
 /// entry's bytes back; it is left in its interrupt stop.
-fn reseize(
-    pid: i32,
-    program: &str,
-    (entry, first): (u64, [u8; 2]),
-    options: Options,
-) -> Result<(), RunError> {
+fn reseize(pid: i32, program: &str, parked: Parked, options: Options) -> Result<(), RunError> {
     let trace_err = |step: &'static str| {
         move |source: nix::Error| RunError::Trace {
             program: program.to_string(),
@@ -361,7 +383,7 @@ fn reseize(
         if status >> 16 == super::supervise::EVENT_STOP {
             break;
         }
-        // Nothing else can happen to a thread spinning in `jmp .` but a signal
+        // Nothing else can happen to a thread parked in `pause` but a signal
         // sent to it meanwhile: keep it for after the start (it stays pending).
         let sig = libc::WSTOPSIG(status);
         // SAFETY: tgkill takes three integers.
@@ -375,9 +397,15 @@ fn reseize(
         program: program.to_string(),
         reason: e.to_string(),
     })?;
-    let mut now = [0u8; 2];
+    let Parked {
+        entry,
+        original,
+        regs,
+        park,
+    } = parked;
+    let mut now = [0u8; PARK_LEN];
     let _ = mem.read(entry, &mut now);
-    if now != PARK {
+    if now != park {
         return Err(RunError::Entry {
             program: program.to_string(),
             reason: format!(
@@ -385,9 +413,11 @@ fn reseize(
             ),
         });
     }
-    mem.write(entry, &first).map_err(|e| RunError::Entry {
+    mem.write(entry, &original).map_err(|e| RunError::Entry {
         program: program.to_string(),
         reason: e.to_string(),
     })?;
-    set_pc(pid, entry).map_err(trace_err("PTRACE_SETREGS"))
+    // Every register as it was at the entry point; orig_rax -1 there, so the
+    // interrupted `pause` is not restarted.
+    ptrace::setregs(child, regs).map_err(trace_err("PTRACE_SETREGS"))
 }

@@ -6,10 +6,10 @@
 //! point (so the dynamic loader has mapped its libraries), installs the hooks,
 //! and lets it run under a supervisor: a dedicated thread that is the command's
 //! tracer. How the hooks get in while that thread holds the trace: at the entry
-//! point the command is parked in a two-byte `jmp .` written over its first
-//! instruction and let go, [`crate::install`] attaches and patches exactly as for
-//! any running process, and the supervisor seizes it again, restores the two
-//! bytes and lets it start (see `launch.rs`; measured in docs/BENCHMARKS.md).
+//! point the command is parked in a `pause` loop written over its first
+//! instructions and let go, [`crate::install`] attaches and patches exactly as for
+//! any running process, and the supervisor seizes it again, restores the
+//! bytes and registers and lets it start (see `launch.rs`; measured in docs/BENCHMARKS.md).
 //!
 //! While it runs, every signal the command gets stops it in the supervisor, which
 //! passes it on at once, except:

@@ -156,9 +156,7 @@ impl Supervisor {
         loop {
             let mut status = 0;
             // SAFETY: waitpid writes the status word into a live local.
-            let r = unsafe {
-                libc::waitpid(-1, &mut status, libc::__WALL | libc::__WNOTHREAD)
-            };
+            let r = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::__WNOTHREAD) };
             if r < 0 {
                 match nix::Error::last() {
                     nix::Error::EINTR => continue,
@@ -367,10 +365,7 @@ impl Supervisor {
         let requests = {
             let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
             self.doorbell = Doorbell::fork().ok();
-            st.bell = self
-                .doorbell
-                .as_ref()
-                .and_then(|d| d.bell.try_clone().ok());
+            st.bell = self.doorbell.as_ref().and_then(|d| d.bell.try_clone().ok());
             std::mem::take(&mut st.requests)
         };
         for (n, request) in requests {
@@ -423,9 +418,7 @@ fn kills(tgid: i32, tid: i32, sig: i32) -> bool {
             .unwrap_or(0)
     };
     let bit = 1u64 << (sig - 1);
-    let fault = || {
-        ptrace::getsiginfo(NixPid::from_raw(tid)).is_ok_and(|i| i.si_code > 0)
-    };
+    let fault = || ptrace::getsiginfo(NixPid::from_raw(tid)).is_ok_and(|i| i.si_code > 0);
     if mask("SigIgn:") & bit != 0 {
         return fault();
     }

@@ -103,7 +103,11 @@ fn compile(name: &str, extra: &[&str]) -> PathBuf {
         .args(extra)
         .output()
         .expect("cc runs");
-    assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     bin
 }
 
@@ -128,7 +132,6 @@ fn run_runner(args: &[&str], mode: &[&str]) -> Output {
     run_command(&mut cmd, RUN_TIMEOUT)
 }
 
-
 /// `argstash run` in the background, its stdout read line by line.
 struct Live {
     child: std::process::Child,
@@ -139,7 +142,11 @@ struct Live {
 
 impl Live {
     fn spawn(cmd: &mut Command) -> Live {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         let out = child.stdout.take().unwrap();
         let mut err = child.stderr.take().unwrap();
         let (tx, lines) = std::sync::mpsc::channel();
@@ -158,7 +165,12 @@ impl Live {
             let _ = err.read_to_string(&mut s);
             s
         }));
-        Live { child, lines, err, seen: Vec::new() }
+        Live {
+            child,
+            lines,
+            err,
+            seen: Vec::new(),
+        }
     }
 
     fn pid(&self) -> i32 {
@@ -196,7 +208,12 @@ fn crash_report_shows_stashed_args_of_first_call_then_same_signal() {
     let report = dir().join("crash.json");
     let _ = std::fs::remove_file(&report);
     let out = run_runner(
-        &["--func", "first_thing", "--report", report.to_str().unwrap()],
+        &[
+            "--func",
+            "first_thing",
+            "--report",
+            report.to_str().unwrap(),
+        ],
         &["crash", "17"],
     );
     let err = stderr(&out);
@@ -206,7 +223,10 @@ fn crash_report_shows_stashed_args_of_first_call_then_same_signal() {
         .lines()
         .find(|l| l.contains(" in first_thing ("))
         .unwrap_or_else(|| panic!("no first_thing frame: {err}"));
-    assert!(line.contains("code=17") && line.contains("\"early\""), "{line}");
+    assert!(
+        line.contains("code=17") && line.contains("\"early\""),
+        "{line}"
+    );
     assert!(line.contains("[stashed]"), "{line}");
     // The report file holds the `bt --json` object.
     let text = std::fs::read_to_string(&report).unwrap();
@@ -243,7 +263,11 @@ fn crash_leaves_a_core_when_core_dumps_are_enabled() {
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().starts_with("core"))
         .collect();
-    assert_eq!(cores.len(), 1, "one core (the child's, none of argstash's): {cores:?}");
+    assert_eq!(
+        cores.len(),
+        1,
+        "one core (the child's, none of argstash's): {cores:?}"
+    );
     let core = cores[0].path();
     let bt = run_ok(&["bt", "--core", core.to_str().unwrap()]);
     assert!(bt.contains("crash_now"), "{bt}");
@@ -255,7 +279,11 @@ fn every_thread_is_reported() {
     let out = run_runner(&["--func", "first_thing"], &["threads"]);
     let err = stderr(&out);
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{out:?}");
-    assert_eq!(err.matches("\nThread ").count() + usize::from(err.starts_with("Thread ")), 4, "{err}");
+    assert_eq!(
+        err.matches("\nThread ").count() + usize::from(err.starts_with("Thread ")),
+        4,
+        "{err}"
+    );
     assert_eq!(err.matches(" in worker (").count(), 3, "{err}");
 }
 
@@ -277,7 +305,10 @@ fn abort_is_reported_and_a_caught_segv_is_not() {
 #[test]
 fn timeout_prints_backtraces_kills_and_exits_124() {
     let started = std::time::Instant::now();
-    let out = run_runner(&["--func", "first_thing", "--timeout", "0.5"], &["hang", "5"]);
+    let out = run_runner(
+        &["--func", "first_thing", "--timeout", "0.5"],
+        &["hang", "5"],
+    );
     assert_eq!(out.status.code(), Some(124), "{out:?}");
     assert!(started.elapsed() < Duration::from_secs(20));
     let err = stderr(&out);
@@ -345,7 +376,12 @@ fn stdin_stdout_stderr_pass_through() {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(b"hello\nworld\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello\nworld\n")
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(stdout(&out), "HELLO\nWORLD\n");
@@ -377,7 +413,10 @@ fn sigkill_is_said_to_leave_no_report() {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let (status, _, err) = live.finish();
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{err}");
-    assert!(err.contains("killed by SIGKILL: no backtrace is possible"), "{err}");
+    assert!(
+        err.contains("killed by SIGKILL: no backtrace is possible"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -396,16 +435,30 @@ fn forked_children_keep_hooks_and_follow_forks_reports_them() {
 
 #[test]
 fn exec_of_another_program_is_said() {
-    let out = run_runner(&["--func", "first_thing"], &["exec", "/bin/sh", "-c", "exit 6"]);
+    let out = run_runner(
+        &["--func", "first_thing"],
+        &["exec", "/bin/sh", "-c", "exit 6"],
+    );
     assert_eq!(out.status.code(), Some(6), "{out:?}");
     assert!(stderr(&out).contains("its hooks are gone"), "{out:?}");
 }
 
 #[test]
 fn static_binary_is_hooked() {
-    let probe = Command::new("cc").args(["-static", "-x", "c", "-o", "/dev/null", "-"])
-        .stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn()
-        .and_then(|mut c| { use std::io::Write; c.stdin.take().unwrap().write_all(b"int main(){return 0;}")?; c.wait() });
+    let probe = Command::new("cc")
+        .args(["-static", "-x", "c", "-o", "/dev/null", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(b"int main(){return 0;}")?;
+            c.wait()
+        });
     if !probe.is_ok_and(|s| s.success()) {
         eprintln!("no static libc here: skipped");
         return;
@@ -415,7 +468,10 @@ fn static_binary_is_hooked() {
     cmd.arg(&bin).args(["crash", "8"]);
     let out = run_command(&mut cmd, RUN_TIMEOUT);
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{out:?}");
-    assert!(stderr(&out).contains("first_thing (code=8, tag="), "{out:?}");
+    assert!(
+        stderr(&out).contains("first_thing (code=8, tag="),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -428,11 +484,17 @@ fn bad_inputs_are_refused_clearly() {
     // A library loaded later with dlopen: refused up front, saying why.
     let out = run_runner(&["--func", "libplugin.so!handle"], &["exit", "0"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(stderr(&out).contains("libplugin.so is not loaded when"), "{out:?}");
+    assert!(
+        stderr(&out).contains("libplugin.so is not loaded when"),
+        "{out:?}"
+    );
     assert!(stderr(&out).contains("dlopen"), "{out:?}");
     // Two `argstash run` on one child: the inner one cannot trace it.
     let mut cmd = argstash_cmd(&["run", "--follow-forks", "--"]);
-    cmd.arg(argstash()).args(["run", "--"]).arg(runner()).args(["exit", "3"]);
+    cmd.arg(argstash())
+        .args(["run", "--"])
+        .arg(runner())
+        .args(["exit", "3"]);
     let out = run_command(&mut cmd, RUN_TIMEOUT);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(stderr(&out).contains("is traced by PID"), "{out:?}");
@@ -545,6 +607,9 @@ fn main() {
     let err = stderr(&out);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("got SIGSEGV"), "{err}");
-    assert!(err.contains("parse_record (id=7, len=16)") || err.contains("parse_record (rdi=7, rsi=16"), "{err}");
+    assert!(
+        err.contains("parse_record (id=7, len=16)") || err.contains("parse_record (rdi=7, rsi=16"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&krate);
 }
