@@ -327,6 +327,7 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             crate::python_output::print_backtrace(&bt, a.json, view);
         }
         Command::Demo => bail!("`demo` runs standalone only: drop --bus"),
+        Command::Run(_) => bail!("`run` starts the command itself: drop --bus"),
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use injector::reader::symbols::FuncSpec;
 use injector::{backtrace, Backtrace, BacktraceOptions};
 use injector::{eject, install, EjectOptions, InstallOptions, Pid};
 
-use crate::output::frame_text;
+use injector::render::frame_text;
 
 const DEMO_SOURCE: &str = include_str!("../demo/demo.c");
 

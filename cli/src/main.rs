@@ -8,6 +8,7 @@ mod demo;
 mod errors;
 mod output;
 mod python_output;
+mod run;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,6 +43,9 @@ enum Command {
     Bt(BtArgs),
     /// Build and run the bundled demo target, hook it, and show the difference.
     Demo,
+    /// Start a command with hooks in place before its main; print every thread's
+    /// backtrace if it crashes, times out or gets a chosen signal.
+    Run(run::RunArgs),
 }
 
 #[derive(Args)]
@@ -283,6 +287,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Demo => demo::run()?,
+        Command::Run(a) => std::process::exit(run::main(a)),
     }
     Ok(())
 }

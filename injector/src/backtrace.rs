@@ -121,6 +121,18 @@ impl ProcessReader {
     /// Separate debug files are looked for where `opts.debug_search` says; a
     /// change of it applies to modules whose debug info is not loaded yet.
     pub fn backtrace(&mut self, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
+        crate::target::check_target(self.pid, crate::target::Access::Stop)?;
+        self.read(opts, Stopper::Attach)
+    }
+
+    /// Takes a backtrace of a process whose every thread the calling thread
+    /// already holds in a ptrace-stop (a supervisor such as [`crate::spawn`]'s):
+    /// registers are read through that trace, nothing is attached or resumed.
+    pub(crate) fn backtrace_held(&mut self, opts: &BacktraceOptions) -> Result<Backtrace, Error> {
+        self.read(opts, Stopper::Held)
+    }
+
+    fn read(&mut self, opts: &BacktraceOptions, stopper: Stopper) -> Result<Backtrace, Error> {
         let pid = self.pid;
         if opts.debug_search != self.search {
             self.search = opts.debug_search.clone();
@@ -128,7 +140,6 @@ impl ProcessReader {
                 u.set_debug_search(self.search.clone());
             }
         }
-        crate::target::check_target(pid, crate::target::Access::Stop)?;
         let arch = Arch::of_process(pid);
         let maps = read_maps(pid).map_err(|source| Error::Proc {
             path: format!("/proc/{pid}/maps"),
@@ -154,8 +165,17 @@ impl ProcessReader {
         self.key = key;
         self.started = started;
         unwind.set_arenas(discover(&maps, &mem)?);
-        read_threads(pid, &maps, &mem, unwind, &self.python, opts)
+        read_threads(pid, &maps, &mem, unwind, &self.python, opts, stopper)
     }
+}
+
+/// How [`read_threads`] gets each thread still.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stopper {
+    /// Attach to each thread in turn, and let it go after the copy.
+    Attach,
+    /// Every thread is already held by the calling thread's ptrace.
+    Held,
 }
 
 /// Takes a backtrace of every thread (or `opts.tid`) of a live process, stopping
@@ -172,6 +192,7 @@ fn read_threads(
     unwind: &Unwinder,
     python: &ProcessPython,
     opts: &BacktraceOptions,
+    stopper: Stopper,
 ) -> Result<Backtrace, Error> {
     let mut py = python.reader(mem);
     let tids = match opts.tid.map(Tid::as_raw) {
@@ -185,23 +206,43 @@ fn read_threads(
     };
     let mut threads = Vec::new();
     for tid in tids {
-        let session = match Session::attach_thread(pid, tid) {
-            Ok(s) => s,
-            // The thread exited between listing and stopping it.
-            Err(SessionError::NoSuchProcess { .. }) | Err(SessionError::Exited { .. })
-                if opts.tid.is_none() =>
-            {
-                continue
-            }
-            Err(e) => return Err(e.into()),
+        let (session, regs) = match stopper {
+            Stopper::Held => match nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid)) {
+                Ok(regs) => (None, regs),
+                // A thread that is not held (it exited, or was never ours) is left out.
+                Err(_) if opts.tid.is_none() => continue,
+                Err(source) => {
+                    return Err(SessionError::Ptrace {
+                        op: "PTRACE_GETREGS",
+                        tid,
+                        source,
+                    }
+                    .into())
+                }
+            },
+            Stopper::Attach => match Session::attach_thread(pid, tid) {
+                Ok(s) => {
+                    let regs = s.regs(tid)?;
+                    (Some(s), regs)
+                }
+                // The thread exited between listing and stopping it.
+                Err(SessionError::NoSuchProcess { .. }) | Err(SessionError::Exited { .. })
+                    if opts.tid.is_none() =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e.into()),
+            },
         };
-        let regs = session.regs(tid)?;
         let (start, end) = stack_range(maps, regs.rsp);
         let mut bytes = vec![0u8; (end - start) as usize];
         let copied = mem.read(start, &mut bytes);
         // The Python frames are read in the same stop, so they match the stack copy.
         let py_read = py.read(tid);
-        let stopped = session.detach()?;
+        let stopped = match session {
+            Some(s) => s.detach()?,
+            None => std::time::Duration::ZERO,
+        };
         if copied.is_err() {
             bytes.clear();
         }

@@ -15,6 +15,9 @@
 //! | list hooks | [`list`] | | [`HookInfo`] |
 //! | read every thread's stack | [`backtrace`], [`ProcessReader`] (warm, for repeated reads) | [`BacktraceOptions`] | [`Backtrace`] |
 //! | read a core file's stacks | [`backtrace_core`] on a [`CoreFile`] | [`BacktraceOptions`] | [`CoreBacktrace`] |
+//! | hooks ejected when dropped | [`HookGuard::install`] | [`InstallOptions`] | [`HookGuard`] |
+//! | start a command hooked, report its crashes | [`run::spawn`] | [`RunOptions`] | [`Running`], [`RunEvent`] |
+//! | print a backtrace as `bt` does (text, JSON) | [`render::backtrace_text`], [`render::backtrace_json`] | [`render::View`] | `String`, `serde_json::Value` |
 //!
 //! Every operation checks its target first, does the slow work (symbols, code
 //! generation) before stopping the process, stops every thread only for the
@@ -59,6 +62,7 @@ mod arch;
 mod backtrace;
 mod error;
 mod foreign_unwind;
+mod guard;
 mod hooks;
 mod memory;
 mod ptrace;
@@ -107,3 +111,13 @@ pub use ptrace::session::{Refusal, SessionError, UnexpectedState};
 // Lower level: a process's memory, and a ptrace session on it.
 pub use memory::{Memory, MemoryError, ProcessMemory, WriteMemory};
 pub use ptrace::session::Session;
+
+// Hooks ejected on drop.
+pub use guard::HookGuard;
+
+// Starting a command with hooks in place (`argstash run`).
+pub mod run;
+pub use run::{Report, ReportReason, RunError, RunEvent, RunOptions, Running};
+
+// Rendering backtraces as `argstash bt` prints them (text and JSON).
+pub mod render;

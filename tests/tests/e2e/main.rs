@@ -26,6 +26,7 @@ mod lifecycle;
 mod many_args;
 mod python;
 mod riprel;
+mod run;
 mod seed;
 mod signals;
 mod stack_args;
