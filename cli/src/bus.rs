@@ -327,6 +327,10 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             crate::python_output::print_backtrace(&bt, a.json, view);
         }
         Command::Demo => bail!("`demo` runs standalone only: drop --bus"),
+        Command::Record(_) => bail!(
+            "`record` runs standalone only: drop --bus (a sampling loop stops the target \
+             hundreds of times a second and must run next to it)"
+        ),
     }
     Ok(())
 }

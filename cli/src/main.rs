@@ -8,6 +8,7 @@ mod demo;
 mod errors;
 mod output;
 mod python_output;
+mod record;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,6 +41,8 @@ enum Command {
     List(ListArgs),
     /// Print the backtrace of every thread (or one), with stashed arguments.
     Bt(BtArgs),
+    /// Sample every thread's stack into a flame graph (.svg), speedscope (.json) or collapsed stacks (.txt).
+    Record(record::RecordArgs),
     /// Build and run the bundled demo target, hook it, and show the difference.
     Demo,
 }
@@ -282,6 +285,7 @@ fn run(cli: Cli) -> Result<()> {
                 (None, None) => anyhow::bail!("give --pid PID or --core FILE"),
             }
         }
+        Command::Record(a) => record::run(a)?,
         Command::Demo => demo::run()?,
     }
     Ok(())
