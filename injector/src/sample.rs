@@ -227,6 +227,14 @@ impl Round<'_> {
     /// Stops thread `tid`, copies its registers, stack and Python frame chain,
     /// lets it run again, then unwinds the copy.
     pub fn sample(&mut self, tid: Tid) -> Result<Sample, Lost> {
+        let annotate = self.sampler.opts.annotate;
+        self.sample_with(tid, annotate)
+    }
+
+    /// [`Self::sample`], annotated with DWARF or not whatever the sampler's
+    /// options say (a caller that learns parameter names once per hooked
+    /// function annotates only the samples it learns from).
+    pub fn sample_with(&mut self, tid: Tid, annotate: bool) -> Result<Sample, Lost> {
         let s = self.sampler;
         let (pid, raw) = (s.pid, tid.as_raw());
         let asked = Instant::now();
@@ -257,7 +265,7 @@ impl Round<'_> {
         let stack_bytes = bytes.len();
         let snapshot = StackSnapshot::new(start, bytes, &s.mem);
         let regs = s.unwind.arch().dwarf_registers(&regs);
-        let (frames, truncated) = if s.opts.annotate {
+        let (frames, truncated) = if annotate {
             s.unwind.unwind(&regs, &snapshot, false)
         } else {
             let (mut f, t) = s.unwind.walk(&regs, &snapshot);

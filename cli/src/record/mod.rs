@@ -173,12 +173,9 @@ fn record(
     if spawned {
         wait_for_exec(pid);
     }
-    let naming = Naming {
-        with_args: a.with_args || !a.args.is_empty(),
-        only: a.args.clone(),
-    };
+    let mut naming = Naming::new(a.with_args || !a.args.is_empty(), a.args.clone());
     let mut opts = SampleOptions {
-        annotate: naming.with_args,
+        annotate: false,
         debug_search: DebugSearch::default(),
     };
     if !a.debug_dirs.is_empty() {
@@ -204,7 +201,7 @@ fn record(
         a,
         &mut sampler,
         &mut hooks,
-        &naming,
+        &mut naming,
         &mut profile,
         &mut program,
     )?;
@@ -223,9 +220,6 @@ fn record(
                 .notes
                 .push(format!("the program {how} after {secs:.1} s"))
         }
-        End::Interrupted if signals::count() > 1 => profile
-            .notes
-            .push("interrupted twice: ended without waiting for safe points".into()),
         End::Interrupted | End::Duration => {}
     }
     let alive = matches!(end, End::Duration | End::Interrupted);
@@ -258,7 +252,7 @@ fn sample_loop(
     a: &RecordArgs,
     sampler: &mut Sampler,
     hooks: &mut Hooks,
-    naming: &Naming,
+    naming: &mut Naming,
     profile: &mut Profile,
     program: &mut Option<&mut Program>,
 ) -> Result<End> {
@@ -320,6 +314,7 @@ fn sample_loop(
             }
             profile.threads_seen = profile.threads_seen.max(tids.len());
         }
+        profile.rounds += 1;
         let mut round = sampler.round();
         let round_start = Instant::now();
         let n = tids.len();
@@ -337,7 +332,19 @@ fn sample_loop(
                 profile.idle += 1;
                 continue;
             }
-            match round.sample(tid) {
+            let sample = match round.sample(tid) {
+                // A hooked function seen for the first time: its parameter names
+                // come from one annotated sample, taken right away.
+                Ok(s) if naming.needs_names(&s) => match round.sample_with(tid, true) {
+                    Ok(annotated) => {
+                        naming.learn(&annotated);
+                        Ok(annotated)
+                    }
+                    Err(_) => Ok(s),
+                },
+                other => other,
+            };
+            match sample {
                 Ok(s) => {
                     let name = match profile.threads.contains_key(&tid.as_raw()) {
                         true => String::new(),

@@ -2,6 +2,8 @@
 //! hooked frame with its arguments under `--with-args`), Python frames as
 //! `[py] NAME` at their exact place among the native ones.
 
+use std::collections::HashMap;
+
 use injector::reader::args::ArgSource;
 use injector::reader::python::pair::Merged;
 use injector::{Frame, Sample};
@@ -15,6 +17,9 @@ pub struct Naming {
     pub with_args: bool,
     /// Only these arguments (parameter or register names); empty: all.
     pub only: Vec<String>,
+    /// Parameter names by stash slot, per hooked function (its entry), learnt
+    /// once from an annotated sample: samples are unwound without DWARF.
+    params: HashMap<u64, Vec<(String, String)>>,
 }
 
 /// A name that the collapsed-stack format carries intact (no `;`, no line breaks).
@@ -33,6 +38,40 @@ fn basename(path: &str) -> &str {
 }
 
 impl Naming {
+    /// Names frames with arguments when `with_args`, keeping only `only` (if not empty).
+    pub fn new(with_args: bool, only: Vec<String>) -> Naming {
+        Naming {
+            with_args,
+            only,
+            params: HashMap::new(),
+        }
+    }
+
+    /// Whether `s` has a hooked frame whose parameter names are not known yet
+    /// (the caller then takes an annotated sample and [`Self::learn`]s from it).
+    pub fn needs_names(&self, s: &Sample) -> bool {
+        self.with_args
+            && s.frames
+                .iter()
+                .filter_map(|f| f.stash.as_ref())
+                .any(|st| !self.params.contains_key(&st.function))
+    }
+
+    /// Learns the parameter names of the hooked frames of an annotated sample
+    /// (none, for a function without DWARF or signature: register names then).
+    pub fn learn(&mut self, s: &Sample) {
+        for f in &s.frames {
+            let Some(st) = &f.stash else { continue };
+            let names = f
+                .args
+                .iter()
+                .filter(|a| a.source == Some(ArgSource::Stash))
+                .filter_map(|a| Some((a.register.clone()?, a.name.clone()?)))
+                .collect();
+            self.params.entry(st.function).or_insert(names);
+        }
+    }
+
     /// The frames of `s`, innermost first, Python ones interleaved.
     pub fn stack(&self, s: &Sample) -> Vec<FrameInfo> {
         let mut out = Vec::with_capacity(s.frames.len());
@@ -83,33 +122,36 @@ impl Naming {
         });
     }
 
-    /// `name=value` of a hooked frame's stashed arguments, as `bt` shows them.
+    /// `name=value` of a hooked frame's stashed arguments: the parameter's
+    /// name when known, else the slot's (`rdi`), the value as `bt` shows a raw
+    /// stashed word.
     fn args(&self, f: &Frame) -> Vec<String> {
         let keep = |name: &str| self.only.is_empty() || self.only.iter().any(|o| o == name);
-        let named: Vec<String> = f
-            .args
+        let Some(st) = &f.stash else {
+            return Vec::new();
+        };
+        let learnt: Option<&Vec<(String, String)>> = self.params.get(&st.function);
+        let named = |slot: &str| -> Option<String> {
+            match learnt {
+                Some(v) if !v.is_empty() => v
+                    .iter()
+                    .find(|(reg, _)| reg == slot)
+                    .map(|(_, n)| n.clone()),
+                _ => Some(slot.to_string()),
+            }
+        };
+        st.slots()
             .iter()
-            .filter(|a| a.source == Some(ArgSource::Stash))
-            .filter_map(|a| {
-                let name = a.name.as_deref().or(a.register.as_deref())?;
-                let by_register = a.register.as_deref().is_some_and(keep);
-                (keep(name) || by_register).then(|| format!("{name}={}", a.display))
-            })
-            .collect();
-        if !named.is_empty() || f.args.iter().any(|a| a.source == Some(ArgSource::Stash)) {
-            return named;
-        }
-        f.stash
-            .iter()
-            .flat_map(|s| s.slots())
-            .filter(|slot| keep(&slot.name))
-            .map(|slot| {
-                let low = slot.value as u64;
-                if slot.xmm {
-                    format!("{}={}", slot.name, f64::from_bits(low))
-                } else {
-                    format!("{}={}", slot.name, low as i64)
-                }
+            .filter_map(|slot| {
+                let name = named(&slot.name)?;
+                (keep(&name) || keep(&slot.name)).then(|| {
+                    let low = slot.value as u64;
+                    let value = match slot.xmm {
+                        true => f64::from_bits(low).to_string(),
+                        false => crate::output::display_value(low),
+                    };
+                    format!("{name}={value}")
+                })
             })
             .collect()
     }
@@ -172,24 +214,21 @@ mod tests {
         let plain = Naming::default().stack(&s);
         assert_eq!(plain[0].name, "apply_entry");
         assert_eq!(plain[1].name, "[app]");
-        let all = Naming {
-            with_args: true,
-            only: vec![],
-        };
+        let mut all = Naming::new(true, vec![]);
+        assert!(all.needs_names(&s));
+        all.learn(&s);
+        assert!(!all.needs_names(&s));
         assert_eq!(all.stack(&s)[0].name, "apply_entry(account=1003, amount=5)");
-        let one = Naming {
-            with_args: true,
-            only: vec!["account".into()],
-        };
-        assert_eq!(one.stack(&s)[0].name, "apply_entry(account=1003)");
-        // Without DWARF: register names.
+        let mut one = Naming::new(true, vec!["account".into()]);
+        one.learn(&s);
+        // Later samples are not annotated: the names learnt still apply.
         hooked.args.clear();
-        let s = sample(vec![hooked]);
-        let regs = Naming {
-            with_args: true,
-            only: vec!["rdi".into()],
-        };
-        assert_eq!(regs.stack(&s)[0].name, "apply_entry(rdi=1003)");
+        let bare = sample(vec![hooked.clone()]);
+        assert_eq!(one.stack(&bare)[0].name, "apply_entry(account=1003)");
+        // Without DWARF: register names.
+        let mut regs = Naming::new(true, vec!["rdi".into()]);
+        regs.learn(&bare);
+        assert_eq!(regs.stack(&bare)[0].name, "apply_entry(rdi=1003)");
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub struct Profile {
     pub max_stop: Duration,
     /// Total time from asking a thread to stop until it had (it ran meanwhile).
     pub latency: Duration,
+    /// Rounds over the threads (each thread gets at most one sample a round).
+    pub rounds: u64,
     /// Samples not taken because the thread was off the CPU (without `--idle`).
     pub idle: u64,
 }
@@ -74,6 +76,7 @@ impl Profile {
     }
 
     /// Adds one sample of thread `tid` (`stack` innermost first).
+    #[cfg(test)]
     pub fn add(&mut self, tid: i32, thread_name: &str, stack: Vec<FrameInfo>, stopped: Duration) {
         self.add_timed(tid, thread_name, stack, stopped, Duration::ZERO);
     }
@@ -162,8 +165,8 @@ impl Profile {
         let samples = self.samples();
         let secs = self.elapsed.as_secs_f64();
         let sampled = self.threads.len();
-        let per_thread = if sampled > 0 && secs > 0.0 {
-            samples as f64 / sampled as f64 / secs
+        let per_thread = if secs > 0.0 {
+            self.rounds as f64 / secs
         } else {
             0.0
         };
@@ -175,7 +178,7 @@ impl Profile {
         let mean_latency = per_sample(self.latency);
         let mut s = format!(
             "argstash record: {samples} samples of {sampled} threads ({} seen) in {secs:.1} s \
-             ({per_thread:.0} Hz per thread, {} asked); threads held {mean_stop:.0} us per \
+             ({per_thread:.0} rounds a second, {} Hz asked); threads held {mean_stop:.0} us per \
              sample on average ({} us at most), after {mean_latency:.0} us to stop",
             self.threads_seen,
             self.rate,
@@ -240,7 +243,8 @@ mod tests {
         }
         assert_eq!(p.stacks.len(), 2);
         assert_eq!(p.frames.len(), 3);
-        assert_eq!(p.stacks[0], vec![1, 0]);
+        assert_eq!(p.stacks[0], vec![0, 1]);
+        assert_eq!(p.frames[0].name, "main");
         assert_eq!(p.samples(), 10);
         assert_eq!(p.top_self(5), vec![("hot_a", 7), ("hot_b", 3)]);
         assert_eq!(p.max_stop, Duration::from_micros(30));

@@ -45,7 +45,7 @@ impl Program {
             match self.child.try_wait() {
                 Ok(Some(st)) => self.status = Some(describe(st)),
                 Ok(None) => {}
-                // Reaped by a ptrace detach that saw it die: it ended, how is unknown.
+                // Reaped by a sample's release that saw it die: it ended, how is unknown.
                 Err(_) => self.status = Some("ended".to_string()),
             }
         }
