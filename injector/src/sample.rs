@@ -55,6 +55,11 @@ pub struct Sample {
     pub latency: Duration,
     /// Bytes of stack copied.
     pub stack_bytes: usize,
+    /// The thread stopped on its way out of a system call (`orig_rax` holds a
+    /// system call number): it was in the kernel, or preempted at the return
+    /// (off the CPU), when asked to stop. See `docs/BENCHMARKS.md` on why an
+    /// on-CPU profile leaves these out.
+    pub at_syscall: bool,
 }
 
 /// Why a sample was not taken.
@@ -251,6 +256,9 @@ impl Round<'_> {
                 return Err(lost(pid, e));
             }
         };
+        // A system call number (small, non-negative) in orig_rax/orig_eax; -1 or an
+        // interrupt's negated vector otherwise. Read as 32 bits for i386 tracees.
+        let at_syscall = (regs.orig_rax as i32) >= 0;
         let (start, end) = stack_range(&s.maps, regs.rsp);
         let mut bytes = vec![0u8; end.saturating_sub(start) as usize];
         let copied = s.mem.read(start, &mut bytes);
@@ -281,6 +289,7 @@ impl Round<'_> {
             stopped,
             latency,
             stack_bytes,
+            at_syscall,
         })
     }
 }

@@ -345,6 +345,9 @@ fn sample_loop(
                 other => other,
             };
             match sample {
+                // On-CPU profile: a runnable thread that stopped at a system call's
+                // return was (most likely) preempted there, not running.
+                Ok(s) if s.at_syscall && !a.idle => profile.at_syscall += 1,
                 Ok(s) => {
                     let name = match profile.threads.contains_key(&tid.as_raw()) {
                         true => String::new(),

@@ -192,6 +192,7 @@ mod tests {
             stopped: Duration::ZERO,
             latency: Duration::ZERO,
             stack_bytes: 0,
+            at_syscall: false,
         }
     }
 

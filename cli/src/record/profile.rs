@@ -62,6 +62,9 @@ pub struct Profile {
     pub latency: Duration,
     /// Rounds over the threads (each thread gets at most one sample a round).
     pub rounds: u64,
+    /// Samples left out because the thread stopped at a system call's return
+    /// while it was runnable (without `--idle`).
+    pub at_syscall: u64,
     /// Samples not taken because the thread was off the CPU (without `--idle`).
     pub idle: u64,
 }
@@ -195,6 +198,12 @@ impl Profile {
             s += &format!(
                 "; {} samples of sleeping threads skipped (--idle records them)",
                 self.idle
+            );
+        }
+        if self.at_syscall > 0 {
+            s += &format!(
+                "; {} samples left out that stopped at a system call's return (off the CPU; --idle keeps them)",
+                self.at_syscall
             );
         }
         let top = self.top_self(5);
