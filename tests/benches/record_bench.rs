@@ -180,6 +180,7 @@ fn run(cmd: &mut Command) -> String {
 
 /// Runs a command; (stdout, stderr) and the CPU time it used (user + system,
 /// its own: wait4's rusage of that child).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which also gives its rusage
 fn run_timed(cmd: &mut Command) -> ((String, String), Duration) {
     let dir = std::env::temp_dir();
     let (o, e) = (

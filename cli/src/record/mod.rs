@@ -224,7 +224,7 @@ fn record(
     }
     let alive = matches!(end, End::Duration | End::Interrupted);
     notes.extend(hooks.eject(alive, signals::count() > 1));
-    if let (Some(p), true) = (program.as_deref_mut(), alive) {
+    if let (Some(p), true) = (program, alive) {
         let how = p.stop(Duration::from_secs(2));
         notes.push(format!(
             "stopped the program at the end of the recording: it {how}"
