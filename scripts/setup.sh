@@ -31,6 +31,8 @@ NEEDS=(
     "python3.11-dev -"
     "python3.11-venv -"
     "python3-pytest -"     # pytest for Debian's python3.11
+    # argstash record: its SVG flame graph is checked in a headless browser (tests/tests/e2e/record.rs).
+    "chromium chromium"
 )
 
 have() {
@@ -82,6 +84,16 @@ else
     echo "setup: python3 -m pip install maturin pytest"
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore maturin pytest
     python3 -c 'import maturin, pytest' || { echo "setup: maturin/pytest still missing for python3" >&2; exit 1; }
+fi
+
+# argstash record's benchmark compares with py-spy (PyPI; a binary inside the wheel).
+if command -v py-spy >/dev/null 2>&1; then
+    echo "setup: ok       py-spy"
+else
+    echo "setup: python3 -m pip install py-spy"
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore py-spy
+    command -v py-spy >/dev/null 2>&1 || python3 -m py_spy --version >/dev/null 2>&1 ||
+        { echo "setup: py-spy still missing" >&2; exit 1; }
 fi
 
 # Not installable from here: the Rust toolchain comes with the machine.

@@ -328,6 +328,10 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
         }
         Command::Demo => bail!("`demo` runs standalone only: drop --bus"),
         Command::Run(_) => bail!("`run` starts the command itself: drop --bus"),
+        Command::Record(_) => bail!(
+            "`record` runs standalone only: drop --bus (a sampling loop stops the target \
+             hundreds of times a second and must run next to it)"
+        ),
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ mod errors;
 mod output;
 mod python_output;
 mod run;
+mod record;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,6 +42,8 @@ enum Command {
     List(ListArgs),
     /// Print the backtrace of every thread (or one), with stashed arguments.
     Bt(BtArgs),
+    /// Sample every thread's stack into a flame graph (.svg), speedscope (.json) or collapsed stacks (.txt).
+    Record(record::RecordArgs),
     /// Build and run the bundled demo target, hook it, and show the difference.
     Demo,
     /// Start a command with hooks in place before its main; print every thread's
@@ -286,6 +289,7 @@ fn run(cli: Cli) -> Result<()> {
                 (None, None) => anyhow::bail!("give --pid PID or --core FILE"),
             }
         }
+        Command::Record(a) => record::run(a)?,
         Command::Demo => demo::run()?,
         Command::Run(a) => std::process::exit(run::main(a)),
     }

@@ -67,6 +67,7 @@ mod hooks;
 mod memory;
 mod ptrace;
 mod python;
+mod sample;
 mod target;
 
 pub use reader;
@@ -96,9 +97,11 @@ pub use backtrace::{
     backtrace, Backtrace, BacktraceOptions, Frame, FrameKind, InlinedFrame, ProcessReader,
     StashSlot, StashedArgs, StopReason, ThreadBacktrace,
 };
+// Sampling (a profiler's loop over one warm reader).
 pub use reader::core::{backtrace_core, CoreBacktrace, CoreFile, CoreOptions};
 pub use reader::debugfile::DebugSearch;
 pub use reader::debuginfo::DwarfCache;
+pub use sample::{Lost, Round, Sample, SampleOptions, Sampler};
 
 // Errors.
 pub use error::{

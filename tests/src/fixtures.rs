@@ -35,6 +35,7 @@ pub const FIXTURES: &[&str] = &[
     "busy_dlopen",
     "busy_printf",
     "pause_workers",
+    "profsplit",
 ];
 
 /// Extra flags that turn on CET instrumentation (`endbr64` at function entry).

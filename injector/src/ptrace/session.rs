@@ -1030,8 +1030,12 @@ impl Session {
         // which hands it back to its parent) only after every other thread was,
         // including those a wait already counted as gone.
         let mut dead: Vec<i32> = threads.iter().map(|t| t.tid).collect();
-        if let Ok(tids) = list_tasks(self.pid) {
-            dead.extend(tids);
+        // A session on one thread (a profiler's sample) looks at the other threads
+        // only when its own died: its cost stays the same whatever their number.
+        if self.all_threads || dead.iter().any(|t| thread_is_dead(*t)) {
+            if let Ok(tids) = list_tasks(self.pid) {
+                dead.extend(tids);
+            }
         }
         dead.sort_unstable();
         dead.dedup();

@@ -25,6 +25,7 @@ mod jump_tables;
 mod lifecycle;
 mod many_args;
 mod python;
+mod record;
 mod riprel;
 mod run;
 mod seed;

@@ -1,0 +1,409 @@
+//! `argstash record`: a sampling profiler over the warm reader. Every selected
+//! thread is sampled `--rate` times a second (one thread stopped at a time, only
+//! for the copy of its registers and stack), hooks named with `--func` or
+//! `--python` are installed first and ejected at the end (only those this run
+//! installed), and the profile is written in the format `-o`'s extension names.
+
+mod collapsed;
+mod format;
+mod hooks;
+mod naming;
+mod profile;
+mod progress;
+mod signals;
+mod spawn;
+mod speedscope;
+mod svg;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use injector::{DebugSearch, Lost, Pid, SampleOptions, Sampler, Tid};
+
+use self::format::Output;
+use self::hooks::Hooks;
+use self::naming::Naming;
+use self::profile::Profile;
+use self::progress::Progress;
+use self::spawn::Program;
+
+/// The highest rate accepted, per thread.
+pub const MAX_RATE: u32 = 10_000;
+
+/// `argstash record` arguments.
+#[derive(Args)]
+pub struct RecordArgs {
+    /// Record this running process (or give the program to start after --).
+    #[arg(long, required_unless_present = "command", conflicts_with = "command")]
+    pid: Option<Pid>,
+    /// Stop after this many seconds (default: at Ctrl-C or when the program exits).
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Samples per second, per thread (1..=10000).
+    #[arg(long, value_name = "HZ", default_value_t = 99, value_parser = parse_rate)]
+    rate: u32,
+    /// Hook this function first (NAME, MODULE!NAME, 0xADDR, optionally with a
+    /// parameter list), so its frames carry its arguments. Repeatable.
+    #[arg(long = "func", value_name = "FUNC")]
+    funcs: Vec<String>,
+    /// Hook CPython's frame evaluator first, so Python frames are placed exactly.
+    #[arg(long)]
+    python: bool,
+    /// Sample sleeping threads too (wall-clock time); by default only threads on
+    /// the CPU are stopped and counted.
+    #[arg(long)]
+    idle: bool,
+    /// Put a hooked frame's arguments into its name (`apply_entry(account=1003, ...)`).
+    #[arg(long)]
+    with_args: bool,
+    /// Only these arguments in names (parameter or register names); implies --with-args.
+    #[arg(long = "args", value_name = "NAME[,NAME]", value_delimiter = ',')]
+    args: Vec<String>,
+    /// Threads to sample: `all` or a comma-separated list of thread ids.
+    #[arg(long, value_name = "all|TID,...", default_value = "all", value_parser = parse_threads)]
+    threads: ThreadSelection,
+    /// Output file; its extension chooses the format: .svg, .json (speedscope), .txt (collapsed).
+    #[arg(short = 'o', long = "output", value_name = "FILE", value_parser = format::parse_output)]
+    output: Output,
+    /// Look for separate debug files under DIR instead of /usr/lib/debug. Repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dirs: Vec<std::path::PathBuf>,
+    /// The program to start and record (after --).
+    #[arg(last = true, value_name = "CMD ARGS")]
+    command: Vec<String>,
+}
+
+/// `--threads`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ThreadSelection {
+    /// Every thread, including those started while recording.
+    All,
+    /// These threads only.
+    Only(Vec<i32>),
+}
+
+fn parse_rate(s: &str) -> Result<u32, String> {
+    let r: u32 = s
+        .parse()
+        .map_err(|_| format!("{s}: give the rate as a whole number of Hz"))?;
+    if r == 0 || r > MAX_RATE {
+        return Err(format!(
+            "{r} Hz is out of range: give 1..={MAX_RATE} samples per second per thread"
+        ));
+    }
+    Ok(r)
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s}: give the duration in seconds, e.g. 10 or 0.5"))?;
+    if !(secs > 0.0 && secs < 1e7) {
+        return Err(format!("{s}: the duration must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_threads(s: &str) -> Result<ThreadSelection, String> {
+    if s == "all" {
+        return Ok(ThreadSelection::All);
+    }
+    s.split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|t| *t > 0)
+                .ok_or_else(|| format!("{t}: give `all` or thread ids separated by commas"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(ThreadSelection::Only)
+}
+
+/// Why the recording ended.
+enum End {
+    Duration,
+    Interrupted,
+    ProgramExited(String),
+    ProcessExited,
+}
+
+/// Runs `argstash record`.
+pub fn run(a: RecordArgs) -> Result<()> {
+    signals::install();
+    // Checked before anything touches the target.
+    let out = a.output.open()?;
+    let mut program = match a.command.is_empty() {
+        true => None,
+        false => Some(Program::spawn(&a.command)?),
+    };
+    let pid = match (&program, a.pid) {
+        (Some(p), _) => p.pid(),
+        (None, Some(pid)) => pid,
+        (None, None) => anyhow::bail!("give --pid PID or -- CMD ARGS"),
+    };
+    let result = record(&a, pid, program.as_mut());
+    let (profile, notes) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            out.discard();
+            if let Some(p) = program.as_mut() {
+                p.stop(Duration::from_secs(2));
+            }
+            return Err(e);
+        }
+    };
+    out.write(&profile)
+        .with_context(|| format!("cannot write {}", a.output.path.display()))?;
+    for n in notes.iter().chain(&profile.notes) {
+        eprintln!("argstash: note: {n}");
+    }
+    eprintln!("{}", profile.summary(&a.output.path.display().to_string()));
+    Ok(())
+}
+
+/// Hooks, samples until the end, ejects; returns the profile and notes.
+fn record(
+    a: &RecordArgs,
+    pid: Pid,
+    mut program: Option<&mut Program>,
+) -> Result<(Profile, Vec<String>)> {
+    let spawned = program.is_some();
+    if spawned {
+        wait_for_exec(pid);
+    }
+    let mut naming = Naming::new(a.with_args || !a.args.is_empty(), a.args.clone());
+    let mut opts = SampleOptions {
+        annotate: false,
+        debug_search: DebugSearch::default(),
+    };
+    if !a.debug_dirs.is_empty() {
+        opts.debug_search = DebugSearch {
+            dirs: a.debug_dirs.clone(),
+        };
+    }
+    let mut hooks = Hooks::new(pid, &a.funcs, a.python, spawned)?;
+    // Hooks first (a running process now; a started one as soon as its code is loaded).
+    hooks.poll()?;
+    let mut sampler = Sampler::new(pid, opts)?;
+    if let ThreadSelection::Only(tids) = &a.threads {
+        let now = sampler.threads().map_err(|e| anyhow::anyhow!("{e}"))?;
+        for t in tids {
+            anyhow::ensure!(
+                now.contains(&Tid::from_raw(*t)),
+                "--threads: no thread {t} in process {pid} (list them with ls /proc/{pid}/task)"
+            );
+        }
+    }
+    let mut profile = Profile::new(a.rate);
+    let end = sample_loop(
+        a,
+        &mut sampler,
+        &mut hooks,
+        &mut naming,
+        &mut profile,
+        &mut program,
+    )?;
+    let mut notes = Vec::new();
+    for w in sampler.debug_warnings() {
+        notes.push(format!("warning: {w}"));
+    }
+    drop(sampler);
+    let secs = profile.elapsed.as_secs_f64();
+    match &end {
+        End::ProcessExited => profile.notes.push(format!(
+            "process {pid} exited after {secs:.1} s of recording: the profile holds the samples taken until then"
+        )),
+        End::ProgramExited(how) => {
+            profile
+                .notes
+                .push(format!("the program {how} after {secs:.1} s"))
+        }
+        End::Interrupted | End::Duration => {}
+    }
+    let alive = matches!(end, End::Duration | End::Interrupted);
+    notes.extend(hooks.eject(alive, signals::count() > 1));
+    if let (Some(p), true) = (program, alive) {
+        let how = p.stop(Duration::from_secs(2));
+        notes.push(format!(
+            "stopped the program at the end of the recording: it {how}"
+        ));
+    }
+    Ok((profile, notes))
+}
+
+/// Waits (at most 2 s) until a started program runs its own executable, not
+/// argstash's image between fork and exec.
+fn wait_for_exec(pid: Pid) {
+    let own = std::fs::read_link("/proc/self/exe").ok();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        if exe.is_none() || exe != own {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Samples until the duration passes, Ctrl-C, or the process ends.
+fn sample_loop(
+    a: &RecordArgs,
+    sampler: &mut Sampler,
+    hooks: &mut Hooks,
+    naming: &mut Naming,
+    profile: &mut Profile,
+    program: &mut Option<&mut Program>,
+) -> Result<End> {
+    let period = Duration::from_secs_f64(1.0 / f64::from(a.rate));
+    let start = Instant::now();
+    let mut next = start;
+    let mut last_refresh = start;
+    let mut rotate = 0usize;
+    let mut progress = Progress::new();
+    let mut tids: Vec<Tid> = Vec::new();
+    let end = loop {
+        profile.elapsed = start.elapsed();
+        if signals::count() > 0 {
+            break End::Interrupted;
+        }
+        if a.duration.is_some_and(|d| start.elapsed() >= d) {
+            break End::Duration;
+        }
+        if let Some(how) = program
+            .as_deref_mut()
+            .and_then(|p| p.exited().map(str::to_string))
+        {
+            break End::ProgramExited(how);
+        }
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep((next - now).min(Duration::from_millis(10)));
+            continue;
+        }
+        // Rounds that could not start on time: every selected thread misses one sample.
+        let behind = ((now - next).as_nanos() / period.as_nanos()) as u64;
+        profile.lose("sampler behind schedule", behind * tids.len() as u64);
+        next += period * (behind as u32 + 1);
+        if tids.is_empty() || last_refresh.elapsed() >= Duration::from_millis(100) {
+            last_refresh = Instant::now();
+            if hooks.poll()? {
+                sampler.refresh()?;
+            } else if let Err(e) = sampler.refresh() {
+                if injector::reader::procfs::read_task_ids(sampler.pid().as_raw())
+                    .map_or(true, |t| t.is_empty())
+                {
+                    break End::ProcessExited;
+                }
+                return Err(e.into());
+            }
+            tids = match sampler.threads() {
+                Ok(t) => t,
+                Err(Lost::ProcessGone) => break End::ProcessExited,
+                Err(e) => return Err(anyhow::anyhow!("{e}")),
+            };
+            if let ThreadSelection::Only(only) = &a.threads {
+                tids.retain(|t| only.contains(&t.as_raw()));
+                if tids.is_empty() {
+                    profile
+                        .notes
+                        .push("every thread chosen with --threads has exited".into());
+                    break End::Duration;
+                }
+            }
+            profile.threads_seen = profile.threads_seen.max(tids.len());
+        }
+        profile.rounds += 1;
+        let mut round = sampler.round();
+        let round_start = Instant::now();
+        let n = tids.len();
+        let mut gone = false;
+        let mut done = n;
+        for k in 0..n {
+            // A round gets one period; threads it does not reach are taken first next time.
+            if k > 0 && round_start.elapsed() >= period {
+                profile.lose("over the time budget of a round", (n - k) as u64);
+                done = k;
+                break;
+            }
+            let tid = tids[(rotate + k) % n];
+            if !a.idle && sampler.is_idle(tid) {
+                profile.idle += 1;
+                continue;
+            }
+            let sample = match round.sample(tid) {
+                // A hooked function seen for the first time: its parameter names
+                // come from one annotated sample, taken right away.
+                Ok(s) if naming.needs_names(&s) => match round.sample_with(tid, true) {
+                    Ok(annotated) => {
+                        naming.learn(&annotated);
+                        Ok(annotated)
+                    }
+                    Err(_) => Ok(s),
+                },
+                other => other,
+            };
+            match sample {
+                // On-CPU profile: a runnable thread that stopped at a system call's
+                // return was (most likely) preempted there, not running.
+                Ok(s) if s.at_syscall && !a.idle => profile.at_syscall += 1,
+                Ok(s) => {
+                    let name = match profile.threads.contains_key(&tid.as_raw()) {
+                        true => String::new(),
+                        false => injector::reader::procfs::read_task_comm(
+                            sampler.pid().as_raw(),
+                            tid.as_raw(),
+                        )
+                        .unwrap_or_default(),
+                    };
+                    let stack = naming.stack(&s);
+                    profile.add_timed(tid.as_raw(), &name, stack, s.stopped, s.latency);
+                }
+                Err(Lost::ProcessGone) => {
+                    gone = true;
+                    break;
+                }
+                Err(e) => profile.lose(e.reason(), 1),
+            }
+        }
+        rotate = (rotate + done) % n.max(1);
+        progress.update(
+            profile.samples(),
+            profile.lost_total(),
+            tids.len(),
+            start.elapsed(),
+        );
+        if gone {
+            break End::ProcessExited;
+        }
+    };
+    profile.elapsed = start.elapsed();
+    progress.finish();
+    // A program that exited during the last round is reported as such.
+    if let (End::ProcessExited, Some(p)) = (&end, program.as_deref_mut()) {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(how) = p.exited() {
+            return Ok(End::ProgramExited(how.to_string()));
+        }
+    }
+    Ok(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_and_threads_parse() {
+        assert_eq!(parse_rate("99"), Ok(99));
+        assert!(parse_rate("0").unwrap_err().contains("out of range"));
+        assert!(parse_rate("10001").unwrap_err().contains("1..=10000"));
+        assert!(parse_rate("x").is_err());
+        assert_eq!(parse_threads("all"), Ok(ThreadSelection::All));
+        assert_eq!(parse_threads("3,4"), Ok(ThreadSelection::Only(vec![3, 4])));
+        assert!(parse_threads("3,x").is_err());
+        assert!(parse_duration("0").is_err());
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+    }
+}

@@ -1,0 +1,239 @@
+//! The names a sample's frames get in a profile: native frames by symbol (a
+//! hooked frame with its arguments under `--with-args`), Python frames as
+//! `[py] NAME` at their exact place among the native ones.
+
+use std::collections::HashMap;
+
+use injector::reader::args::ArgSource;
+use injector::reader::python::pair::Merged;
+use injector::{Frame, Sample};
+
+use super::profile::{FrameInfo, FrameOrigin};
+
+/// How frames are named.
+#[derive(Debug, Clone, Default)]
+pub struct Naming {
+    /// Put a hooked frame's arguments into its name.
+    pub with_args: bool,
+    /// Only these arguments (parameter or register names); empty: all.
+    pub only: Vec<String>,
+    /// Parameter names by stash slot, per hooked function (its entry), learnt
+    /// once from an annotated sample: samples are unwound without DWARF.
+    params: HashMap<u64, Vec<(String, String)>>,
+}
+
+/// A name that the collapsed-stack format carries intact (no `;`, no line breaks).
+fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            ';' => ',',
+            '\n' | '\r' | '\t' => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+impl Naming {
+    /// Names frames with arguments when `with_args`, keeping only `only` (if not empty).
+    pub fn new(with_args: bool, only: Vec<String>) -> Naming {
+        Naming {
+            with_args,
+            only,
+            params: HashMap::new(),
+        }
+    }
+
+    /// Whether `s` has a hooked frame whose parameter names are not known yet
+    /// (the caller then takes an annotated sample and [`Self::learn`]s from it).
+    pub fn needs_names(&self, s: &Sample) -> bool {
+        self.with_args
+            && s.frames
+                .iter()
+                .filter_map(|f| f.stash.as_ref())
+                .any(|st| !self.params.contains_key(&st.function))
+    }
+
+    /// Learns the parameter names of the hooked frames of an annotated sample
+    /// (none, for a function without DWARF or signature: register names then).
+    pub fn learn(&mut self, s: &Sample) {
+        for f in &s.frames {
+            let Some(st) = &f.stash else { continue };
+            let names = f
+                .args
+                .iter()
+                .filter(|a| a.source == Some(ArgSource::Stash))
+                .filter_map(|a| Some((a.register.clone()?, a.name.clone()?)))
+                .collect();
+            self.params.entry(st.function).or_insert(names);
+        }
+    }
+
+    /// The frames of `s`, innermost first, Python ones interleaved.
+    pub fn stack(&self, s: &Sample) -> Vec<FrameInfo> {
+        let mut out = Vec::with_capacity(s.frames.len());
+        let merged = match &s.python {
+            Some(py) => py.interleave(s.frames.len()),
+            None => (0..s.frames.len()).map(Merged::Native).collect(),
+        };
+        for m in merged {
+            match m {
+                Merged::Native(i) => self.native(&s.frames[i], &mut out),
+                Merged::Python(p) => {
+                    let Some(py) = s.python.as_ref().and_then(|py| py.frames.get(p)) else {
+                        continue;
+                    };
+                    out.push(FrameInfo {
+                        name: clean(&format!("[py] {}", py.frame.qualname)),
+                        file: Some(py.frame.file.clone()),
+                        origin: FrameOrigin::Python,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Pushes a native frame and the functions inlined at its pc (innermost first).
+    fn native(&self, f: &Frame, out: &mut Vec<FrameInfo>) {
+        for i in &f.inlined {
+            out.push(FrameInfo {
+                name: clean(i.function.as_deref().unwrap_or("??")),
+                file: i.file.clone(),
+                origin: FrameOrigin::Native,
+            });
+        }
+        let base = match (&f.function, &f.module) {
+            (Some(name), _) => name.clone(),
+            (None, Some(m)) => format!("[{}]", basename(m)),
+            (None, None) => "[unknown]".to_string(),
+        };
+        let name = match (&f.stash, self.with_args) {
+            (Some(_), true) => format!("{base}({})", self.args(f).join(", ")),
+            _ => base,
+        };
+        out.push(FrameInfo {
+            name: clean(&name),
+            file: f.module.clone(),
+            origin: FrameOrigin::Native,
+        });
+    }
+
+    /// `name=value` of a hooked frame's stashed arguments: the parameter's
+    /// name when known, else the slot's (`rdi`), the value as `bt` shows a raw
+    /// stashed word.
+    fn args(&self, f: &Frame) -> Vec<String> {
+        let keep = |name: &str| self.only.is_empty() || self.only.iter().any(|o| o == name);
+        let Some(st) = &f.stash else {
+            return Vec::new();
+        };
+        let learnt: Option<&Vec<(String, String)>> = self.params.get(&st.function);
+        let named = |slot: &str| -> Option<String> {
+            match learnt {
+                Some(v) if !v.is_empty() => v
+                    .iter()
+                    .find(|(reg, _)| reg == slot)
+                    .map(|(_, n)| n.clone()),
+                _ => Some(slot.to_string()),
+            }
+        };
+        st.slots()
+            .iter()
+            .filter_map(|slot| {
+                let name = named(&slot.name)?;
+                (keep(&name) || keep(&slot.name)).then(|| {
+                    let low = slot.value as u64;
+                    let value = match slot.xmm {
+                        true => f64::from_bits(low).to_string(),
+                        false => injector::render::display_value(low),
+                    };
+                    format!("{name}={value}")
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use injector::reader::args::ArgValue;
+    use injector::{StashedArgs, Tid};
+    use std::time::Duration;
+
+    fn frame(name: &str) -> Frame {
+        Frame {
+            function: Some(name.into()),
+            module: Some("/srv/app".into()),
+            ..Frame::default()
+        }
+    }
+
+    fn arg(name: &str, reg: &str, v: &str) -> ArgValue {
+        ArgValue {
+            name: Some(name.into()),
+            ty: Some("long".into()),
+            display: v.into(),
+            source: Some(ArgSource::Stash),
+            register: Some(reg.into()),
+            value: None,
+        }
+    }
+
+    fn sample(frames: Vec<Frame>) -> Sample {
+        Sample {
+            tid: Tid::from_raw(1),
+            frames,
+            python: None,
+            truncated: None,
+            stopped: Duration::ZERO,
+            latency: Duration::ZERO,
+            stack_bytes: 0,
+            at_syscall: false,
+        }
+    }
+
+    #[test]
+    fn hooked_frames_carry_the_chosen_arguments() {
+        let mut hooked = frame("apply_entry");
+        hooked.stash = Some(StashedArgs {
+            registers: vec![("rdi", 1003), ("rsi", 5)],
+            stack: vec![],
+            xmm: vec![],
+            variadic: false,
+            frame: 0,
+            function: 0,
+            hook: "apply_entry".into(),
+        });
+        hooked.args = vec![arg("account", "rdi", "1003"), arg("amount", "rsi", "5")];
+        let mut unknown = frame("x");
+        unknown.function = None;
+        let s = sample(vec![hooked.clone(), unknown, frame("main")]);
+        let plain = Naming::default().stack(&s);
+        assert_eq!(plain[0].name, "apply_entry");
+        assert_eq!(plain[1].name, "[app]");
+        let mut all = Naming::new(true, vec![]);
+        assert!(all.needs_names(&s));
+        all.learn(&s);
+        assert!(!all.needs_names(&s));
+        assert_eq!(all.stack(&s)[0].name, "apply_entry(account=1003, amount=5)");
+        let mut one = Naming::new(true, vec!["account".into()]);
+        one.learn(&s);
+        // Later samples are not annotated: the names learnt still apply.
+        hooked.args.clear();
+        let bare = sample(vec![hooked.clone()]);
+        assert_eq!(one.stack(&bare)[0].name, "apply_entry(account=1003)");
+        // Without DWARF: register names.
+        let mut regs = Naming::new(true, vec!["rdi".into()]);
+        regs.learn(&bare);
+        assert_eq!(regs.stack(&bare)[0].name, "apply_entry(rdi=1003)");
+    }
+
+    #[test]
+    fn names_stay_one_collapsed_field() {
+        assert_eq!(clean("f(s=\"a;b\")\n"), "f(s=\"a,b\") ");
+    }
+}

@@ -1,0 +1,310 @@
+//! Sampling a live process's stacks again and again (a profiler's loop): one warm
+//! unwinding context for the whole run, one thread stopped at a time, each only
+//! for as long as it takes to copy its registers, its stack and (for CPython) its
+//! Python frame chain. Unwinding happens after the thread runs again.
+//!
+//! The cost of one sample does not grow with the number of threads: a sample
+//! seizes, copies and releases one thread and looks at no other. Listing the
+//! threads ([`Sampler::threads`]) and refreshing the mappings
+//! ([`Sampler::refresh`]) are the caller's, once per round.
+
+use std::time::{Duration, Instant};
+
+use reader::arena::discover;
+use reader::debuginfo::{DebugSearch, DwarfCache};
+use reader::ids::{Pid, Tid};
+use reader::memory::{Memory, StackSnapshot};
+use reader::procfs::{read_maps, MapEntry};
+use reader::python::stack::StackReader;
+use reader::python::{ProcessPython, PythonStack};
+use reader::symbols::ProcessSymbols;
+use reader::unwind::{stack_range, Frame, FrameKind, StopReason, Unwinder};
+
+use crate::arch::Arch;
+use crate::error::Error;
+use crate::memory::ProcessMemory;
+use crate::ptrace::session::{process_ended, Session, SessionError};
+
+/// How a [`Sampler`] unwinds.
+#[derive(Debug, Clone, Default)]
+pub struct SampleOptions {
+    /// Add what DWARF says to each frame (named, typed arguments of hooked
+    /// frames, inlined functions, source lines). Costs argstash CPU after the
+    /// thread runs again, never stop time.
+    pub annotate: bool,
+    /// Where separate debug files are looked for.
+    pub debug_search: DebugSearch,
+}
+
+/// One thread's stack at one instant.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// The thread.
+    pub tid: Tid,
+    /// Native frames, innermost first (no trampoline frames).
+    pub frames: Vec<Frame>,
+    /// The thread's Python frames placed among `frames`, when it runs CPython code.
+    pub python: Option<PythonStack>,
+    /// Why unwinding stopped before the outermost frame, if it did.
+    pub truncated: Option<StopReason>,
+    /// How long the thread was held: from the moment argstash saw it stopped
+    /// until it was released (the copy of registers, stack and Python frames).
+    pub stopped: Duration,
+    /// How long the thread took to stop after it was asked to (it runs on
+    /// meanwhile: the kernel stops it at its next return to user space).
+    pub latency: Duration,
+    /// Bytes of stack copied.
+    pub stack_bytes: usize,
+    /// The thread stopped on its way out of a system call (`orig_rax` holds a
+    /// system call number): it was in the kernel, or preempted at the return
+    /// (off the CPU), when asked to stop. See `docs/BENCHMARKS.md` on why an
+    /// on-CPU profile leaves these out.
+    pub at_syscall: bool,
+}
+
+/// Why a sample was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum Lost {
+    /// The thread exited between listing and stopping it.
+    #[error("the thread exited before it could be stopped")]
+    ThreadGone,
+    /// The whole process is gone.
+    #[error("the process exited")]
+    ProcessGone,
+    /// Stopping or reading the thread failed (another tracer, a ptrace error).
+    #[error("{0}")]
+    Failed(Error),
+}
+
+impl Lost {
+    /// A short, stable name of the reason (for counting lost samples by reason).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Lost::ThreadGone => "thread exited",
+            Lost::ProcessGone => "process exited",
+            Lost::Failed(Error::Session(SessionError::NotPermitted { .. })) => "not permitted",
+            Lost::Failed(Error::Session(_)) => "ptrace failed",
+            Lost::Failed(_) => "read failed",
+        }
+    }
+}
+
+/// The file-backed executable mappings: symbols and unwind tables hold while
+/// they are unchanged.
+fn code_key(maps: &[MapEntry]) -> Vec<(u64, u64, u64, u64, String)> {
+    maps.iter()
+        .filter(|m| m.perms.exec && m.is_file())
+        .map(|m| (m.start, m.end, m.offset, m.inode, m.path.clone()))
+        .collect()
+}
+
+/// Takes samples of one process's threads with one warm unwinding context.
+pub struct Sampler {
+    pid: i32,
+    maps: Vec<MapEntry>,
+    key: Vec<(u64, u64, u64, u64, String)>,
+    mem: ProcessMemory,
+    unwind: Unwinder,
+    python: ProcessPython,
+    opts: SampleOptions,
+    dwarf: DwarfCache,
+}
+
+impl Sampler {
+    /// Checks the target and loads its symbols, unwind tables and hooks (the slow
+    /// part, done once; the target keeps running meanwhile).
+    pub fn new(pid: Pid, opts: SampleOptions) -> Result<Sampler, Error> {
+        let pid = pid.as_raw();
+        crate::target::check_target(pid, crate::target::Access::Stop)?;
+        let maps = Self::read_maps(pid)?;
+        let mem = ProcessMemory::open(pid)?;
+        let dwarf = DwarfCache::new();
+        let (unwind, python) = Self::load(pid, &maps, &mem, &opts, &dwarf)?;
+        let mut s = Sampler {
+            pid,
+            key: code_key(&maps),
+            maps,
+            mem,
+            unwind,
+            python,
+            opts,
+            dwarf,
+        };
+        s.unwind.set_arenas(discover(&s.maps, &s.mem)?);
+        Ok(s)
+    }
+
+    fn read_maps(pid: i32) -> Result<Vec<MapEntry>, Error> {
+        read_maps(pid).map_err(|source| Error::Proc {
+            path: format!("/proc/{pid}/maps"),
+            source,
+        })
+    }
+
+    fn load(
+        pid: i32,
+        maps: &[MapEntry],
+        mem: &ProcessMemory,
+        opts: &SampleOptions,
+        dwarf: &DwarfCache,
+    ) -> Result<(Unwinder, ProcessPython), Error> {
+        let symbols = ProcessSymbols::load(pid, maps)?;
+        let python = ProcessPython::attach(&symbols, mem);
+        let arch = match Arch::of_process(pid) {
+            Arch::X86_64 => reader::unwind::Arch::X86_64,
+            Arch::I386 => reader::unwind::Arch::I386,
+        };
+        let mut u = Unwinder::new(arch, symbols, Vec::new());
+        u.set_debug_search(opts.debug_search.clone());
+        u.set_dwarf_cache(dwarf.clone());
+        Ok((u, python))
+    }
+
+    /// The process sampled.
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.pid)
+    }
+
+    /// Re-reads the mappings (a library loaded or unloaded since: symbols are
+    /// reloaded, DWARF parses kept) and the hooks' arenas (after an install or
+    /// an eject). Returns whether the symbols were reloaded.
+    pub fn refresh(&mut self) -> Result<bool, Error> {
+        let maps = Self::read_maps(self.pid)?;
+        let key = code_key(&maps);
+        let reloaded = key != self.key;
+        if reloaded {
+            let (u, p) = Self::load(self.pid, &maps, &self.mem, &self.opts, &self.dwarf)?;
+            self.unwind = u;
+            self.python = p;
+            self.key = key;
+        }
+        self.maps = maps;
+        self.unwind.set_arenas(discover(&self.maps, &self.mem)?);
+        Ok(reloaded)
+    }
+
+    /// The process's threads now (one read of `/proc/PID/task`).
+    pub fn threads(&self) -> Result<Vec<Tid>, Lost> {
+        match reader::procfs::read_task_ids(self.pid) {
+            Ok(t) if !t.is_empty() => Ok(t.into_iter().map(Tid::from_raw).collect()),
+            _ if process_ended(self.pid) => Err(Lost::ProcessGone),
+            Ok(_) => Err(Lost::ProcessGone),
+            Err(source) => Err(Lost::Failed(Error::Proc {
+                path: format!("/proc/{}/task", self.pid),
+                source,
+            })),
+        }
+    }
+
+    /// Problems met while loading debug info (e.g. a debug file of another build).
+    pub fn debug_warnings(&self) -> Vec<String> {
+        self.unwind.debug_warnings()
+    }
+
+    /// Whether the process runs a CPython whose frames can be read.
+    pub fn is_python(&self) -> bool {
+        self.python.interpreter().is_some()
+    }
+
+    /// Whether thread `tid` is off the CPU (asleep, waiting, stopped): an
+    /// on-CPU profile skips it without stopping it (one read of its `stat`).
+    pub fn is_idle(&self, tid: Tid) -> bool {
+        reader::procfs::read_stat(tid.as_raw()).is_ok_and(|st| st.state != 'R')
+    }
+
+    /// Starts a round of samples: Python code objects decoded during the round
+    /// are decoded once.
+    pub fn round(&self) -> Round<'_> {
+        Round {
+            sampler: self,
+            python: self.python.reader(&self.mem),
+        }
+    }
+}
+
+/// A round of samples over the threads (see [`Sampler::round`]).
+pub struct Round<'a> {
+    sampler: &'a Sampler,
+    python: StackReader<'a>,
+}
+
+impl Round<'_> {
+    /// Stops thread `tid`, copies its registers, stack and Python frame chain,
+    /// lets it run again, then unwinds the copy.
+    pub fn sample(&mut self, tid: Tid) -> Result<Sample, Lost> {
+        let annotate = self.sampler.opts.annotate;
+        self.sample_with(tid, annotate)
+    }
+
+    /// [`Self::sample`], annotated with DWARF or not whatever the sampler's
+    /// options say (a caller that learns parameter names once per hooked
+    /// function annotates only the samples it learns from).
+    pub fn sample_with(&mut self, tid: Tid, annotate: bool) -> Result<Sample, Lost> {
+        let s = self.sampler;
+        let (pid, raw) = (s.pid, tid.as_raw());
+        let asked = Instant::now();
+        let session = match Session::attach_thread(pid, raw) {
+            Ok(session) => session,
+            Err(e) => return Err(lost(pid, e)),
+        };
+        let held = Instant::now();
+        let latency = held - asked;
+        let regs = match session.regs(raw) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = session.detach();
+                return Err(lost(pid, e));
+            }
+        };
+        // A system call number (small, non-negative) in orig_rax/orig_eax; -1 or an
+        // interrupt's negated vector otherwise. Read as 32 bits for i386 tracees.
+        let at_syscall = (regs.orig_rax as i32) >= 0;
+        let (start, end) = stack_range(&s.maps, regs.rsp);
+        let mut bytes = vec![0u8; end.saturating_sub(start) as usize];
+        let copied = s.mem.read(start, &mut bytes);
+        let py_read = self.python.read(raw);
+        if let Err(e) = session.detach() {
+            return Err(lost(pid, e));
+        }
+        let stopped = held.elapsed();
+        if copied.is_err() {
+            bytes.clear();
+        }
+        let stack_bytes = bytes.len();
+        let snapshot = StackSnapshot::new(start, bytes, &s.mem);
+        let regs = s.unwind.arch().dwarf_registers(&regs);
+        let (frames, truncated) = if annotate {
+            s.unwind.unwind(&regs, &snapshot, false)
+        } else {
+            let (mut f, t) = s.unwind.walk(&regs, &snapshot);
+            f.retain(|f| f.kind != FrameKind::Trampoline);
+            (f, t)
+        };
+        let native: Vec<_> = frames.iter().map(Frame::python_eval).collect();
+        Ok(Sample {
+            tid,
+            python: py_read.assemble(&native),
+            frames,
+            truncated,
+            stopped,
+            latency,
+            stack_bytes,
+            at_syscall,
+        })
+    }
+}
+
+/// Sorts a failure to stop or read a thread into a reason.
+fn lost(pid: i32, e: SessionError) -> Lost {
+    match e {
+        SessionError::NoSuchThread { .. } if !process_ended(pid) => Lost::ThreadGone,
+        SessionError::NoSuchThread { .. }
+        | SessionError::NoSuchProcess { .. }
+        | SessionError::Exited { .. } => Lost::ProcessGone,
+        e if process_ended(pid) => {
+            drop(e);
+            Lost::ProcessGone
+        }
+        e => Lost::Failed(e.into()),
+    }
+}
