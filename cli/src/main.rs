@@ -8,8 +8,8 @@ mod demo;
 mod errors;
 mod output;
 mod python_output;
-mod run;
 mod record;
+mod run;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
