@@ -596,7 +596,10 @@ pub(crate) fn signal_name(sig: i32) -> String {
 
 /// Reaps a thread that died while traced, without blocking for long.
 fn reap(tid: i32) {
-    for _ in 0..50 {
+    // A traced group leader becomes reportable only once every other thread of its
+    // group has exited, which under load can take a while after a SIGKILL; until
+    // then it is not reapable but still ours (waitpid returns 0, not ECHILD).
+    for _ in 0..2000 {
         let mut status: libc::c_int = 0;
         // SAFETY: waitpid only writes the status word through the pointer, which points
         // to a live local.
@@ -1030,6 +1033,19 @@ impl Session {
         // which hands it back to its parent) only after every other thread was,
         // including those a wait already counted as gone.
         let mut dead: Vec<i32> = threads.iter().map(|t| t.tid).collect();
+        // A held thread still traced by us after its detach is on its way out (its
+        // process was killed): give it a moment to die, so that it is reaped below
+        // and never left a traced zombie.
+        let me = nix::unistd::gettid().as_raw();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        for &tid in &dead {
+            while !thread_is_dead(tid)
+                && procfs::read_task_status(self.pid, tid).is_ok_and(|st| st.tracer == me)
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
         // A session on one thread (a profiler's sample) looks at the other threads
         // only when its own died: its cost stays the same whatever their number.
         if self.all_threads || dead.iter().any(|t| thread_is_dead(*t)) {

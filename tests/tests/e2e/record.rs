@@ -138,8 +138,11 @@ fn c_split_matches_the_fixtures_own_measurement() {
     assert_share("hot_a", pa / (pa + pb), a / (a + b));
     assert_share("hot_b", pb / (pa + pb), b / (a + b));
     let stderr = text(&out.stderr);
+    // When the program exits while a sample holds it, the sample's release reaps
+    // it and its exit code is not known to `record` (a limit noted in the README).
     assert!(
-        stderr.contains("the program exited with code 0"),
+        stderr.contains("the program exited with code 0")
+            || stderr.contains("the program ended after"),
         "{stderr}"
     );
     assert!(stderr.contains("Top self time: hot_a"), "{stderr}");
