@@ -615,11 +615,12 @@ fn ten_thousand_deep_recursion_stops_at_the_frame_limit() {
     }
 }
 
-/// Path of the shared libpython `python` runs with, if it has one.
+/// Path of the shared libpython `python` runs with, if it maps one (Debian's
+/// static build has a libpython too, which its executable does not use).
 fn shared_libpython(python: &Path) -> Option<PathBuf> {
     let lib = ask(
         python,
-        "import sysconfig as s; print(s.get_config_var('LIBDIR') + '/' + s.get_config_var('INSTSONAME') if s.get_config_var('Py_ENABLE_SHARED') else '')",
+        "print(next((l.split()[-1] for l in open('/proc/self/maps') if '/libpython3' in l), ''))",
     )?;
     let lib = PathBuf::from(lib);
     lib.is_file().then_some(lib)
