@@ -188,11 +188,11 @@ fn read_threads(
         let session = match Session::attach_thread(pid, tid) {
             Ok(s) => s,
             // The thread exited between listing and stopping it.
-            Err(SessionError::NoSuchProcess { .. }) | Err(SessionError::Exited { .. })
-                if opts.tid.is_none() =>
-            {
-                continue
-            }
+            Err(
+                SessionError::NoSuchProcess { .. }
+                | SessionError::Exited { .. }
+                | SessionError::NoSuchThread { .. },
+            ) if opts.tid.is_none() => continue,
             Err(e) => return Err(e.into()),
         };
         let regs = session.regs(tid)?;

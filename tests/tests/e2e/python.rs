@@ -682,3 +682,32 @@ fn libpython_deleted_or_replaced_on_disk_is_hooked_and_read_from_memory() {
         println!("SKIPPED libpython_deleted_or_replaced...: no CPython 3.11 with a shared libpython here");
     }
 }
+
+/// Starts and ends threads without a pause, each a few Python calls deep, and prints ticks.
+const CHURN: &str = "import os, sys, threading, time\ndef work(n, tag):\n    return work(n - 1, tag) if n else sum(range(100))\ndef churn():\n    while True:\n        ts = [threading.Thread(target=work, args=(20, 'w')) for _ in range(4)]\n        for t in ts: t.start()\n        for t in ts: t.join()\nthreading.Thread(target=churn, daemon=True).start()\nprint('ready %d' % os.getpid(), flush=True)\nwhile True:\n    time.sleep(0.05)\n    print('tick', flush=True)\n";
+
+#[test]
+fn threads_being_torn_down_never_fail_the_backtrace() {
+    for python in pythons("threads_being_torn_down_never_fail_the_backtrace") {
+        let mut t = Target::spawn_with_args(&python, &["-c", CHURN]);
+        let pid = t.pid().to_string();
+        run_ok(&["inject", "--pid", &pid, "--python"]);
+        // Thread states come and go while bt reads them: each bt succeeds, and a
+        // thread state that is half gone ends its thread's Python frames with a note.
+        let mut python_frames = 0;
+        for _ in 0..20 {
+            let bt = run_json(&["bt", "--pid", &pid, "--json"]);
+            for thread in bt_threads(&bt) {
+                for f in thread_frames(thread).iter().filter(|f| f["kind"] == "python") {
+                    assert!(f["function"].is_string(), "{f}");
+                    python_frames += 1;
+                }
+            }
+        }
+        assert!(python_frames > 0);
+        run_ok(&["eject", "--pid", &pid, "--python"]);
+        t.assert_healthy();
+        t.drain_lines();
+        t.expect_line(Duration::from_secs(10));
+    }
+}
