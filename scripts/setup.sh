@@ -84,6 +84,20 @@ else
     python3 -c 'import maturin, pytest' || { echo "setup: maturin/pytest still missing for python3" >&2; exit 1; }
 fi
 
+# The peers `cargo bench -p argstashd --bench python_bt` compares `argstash bt` with
+# (py-spy dump --native, pystack remote --native): PyPI packages with a command each.
+for peer in py-spy pystack; do
+    if command -v "$peer" >/dev/null 2>&1; then
+        echo "setup: ok       $peer"
+    else
+        echo "setup: python3 -m pip install $peer"
+        PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore "$peer" \
+            || echo "setup: warning: $peer not installed (only the Python bt benchmark needs it)" >&2
+        # pyenv puts new commands on PATH through its shims.
+        command -v pyenv >/dev/null 2>&1 && pyenv rehash
+    fi
+done
+
 # Not installable from here: the Rust toolchain comes with the machine.
 for tool in cargo rustc; do
     command -v "$tool" >/dev/null || { echo "setup: $tool not found (install a Rust toolchain)" >&2; exit 1; }

@@ -177,7 +177,14 @@ fn callback_lib(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/python/callback.c");
     let out = dir.join("libcallback.so");
     let st = Command::new("cc")
-        .args(["-O0", "-g", "-shared", "-fPIC", "-fno-omit-frame-pointer", "-o"])
+        .args([
+            "-O0",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-fno-omit-frame-pointer",
+            "-o",
+        ])
         .arg(&out)
         .arg(&src)
         .status()
@@ -198,7 +205,9 @@ fn has_word(line: &str, word: &str) -> bool {
 /// The lines of a tool's output that can name a frame: not the source lines
 /// pystack prints under each Python frame (indented 8 spaces).
 fn frame_lines(text: &str) -> Vec<&str> {
-    text.lines().filter(|l| !l.starts_with("        ")).collect()
+    text.lines()
+        .filter(|l| !l.starts_with("        "))
+        .collect()
 }
 
 /// Whether `text` names `order` innermost first, each on a later line than the
@@ -257,8 +266,18 @@ fn main() {
     let argstash = cli();
     // (name, program, arguments before the pid, prints the outermost frame first)
     let peers: Vec<(&str, PathBuf, Vec<&str>, bool)> = [
-        ("py-spy dump --native", "py-spy", vec!["dump", "--native", "--pid"], false),
-        ("pystack remote --native", "pystack", vec!["remote", "--native"], true),
+        (
+            "py-spy dump --native",
+            "py-spy",
+            vec!["dump", "--native", "--pid"],
+            false,
+        ),
+        (
+            "pystack remote --native",
+            "pystack",
+            vec!["remote", "--native"],
+            true,
+        ),
     ]
     .into_iter()
     .filter_map(|(name, exe, args, outer)| match on_path(exe) {
@@ -279,7 +298,10 @@ fn main() {
     let mixed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/python/mixed.py");
 
     for python in interpreters() {
-        let version = run(&python, &["-c", "import sys; print(sys.version.split()[0])"]);
+        let version = run(
+            &python,
+            &["-c", "import sys; print(sys.version.split()[0])"],
+        );
         println!(
             "\n{} ({}), 50 Python frames (plain.py), hooked with `argstash inject --python` before they started; median of {ROUNDS}, interleaved:",
             python.display(),
@@ -300,8 +322,14 @@ fn main() {
         let mut rows: Vec<(String, Vec<Duration>)> = vec![
             ("argstash bt (cold CLI)".into(), vec![]),
             ("argstash bt --json (cold CLI)".into(), vec![]),
-            ("argstashd Backtrace (warm, D-Bus round trip)".into(), vec![]),
-            ("argstash --bus ADDR bt (CLI through the daemon)".into(), vec![]),
+            (
+                "argstashd Backtrace (warm, D-Bus round trip)".into(),
+                vec![],
+            ),
+            (
+                "argstash --bus ADDR bt (CLI through the daemon)".into(),
+                vec![],
+            ),
             ("ProcessReader::backtrace (library, warm)".into(), vec![]),
         ];
         for (name, ..) in &peers {
@@ -309,7 +337,9 @@ fn main() {
         }
         for _ in 0..ROUNDS {
             rows[0].1.push(timed(&argstash, &["bt", "--pid", &p]));
-            rows[1].1.push(timed(&argstash, &["bt", "--pid", &p, "--json"]));
+            rows[1]
+                .1
+                .push(timed(&argstash, &["bt", "--pid", &p, "--json"]));
             let t = Instant::now();
             proxy.backtrace(pid as u32, 0, HashMap::new()).unwrap();
             rows[2].1.push(t.elapsed());
@@ -365,7 +395,12 @@ fn main() {
         let mut py = Py::spawn(&python, &[plain.to_str().unwrap()]);
         let p = py.pid().to_string();
         py.go("ready");
-        check("plain, never hooked", &p, &plain_order, Some(("recurse", 49)));
+        check(
+            "plain, never hooked",
+            &p,
+            &plain_order,
+            Some(("recurse", 49)),
+        );
         drop(py);
         // Innermost first: the Python frames and the C function between them.
         let mixed_order = [

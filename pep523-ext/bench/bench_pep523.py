@@ -10,7 +10,9 @@ hits them alike:
     native     `argstash inject --pid <self> --python`, run by the measuring
                process itself in a child before its timed runs (the child
                detaches when it is done; the process checks that it is not
-               traced while it measures), `argstash eject --python` after them
+               traced while it measures), `argstash eject --python` after them;
+               the other modes run `argstash list --pid <self>` instead, so
+               that every child has forked and waited alike
     argstash   argstash.install() (the extension's stash trampoline, calling the default)
     empty_c    tests/fixtures/python/empty_pep523.c: an empty C hook calling the default
 
@@ -45,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE_C = REPO / "tests" / "fixtures" / "python" / "empty_pep523.c"
 
 CHILD = r"""
-import sys, time
+import os, sys, time
 mode, workload, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 def fib(n):
@@ -89,6 +91,9 @@ elif mode == "empty_c":
 elif mode == "native":
     assert "hooked _PyEval_EvalFrameDefault" in argstash_cli("inject", "--python")
     assert not traced(), "still traced after inject"
+if mode != "native" and os.access(sys.argv[4], os.X_OK):
+    # The same fork and exec as native's inject, so that only the hook differs.
+    argstash_cli("list")
 run()
 best = float("inf")
 for _ in range(repeat):

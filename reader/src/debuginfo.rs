@@ -631,7 +631,11 @@ impl ModuleDebug {
                 break;
             }
         }
-        remember(&mut self.memo().call_sites, (caller_pc, return_address), &out);
+        remember(
+            &mut self.memo().call_sites,
+            (caller_pc, return_address),
+            &out,
+        );
         out
     }
 

@@ -529,7 +529,12 @@ fn fake_cpython(name: &str, defines: &[&str]) -> PathBuf {
 #[test]
 fn a_version_without_a_layout_is_refused_untouched_naming_it() {
     let cases = [
-        ("fake-cpython-312", vec![], "CPython 3.12.0 has no known memory layout", false),
+        (
+            "fake-cpython-312",
+            vec![],
+            "CPython 3.12.0 has no known memory layout",
+            false,
+        ),
         (
             "fake-cpython-313",
             vec!["-DDEBUG_OFFSETS", "-DFAKE_VERSION=0x030D00F0"],
@@ -634,10 +639,8 @@ fn libpython_deleted_or_replaced_on_disk_is_hooked_and_read_from_memory() {
             continue;
         };
         for change in ["deleted", "replaced"] {
-            let dir = std::env::temp_dir().join(format!(
-                "argstash-pylib-{change}-{}",
-                std::process::id()
-            ));
+            let dir = std::env::temp_dir()
+                .join(format!("argstash-pylib-{change}-{}", std::process::id()));
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(&dir).unwrap();
             let copy = dir.join(lib.file_name().unwrap());
@@ -698,7 +701,10 @@ fn threads_being_torn_down_never_fail_the_backtrace() {
         for _ in 0..20 {
             let bt = run_json(&["bt", "--pid", &pid, "--json"]);
             for thread in bt_threads(&bt) {
-                for f in thread_frames(thread).iter().filter(|f| f["kind"] == "python") {
+                for f in thread_frames(thread)
+                    .iter()
+                    .filter(|f| f["kind"] == "python")
+                {
                     assert!(f["function"].is_string(), "{f}");
                     python_frames += 1;
                 }
