@@ -86,15 +86,20 @@ else
     python3 -c 'import maturin, pytest' || { echo "setup: maturin/pytest still missing for python3" >&2; exit 1; }
 fi
 
-# argstash record's benchmark compares with py-spy (PyPI; a binary inside the wheel).
-if command -v py-spy >/dev/null 2>&1; then
-    echo "setup: ok       py-spy"
-else
-    echo "setup: python3 -m pip install py-spy"
-    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore py-spy
-    command -v py-spy >/dev/null 2>&1 || python3 -m py_spy --version >/dev/null 2>&1 ||
-        { echo "setup: py-spy still missing" >&2; exit 1; }
-fi
+# The peers the benchmarks compare with (record_bench: py-spy record; `cargo bench -p
+# argstashd --bench python_bt`: py-spy dump --native, pystack remote --native):
+# PyPI packages with a command each; a failed install only warns.
+for peer in py-spy pystack; do
+    if command -v "$peer" >/dev/null 2>&1; then
+        echo "setup: ok       $peer"
+    else
+        echo "setup: python3 -m pip install $peer"
+        PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore "$peer" \
+            || echo "setup: warning: $peer not installed (only the Python bt benchmark needs it)" >&2
+        # pyenv puts new commands on PATH through its shims.
+        command -v pyenv >/dev/null 2>&1 && pyenv rehash
+    fi
+done
 
 # Not installable from here: the Rust toolchain comes with the machine.
 for tool in cargo rustc; do

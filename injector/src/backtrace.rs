@@ -226,11 +226,11 @@ fn read_threads(
                     (Some(s), regs)
                 }
                 // The thread exited between listing and stopping it.
-                Err(SessionError::NoSuchProcess { .. }) | Err(SessionError::Exited { .. })
-                    if opts.tid.is_none() =>
-                {
-                    continue
-                }
+                Err(
+                    SessionError::NoSuchProcess { .. }
+                    | SessionError::Exited { .. }
+                    | SessionError::NoSuchThread { .. },
+                ) if opts.tid.is_none() => continue,
                 Err(e) => return Err(e.into()),
             },
         };

@@ -100,7 +100,7 @@ def test_eval_frames_are_hooked_with_their_frame_tstate_and_throwflag(argstash_b
     )
     frames = backtrace(argstash_bin, pid)
     evals = [f for f in frames if f["function"] == "_PyEval_EvalFrameDefault"]
-    hooked = [f for f in evals if f["hooked"]]
+    hooked = [f for f in evals if f.get("hooked")]
     # block -> blocked_here -> middle -> outer, innermost first; the module's frame
     # was running before install(): it has no stash.
     assert len(hooked) == 4, [(f["function"], f["hooked"]) for f in evals]
@@ -133,7 +133,7 @@ def test_a_generator_thrown_into_is_stashed_with_throwflag_1(argstash_bin, block
         g.throw(ValueError("in"))
         """
     )
-    hooked = [f for f in backtrace(argstash_bin, pid) if f["hooked"]]
+    hooked = [f for f in backtrace(argstash_bin, pid) if f.get("hooked")]
     tstate, frame, throwflag = stashed(hooked[1])
     assert (frame, throwflag, tstate) == (report["frames"]["gen"], 1, report["tstate"])
 
@@ -154,7 +154,7 @@ def test_chained_with_another_pep523_hook(argstash_bin, blocked, order):
         blocked_here()
         """
     )
-    hooked = [f for f in backtrace(argstash_bin, pid) if f["hooked"]]
+    hooked = [f for f in backtrace(argstash_bin, pid) if f.get("hooked")]
     assert len(hooked) == 2, hooked
     assert stashed(hooked[1]) == (report["tstate"], report["frames"]["blocked_here"], 0)
     # The record names what the trampoline calls: the C hook when it was set first.

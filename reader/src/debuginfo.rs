@@ -108,6 +108,32 @@ pub struct ModuleDebug {
     dwarf: Option<Arc<DwarfData>>,
     /// Function symbols from MiniDebugInfo (runtime addresses), sorted by address.
     mini_symbols: Vec<Symbol>,
+    /// Answers already given, by address.
+    memo: std::sync::Mutex<Memo>,
+}
+
+/// How many answers of each kind a [`Memo`] keeps before it starts over.
+const MEMO_MAX: usize = 4096;
+
+/// Answers of [`ModuleDebug::frames`] and [`ModuleDebug::call_site_params`] by
+/// address: a reader kept between backtraces (the daemon's) asks about the same
+/// return addresses each time, and finding a call site walks its whole unit.
+#[derive(Default)]
+struct Memo {
+    frames: std::collections::HashMap<u64, Vec<SourceFrame>>,
+    call_sites: std::collections::HashMap<(u64, u64), Vec<CallSiteParam>>,
+}
+
+/// Stores `value` under `key`, emptying `map` first when it is full.
+fn remember<K: std::hash::Hash + Eq, V: Clone>(
+    map: &mut std::collections::HashMap<K, V>,
+    key: K,
+    value: &V,
+) {
+    if map.len() >= MEMO_MAX {
+        map.clear();
+    }
+    map.insert(key, value.clone());
 }
 
 /// An addr2line context; it parses lazily and caches inside, and the lock makes
@@ -464,6 +490,7 @@ impl ModuleDebug {
             bias,
             dwarf: None,
             mini_symbols: Vec::new(),
+            memo: Default::default(),
         };
         let module = match ElfSections::open(path) {
             Ok(m) => m,
@@ -505,6 +532,10 @@ impl ModuleDebug {
         md
     }
 
+    fn memo(&self) -> std::sync::MutexGuard<'_, Memo> {
+        self.memo.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// True when DWARF was found.
     pub fn has_dwarf(&self) -> bool {
         self.dwarf.is_some()
@@ -530,14 +561,19 @@ impl ModuleDebug {
         let Some(d) = &self.dwarf else {
             return Vec::new();
         };
+        if let Some(known) = self.memo().frames.get(&pc) {
+            return known.clone();
+        }
         let probe = pc.wrapping_sub(self.bias);
+        let mut out = Vec::new();
         for context in d.contexts(probe) {
-            let out = self.frames_in(&lock(&context), probe);
+            out = self.frames_in(&lock(&context), probe);
             if !out.is_empty() {
-                return out;
+                break;
             }
         }
-        Vec::new()
+        remember(&mut self.memo().frames, pc, &out);
+        out
     }
 
     fn frames_in(&self, context: &addr2line::Context<DwarfReader>, probe: u64) -> Vec<SourceFrame> {
@@ -582,15 +618,25 @@ impl ModuleDebug {
         let Some(d) = &self.dwarf else {
             return Vec::new();
         };
+        if let Some(known) = self.memo().call_sites.get(&(caller_pc, return_address)) {
+            return known.clone();
+        }
         let probe = caller_pc.wrapping_sub(self.bias);
         let want = return_address.wrapping_sub(self.bias);
+        let mut out = Vec::new();
         for context in d.contexts(probe) {
             let context = lock(&context);
             if let Some(unit) = context.find_dwarf_and_unit(probe).skip_all_loads() {
-                return call_site_params(unit, want).unwrap_or_default();
+                out = call_site_params(unit, want).unwrap_or_default();
+                break;
             }
         }
-        Vec::new()
+        remember(
+            &mut self.memo().call_sites,
+            (caller_pc, return_address),
+            &out,
+        );
+        out
     }
 
     /// The parameters of the function (not an inlined copy) whose code contains

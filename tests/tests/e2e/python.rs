@@ -502,3 +502,218 @@ fn call_through_hooks_of_the_extension_are_listed_and_left_alone() {
         assert_eq!(t.expect_line(Duration::from_secs(10)), "done");
     }
 }
+
+/// `fake_cpython.c` built with `defines` (once per set of defines and test process).
+fn fake_cpython(name: &str, defines: &[&str]) -> PathBuf {
+    let src = fixtures_dir().join("python/fake_cpython.c");
+    let out = fixture_cache_dir().join(format!("{name}-{}", std::process::id()));
+    if !out.exists() {
+        let built = Command::new("cc")
+            .args(["-O0", "-g", "-rdynamic"])
+            .args(defines)
+            .arg("-o")
+            .arg(&out)
+            .arg(&src)
+            .output()
+            .expect("run cc");
+        assert!(
+            built.status.success(),
+            "cc {}: {}",
+            src.display(),
+            String::from_utf8_lossy(&built.stderr)
+        );
+    }
+    out
+}
+
+#[test]
+fn a_version_without_a_layout_is_refused_untouched_naming_it() {
+    let cases = [
+        (
+            "fake-cpython-312",
+            vec![],
+            "CPython 3.12.0 has no known memory layout",
+            false,
+        ),
+        (
+            "fake-cpython-313",
+            vec!["-DDEBUG_OFFSETS", "-DFAKE_VERSION=0x030D00F0"],
+            "CPython 3.13.0 has no known memory layout",
+            true,
+        ),
+    ];
+    for (name, defines, message, debug_offsets) in cases {
+        let mut t = Target::spawn(&fake_cpython(name, &defines));
+        let pid = t.pid().to_string();
+        let err = refused(&mut t, &["inject", "--pid", &pid, "--python"], 1, message);
+        assert!(err.contains("only native frames"), "{err}");
+        assert_eq!(err.contains("_Py_DebugOffsets"), debug_offsets, "{err}");
+        assert!(list_hooks(t.pid()).is_empty());
+        // bt still shows the native frames, the fake evaluator among them.
+        let frames = main_frames(&bt_json(t.pid(), None), t.pid());
+        assert!(frames.iter().all(|f| f["kind"] == "native"), "{frames:#?}");
+        assert!(
+            frames
+                .iter()
+                .any(|f| f["function"] == "_PyEval_EvalFrameDefault"),
+            "{frames:#?}"
+        );
+        t.assert_healthy();
+    }
+}
+
+/// Prints `tick` lines until killed: a CPython target for [`refused`].
+const TICKING: &str = "import os, sys, time\nprint('ready %d' % os.getpid(), flush=True)\nwhile True:\n    time.sleep(0.05)\n    print('tick', flush=True)\n";
+
+#[test]
+fn a_second_python_hook_is_refused_untouched() {
+    for python in pythons("a_second_python_hook_is_refused_untouched") {
+        let mut t = Target::spawn_with_args(&python, &["-c", TICKING]);
+        let pid = t.pid().to_string();
+        let out = run_ok(&["inject", "--pid", &pid, "--python"]);
+        assert!(out.contains("hooked _PyEval_EvalFrameDefault"), "{out}");
+        let before = list_hooks(t.pid());
+        let err = refused(
+            &mut t,
+            &["inject", "--pid", &pid, "--python"],
+            1,
+            "already hooked",
+        );
+        assert!(err.contains("eject it first"), "{err}");
+        assert_eq!(list_hooks(t.pid()), before);
+        run_ok(&["eject", "--pid", &pid, "--python"]);
+        t.assert_healthy();
+    }
+}
+
+/// 10,000 nested calls of `deep`, then blocks reading stdin at the bottom.
+const DEEP: &str = "import os, sys\nsys.setrecursionlimit(20000)\ndef deep(n, tag):\n    if n == 0:\n        print('bottom', flush=True)\n        sys.stdin.readline()\n        return 0\n    return deep(n - 1, tag) + 1\nprint('ready %d' % os.getpid(), flush=True)\nsys.stdin.readline()\ndeep(10000, 't')\n";
+
+#[test]
+fn ten_thousand_deep_recursion_stops_at_the_frame_limit() {
+    for python in pythons("ten_thousand_deep_recursion_stops_at_the_frame_limit") {
+        let mut t = Target::spawn_with_args(&python, &["-c", DEEP]);
+        let pid = t.pid();
+        let pid_s = pid.to_string();
+        run_ok(&["inject", "--pid", &pid_s, "--python"]);
+        t.write_stdin("go\n");
+        t.wait_for_line(Duration::from_secs(30), |l| l == "bottom");
+        wait_blocked(pid);
+        let bt = bt_json(pid, None);
+        let thread = bt_thread(&bt, pid).unwrap_or_else(|| panic!("no thread {pid} in {bt}"));
+        let py: Vec<&Value> = thread_frames(thread)
+            .iter()
+            .filter(|f| f["kind"] == "python")
+            .collect();
+        // Innermost first, cut at the limit with a note, never a failure.
+        assert!(py.len() >= 100 && py.len() < 10_000, "{} frames", py.len());
+        assert_eq!(py[0]["function"], "deep");
+        assert_eq!(py[0]["params"][0]["display"], "0");
+        assert_eq!(py[99]["params"][0]["display"], "99");
+        let notes = thread["python_notes"].to_string();
+        assert!(notes.contains("limit"), "{notes}");
+        let text = run_ok(&["bt", "--pid", &pid_s, "--python"]);
+        assert!(text.contains("limit"), "{text}");
+        t.assert_healthy();
+        run_ok(&["eject", "--pid", &pid_s, "--python"]);
+        t.write_stdin("\n");
+    }
+}
+
+/// Path of the shared libpython `python` runs with, if it maps one (Debian's
+/// static build has a libpython too, which its executable does not use).
+fn shared_libpython(python: &Path) -> Option<PathBuf> {
+    let lib = ask(
+        python,
+        "print(next((l.split()[-1] for l in open('/proc/self/maps') if '/libpython3' in l), ''))",
+    )?;
+    let lib = PathBuf::from(lib);
+    lib.is_file().then_some(lib)
+}
+
+#[test]
+fn libpython_deleted_or_replaced_on_disk_is_hooked_and_read_from_memory() {
+    let mut tested = false;
+    for python in pythons("libpython_deleted_or_replaced_on_disk_is_hooked_and_read_from_memory") {
+        let Some(lib) = shared_libpython(&python) else {
+            continue;
+        };
+        for change in ["deleted", "replaced"] {
+            let dir = std::env::temp_dir()
+                .join(format!("argstash-pylib-{change}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).unwrap();
+            let copy = dir.join(lib.file_name().unwrap());
+            fs::copy(&lib, &copy).unwrap();
+            let env_var = format!("LD_LIBRARY_PATH={}", dir.display());
+            let script = script();
+            let cb = callback_lib();
+            let mut t = Target::spawn_with_args(
+                Path::new("/usr/bin/env"),
+                &[
+                    &env_var,
+                    python.to_str().unwrap(),
+                    script.to_str().unwrap(),
+                    cb.to_str().unwrap(),
+                    "block",
+                ],
+            );
+            let pid = t.pid();
+            let mapped = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+            assert!(mapped.contains(copy.to_str().unwrap()), "{mapped}");
+            if change == "deleted" {
+                fs::remove_file(&copy).unwrap();
+            } else {
+                // Another ELF file under the same name: its symbols must not be used.
+                let other = dir.join("other");
+                fs::copy("/bin/true", &other).unwrap();
+                fs::rename(&other, &copy).unwrap();
+            }
+            let out = run_ok(&["inject", "--pid", &pid.to_string(), "--python"]);
+            assert!(out.contains("hooked _PyEval_EvalFrameDefault"), "{out}");
+            t.write_stdin("go\n");
+            let seen = report(&mut t);
+            wait_blocked(pid);
+            check_mixed(&main_frames(&bt_json(pid, None), pid), &seen, true);
+            t.assert_healthy();
+            drop(t);
+            let _ = fs::remove_dir_all(&dir);
+            tested = true;
+        }
+    }
+    if !tested {
+        println!("SKIPPED libpython_deleted_or_replaced...: no CPython 3.11 with a shared libpython here");
+    }
+}
+
+/// Starts and ends threads without a pause, each a few Python calls deep, and prints ticks.
+const CHURN: &str = "import os, sys, threading, time\ndef work(n, tag):\n    return work(n - 1, tag) if n else sum(range(100))\ndef churn():\n    while True:\n        ts = [threading.Thread(target=work, args=(20, 'w')) for _ in range(4)]\n        for t in ts: t.start()\n        for t in ts: t.join()\nthreading.Thread(target=churn, daemon=True).start()\nprint('ready %d' % os.getpid(), flush=True)\nwhile True:\n    time.sleep(0.05)\n    print('tick', flush=True)\n";
+
+#[test]
+fn threads_being_torn_down_never_fail_the_backtrace() {
+    for python in pythons("threads_being_torn_down_never_fail_the_backtrace") {
+        let mut t = Target::spawn_with_args(&python, &["-c", CHURN]);
+        let pid = t.pid().to_string();
+        run_ok(&["inject", "--pid", &pid, "--python"]);
+        // Thread states come and go while bt reads them: each bt succeeds, and a
+        // thread state that is half gone ends its thread's Python frames with a note.
+        let mut python_frames = 0;
+        for _ in 0..20 {
+            let bt = run_json(&["bt", "--pid", &pid, "--json"]);
+            for thread in bt_threads(&bt) {
+                for f in thread_frames(thread)
+                    .iter()
+                    .filter(|f| f["kind"] == "python")
+                {
+                    assert!(f["function"].is_string(), "{f}");
+                    python_frames += 1;
+                }
+            }
+        }
+        assert!(python_frames > 0);
+        run_ok(&["eject", "--pid", &pid, "--python"]);
+        t.assert_healthy();
+        t.drain_lines();
+        t.expect_line(Duration::from_secs(10));
+    }
+}
