@@ -243,10 +243,11 @@ impl Round<'_> {
         let s = self.sampler;
         let (pid, raw) = (s.pid, tid.as_raw());
         let asked = Instant::now();
-        let session = match Session::attach_thread(pid, raw) {
+        let mut session = match Session::attach_thread(pid, raw) {
             Ok(session) => session,
             Err(e) => return Err(lost(pid, e)),
         };
+        session.set_quick_release();
         let held = Instant::now();
         let latency = held - asked;
         let regs = match session.regs(raw) {

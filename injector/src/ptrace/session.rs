@@ -324,6 +324,9 @@ pub struct Session {
     pub(crate) pid: i32,
     pub(crate) threads: Vec<Tracee>,
     pub(crate) all_threads: bool,
+    /// At release, look at the process's other threads only when a held one
+    /// died (see [`Session::set_quick_release`]).
+    quick_release: bool,
     stopped_at: Instant,
     detached: bool,
     /// `None`: not searched yet; `Some(None)`: searched, nothing found.
@@ -596,10 +599,7 @@ pub(crate) fn signal_name(sig: i32) -> String {
 
 /// Reaps a thread that died while traced, without blocking for long.
 fn reap(tid: i32) {
-    // A traced group leader becomes reportable only once every other thread of its
-    // group has exited, which under load can take a while after a SIGKILL; until
-    // then it is not reapable but still ours (waitpid returns 0, not ECHILD).
-    for _ in 0..2000 {
+    for _ in 0..50 {
         let mut status: libc::c_int = 0;
         // SAFETY: waitpid only writes the status word through the pointer, which points
         // to a live local.
@@ -659,6 +659,7 @@ impl Session {
             pid,
             threads: Vec::new(),
             all_threads,
+            quick_release: false,
             stopped_at: Instant::now(),
             detached: false,
             gadget: None,
@@ -967,6 +968,13 @@ impl Session {
         self.threads.iter().find(|t| t.tid == tid).map(|t| t.found)
     }
 
+    /// For a profiler's sample of one thread, taken many times a second: its
+    /// release looks at the process's other threads only when the held thread
+    /// died, so that a sample's cost does not grow with the number of threads.
+    pub(crate) fn set_quick_release(&mut self) {
+        self.quick_release = true;
+    }
+
     /// True when the session holds every thread (from [`Session::attach_all`]).
     pub fn holds_all_threads(&self) -> bool {
         self.all_threads
@@ -1033,22 +1041,12 @@ impl Session {
         // which hands it back to its parent) only after every other thread was,
         // including those a wait already counted as gone.
         let mut dead: Vec<i32> = threads.iter().map(|t| t.tid).collect();
-        // A held thread still traced by us after its detach is on its way out (its
-        // process was killed): give it a moment to die, so that it is reaped below
-        // and never left a traced zombie.
-        let me = nix::unistd::gettid().as_raw();
-        let deadline = Instant::now() + Duration::from_secs(1);
-        for &tid in &dead {
-            while !thread_is_dead(tid)
-                && procfs::read_task_status(self.pid, tid).is_ok_and(|st| st.tracer == me)
-                && Instant::now() < deadline
-            {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-        // A session on one thread (a profiler's sample) looks at the other threads
-        // only when its own died: its cost stays the same whatever their number.
-        if self.all_threads || dead.iter().any(|t| thread_is_dead(*t)) {
+        // Every other session looks at all threads, and so also reaps a dead
+        // thread an earlier session of this tracer could not (a group leader is
+        // reportable only after its siblings). A profiler's sample
+        // ([`Session::set_quick_release`]) looks only when its own thread died, so
+        // that its cost stays the same whatever the number of threads.
+        if !self.quick_release || dead.iter().any(|t| thread_is_dead(*t)) {
             if let Ok(tids) = list_tasks(self.pid) {
                 dead.extend(tids);
             }
