@@ -233,6 +233,16 @@ fn record(
     Ok((profile, notes))
 }
 
+/// True when every thread of `pid` is gone or a zombie.
+fn process_ended(pid: Pid) -> bool {
+    match injector::reader::procfs::read_task_ids(pid.as_raw()) {
+        Ok(tids) => tids
+            .iter()
+            .all(|&t| injector::reader::procfs::read_stat(t).map_or(true, |st| st.is_dead())),
+        Err(_) => true,
+    }
+}
+
 /// Waits (at most 2 s) until a started program runs its own executable, not
 /// argstash's image between fork and exec.
 fn wait_for_exec(pid: Pid) {
@@ -288,15 +298,23 @@ fn sample_loop(
         next += period * (behind as u32 + 1);
         if tids.is_empty() || last_refresh.elapsed() >= Duration::from_millis(100) {
             last_refresh = Instant::now();
-            if hooks.poll()? {
-                sampler.refresh()?;
-            } else if let Err(e) = sampler.refresh() {
-                if injector::reader::procfs::read_task_ids(sampler.pid().as_raw())
-                    .map_or(true, |t| t.is_empty())
+            // A process that ends between the checks above and these reads fails
+            // them (its executable link goes first): that is its end, not an error.
+            let refreshed = match hooks.poll() {
+                Ok(true) | Ok(false) => sampler.refresh().map_err(anyhow::Error::from),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = refreshed {
+                if let Some(how) = program
+                    .as_deref_mut()
+                    .and_then(|p| p.exited().map(str::to_string))
                 {
+                    break End::ProgramExited(how);
+                }
+                if process_ended(sampler.pid()) {
                     break End::ProcessExited;
                 }
-                return Err(e.into());
+                return Err(e);
             }
             tids = match sampler.threads() {
                 Ok(t) => t,
