@@ -36,6 +36,7 @@
 //! Python thread, started before or after. The state lock below is only ever taken
 //! with the GIL held, so `os.fork()` (which holds the GIL) never copies it locked.
 
+mod api;
 mod arena;
 mod ffi;
 
@@ -338,5 +339,6 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_hook_info, m)?)?;
     m.add_function(wrap_pyfunction!(_frame_address, m)?)?;
     m.add("TESTED_VERSIONS", TESTED.to_vec())?;
+    api::register(m)?;
     Ok(())
 }

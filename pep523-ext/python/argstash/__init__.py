@@ -12,6 +12,18 @@ outside, like any function hooked with ``argstash inject``.
     with argstash.hooked():     # installed inside the block only
         ...
 
+It also drives argstash's library on other processes, with no CLI involved:
+
+    argstash.inject(pid, ["bar"], stack_args=None, float_args=False, python=False)
+    argstash.backtrace(pid)            # the `argstash bt --json` dict (text=True: bt's text)
+    argstash.eject(pid)                # every hook (or eject(pid, ["bar"]))
+    p = argstash.run(["./prog"], hooks=["bar"], stdout=subprocess.PIPE)
+    p.wait(); p.reports()              # stacks taken when it crashed, if it did
+
+Failures raise argstash.Error (subclasses per kind: NoSuchProcess, NotPermitted,
+AlreadyHooked, NotHooked, SymbolNotFound, ...) with the command line's messages.
+The pytest plugin (argstash.pytest_plugin) is registered by the wheel.
+
 Only CPython 3.11 was tested; importing on anything else raises ImportError.
 Any PEP 523 hook makes call-heavy code slower on 3.11 (the interpreter stops
 inlining Python-to-Python calls while one is set); see README.md.
@@ -28,14 +40,53 @@ if _sys.implementation.name != "cpython" or _sys.version_info[:2] != (3, 11):
 
 from ._native import (  # noqa: E402
     TESTED_VERSIONS,
+    AlreadyHooked,
+    AmbiguousSymbol,
+    CannotHook,
+    CommandNotFound,
+    Error,
+    NoSuchProcess,
+    NotExecutable,
+    NotHooked,
+    NotPermitted,
+    NotPython,
+    ProcessExited,
+    SymbolNotFound,
     _frame_address,
     _hook_info,
+    backtrace,
+    eject,
+    inject,
     install,
     installed,
     uninstall,
 )
+from ._run import Process, run  # noqa: E402
 
-__all__ = ["install", "uninstall", "installed", "hooked", "TESTED_VERSIONS"]
+__all__ = [
+    "install",
+    "uninstall",
+    "installed",
+    "hooked",
+    "TESTED_VERSIONS",
+    "inject",
+    "eject",
+    "backtrace",
+    "run",
+    "Process",
+    "Error",
+    "NoSuchProcess",
+    "NotPermitted",
+    "ProcessExited",
+    "AlreadyHooked",
+    "NotHooked",
+    "SymbolNotFound",
+    "AmbiguousSymbol",
+    "NotPython",
+    "CannotHook",
+    "CommandNotFound",
+    "NotExecutable",
+]
 
 
 @_contextlib.contextmanager
