@@ -11,6 +11,10 @@
 //! eval frame of a hooked process shows its arguments in `argstash bt --json`
 //! (`"hooked": true`), with nothing special in the reader.
 //!
+//! The module also carries the library API for other processes (`api.rs`:
+//! `argstash.inject`, `eject`, `backtrace`, `run`), which calls the `injector`
+//! crate in this process.
+//!
 //! Only CPython 3.11 was tested (two builds: a shared libpython and Debian's
 //! static one); the module refuses to load on any other version. It uses private
 //! API (`_PyInterpreterState_SetEvalFrameFunc`), so it is built for 3.11's full

@@ -278,3 +278,26 @@ def test_plugin_self_backtrace(pytester, crash_exe, hang_exe):
     out = result.stdout.str()
     assert f"pytest itself (pid {os.getpid()})" in out
     assert "pytest_runtest_makereport" in out or "_PyEval_EvalFrameDefault" in out, out
+
+
+def test_plugin_crash_report_of_a_python_child_is_mixed(pytester, crash_exe, hang_exe):
+    _inner(
+        pytester,
+        """
+        import sys
+
+        BOOM = "import ctypes\\ndef boom(depth):\\n    ctypes.string_at(0)\\nboom(4)\\n"
+
+        def test_python_child_crashes(argstash):
+            p = argstash.run([sys.executable, "-c", BOOM], python=True)
+            assert p.wait() == 0
+        """,
+        crash_exe,
+        hang_exe,
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "got SIGSEGV" in out
+    assert "[py] boom (depth=4) at <string>:3" in out
+    assert "_PyEval_EvalFrameDefault" in out
