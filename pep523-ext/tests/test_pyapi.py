@@ -301,3 +301,23 @@ def test_plugin_crash_report_of_a_python_child_is_mixed(pytester, crash_exe, han
     assert "got SIGSEGV" in out
     assert "[py] boom (depth=4) at <string>:3" in out
     assert "_PyEval_EvalFrameDefault" in out
+
+
+def test_plugin_timeout_reads_pytest_itself(pytester, crash_exe, hang_exe):
+    _inner(
+        pytester,
+        """
+        def test_stuck_waiting(argstash):
+            p = argstash.run([HANG], hooks=["wait_for"])
+            p.wait()
+        """,
+        crash_exe,
+        hang_exe,
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--argstash-timeout", "2", "--argstash-self")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert f"pytest itself (pid {os.getpid()}) at the timeout:" in out
+    # The test's own frame, with its argument, where it was stuck.
+    assert "[py] test_stuck_waiting (argstash=<Argstash object" in out, out
+    assert "[py] Process.wait (self=<Process object" in out

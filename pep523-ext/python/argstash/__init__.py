@@ -61,7 +61,24 @@ from ._native import (  # noqa: E402
     installed,
     uninstall,
 )
-from ._run import Process, run  # noqa: E402
+
+
+def run(argv, hooks=(), **kwargs):
+    """Starts ``argv`` with ``hooks`` hooked before its ``main``; see ``argstash._run.run``."""
+    from ._run import run as _run
+
+    return _run(argv, hooks, **kwargs)
+
+
+def __getattr__(name):
+    # `Process` lives in _run, imported on first use: `import argstash` (run by the
+    # start-up hook in every interpreter) stays free of subprocess and threading.
+    if name == "Process":
+        from ._run import Process
+
+        return Process
+    raise AttributeError(f"module 'argstash' has no attribute {name!r}")
+
 
 __all__ = [
     "install",

@@ -6,7 +6,8 @@ when ``--argstash-timeout SECS`` expires, the test's report gets a section
 ``argstash backtraces``: every thread's mixed native/Python stack, with stashed
 arguments, of every process started through the fixture (on a timeout, the
 stacks are read first, then the processes are killed). With ``--argstash-self``
-a failing test's section also holds the pytest process's own stacks, read by a
+the section also holds the pytest process's own stacks (at the timeout, while
+the test's frames are on them; else when the failure is reported), read by a
 helper process it allows in with ``PR_SET_PTRACER``.
 """
 
@@ -57,9 +58,11 @@ def _describe(returncode):
 class Argstash:
     """The ``argstash`` fixture: processes started with hooks, and their stacks."""
 
-    def __init__(self, timeout=None):
+    def __init__(self, timeout=None, read_self=False):
         self.processes = []
         self.timeout = timeout
+        self.read_self = read_self
+        self.self_at_timeout = None  # pytest's own stacks at the timeout (--argstash-self)
         self.timed_out = False
         self._snapshots = {}  # pid -> backtrace text taken on timeout
         self._timer = None
@@ -108,6 +111,9 @@ class Argstash:
         with self._lock:
             processes = list(self.processes)
             self.timed_out = True
+        if self.read_self:
+            # The test's own frames are still on pytest's stack: read them first.
+            self.self_at_timeout = _self_backtrace()
         for p in processes:
             if p.poll() is None:
                 self._snapshots[p.pid] = _live_text(p)
@@ -196,7 +202,10 @@ def argstash(request):
     """Starts processes with argstash hooks (``.run``), hooks (``.inject``) and reads
     stacks (``.backtrace``); they are reported in ``argstash backtraces`` when the test
     fails, one crashes or ``--argstash-timeout`` expires, and killed at teardown."""
-    fixture = Argstash(timeout=request.config.getoption("argstash_timeout"))
+    fixture = Argstash(
+        timeout=request.config.getoption("argstash_timeout"),
+        read_self=request.config.getoption("argstash_self"),
+    )
     request.node.stash[_FIXTURE] = fixture
     yield fixture
     fixture._stop()
@@ -219,6 +228,8 @@ def pytest_runtest_makereport(item, call):
     crashed = bool(fixture.crashes())
     if report.failed or crashed or fixture.timed_out:
         text = fixture.section(live=report.failed)
-        if report.failed and item.config.getoption("argstash_self"):
+        if fixture.self_at_timeout is not None:
+            text += f"\n\npytest itself (pid {os.getpid()}) at the timeout:\n{fixture.self_at_timeout}"
+        elif report.failed and fixture.read_self:
             text += f"\n\npytest itself (pid {os.getpid()}):\n{_self_backtrace()}"
         report.sections.append((SECTION, text))
