@@ -144,6 +144,10 @@ def test_run_is_popen_like(hang_exe, crash_exe):
         p.wait(timeout=0.1)
     (frame,) = frames_named(p.backtrace(), "wait_for")
     assert frame["args"][1]["value"] == 0x5EED
+    # From outside the handle: read through the supervisor; hooking refused, saying why.
+    (frame,) = frames_named(argstash_module.backtrace(p.pid), "wait_for")
+    with pytest.raises(argstash_module.NotPermitted, match=r"started by argstash\.run\(\) in this process"):
+        argstash_module.inject(p.pid, ["main"])
     p.kill()
     assert p.wait(timeout=30) == -signal.SIGKILL
     assert p.reports() == []

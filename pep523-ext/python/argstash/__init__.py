@@ -38,6 +38,7 @@ if _sys.implementation.name != "cpython" or _sys.version_info[:2] != (3, 11):
         f"{_sys.implementation.name} {_sys.version.split()[0]}"
     )
 
+from . import _native  # noqa: E402
 from ._native import (  # noqa: E402
     TESTED_VERSIONS,
     AlreadyHooked,
@@ -54,13 +55,50 @@ from ._native import (  # noqa: E402
     SymbolNotFound,
     _frame_address,
     _hook_info,
-    backtrace,
-    eject,
-    inject,
     install,
     installed,
     uninstall,
 )
+
+
+def _ours(pid):
+    """A command run() started in this process with `pid`, still running (its supervisor traces it)."""
+    run_module = _sys.modules.get("argstash._run")
+    return run_module.running(pid) if run_module is not None else None
+
+
+def _refuse_ours(pid, what):
+    raise NotPermitted(
+        f"process {pid} was started by argstash.run() in this process and is traced by its "
+        f"supervisor thread, so it cannot be attached to for {what}: give the functions to "
+        "run(hooks=[...]) when starting it"
+    )
+
+
+def inject(pid, funcs, *, stack_args=None, float_args=False, python=False):
+    """Hooks ``funcs`` (names, ``MODULE!NAME``, ``name(signature)`` or addresses) in process
+    ``pid``, as ``argstash inject``; returns the names hooked."""
+    if _ours(pid) is not None:
+        _refuse_ours(pid, "inject")
+    return _native.inject(pid, funcs, stack_args=stack_args, float_args=float_args, python=python)
+
+
+def eject(pid, funcs=None, *, python=False):
+    """Removes the hooks of ``funcs`` (every hook when None) from process ``pid``, as
+    ``argstash eject``; returns how many were removed."""
+    if _ours(pid) is not None:
+        _refuse_ours(pid, "eject")
+    return _native.eject(pid, funcs, python=python)
+
+
+def backtrace(pid, *, text=False):
+    """Every thread's stack of process ``pid``: the ``argstash bt --json`` dict, or with
+    ``text=True`` the text ``argstash bt`` prints. A command run() started is read
+    through its supervisor."""
+    proc = _ours(pid)
+    if proc is not None:
+        return proc.backtrace(text=text)
+    return _native.backtrace(pid, text=text)
 
 
 def run(argv, hooks=(), **kwargs):

@@ -10,8 +10,13 @@ import os
 import signal as _signal
 import subprocess
 import threading
+import weakref
 
 from . import _native
+
+# Commands started by run() in this process, by pid: their supervisor thread is
+# their tracer, so argstash.backtrace() reads them through it.
+_LIVE = weakref.WeakValueDictionary()
 
 # Popen keyword arguments run() understands; any other is refused by name.
 _KNOWN = {"stdin", "stdout", "stderr", "env", "cwd", "text", "universal_newlines", "encoding", "errors", "bufsize"}
@@ -210,4 +215,14 @@ def run(argv, hooks=(), *, stack_args=None, float_args=False, python=False, on_c
                 write_through=name == "stdin",
             )
         files[name] = f
-    return Process(native, argv, files["stdin"], files["stdout"], files["stderr"])
+    proc = Process(native, argv, files["stdin"], files["stdout"], files["stderr"])
+    _LIVE[proc.pid] = proc
+    return proc
+
+
+def running(pid):
+    """The :class:`Process` run() started in this process with this pid, if it still runs."""
+    proc = _LIVE.get(pid)
+    if proc is not None and proc.poll() is None:
+        return proc
+    return None

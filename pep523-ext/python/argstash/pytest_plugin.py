@@ -95,10 +95,6 @@ class Argstash:
 
     def backtrace(self, pid, text=False):
         """Every thread's stack of ``pid`` (``argstash.backtrace``): a dict, or text."""
-        for p in self.processes:
-            if p.pid == pid and p.poll() is None:
-                # Our own child: its tracer is the supervisor, which reads it.
-                return p.backtrace(text=text)
         import argstash
 
         return argstash.backtrace(pid, text=text)
