@@ -160,6 +160,15 @@ def test_run_is_popen_like(hang_exe, crash_exe):
     assert q.returncode == 0 and q.reports() == []
 
 
+def test_run_stdio_as_popen():
+    p = argstash_module.run(["sh", "-c", "echo out; echo err >&2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert p.communicate(timeout=60) == ("out\nerr\n", None)
+    with argstash_module.run(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as q:
+        assert q.communicate(b"hello", timeout=60) == (b"hello", None)
+    assert q.returncode == 0
+    assert isinstance(q, argstash_module.Process)
+
+
 def test_run_bad_input(crash_exe, tmp_path):
     with pytest.raises(argstash_module.CommandNotFound, match="command not found"):
         argstash_module.run(["/no/such/program"], hooks=["main"])

@@ -141,7 +141,8 @@ def _child_fd(spec, name, to_close, pipe_for_stdout):
     if spec == subprocess.STDOUT:
         if name != "stderr":
             raise ValueError("STDOUT is only valid for stderr")
-        return pipe_for_stdout, None
+        # Where stdout goes: its pipe or descriptor, else this process's stdout.
+        return (1 if pipe_for_stdout is None else pipe_for_stdout), None
     if isinstance(spec, int):
         return spec, None
     if hasattr(spec, "fileno"):
