@@ -11,6 +11,10 @@
 //! eval frame of a hooked process shows its arguments in `argstash bt --json`
 //! (`"hooked": true`), with nothing special in the reader.
 //!
+//! The module also carries the library API for other processes (`api.rs`:
+//! `argstash.inject`, `eject`, `backtrace`, `run`), which calls the `injector`
+//! crate in this process.
+//!
 //! Only CPython 3.11 was tested (two builds: a shared libpython and Debian's
 //! static one); the module refuses to load on any other version. It uses private
 //! API (`_PyInterpreterState_SetEvalFrameFunc`), so it is built for 3.11's full
@@ -36,6 +40,7 @@
 //! Python thread, started before or after. The state lock below is only ever taken
 //! with the GIL held, so `os.fork()` (which holds the GIL) never copies it locked.
 
+mod api;
 mod arena;
 mod ffi;
 
@@ -338,5 +343,6 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_hook_info, m)?)?;
     m.add_function(wrap_pyfunction!(_frame_address, m)?)?;
     m.add("TESTED_VERSIONS", TESTED.to_vec())?;
+    api::register(m)?;
     Ok(())
 }
