@@ -115,6 +115,11 @@ pub use ptrace::session::{Refusal, SessionError, UnexpectedState};
 pub use memory::{Memory, MemoryError, ProcessMemory, WriteMemory};
 pub use ptrace::session::Session;
 
+/// True when every thread of `pid` is gone or a zombie: the process has ended.
+pub fn process_ended(pid: Pid) -> bool {
+    ptrace::session::process_ended(pid.as_raw())
+}
+
 // Hooks ejected on drop.
 pub use guard::HookGuard;
 

@@ -366,6 +366,11 @@ impl HookRecord {
         addr >= self.relocated && addr < self.relocated + u64::from(self.relocated_len)
     }
 
+    /// True when `addr` lies in the patched bytes (their first byte included).
+    pub fn in_patch(&self, addr: u64) -> bool {
+        addr >= self.patch_addr && addr < self.patch_addr + self.patch_len() as u64
+    }
+
     /// True when `addr` lies strictly inside the patched bytes (not on their first byte).
     pub fn inside_patch(&self, addr: u64) -> bool {
         addr > self.patch_addr && addr < self.patch_addr + self.patch_len() as u64

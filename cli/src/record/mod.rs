@@ -233,16 +233,6 @@ fn record(
     Ok((profile, notes))
 }
 
-/// True when every thread of `pid` is gone or a zombie.
-fn process_ended(pid: Pid) -> bool {
-    match injector::reader::procfs::read_task_ids(pid.as_raw()) {
-        Ok(tids) => tids
-            .iter()
-            .all(|&t| injector::reader::procfs::read_stat(t).map_or(true, |st| st.is_dead())),
-        Err(_) => true,
-    }
-}
-
 /// Waits (at most 2 s) until a started program runs its own executable, not
 /// argstash's image between fork and exec.
 fn wait_for_exec(pid: Pid) {
@@ -311,7 +301,7 @@ fn sample_loop(
                 {
                     break End::ProgramExited(how);
                 }
-                if process_ended(sampler.pid()) {
+                if injector::process_ended(sampler.pid()) {
                     break End::ProcessExited;
                 }
                 return Err(e);

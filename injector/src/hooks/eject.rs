@@ -250,7 +250,7 @@ impl Ejection {
                 if r.in_trampoline(regs.rip) {
                     census.in_trampoline += 1;
                 }
-                if regs.rip >= r.patch_addr && regs.rip < r.patch_addr + r.patch_len() as u64 {
+                if r.in_patch(regs.rip) {
                     census.in_patch += 1;
                 }
                 if r.in_relocated(regs.rip) {
