@@ -396,7 +396,7 @@ pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
     if refusal || pid <= 0 {
         return error;
     }
-    // A SIGKILLed process loses its address space (ESRCH from /proc/PID/mem)
+    // A SIGKILLed process loses its address space (its memory reads fail)
     // a moment before /proc shows its threads as zombies: give the kernel that
     // moment when the error says the process is going away.
     let wait = if looks_gone(&error) {
@@ -416,18 +416,15 @@ pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
     }
 }
 
-/// Whether `error` is what an operation meets when its process is being torn down.
+/// Whether `error` is what an operation meets when its process is being torn down:
+/// any failed memory access (a killed process's address space goes away as ESRCH,
+/// EIO, or reads of nothing) or a thread found exited. A live process's genuine
+/// memory error only waits those 200 ms before it is returned as it was.
 fn looks_gone(error: &Error) -> bool {
-    let esrch = |e: &std::io::Error| e.raw_os_error() == Some(libc::ESRCH);
-    match error {
-        Error::Memory(
-            MemoryError::Open { source, .. }
-            | MemoryError::Read { source, .. }
-            | MemoryError::Write { source, .. },
-        ) => esrch(source),
-        Error::Session(crate::ptrace::session::SessionError::Exited { .. }) => true,
-        _ => false,
-    }
+    matches!(
+        error,
+        Error::Memory(_) | Error::Session(crate::ptrace::session::SessionError::Exited { .. })
+    )
 }
 
 impl From<reader::arena::ArenaError> for Error {
