@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Args;
@@ -110,10 +110,33 @@ extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let code = unsafe { (*info).si_code };
     let pid = CHILD.load(Ordering::Relaxed);
-    if code != libc::SI_KERNEL && pid > 0 {
+    if code == libc::SI_KERNEL {
+        return;
+    }
+    if pid > 0 {
         // SAFETY: kill is async-signal-safe and takes two integers.
         unsafe {
             libc::kill(pid, sig);
+        }
+    } else {
+        // No child yet: passed on once there is one (`forward_pending`).
+        PENDING.fetch_or(1 << sig, Ordering::Relaxed);
+    }
+}
+
+/// Signals that came before the child's pid was known (bit `sig`).
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Records the child's pid for the forwarder and passes on what came before.
+fn forward_pending(pid: i32) {
+    CHILD.store(pid, Ordering::Relaxed);
+    let pending = PENDING.swap(0, Ordering::Relaxed);
+    for sig in FORWARDED {
+        if pending & (1 << sig) != 0 {
+            // SAFETY: kill takes two integers.
+            unsafe {
+                libc::kill(pid, sig);
+            }
         }
     }
 }
@@ -260,6 +283,10 @@ pub fn main(a: RunArgs) -> i32 {
         backtrace: Default::default(),
         on_event: Some(Box::new(on_event)),
     };
+    // Before the child starts: a signal that comes while it starts (the child
+    // can print and be signalled before spawn returns) must not end argstash,
+    // the tracer, which would take the child's own copy of the signal with it.
+    install_forwarder();
     let child = match injector::run::spawn(cmd, &targets, opts) {
         Ok(c) => c,
         Err(RunError::Setuid { program: p }) => {
@@ -281,8 +308,7 @@ pub fn main(a: RunArgs) -> i32 {
             return e.exit_code();
         }
     };
-    CHILD.store(child.pid().as_raw(), Ordering::Relaxed);
-    install_forwarder();
+    forward_pending(child.pid().as_raw());
     let status = match a.timeout {
         Some(limit) => match child.wait_timeout(limit) {
             Some(s) => s,

@@ -8,6 +8,7 @@
 //! threads ([`Sampler::threads`]) and refreshing the mappings
 //! ([`Sampler::refresh`]) are the caller's, once per round.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use reader::arena::discover;
@@ -60,6 +61,16 @@ pub struct Sample {
     /// (off the CPU), when asked to stop. See `docs/BENCHMARKS.md` on why an
     /// on-CPU profile leaves these out.
     pub at_syscall: bool,
+    /// Whether the thread stayed on its CPU from the moment it was asked to stop
+    /// (or from the start of the round, see [`Round::since_round_start`]) until
+    /// it stopped, so that it stopped where it was running. `Some(false)`: it
+    /// was waiting for a CPU at some point, and stopped where the scheduler had
+    /// taken it off or had just put it back, places that are not a fair pick of
+    /// where its CPU time goes (with lazy preemption, mostly just after a system
+    /// call). `None` when the kernel keeps no scheduler statistics.
+    pub on_cpu: Option<bool>,
+    /// The CPU the thread was queued on when released (`None`: unknown).
+    pub cpu_after: Option<u32>,
 }
 
 /// Why a sample was not taken.
@@ -71,6 +82,11 @@ pub enum Lost {
     /// The whole process is gone.
     #[error("the process exited")]
     ProcessGone,
+    /// The thread left its CPU since the round began (see
+    /// [`Round::since_round_start`]): not stopped, as its sample would not be a
+    /// fair pick of where its CPU time goes.
+    #[error("the thread was put back on a CPU since the round began")]
+    Rescheduled,
     /// Stopping or reading the thread failed (another tracer, a ptrace error).
     #[error("{0}")]
     Failed(Error),
@@ -82,6 +98,7 @@ impl Lost {
         match self {
             Lost::ThreadGone => "thread exited",
             Lost::ProcessGone => "process exited",
+            Lost::Rescheduled => "rescheduled",
             Lost::Failed(Error::Session(SessionError::NotPermitted { .. })) => "not permitted",
             Lost::Failed(Error::Session(_)) => "ptrace failed",
             Lost::Failed(_) => "read failed",
@@ -218,6 +235,7 @@ impl Sampler {
         Round {
             sampler: self,
             python: self.python.reader(&self.mem),
+            slices: HashMap::new(),
         }
     }
 }
@@ -226,23 +244,54 @@ impl Sampler {
 pub struct Round<'a> {
     sampler: &'a Sampler,
     python: StackReader<'a>,
+    /// How many times each thread had been put on a CPU when the round began.
+    slices: HashMap<Tid, u64>,
 }
 
 impl Round<'_> {
+    /// For an on-CPU profile of several threads: a thread counts as on its CPU
+    /// only if it has not been put on a CPU again since this call (one read of
+    /// each thread's `schedstat`). Taking a sample lets the thread's CPU go to
+    /// another thread, which resumes where it was preempted (with lazy
+    /// preemption, mostly just after a system call); sampling that one right
+    /// after would pick places near its resumption point. A thread already
+    /// rescheduled when its turn comes is not stopped at all
+    /// ([`Lost::Rescheduled`]).
+    pub fn since_round_start(&mut self, tids: &[Tid]) {
+        for &tid in tids {
+            if let Some(st) = reader::procfs::read_schedstat(tid.as_raw()) {
+                self.slices.insert(tid, st.slices);
+            }
+        }
+    }
+
     /// Stops thread `tid`, copies its registers, stack and Python frame chain,
     /// lets it run again, then unwinds the copy.
     pub fn sample(&mut self, tid: Tid) -> Result<Sample, Lost> {
         let annotate = self.sampler.opts.annotate;
-        self.sample_with(tid, annotate)
+        self.take(tid, annotate, true)
     }
 
     /// [`Self::sample`], annotated with DWARF or not whatever the sampler's
-    /// options say (a caller that learns parameter names once per hooked
-    /// function annotates only the samples it learns from).
+    /// options say, and taken even if the thread was rescheduled since the round
+    /// began (a caller that learns parameter names once per hooked function
+    /// annotates a second sample of a thread it has just sampled).
     pub fn sample_with(&mut self, tid: Tid, annotate: bool) -> Result<Sample, Lost> {
+        self.take(tid, annotate, false)
+    }
+
+    fn take(&mut self, tid: Tid, annotate: bool, since_start: bool) -> Result<Sample, Lost> {
         let s = self.sampler;
         let (pid, raw) = (s.pid, tid.as_raw());
         let asked = Instant::now();
+        let now = reader::procfs::read_schedstat(raw).map(|st| st.slices);
+        let marked = since_start
+            .then(|| self.slices.get(&tid).copied())
+            .flatten();
+        let before = marked.or(now);
+        if before.is_some() && now.is_some() && before != now {
+            return Err(Lost::Rescheduled);
+        }
         let mut session = match Session::attach_thread(pid, raw) {
             Ok(session) => session,
             Err(e) => return Err(lost(pid, e)),
@@ -260,6 +309,11 @@ impl Round<'_> {
         // A system call number (small, non-negative) in orig_rax/orig_eax; -1 or an
         // interrupt's negated vector otherwise. Read as 32 bits for i386 tracees.
         let at_syscall = (regs.orig_rax as i32) >= 0;
+        // Put on a CPU again between the two reads: it was off its CPU when asked.
+        let on_cpu = match (before, reader::procfs::read_schedstat(raw)) {
+            (Some(b), Some(a)) => Some(a.slices == b),
+            _ => None,
+        };
         let (start, end) = stack_range(&s.maps, regs.rsp);
         let mut bytes = vec![0u8; end.saturating_sub(start) as usize];
         let copied = s.mem.read(start, &mut bytes);
@@ -268,6 +322,7 @@ impl Round<'_> {
             return Err(lost(pid, e));
         }
         let stopped = held.elapsed();
+        let cpu_after = reader::procfs::read_stat(raw).ok().and_then(|st| st.cpu);
         if copied.is_err() {
             bytes.clear();
         }
@@ -291,6 +346,8 @@ impl Round<'_> {
             latency,
             stack_bytes,
             at_syscall,
+            on_cpu,
+            cpu_after,
         })
     }
 }

@@ -166,11 +166,15 @@ pub struct Stat {
     pub comm: String,
     /// The state letter (field 3: `R`, `S`, `D`, `T`, `t`, `Z`, `X`, ...).
     pub state: char,
+    /// The parent process (field 4).
+    pub ppid: i32,
     /// The kernel's `PF_*` flags (field 9).
     pub flags: u64,
     /// When the process started, in clock ticks since boot (field 22): with the
     /// pid, the identity of a process (a reused pid has another start time).
     pub start_time: u64,
+    /// The CPU it last ran on or is queued on (field 39; `None` on a short line).
+    pub cpu: Option<u32>,
 }
 
 /// `PF_KTHREAD` in [`Stat::flags`]: the task is a kernel thread.
@@ -200,8 +204,10 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     Some(Stat {
         comm,
         state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
         flags: fields.get(6)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
+        cpu: fields.get(36).and_then(|f| f.parse().ok()),
     })
 }
 
@@ -373,6 +379,34 @@ pub fn read_task_syscall(pid: i32, tid: i32) -> Option<i64> {
     parse_syscall(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?)
 }
 
+/// A thread's scheduler statistics (`/proc/ID/schedstat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SchedStat {
+    /// Time spent on a CPU, in nanoseconds.
+    pub run_ns: u64,
+    /// Time spent runnable but waiting for a CPU, in nanoseconds.
+    pub wait_ns: u64,
+    /// How many times the thread was put on a CPU: unchanged between two reads
+    /// means it did not leave its CPU (or did not run) in between.
+    pub slices: u64,
+}
+
+/// Parses the text of a `schedstat` file (`run_ns wait_ns slices`).
+pub fn parse_schedstat(text: &str) -> Option<SchedStat> {
+    let mut f = text.split_whitespace().map(|w| w.parse::<u64>().ok());
+    Some(SchedStat {
+        run_ns: f.next()??,
+        wait_ns: f.next()??,
+        slices: f.next()??,
+    })
+}
+
+/// Reads `/proc/ID/schedstat` (`id` a process or a thread id); `None` when the
+/// thread is gone or the kernel keeps no such statistics.
+pub fn read_schedstat(id: i32) -> Option<SchedStat> {
+    parse_schedstat(&std::fs::read_to_string(format!("/proc/{id}/schedstat")).ok()?)
+}
+
 fn malformed(path: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("malformed {path}"))
 }
@@ -380,6 +414,20 @@ fn malformed(path: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_schedstat() {
+        assert_eq!(
+            parse_schedstat("51016531 3489002 130\n"),
+            Some(SchedStat {
+                run_ns: 51016531,
+                wait_ns: 3489002,
+                slices: 130
+            })
+        );
+        assert_eq!(parse_schedstat("1 2"), None);
+        assert_eq!(parse_schedstat("1 x 3"), None);
+    }
 
     #[test]
     fn parses_file_anon_and_pseudo_lines() {
@@ -416,8 +464,12 @@ garbage line
         let st = parse_stat(text).unwrap();
         assert_eq!(st.comm, "a (b) c");
         assert_eq!(st.state, 'S');
+        assert_eq!(st.ppid, 1);
         assert_eq!(st.flags, 4194560);
         assert_eq!(st.start_time, 123456);
+        assert_eq!(st.cpu, None);
+        let full = "9 (w) R 1 0 0 0 0 4194304 0 0 0 0 0 0 0 0 0 0 0 0 77 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(parse_stat(full).unwrap().cpu, Some(1));
         assert!(!st.is_kernel_thread() && !st.is_dead());
         let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n";
         assert!(parse_stat(kthread).unwrap().is_kernel_thread());

@@ -22,7 +22,8 @@
 //!   independent of the injector's own decoder;
 //! - [`checks`]: what argstash must leave in a target ([`Untouched`],
 //!   [`refused`], [`entry_state`]);
-//! - [`faults`]: seeds, kill points and outcomes of the fault and soak tests.
+//! - [`faults`]: seeds, kill points and outcomes of the fault and soak tests;
+//! - [`profile`]: run `argstash record` and read its collapsed stacks and summary.
 //!
 //! Everything is re-exported here, so `use argstash_tests::*;` gives a test
 //! all of it.
@@ -42,6 +43,7 @@ pub mod fixtures;
 pub mod json;
 pub mod process;
 pub mod procfs;
+pub mod profile;
 
 pub use checks::*;
 pub use cli::*;
@@ -51,3 +53,4 @@ pub use fixtures::*;
 pub use json::*;
 pub use process::*;
 pub use procfs::*;
+pub use profile::*;

@@ -193,6 +193,8 @@ mod tests {
             latency: Duration::ZERO,
             stack_bytes: 0,
             at_syscall: false,
+            on_cpu: Some(true),
+            cpu_after: None,
         }
     }
 

@@ -62,9 +62,9 @@ pub struct Profile {
     pub latency: Duration,
     /// Rounds over the threads (each thread gets at most one sample a round).
     pub rounds: u64,
-    /// Samples left out because the thread stopped at a system call's return
-    /// while it was runnable (without `--idle`).
-    pub at_syscall: u64,
+    /// Samples left out because the thread was waiting for a CPU when asked to
+    /// stop, so it stopped where it had been preempted (without `--idle`).
+    pub off_cpu: u64,
     /// Samples not taken because the thread was off the CPU (without `--idle`).
     pub idle: u64,
 }
@@ -200,10 +200,10 @@ impl Profile {
                 self.idle
             );
         }
-        if self.at_syscall > 0 {
+        if self.off_cpu > 0 {
             s += &format!(
-                "; {} samples left out that stopped at a system call's return (off the CPU; --idle keeps them)",
-                self.at_syscall
+                "; {} samples left out of runnable threads that waited for a CPU during the round (no fair pick of where their time goes; --idle keeps them)",
+                self.off_cpu
             );
         }
         let top = self.top_self(5);

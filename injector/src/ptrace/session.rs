@@ -504,11 +504,18 @@ pub(crate) enum Waited {
 /// parent's). So the wait polls (spinning briefly, then sleeping up to 1 ms) and,
 /// between polls, treats a thread that `/proc` shows as a zombie, dead or gone as
 /// [`Waited::Gone`].
+///
+/// The exit of a process of which this process is also the parent (a program
+/// `argstash record -- CMD` started) is left to be collected: its exit status
+/// is the parent's, and the tracer's wait would consume it.
 pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
     let started = Instant::now();
     let mut nap = Duration::from_micros(5);
     let mut next_check = started;
     loop {
+        if exited_child_of_ours(tid) {
+            return Ok(Waited::Gone);
+        }
         let mut status: libc::c_int = 0;
         // SAFETY: waitpid only writes the status word through the pointer, which points
         // to a live local.
@@ -558,6 +565,32 @@ pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
     }
 }
 
+/// True when `tid` is a child process of this process that has exited and
+/// waits to be collected (looked at without collecting it).
+fn exited_child_of_ours(tid: i32) -> bool {
+    // SAFETY: siginfo_t is plain data; all zeroes means "nothing reported".
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only `info`, a live local; WNOWAIT leaves the child
+    // reportable.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            tid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: waitid filled `info` (si_pid 0 when nothing was reported).
+    r == 0
+        && unsafe { info.si_pid() } == tid
+        && matches!(
+            info.si_code,
+            libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
+        )
+        // Reported to a tracer too: only a real child is left alone.
+        && procfs::read_stat(tid).is_ok_and(|st| st.ppid == std::process::id() as i32)
+}
+
 /// True when every thread of `pid` is gone or a zombie: the process has ended.
 pub fn process_ended(pid: i32) -> bool {
     match procfs::read_task_ids(pid) {
@@ -598,7 +631,14 @@ pub(crate) fn signal_name(sig: i32) -> String {
 }
 
 /// Reaps a thread that died while traced, without blocking for long.
-fn reap(tid: i32) {
+///
+/// Not the group leader of a process of which this process is also the parent
+/// (a program that `argstash record -- CMD` started): its exit status is then
+/// the parent's to collect, and a reap here would lose it.
+fn reap(pid: i32, tid: i32) {
+    if tid == pid && procfs::read_stat(pid).is_ok_and(|st| st.ppid == std::process::id() as i32) {
+        return;
+    }
     for _ in 0..50 {
         let mut status: libc::c_int = 0;
         // SAFETY: waitpid only writes the status word through the pointer, which points
@@ -1056,7 +1096,7 @@ impl Session {
         dead.retain(|t| thread_is_dead(*t));
         dead.sort_by_key(|t| *t == self.pid);
         for tid in dead {
-            reap(tid);
+            reap(self.pid, tid);
         }
         let held = self.stopped_at.elapsed();
         match first_err {
@@ -1113,7 +1153,7 @@ impl Session {
                 Errno::ESRCH => {
                     // Either it died (reap it) or it is ours but running: stop it and retry.
                     if ptrace::interrupt(child).is_err() {
-                        reap(t.tid);
+                        reap(self.pid, t.tid);
                         return failed.map_or(Ok(()), Err);
                     }
                     match wait_tid(t.tid)? {

@@ -59,9 +59,16 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(mode, "usr2")) {
+        /* Blocked until sigsuspend: a SIGUSR2 sent right after "ready" waits
+           for it instead of running the handler before a pause() that would
+           then sleep for ever. */
+        sigset_t usr2, old;
+        sigemptyset(&usr2);
+        sigaddset(&usr2, SIGUSR2);
+        sigprocmask(SIG_BLOCK, &usr2, &old);
         signal(SIGUSR2, on_usr2);
         printf("ready\n"); fflush(stdout);
-        pause();
+        sigsuspend(&old);
         return 0;
     }
     if (!strcmp(mode, "wait")) { signal(SIGINT, SIG_DFL); printf("ready\n"); fflush(stdout); for (;;) pause(); }
@@ -317,7 +324,6 @@ fn timeout_prints_backtraces_kills_and_exits_124() {
 }
 
 #[test]
-#[ignore = "hangs now and then on a loaded machine (the program never sees its SIGUSR2); cause not found yet, see the closing note of issue 12"]
 fn on_signal_reports_then_delivers() {
     let mut cmd = argstash_cmd(&["run", "--on-signal", "USR2", "--"]);
     cmd.arg(runner()).arg("usr2");

@@ -1,0 +1,208 @@
+//! The profiler's accuracy against ground truth: `argstash record`'s attributions
+//! are checked against what the fixtures measure themselves with their threads'
+//! CPU clocks (`tests/fixtures/profsplit.c`, `python/profsplit.py`): two C
+//! functions, a Python function and the C function it calls, one function split
+//! by argument value.
+//!
+//! A binary of its own, and its tests take turns: a share of CPU time is only
+//! measurable while the target has a CPU to run on, so these do not run beside
+//! the end-to-end tests (cargo runs test binaries one after another) nor beside
+//! each other. A busy machine still costs samples, and the tolerance widens
+//! with the standard error of the samples actually kept.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use argstash_tests::*;
+
+/// Held by each test for its whole run.
+static TURN: Mutex<()> = Mutex::new(());
+
+/// Waits for this test's turn (a failed test before does not stop the others).
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A file under the temp dir named after this process and `name`.
+fn temp(name: &str) -> PathBuf {
+    temp_file("accuracy", name)
+}
+
+/// `hits` of `n` samples within 5 percentage points of the fixture's own
+/// share `truth`, or within three standard errors of a sample of `n` when that is
+/// wider: on a loaded machine a ptrace sampler keeps fewer samples (a thread that
+/// waits for a CPU is not a fair sample and is left out), and 300 samples alone
+/// spread +-2.6 points at 70/30.
+#[track_caller]
+fn assert_share(what: &str, hits: f64, n: f64, truth: f64) {
+    let got = hits / n;
+    let points = (300.0 * (truth * (1.0 - truth) / n).sqrt()).max(5.0);
+    assert!(
+        (got - truth).abs() * 100.0 <= points,
+        "{what}: the profile gives {:.1}% of {n} samples, the fixture measured {:.1}% (allowed +-{points:.1})",
+        got * 100.0,
+        truth * 100.0
+    );
+}
+
+/// At least `min` samples: fewer say the sampler is broken, not that the
+/// machine is busy.
+#[track_caller]
+fn assert_enough(n: f64, min: f64, stacks: &[(Vec<String>, u64)], stderr: &str) {
+    assert!(
+        n >= min,
+        "{n} samples, fewer than {min}: {stacks:?}\n{stderr}"
+    );
+}
+
+#[test]
+fn c_split_matches_the_fixtures_own_measurement() {
+    let _turn = turn();
+    let out_file = temp("split.txt");
+    let exe = profsplit();
+    let out = record_ok(&[
+        "--rate",
+        "999",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "split",
+        "3",
+    ]);
+    let truth = measured(&text(&out.stdout), "split");
+    let (a, b) = (truth[0].1, truth[1].1);
+    let stacks = collapsed(&out_file);
+    let (pa, pb) = (
+        count(&stacks, |f| f == "hot_a") as f64,
+        count(&stacks, |f| f == "hot_b") as f64,
+    );
+    let stderr = text(&out.stderr);
+    assert_enough(pa + pb, 200.0, &stacks, &stderr);
+    assert_share("hot_a", pa, pa + pb, a / (a + b));
+    assert_share("hot_b", pb, pa + pb, b / (a + b));
+    // Also when the program exits while a sample holds a thread of it.
+    assert!(
+        stderr.contains("the program exited with code 0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Top self time: hot_a"), "{stderr}");
+    let _ = fs::remove_file(out_file);
+}
+
+#[test]
+fn with_args_splits_a_function_by_argument_value() {
+    let _turn = turn();
+    let out_file = temp("accounts.txt");
+    let exe = profsplit();
+    let out = record_ok(&[
+        "--rate",
+        "999",
+        "--func",
+        "apply_entry",
+        "--args",
+        "account",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "accounts",
+        "5",
+    ]);
+    let truth = measured(&text(&out.stdout), "accounts");
+    let total_truth: f64 = truth.iter().map(|(_, v)| v).sum();
+    let stacks = collapsed(&out_file);
+    let per: Vec<f64> = truth
+        .iter()
+        .map(|(acct, _)| {
+            let name = format!("apply_entry(account={acct})");
+            count(&stacks, |f| f == name) as f64
+        })
+        .collect();
+    let total: f64 = per.iter().sum();
+    assert_enough(total, 200.0, &stacks, &text(&out.stderr));
+    for ((acct, t), p) in truth.iter().zip(&per) {
+        assert_share(&format!("account {acct}"), *p, total, t / total_truth);
+    }
+    // --args account: the amount is not part of the names.
+    assert!(
+        stacks
+            .iter()
+            .all(|(s, _)| s.iter().all(|f| !f.contains("amount="))),
+        "{stacks:?}"
+    );
+    let _ = fs::remove_file(out_file);
+}
+
+/// The real path of the `python3` on PATH when it is a CPython 3.11.
+fn python() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sys; print(sys.executable if sys.version_info[:2] == (3, 11) else '')",
+        ])
+        .output()
+        .ok()?;
+    let p = text(&out.stdout).trim().to_string();
+    (!p.is_empty()).then(|| PathBuf::from(p))
+}
+
+#[test]
+fn python_split_matches_the_fixtures_own_measurement() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no CPython 3.11 as python3");
+        return;
+    };
+    let lib = temp("libcwork.so");
+    let src = fixtures_dir().join("python/c_work.c");
+    let cc = run_command(
+        Command::new("cc")
+            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(&src),
+        Duration::from_secs(60),
+    );
+    assert!(cc.status.success(), "cc c_work.c: {}", text(&cc.stderr));
+    let script = fixtures_dir().join("python/profsplit.py");
+    let _turn = turn();
+    let out_file = temp("py.txt");
+    let out = record_ok(&[
+        "--rate",
+        "999",
+        "--python",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        py.to_str().unwrap(),
+        script.to_str().unwrap(),
+        lib.to_str().unwrap(),
+        "6",
+    ]);
+    let truth = measured(&text(&out.stdout), "pysplit");
+    let (py_t, c_t) = (truth[0].1, truth[1].1);
+    let stacks = collapsed(&out_file);
+    let c = count(&stacks, |f| f == "c_work") as f64;
+    let py_self = stacks
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == "[py] py_loop"))
+        .filter(|(s, _)| !s.iter().any(|f| f == "c_work"))
+        .map(|(_, n)| *n as f64)
+        .sum::<f64>();
+    assert_enough(c + py_self, 200.0, &stacks, &text(&out.stderr));
+    assert_share("Python py_loop", py_self, c + py_self, py_t / (py_t + c_t));
+    assert_share("C c_work", c, c + py_self, c_t / (py_t + c_t));
+    // Python frames sit at their exact places: c_work runs under [py] py_work.
+    let c_stack = stacks
+        .iter()
+        .find(|(s, _)| s.iter().any(|f| f == "c_work"))
+        .map(|(s, _)| s.clone())
+        .unwrap();
+    let py_work = c_stack.iter().position(|f| f == "[py] py_work");
+    let c_work = c_stack.iter().position(|f| f == "c_work");
+    assert!(py_work < c_work && py_work.is_some(), "{c_stack:?}");
+    let _ = fs::remove_file(out_file);
+    let _ = fs::remove_file(lib);
+}
