@@ -261,6 +261,34 @@ fn fair(s: &injector::Sample) -> bool {
     s.on_cpu.unwrap_or(!s.at_syscall)
 }
 
+/// Spreads the rounds: each waits a period times a uniform draw in [0.5, 1.5),
+/// the same rate on average. Evenly spaced samples can alias with a target's
+/// own regular cycles: a sample stops the thread for about the same time each
+/// round, so the samples fall at nearly evenly spaced points of its CPU time,
+/// and a loop whose length is near a multiple of that spacing would be seen at
+/// the same few places.
+struct Jitter(u64);
+
+impl Jitter {
+    fn new() -> Jitter {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Jitter(seed | 1)
+    }
+
+    /// The next interval for `period` (xorshift64: statistical, not secret).
+    fn next(&mut self, period: Duration) -> Duration {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        let unit = (x >> 11) as f64 / (1u64 << 53) as f64;
+        period.mul_f64(0.5 + unit)
+    }
+}
+
 /// Samples until the duration passes, Ctrl-C, or the process ends.
 fn sample_loop(
     a: &RecordArgs,
@@ -277,6 +305,7 @@ fn sample_loop(
     let mut rotate = 0usize;
     let mut progress = Progress::new();
     let mut tids: Vec<Tid> = Vec::new();
+    let mut jitter = Jitter::new();
     // See priority.rs: the samples start on time on a busy machine, and the
     // sampler does not share its targets' CPUs.
     let _realtime = priority::Realtime::enter();
@@ -304,7 +333,7 @@ fn sample_loop(
         // Rounds that could not start on time: every selected thread misses one sample.
         let behind = ((now - next).as_nanos() / period.as_nanos()) as u64;
         profile.lose("sampler behind schedule", behind * tids.len() as u64);
-        next += period * (behind as u32 + 1);
+        next += period * behind as u32 + jitter.next(period);
         if tids.is_empty() || last_refresh.elapsed() >= Duration::from_millis(100) {
             last_refresh = Instant::now();
             // A process that ends between the checks above and these reads fails

@@ -510,6 +510,14 @@ pub(crate) enum Waited {
 /// is the parent's, and the tracer's wait would consume it.
 pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
     let started = Instant::now();
+    // A real-time caller (`argstash record`'s sampler) sleeps from the start: a
+    // yield would not let the tracee, a normal thread, run on this CPU, and
+    // such a thread sleeps without timer slack, so short naps stay short.
+    // SAFETY: sched_getscheduler takes a pid (0: the calling thread), no pointer.
+    let spin = match unsafe { libc::sched_getscheduler(0) } {
+        libc::SCHED_FIFO | libc::SCHED_RR => Duration::ZERO,
+        _ => Duration::from_micros(200),
+    };
     let mut nap = Duration::from_micros(5);
     let mut next_check = started;
     loop {
@@ -556,7 +564,7 @@ pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
             }
             next_check = now + Duration::from_millis(2);
         }
-        if now - started < Duration::from_micros(200) {
+        if now - started < spin {
             std::thread::yield_now();
         } else {
             std::thread::sleep(nap);
