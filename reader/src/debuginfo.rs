@@ -627,7 +627,21 @@ impl ModuleDebug {
         for context in d.contexts(probe) {
             let context = lock(&context);
             if let Some(unit) = context.find_dwarf_and_unit(probe).skip_all_loads() {
-                out = call_site_params(unit, want).unwrap_or_default();
+                // The call site is a descendant of the caller's own function
+                // entry: searching that subtree, not the whole unit from its
+                // start, is what keeps a cold `bt` through a large unit short.
+                let function = context
+                    .find_frames(probe)
+                    .skip_all_loads()
+                    .ok()
+                    .and_then(|mut frames| {
+                        let mut last = None;
+                        while let Ok(Some(f)) = frames.next() {
+                            last = f.dw_die_offset.or(last);
+                        }
+                        last
+                    });
+                out = call_site_params(unit, want, function).unwrap_or_default();
                 break;
             }
         }
@@ -658,13 +672,28 @@ fn exprloc(v: Option<gimli::AttributeValue<DwarfReader>>) -> Option<Vec<u8>> {
     }
 }
 
+/// The parameters of the call site in `unit` that returns to `return_svma`,
+/// searched among the descendants of the entry at `within` (a function), or in
+/// the whole unit.
 fn call_site_params(
     unit: gimli::UnitRef<'_, DwarfReader>,
     return_svma: u64,
+    within: Option<gimli::UnitOffset<usize>>,
 ) -> Result<Vec<CallSiteParam>, gimli::Error> {
-    let mut cursor = unit.entries();
+    let mut cursor = match within {
+        Some(offset) => unit.entries_at_offset(offset)?,
+        None => unit.entries(),
+    };
+    let mut top = None;
     let mut site = None;
     while let Some(e) = cursor.next_dfs()? {
+        // The first entry read is the subtree's root; a later one at its depth
+        // or above is past the subtree.
+        match top {
+            None => top = Some(e.depth()),
+            Some(depth) if e.depth() <= depth => break,
+            Some(_) => {}
+        }
         let ret = match e.tag() {
             gimli::DW_TAG_call_site => e.attr_value(gimli::DW_AT_call_return_pc),
             gimli::DW_TAG_GNU_call_site => e.attr_value(gimli::DW_AT_low_pc),
