@@ -1,10 +1,12 @@
 //! Sampling a live process's stacks again and again (a profiler's loop): one warm
-//! unwinding context for the whole run, one thread stopped at a time, each only
-//! for as long as it takes to copy its registers, its stack and (for CPython) its
-//! Python frame chain. Unwinding happens after the thread runs again.
+//! unwinding context for the whole run; each thread held only for as long as it
+//! takes to copy its registers, its stack and (for CPython) its Python frame
+//! chain. Unwinding happens after the thread runs again. The threads of a round
+//! are asked to stop together ([`Round::sample_many`]), so that their waits for
+//! a CPU overlap, and each is let go as soon as it is copied.
 //!
 //! The cost of one sample does not grow with the number of threads: a sample
-//! seizes, copies and releases one thread and looks at no other. Listing the
+//! seizes, copies and releases its own thread and looks at no other. Listing the
 //! threads ([`Sampler::threads`]) and refreshing the mappings
 //! ([`Sampler::refresh`]) are the caller's, once per round.
 
@@ -69,8 +71,6 @@ pub struct Sample {
     /// where its CPU time goes (with lazy preemption, mostly just after a system
     /// call). `None` when the kernel keeps no scheduler statistics.
     pub on_cpu: Option<bool>,
-    /// The CPU the thread was queued on when released (`None`: unknown).
-    pub cpu_after: Option<u32>,
 }
 
 /// Why a sample was not taken.
@@ -229,6 +229,11 @@ impl Sampler {
         reader::procfs::read_stat(tid.as_raw()).is_ok_and(|st| st.state != 'R')
     }
 
+    /// The CPU thread `tid` runs on or is queued on now (one read of its `stat`).
+    pub fn cpu_of(&self, tid: Tid) -> Option<u32> {
+        reader::procfs::read_stat(tid.as_raw()).ok()?.cpu
+    }
+
     /// Starts a round of samples: Python code objects decoded during the round
     /// are decoded once.
     pub fn round(&self) -> Round<'_> {
@@ -280,9 +285,96 @@ impl Round<'_> {
         self.take(tid, annotate, false)
     }
 
+    /// Samples several threads at once (`tids`, of this round): each is asked
+    /// to stop, all before any is waited for, and each is copied and let go as
+    /// soon as it has stopped. A thread that was running stops at once; one
+    /// that waited for a CPU stops when it gets one, which the others' stops
+    /// make quick, instead of one wait after another. With
+    /// [`Self::since_round_start`], a thread put on a CPU again since the round
+    /// began is let go right after its stop, uncopied ([`Lost::Rescheduled`]).
+    /// The results come in the order of the stops.
+    pub fn sample_many(&mut self, tids: &[Tid]) -> Vec<(Tid, Result<Sample, Lost>)> {
+        let annotate = self.sampler.opts.annotate;
+        self.many(tids, annotate, true)
+    }
+
+    fn many(
+        &mut self,
+        tids: &[Tid],
+        annotate: bool,
+        since_start: bool,
+    ) -> Vec<(Tid, Result<Sample, Lost>)> {
+        let mut done = Vec::with_capacity(tids.len());
+        let mut waiting = Vec::with_capacity(tids.len());
+        for &tid in tids {
+            match self.request(tid, since_start) {
+                Ok(asked) => waiting.push(asked),
+                Err(lost) => done.push((tid, Err(lost))),
+            }
+            // The threads asked first have often stopped by now: held no longer
+            // than needed, while the rest are asked.
+            self.poll_pass(&mut waiting, &mut done, annotate, false);
+        }
+        let mut next_dead_check = Instant::now() + Duration::from_millis(2);
+        let mut nap = Duration::from_micros(5);
+        while !waiting.is_empty() {
+            let check_dead = Instant::now() >= next_dead_check;
+            if check_dead {
+                next_dead_check = Instant::now() + Duration::from_millis(2);
+            }
+            if self.poll_pass(&mut waiting, &mut done, annotate, check_dead) {
+                nap = Duration::from_micros(5);
+            } else {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_micros(500));
+            }
+        }
+        done
+    }
+
+    /// One look at every thread in `waiting`: those that stopped are copied,
+    /// let go and moved to `done`. Returns whether any was.
+    fn poll_pass(
+        &mut self,
+        waiting: &mut Vec<Asked>,
+        done: &mut Vec<(Tid, Result<Sample, Lost>)>,
+        annotate: bool,
+        check_dead: bool,
+    ) -> bool {
+        let pid = self.sampler.pid;
+        let mut progressed = false;
+        let mut k = 0;
+        while k < waiting.len() {
+            match waiting[k].session.poll_attach(check_dead) {
+                Ok(false) => k += 1,
+                Ok(true) => {
+                    let asked = waiting.swap_remove(k);
+                    let tid = asked.tid;
+                    done.push((tid, self.finish(asked, annotate)));
+                    progressed = true;
+                }
+                Err(e) => {
+                    let asked = waiting.swap_remove(k);
+                    done.push((asked.tid, Err(lost(pid, e))));
+                    progressed = true;
+                }
+            }
+        }
+        progressed
+    }
+
     fn take(&mut self, tid: Tid, annotate: bool, since_start: bool) -> Result<Sample, Lost> {
-        let s = self.sampler;
-        let (pid, raw) = (s.pid, tid.as_raw());
+        match self.many(&[tid], annotate, since_start).pop() {
+            Some((_, result)) => result,
+            None => Err(Lost::ThreadGone),
+        }
+    }
+
+    /// Asks thread `tid` to stop (see [`Self::sample_many`]); a thread already
+    /// rescheduled since the round began is not asked, when `since_start`.
+    fn request(&mut self, tid: Tid, since_start: bool) -> Result<Asked, Lost> {
+        let pid = self.sampler.pid;
+        let raw = tid.as_raw();
         let asked = Instant::now();
         let now = reader::procfs::read_schedstat(raw).map(|st| st.slices);
         let marked = since_start
@@ -292,10 +384,30 @@ impl Round<'_> {
         if before.is_some() && now.is_some() && before != now {
             return Err(Lost::Rescheduled);
         }
-        let mut session = match Session::attach_thread(pid, raw) {
-            Ok(session) => session,
-            Err(e) => return Err(lost(pid, e)),
-        };
+        match Session::request_thread(pid, raw) {
+            Ok(session) => Ok(Asked {
+                tid,
+                session,
+                asked,
+                before,
+                only_fair: marked.is_some(),
+            }),
+            Err(e) => Err(lost(pid, e)),
+        }
+    }
+
+    /// Copies a stopped thread's registers, stack and Python frames, lets it go,
+    /// and unwinds the copy.
+    fn finish(&mut self, asked: Asked, annotate: bool) -> Result<Sample, Lost> {
+        let s = self.sampler;
+        let (pid, raw) = (s.pid, asked.tid.as_raw());
+        let Asked {
+            tid,
+            mut session,
+            asked,
+            before,
+            only_fair,
+        } = asked;
         session.set_quick_release();
         let held = Instant::now();
         let latency = held - asked;
@@ -314,6 +426,10 @@ impl Round<'_> {
             (Some(b), Some(a)) => Some(a.slices == b),
             _ => None,
         };
+        if only_fair && on_cpu == Some(false) {
+            let _ = session.detach();
+            return Err(Lost::Rescheduled);
+        }
         let (start, end) = stack_range(&s.maps, regs.rsp);
         let mut bytes = vec![0u8; end.saturating_sub(start) as usize];
         let copied = s.mem.read(start, &mut bytes);
@@ -322,7 +438,6 @@ impl Round<'_> {
             return Err(lost(pid, e));
         }
         let stopped = held.elapsed();
-        let cpu_after = reader::procfs::read_stat(raw).ok().and_then(|st| st.cpu);
         if copied.is_err() {
             bytes.clear();
         }
@@ -347,9 +462,19 @@ impl Round<'_> {
             stack_bytes,
             at_syscall,
             on_cpu,
-            cpu_after,
         })
     }
+}
+
+/// A thread asked to stop and not yet copied.
+struct Asked {
+    tid: Tid,
+    session: Session,
+    asked: Instant,
+    /// Its `schedstat` slices when the round began (or when asked).
+    before: Option<u64>,
+    /// Only a fair sample is wanted (see [`Round::since_round_start`]).
+    only_fair: bool,
 }
 
 /// Sorts a failure to stop or read a thread into a reason.

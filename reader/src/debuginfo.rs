@@ -630,17 +630,18 @@ impl ModuleDebug {
                 // The call site is a descendant of the caller's own function
                 // entry: searching that subtree, not the whole unit from its
                 // start, is what keeps a cold `bt` through a large unit short.
-                let function = context
-                    .find_frames(probe)
-                    .skip_all_loads()
-                    .ok()
-                    .and_then(|mut frames| {
-                        let mut last = None;
-                        while let Ok(Some(f)) = frames.next() {
-                            last = f.dw_die_offset.or(last);
-                        }
-                        last
-                    });
+                let function =
+                    context
+                        .find_frames(probe)
+                        .skip_all_loads()
+                        .ok()
+                        .and_then(|mut frames| {
+                            let mut last = None;
+                            while let Ok(Some(f)) = frames.next() {
+                                last = f.dw_die_offset.or(last);
+                            }
+                            last
+                        });
                 out = call_site_params(unit, want, function).unwrap_or_default();
                 break;
             }

@@ -1,6 +1,6 @@
 //! `argstash record`: a sampling profiler over the warm reader. Every selected
-//! thread is sampled `--rate` times a second (one thread stopped at a time, only
-//! for the copy of its registers and stack), hooks named with `--func` or
+//! thread is sampled `--rate` times a second (the threads of a round asked to
+//! stop together, each held only for the copy of its registers and stack), hooks named with `--func` or
 //! `--python` are installed first and ejected at the end (only those this run
 //! installed), and the profile is written in the format `-o`'s extension names.
 
@@ -248,6 +248,10 @@ fn wait_for_exec(pid: Pid) {
     }
 }
 
+/// How many threads are asked to stop together: bounds how many a round holds
+/// at once in a target with hundreds of busy threads.
+const BATCH: usize = 16;
+
 /// Whether `s` is a fair pick of where its thread's CPU time goes, for an
 /// on-CPU profile: the thread ran from the start of the round until it stopped
 /// (`Round::since_round_start`), so it stopped where it ran. One that was
@@ -379,59 +383,68 @@ fn sample_loop(
         let n = tids.len();
         let mut gone = false;
         let mut done = n;
-        for k in 0..n {
+        let mut k = 0;
+        'round: while k < n {
             // A round gets one period; threads it does not reach are taken first next time.
             if k > 0 && round_start.elapsed() >= period {
                 profile.lose("over the time budget of a round", (n - k) as u64);
                 done = k;
                 break;
             }
-            let tid = tids[(rotate + k) % n];
-            if !a.idle && sampler.is_idle(tid) {
-                profile.idle += 1;
-                continue;
-            }
-            let sample = match round.sample(tid) {
-                // On-CPU profile: a sample is left out when the thread stopped
-                // where the scheduler had taken it off rather than where it ran.
-                Ok(s) if !a.idle && !fair(&s) => {
-                    busy_cpus.extend(s.cpu_after);
-                    profile.off_cpu += 1;
-                    continue;
+            // Up to BATCH threads are asked to stop together (Round::sample_many).
+            let mut batch = Vec::new();
+            while k < n && batch.len() < BATCH {
+                let tid = tids[(rotate + k) % n];
+                k += 1;
+                if !a.idle && sampler.is_idle(tid) {
+                    profile.idle += 1;
+                } else {
+                    batch.push(tid);
                 }
-                // A hooked function seen for the first time: its parameter names
-                // come from one annotated sample, taken right away (the profile
-                // keeps the fair one).
-                Ok(s) if naming.needs_names(&s) => {
-                    if let Ok(annotated) = round.sample_with(tid, true) {
-                        naming.learn(&annotated);
+            }
+            let results = round.sample_many(&batch);
+            // Where the released threads are queued now: the sampler moves off
+            // those CPUs before it sleeps (priority.rs).
+            busy_cpus.extend(batch.iter().filter_map(|&t| sampler.cpu_of(t)));
+            for (tid, sample) in results {
+                let sample = match sample {
+                    // On-CPU profile: a sample is left out when the thread stopped
+                    // where the scheduler had taken it off rather than where it ran.
+                    Ok(s) if !a.idle && !fair(&s) => {
+                        profile.off_cpu += 1;
+                        continue;
                     }
-                    Ok(s)
+                    // A hooked function seen for the first time: its parameter names
+                    // come from one annotated sample, taken right away (the profile
+                    // keeps the fair one).
+                    Ok(s) if naming.needs_names(&s) => {
+                        if let Ok(annotated) = round.sample_with(tid, true) {
+                            naming.learn(&annotated);
+                        }
+                        Ok(s)
+                    }
+                    other => other,
+                };
+                match sample {
+                    Ok(s) => {
+                        let name = match profile.threads.contains_key(&tid.as_raw()) {
+                            true => String::new(),
+                            false => injector::reader::procfs::read_task_comm(
+                                sampler.pid().as_raw(),
+                                tid.as_raw(),
+                            )
+                            .unwrap_or_default(),
+                        };
+                        let stack = naming.stack(&s);
+                        profile.add_timed(tid.as_raw(), &name, stack, s.stopped, s.latency);
+                    }
+                    Err(Lost::Rescheduled) => profile.off_cpu += 1,
+                    Err(Lost::ProcessGone) => {
+                        gone = true;
+                        break 'round;
+                    }
+                    Err(e) => profile.lose(e.reason(), 1),
                 }
-                other => other,
-            };
-            if let Ok(s) = &sample {
-                busy_cpus.extend(s.cpu_after);
-            }
-            match sample {
-                Ok(s) => {
-                    let name = match profile.threads.contains_key(&tid.as_raw()) {
-                        true => String::new(),
-                        false => injector::reader::procfs::read_task_comm(
-                            sampler.pid().as_raw(),
-                            tid.as_raw(),
-                        )
-                        .unwrap_or_default(),
-                    };
-                    let stack = naming.stack(&s);
-                    profile.add_timed(tid.as_raw(), &name, stack, s.stopped, s.latency);
-                }
-                Err(Lost::Rescheduled) => profile.off_cpu += 1,
-                Err(Lost::ProcessGone) => {
-                    gone = true;
-                    break;
-                }
-                Err(e) => profile.lose(e.reason(), 1),
             }
         }
         rotate = (rotate + done) % n.max(1);

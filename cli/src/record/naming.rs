@@ -194,7 +194,6 @@ mod tests {
             stack_bytes: 0,
             at_syscall: false,
             on_cpu: Some(true),
-            cpu_after: None,
         }
     }
 

@@ -496,6 +496,58 @@ pub(crate) enum Waited {
     Stop { sig: i32, event: i32, raw: i32 },
 }
 
+/// What recording one wait's result left to do.
+enum Step {
+    /// The thread is recorded (stopped) or gone.
+    Done,
+    /// It reported a clone event and was let through: wait for it again.
+    Again,
+}
+
+/// One look at `tid` without blocking: `None` while it has nothing to report.
+/// The exit of a child of this process is left to its parent (see [`wait_tid`]).
+fn try_wait(tid: i32) -> Result<Option<Waited>, SessionError> {
+    loop {
+        if exited_child_of_ours(tid) {
+            return Ok(Some(Waited::Gone));
+        }
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid only writes the status word through the pointer, which points
+        // to a live local.
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
+        if r == tid {
+            if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                return Ok(Some(Waited::Gone));
+            }
+            if libc::WIFSTOPPED(status) {
+                return Ok(Some(Waited::Stop {
+                    sig: libc::WSTOPSIG(status),
+                    event: (status >> 16) & 0xff,
+                    raw: status,
+                }));
+            }
+            return Err(SessionError::Unexpected {
+                tid,
+                state: UnexpectedState::Wait(status),
+            });
+        }
+        if r < 0 {
+            match Errno::last() {
+                Errno::EINTR => continue,
+                Errno::ECHILD => return Ok(Some(Waited::Gone)),
+                source => {
+                    return Err(SessionError::Ptrace {
+                        op: "waitpid",
+                        tid,
+                        source,
+                    })
+                }
+            }
+        }
+        return Ok(None);
+    }
+}
+
 /// Blocks until `tid` changes state; [`Waited::Gone`] when it died and cannot report.
 ///
 /// A plain blocking `waitpid` can hang forever when the process is killed: a traced
@@ -521,41 +573,8 @@ pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
     let mut nap = Duration::from_micros(5);
     let mut next_check = started;
     loop {
-        if exited_child_of_ours(tid) {
-            return Ok(Waited::Gone);
-        }
-        let mut status: libc::c_int = 0;
-        // SAFETY: waitpid only writes the status word through the pointer, which points
-        // to a live local.
-        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
-        if r == tid {
-            if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-                return Ok(Waited::Gone);
-            }
-            if libc::WIFSTOPPED(status) {
-                return Ok(Waited::Stop {
-                    sig: libc::WSTOPSIG(status),
-                    event: (status >> 16) & 0xff,
-                    raw: status,
-                });
-            }
-            return Err(SessionError::Unexpected {
-                tid,
-                state: UnexpectedState::Wait(status),
-            });
-        }
-        if r < 0 {
-            match Errno::last() {
-                Errno::EINTR => continue,
-                Errno::ECHILD => return Ok(Waited::Gone),
-                source => {
-                    return Err(SessionError::Ptrace {
-                        op: "waitpid",
-                        tid,
-                        source,
-                    })
-                }
-            }
+        if let Some(waited) = try_wait(tid)? {
+            return Ok(waited);
         }
         let now = Instant::now();
         if now >= next_check {
@@ -737,6 +756,28 @@ impl Session {
 
     /// Stops only thread `tid` of `pid` (for reading one stack); the others keep running.
     pub fn attach_thread(pid: i32, tid: i32) -> Result<Session, SessionError> {
+        let mut s = Session::request_thread(pid, tid)?;
+        s.wait_attach(
+            tid,
+            &mut HashSet::from([tid]),
+            &mut Vec::new(),
+            &mut HashSet::new(),
+        )?;
+        if s.threads.is_empty() {
+            return Err(if proc_exists(pid) {
+                SessionError::NoSuchThread { pid, tid }
+            } else {
+                SessionError::Exited { pid }
+            });
+        }
+        Ok(s)
+    }
+
+    /// Seizes thread `tid` of `pid` and asks it to stop, without waiting:
+    /// [`Session::poll_attach`] collects the stop. A profiler asks every thread
+    /// of a round at once, so that the threads waiting for a CPU stop (as soon as
+    /// they get one) while it copies the others.
+    pub(crate) fn request_thread(pid: i32, tid: i32) -> Result<Session, SessionError> {
         let status = precheck(pid)?;
         if tid <= 0 || !procfs::task_exists(pid, tid) {
             return Err(SessionError::NoSuchThread { pid, tid });
@@ -757,6 +798,8 @@ impl Session {
                 })
             }
         }
+        // From here on, dropping the session collects the stop and lets it go.
+        s.pending.insert(tid);
         s.stopped_at = Instant::now();
         match ptrace::interrupt(Pid::from_raw(tid)) {
             Ok(()) | Err(Errno::ESRCH) => {}
@@ -768,21 +811,41 @@ impl Session {
                 })
             }
         }
-        s.pending.insert(tid);
-        s.wait_attach(
+        Ok(s)
+    }
+
+    /// For a session of [`Session::request_thread`]: whether the thread has
+    /// stopped (and is now held), without blocking. An error when it ended;
+    /// `check_dead` also asks `/proc` whether it died unreported (a traced
+    /// thread of a killed process may never report).
+    pub(crate) fn poll_attach(&mut self, check_dead: bool) -> Result<bool, SessionError> {
+        let Some(&tid) = self.pending.iter().next() else {
+            return Ok(!self.threads.is_empty());
+        };
+        let waited = match try_wait(tid)? {
+            Some(w) => w,
+            None if check_dead && thread_is_dead(tid) => Waited::Gone,
+            None => return Ok(false),
+        };
+        let mut known = HashSet::from([tid]);
+        match self.take_stop(
             tid,
-            &mut HashSet::from([tid]),
+            Ok(waited),
+            &mut known,
             &mut Vec::new(),
             &mut HashSet::new(),
-        )?;
-        if s.threads.is_empty() {
-            return Err(if proc_exists(pid) {
-                SessionError::NoSuchThread { pid, tid }
+        )? {
+            Step::Again => Ok(false),
+            Step::Done if self.threads.is_empty() => Err(if proc_exists(self.pid) {
+                SessionError::NoSuchThread { pid: self.pid, tid }
             } else {
-                SessionError::Exited { pid }
-            });
+                SessionError::Exited { pid: self.pid }
+            }),
+            Step::Done => {
+                self.stopped_at = Instant::now();
+                Ok(true)
+            }
         }
-        Ok(s)
     }
 
     /// Seize, interrupt and wait for threads until a pass over `/proc/PID/task` finds none new.
@@ -894,81 +957,96 @@ impl Session {
         waitlist: &mut Vec<i32>,
         cloned: &mut HashSet<i32>,
     ) -> Result<(), SessionError> {
-        let child = Pid::from_raw(tid);
         loop {
             let waited = wait_tid(tid);
-            // Whatever happens next, the thread is no longer running unseen.
-            self.pending.remove(&tid);
-            let (sig, event, raw) = match waited? {
-                Waited::Gone => return Ok(()),
-                Waited::Stop { sig, event, raw } => (sig, event, raw),
-            };
-            let mut tracee = Tracee {
-                tid,
-                found: ThreadStop::Interrupted,
-                current: Current::Event,
-                signal: None,
-                extra: Vec::new(),
-                resumed: false,
-            };
-            match event {
-                0 => {
-                    tracee.found = ThreadStop::Signal { signal: sig };
-                    tracee.current = Current::SignalStop;
-                    let info = ptrace::getsiginfo(child);
-                    tracee.signal = info.ok();
-                    self.threads.push(tracee);
-                    return info
-                        .map(drop)
-                        .map_err(|e| self.ptrace_error("PTRACE_GETSIGINFO", tid, e));
-                }
-                EVENT_STOP if sig == libc::SIGTRAP => {}
-                EVENT_STOP
-                    if matches!(
-                        sig,
-                        libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
-                    ) =>
-                {
-                    tracee.found = ThreadStop::GroupStop { signal: sig }
-                }
-                libc::PTRACE_EVENT_CLONE => {
-                    self.clone_events += 1;
-                    if let Ok(new) = ptrace::getevent(child) {
-                        let new = new as i32;
-                        if known.insert(new) {
-                            self.pending.insert(new);
-                            cloned.insert(new);
-                            waitlist.push(new);
-                        }
-                    }
-                    // Let clone return, and stop again on the way to user space.
-                    let step = ptrace::interrupt(child)
-                        .map_err(|e| ("PTRACE_INTERRUPT", e))
-                        .and_then(|()| ptrace::cont(child, None).map_err(|e| ("PTRACE_CONT", e)));
-                    if let Err((op, e)) = step {
-                        // Still stopped in the clone event: keep it so that detach releases it.
-                        self.threads.push(tracee);
-                        return Err(self.ptrace_error(op, tid, e));
-                    }
-                    self.pending.insert(tid);
-                    continue;
-                }
-                _ => {
-                    self.threads.push(tracee);
-                    return Err(SessionError::Unexpected {
-                        tid,
-                        state: UnexpectedState::Wait(raw),
-                    });
-                }
-            }
-            if cloned.contains(&tid) && !procfs::task_exists(self.pid, tid) {
-                // A new process cloned without SIGCHLD, traced through TRACECLONE: let it go.
-                let _ = ptrace::detach(child, None);
+            if let Step::Done = self.take_stop(tid, waited, known, waitlist, cloned)? {
                 return Ok(());
             }
-            self.threads.push(tracee);
-            return Ok(());
         }
+    }
+
+    /// Records what a wait for seized thread `tid` returned: its stop, its end,
+    /// or a clone event (let through: [`Step::Again`], wait again).
+    fn take_stop(
+        &mut self,
+        tid: i32,
+        waited: Result<Waited, SessionError>,
+        known: &mut HashSet<i32>,
+        waitlist: &mut Vec<i32>,
+        cloned: &mut HashSet<i32>,
+    ) -> Result<Step, SessionError> {
+        let child = Pid::from_raw(tid);
+        // Whatever happens next, the thread is no longer running unseen.
+        self.pending.remove(&tid);
+        let (sig, event, raw) = match waited? {
+            Waited::Gone => return Ok(Step::Done),
+            Waited::Stop { sig, event, raw } => (sig, event, raw),
+        };
+        let mut tracee = Tracee {
+            tid,
+            found: ThreadStop::Interrupted,
+            current: Current::Event,
+            signal: None,
+            extra: Vec::new(),
+            resumed: false,
+        };
+        match event {
+            0 => {
+                tracee.found = ThreadStop::Signal { signal: sig };
+                tracee.current = Current::SignalStop;
+                let info = ptrace::getsiginfo(child);
+                tracee.signal = info.ok();
+                self.threads.push(tracee);
+                return info
+                    .map(|_| Step::Done)
+                    .map_err(|e| self.ptrace_error("PTRACE_GETSIGINFO", tid, e));
+            }
+            EVENT_STOP if sig == libc::SIGTRAP => {}
+            EVENT_STOP
+                if matches!(
+                    sig,
+                    libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+                ) =>
+            {
+                tracee.found = ThreadStop::GroupStop { signal: sig }
+            }
+            libc::PTRACE_EVENT_CLONE => {
+                self.clone_events += 1;
+                if let Ok(new) = ptrace::getevent(child) {
+                    let new = new as i32;
+                    if known.insert(new) {
+                        self.pending.insert(new);
+                        cloned.insert(new);
+                        waitlist.push(new);
+                    }
+                }
+                // Let clone return, and stop again on the way to user space.
+                let step = ptrace::interrupt(child)
+                    .map_err(|e| ("PTRACE_INTERRUPT", e))
+                    .and_then(|()| ptrace::cont(child, None).map_err(|e| ("PTRACE_CONT", e)));
+                if let Err((op, e)) = step {
+                    // Still stopped in the clone event: keep it so that detach releases it.
+                    self.threads.push(tracee);
+                    return Err(self.ptrace_error(op, tid, e));
+                }
+                self.pending.insert(tid);
+                return Ok(Step::Again);
+            }
+            _ => {
+                self.threads.push(tracee);
+                return Err(SessionError::Unexpected {
+                    tid,
+                    state: UnexpectedState::Wait(raw),
+                });
+            }
+        }
+        if cloned.contains(&tid) && !procfs::task_exists(self.pid, tid) {
+            // A new process cloned without SIGCHLD, traced through TRACECLONE: let it go.
+            let _ = ptrace::detach(child, None);
+            return Ok(Step::Done);
+        }
+        self.threads.push(tracee);
+        Ok(Step::Done)
     }
 
     /// Maps ESRCH on a vanished process to [`SessionError::Exited`].
