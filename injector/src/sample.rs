@@ -18,7 +18,7 @@ use reader::debuginfo::{DebugSearch, DwarfCache};
 use reader::ids::{Pid, Tid};
 use reader::memory::{Memory, StackSnapshot};
 use reader::procfs::{read_maps, MapEntry};
-use reader::python::stack::StackReader;
+use reader::python::stack::{StackReader, ThreadRead};
 use reader::python::{ProcessPython, PythonStack};
 use reader::symbols::ProcessSymbols;
 use reader::unwind::{stack_range, Frame, FrameKind, StopReason, Unwinder};
@@ -304,7 +304,7 @@ impl Round<'_> {
         annotate: bool,
         since_start: bool,
     ) -> Vec<(Tid, Result<Sample, Lost>)> {
-        let mut done = Vec::with_capacity(tids.len());
+        let mut done: Vec<(Tid, Result<Copied, Lost>)> = Vec::with_capacity(tids.len());
         let mut waiting = Vec::with_capacity(tids.len());
         for &tid in tids {
             match self.request(tid, since_start) {
@@ -313,7 +313,7 @@ impl Round<'_> {
             }
             // The threads asked first have often stopped by now: held no longer
             // than needed, while the rest are asked.
-            self.poll_pass(&mut waiting, &mut done, annotate, false);
+            self.poll_pass(&mut waiting, &mut done, false);
         }
         let mut next_dead_check = Instant::now() + Duration::from_millis(2);
         let mut nap = Duration::from_micros(5);
@@ -322,14 +322,16 @@ impl Round<'_> {
             if check_dead {
                 next_dead_check = Instant::now() + Duration::from_millis(2);
             }
-            if self.poll_pass(&mut waiting, &mut done, annotate, check_dead) {
+            if self.poll_pass(&mut waiting, &mut done, check_dead) {
                 nap = Duration::from_micros(5);
             } else {
                 std::thread::sleep(nap);
                 nap = (nap * 2).min(Duration::from_micros(500));
             }
         }
-        done
+        done.into_iter()
+            .map(|(tid, copied)| (tid, copied.map(|c| self.unwind(c, annotate))))
+            .collect()
     }
 
     /// One look at every thread in `waiting`: those that stopped are copied,
@@ -337,8 +339,7 @@ impl Round<'_> {
     fn poll_pass(
         &mut self,
         waiting: &mut Vec<Asked>,
-        done: &mut Vec<(Tid, Result<Sample, Lost>)>,
-        annotate: bool,
+        done: &mut Vec<(Tid, Result<Copied, Lost>)>,
         check_dead: bool,
     ) -> bool {
         let pid = self.sampler.pid;
@@ -350,7 +351,7 @@ impl Round<'_> {
                 Ok(true) => {
                     let asked = waiting.swap_remove(k);
                     let tid = asked.tid;
-                    done.push((tid, self.finish(asked, annotate)));
+                    done.push((tid, self.copy(asked)));
                     progressed = true;
                 }
                 Err(e) => {
@@ -396,9 +397,10 @@ impl Round<'_> {
         }
     }
 
-    /// Copies a stopped thread's registers, stack and Python frames, lets it go,
-    /// and unwinds the copy.
-    fn finish(&mut self, asked: Asked, annotate: bool) -> Result<Sample, Lost> {
+    /// Copies a stopped thread's registers, stack and Python frames and lets it
+    /// go; the copy is unwound later ([`Self::unwind`]), when no thread of the
+    /// batch is held any more.
+    fn copy(&mut self, asked: Asked) -> Result<Copied, Lost> {
         let s = self.sampler;
         let (pid, raw) = (s.pid, asked.tid.as_raw());
         let Asked {
@@ -441,9 +443,25 @@ impl Round<'_> {
         if copied.is_err() {
             bytes.clear();
         }
-        let stack_bytes = bytes.len();
-        let snapshot = StackSnapshot::new(start, bytes, &s.mem);
-        let regs = s.unwind.arch().dwarf_registers(&regs);
+        Ok(Copied {
+            tid,
+            regs,
+            start,
+            bytes,
+            python: py_read,
+            stopped,
+            latency,
+            at_syscall,
+            on_cpu,
+        })
+    }
+
+    /// Unwinds a copy taken by [`Self::copy`].
+    fn unwind(&self, copied: Copied, annotate: bool) -> Sample {
+        let s = self.sampler;
+        let stack_bytes = copied.bytes.len();
+        let snapshot = StackSnapshot::new(copied.start, copied.bytes, &s.mem);
+        let regs = s.unwind.arch().dwarf_registers(&copied.regs);
         let (frames, truncated) = if annotate {
             s.unwind.unwind(&regs, &snapshot, false)
         } else {
@@ -452,18 +470,32 @@ impl Round<'_> {
             (f, t)
         };
         let native: Vec<_> = frames.iter().map(Frame::python_eval).collect();
-        Ok(Sample {
-            tid,
-            python: py_read.assemble(&native),
+        Sample {
+            tid: copied.tid,
+            python: copied.python.assemble(&native),
             frames,
             truncated,
-            stopped,
-            latency,
+            stopped: copied.stopped,
+            latency: copied.latency,
             stack_bytes,
-            at_syscall,
-            on_cpu,
-        })
+            at_syscall: copied.at_syscall,
+            on_cpu: copied.on_cpu,
+        }
     }
+}
+
+/// A stopped thread's copy, taken while it was held.
+struct Copied {
+    tid: Tid,
+    regs: libc::user_regs_struct,
+    /// Where the stack copy starts.
+    start: u64,
+    bytes: Vec<u8>,
+    python: ThreadRead,
+    stopped: Duration,
+    latency: Duration,
+    at_syscall: bool,
+    on_cpu: Option<bool>,
 }
 
 /// A thread asked to stop and not yet copied.
