@@ -615,6 +615,15 @@ fn exited_child_of_ours(tid: i32) -> bool {
             libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
         )
         // Reported to a tracer too: only a real child is left alone.
+        && is_own_child_process(tid)
+}
+
+/// True when `tid` is a process (a thread-group leader) whose parent is this
+/// process: its exit status is ours to collect as its parent, not as its
+/// tracer. A thread of it that is not the leader is only ever the tracer's to
+/// reap (it reports to its parent through the leader).
+fn is_own_child_process(tid: i32) -> bool {
+    procfs::read_status(tid).is_ok_and(|st| st.tgid == tid)
         && procfs::read_stat(tid).is_ok_and(|st| st.ppid == std::process::id() as i32)
 }
 
@@ -662,8 +671,8 @@ pub(crate) fn signal_name(sig: i32) -> String {
 /// Not the group leader of a process of which this process is also the parent
 /// (a program that `argstash record -- CMD` started): its exit status is then
 /// the parent's to collect, and a reap here would lose it.
-fn reap(pid: i32, tid: i32) {
-    if tid == pid && procfs::read_stat(pid).is_ok_and(|st| st.ppid == std::process::id() as i32) {
+fn reap(tid: i32) {
+    if is_own_child_process(tid) {
         return;
     }
     for _ in 0..50 {
@@ -1182,7 +1191,7 @@ impl Session {
         dead.retain(|t| thread_is_dead(*t));
         dead.sort_by_key(|t| *t == self.pid);
         for tid in dead {
-            reap(self.pid, tid);
+            reap(tid);
         }
         let held = self.stopped_at.elapsed();
         match first_err {
@@ -1239,7 +1248,7 @@ impl Session {
                 Errno::ESRCH => {
                     // Either it died (reap it) or it is ours but running: stop it and retry.
                     if ptrace::interrupt(child).is_err() {
-                        reap(self.pid, t.tid);
+                        reap(t.tid);
                         return failed.map_or(Ok(()), Err);
                     }
                     match wait_tid(t.tid)? {
@@ -1392,8 +1401,13 @@ pub(crate) mod test_support {
 
         /// Waits for the program to exit and returns its exit code.
         pub(crate) fn wait_exit(&mut self) -> Option<i32> {
+            self.wait_status()?.code()
+        }
+
+        /// How it ended (closes its stdin first).
+        pub(crate) fn wait_status(&mut self) -> Option<std::process::ExitStatus> {
             self.stdin = None;
-            self.child.wait().ok()?.code()
+            self.child.wait().ok()
         }
     }
 
@@ -1843,6 +1857,30 @@ int main(int argc, char **argv) {
         assert_released(pid);
         child.send("stop\n");
         assert_eq!(child.line(), "errors=0");
+    }
+
+    #[test]
+    fn a_childs_exit_status_is_left_to_its_parent() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = TestChild::spawn("own", THREADS, &["4", "0"]);
+        let pid = child.pid;
+        let worker = tasks(pid)[2];
+        // Only the process itself is ours to collect as its parent; its other
+        // threads are the tracer's to reap.
+        assert!(is_own_child_process(pid));
+        assert!(!is_own_child_process(worker));
+        assert!(!is_own_child_process(1));
+        // A traced child killed while held: the wait says it is gone and leaves
+        // its exit status where its parent finds it.
+        let s = Session::attach_thread(pid, pid).unwrap();
+        // SAFETY: kill takes two integers; the pid is our own unreaped child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert!(matches!(wait_tid(pid), Ok(Waited::Gone)));
+        drop(s);
+        let status = child
+            .wait_status()
+            .expect("its status, not taken by the wait");
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
     }
 
     /// Four threads that create and join short-lived threads as fast as they can.
