@@ -255,10 +255,10 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             funcs.extend(a.addr.iter().map(|x| format!("0x{x:x}")));
             let names: Vec<&str> = funcs.iter().map(String::as_str).collect();
             let mut opts = HashMap::new();
-            if a.float_args {
+            if a.stash.float_args {
                 opts.insert(OPT_FLOAT_ARGS, Value::from(true));
             }
-            if let Some(n) = a.stack_args {
+            if let Some(n) = a.stash.stack_args {
                 opts.insert(OPT_STACK_ARGS, Value::from(n));
             }
             if a.python > 0 {

@@ -67,23 +67,9 @@ struct InjectArgs {
     /// executable), so `bt` pairs each native evaluator frame with its Python frames exactly.
     #[arg(long, action = clap::ArgAction::Count)]
     python: u8,
-    /// Incoming 8-byte stack words to copy (arguments beyond the registers). Default: found
-    /// from each function's code; variadic functions get 8. Give it when argstash cannot tell.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=16))]
-    stack_args: Option<u16>,
-    /// Also stash xmm0-xmm7 (float and double arguments); `bt` shows them as doubles.
-    #[arg(long)]
-    float_args: bool,
-    /// Whether argstash may run the target's own functions after the stop, to register
-    /// the hooks' unwind information with libgcc (C++ exceptions) and load the gdb JIT
-    /// helper: `safe` (default) only on a thread proved to be outside the allocator,
-    /// the loader and libgcc (skipped, with a note, when none is found in time); `off`
-    /// never.
-    #[arg(long, value_name = "WHEN", default_value = "safe")]
-    unwind_registration: Registration,
-    /// How long to look for a thread at a safe point, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    safe_point_wait: u64,
+    /// How each hook stashes, and how its unwind information is registered.
+    #[command(flatten)]
+    stash: StashArgs,
 }
 
 #[derive(Args)]
@@ -105,6 +91,42 @@ struct EjectArgs {
     /// Remove the Python hook (`inject --python`).
     #[arg(long, action = clap::ArgAction::Count, conflicts_with = "all")]
     python: u8,
+    /// How deregistering the hooks' unwind information may run code in the target.
+    #[command(flatten)]
+    calls: CallArgs,
+}
+
+/// How each hook stashes (`inject`, `run`).
+#[derive(Args)]
+struct StashArgs {
+    /// Incoming 8-byte stack words to copy (arguments beyond the registers). Default: found
+    /// from each function's code; variadic functions get 8. Give it when argstash cannot tell.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=16))]
+    stack_args: Option<u16>,
+    /// Also stash xmm0-xmm7 (float and double arguments); `bt` shows them as doubles.
+    #[arg(long)]
+    float_args: bool,
+    /// How the hooks' unwind information is registered.
+    #[command(flatten)]
+    calls: CallArgs,
+}
+
+impl StashArgs {
+    /// The library's install options for these flags.
+    fn install_options(&self) -> InstallOptions {
+        InstallOptions {
+            stack_words: self.stack_args.unwrap_or(0),
+            force_stack_words: self.stack_args.is_some(),
+            float_args: self.float_args,
+            calls: self.calls.policy(),
+        }
+    }
+}
+
+/// Whether and how argstash may run the target's own functions (`inject`,
+/// `eject`, `run`).
+#[derive(Args, Clone, Copy)]
+struct CallArgs {
     /// Whether argstash may run the target's own functions after the stop, to register
     /// the hooks' unwind information with libgcc (C++ exceptions) and load the gdb JIT
     /// helper: `safe` (default) only on a thread proved to be outside the allocator,
@@ -117,6 +139,24 @@ struct EjectArgs {
     safe_point_wait: u64,
 }
 
+impl CallArgs {
+    /// The library's call policy for these flags.
+    fn policy(&self) -> injector::CallPolicy {
+        injector::CallPolicy {
+            calls: match self.unwind_registration {
+                Registration::Safe => injector::RemoteCalls::AtSafePoints,
+                Registration::Off => injector::RemoteCalls::Off,
+            },
+            wait: std::time::Duration::from_millis(self.safe_point_wait),
+        }
+    }
+
+    /// Whether these are the defaults, the only policy argstashd uses.
+    fn is_default(&self) -> bool {
+        self.unwind_registration == Registration::Safe && self.safe_point_wait == 500
+    }
+}
+
 /// `--unwind-registration` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Registration {
@@ -124,17 +164,6 @@ enum Registration {
     Safe,
     /// Never run code in the target.
     Off,
-}
-
-/// The library's call policy for these options.
-fn call_policy(r: Registration, wait_ms: u64) -> injector::CallPolicy {
-    injector::CallPolicy {
-        calls: match r {
-            Registration::Safe => injector::RemoteCalls::AtSafePoints,
-            Registration::Off => injector::RemoteCalls::Off,
-        },
-        wait: std::time::Duration::from_millis(wait_ms),
-    }
 }
 
 #[derive(Args)]
@@ -192,12 +221,12 @@ fn parse_addr(s: &str) -> Result<u64, String> {
 
 fn run(cli: Cli) -> Result<()> {
     if let Some(bus) = &cli.bus {
-        let registration = match &cli.command {
-            Command::Inject(a) => Some((a.unwind_registration, a.safe_point_wait)),
-            Command::Eject(a) => Some((a.unwind_registration, a.safe_point_wait)),
+        let calls = match &cli.command {
+            Command::Inject(a) => Some(a.stash.calls),
+            Command::Eject(a) => Some(a.calls),
             _ => None,
         };
-        if registration.is_some_and(|r| r != (Registration::Safe, 500)) {
+        if calls.is_some_and(|c| !c.is_default()) {
             anyhow::bail!(
                 "--unwind-registration and --safe-point-wait are not carried over D-Bus: \
                  argstashd registers at safe points found within 500 ms; run argstash \
@@ -220,16 +249,7 @@ fn run(cli: Cli) -> Result<()> {
             if a.python > 0 {
                 targets.push(injector::python_hook(a.pid)?);
             }
-            let report = install(
-                a.pid,
-                &targets,
-                &InstallOptions {
-                    stack_words: a.stack_args.unwrap_or(0),
-                    force_stack_words: a.stack_args.is_some(),
-                    float_args: a.float_args,
-                    calls: call_policy(a.unwind_registration, a.safe_point_wait),
-                },
-            )?;
+            let report = install(a.pid, &targets, &a.stash.install_options())?;
             output::print_install(&report);
         }
         Command::Eject(a) => {
@@ -248,7 +268,7 @@ fn run(cli: Cli) -> Result<()> {
                 a.pid,
                 &EjectOptions {
                     what,
-                    calls: call_policy(a.unwind_registration, a.safe_point_wait),
+                    calls: a.calls.policy(),
                 },
             )?;
             output::print_eject(&report);

@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use clap::Args;
 use injector::render::{backtrace_json, backtrace_text, View};
-use injector::{
-    FuncSpec, HookTarget, InstallOptions, ReportReason, RunError, RunEvent, RunOptions,
-};
+use injector::{FuncSpec, HookTarget, ReportReason, RunError, RunEvent, RunOptions};
 
 /// Options of `argstash run`.
 #[derive(Args)]
@@ -26,19 +24,9 @@ pub struct RunArgs {
     /// Hook CPython's frame evaluator too (as `inject --python`).
     #[arg(long, action = clap::ArgAction::Count)]
     python: u8,
-    /// Incoming 8-byte stack words to copy (as `inject --stack-args`).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=16))]
-    stack_args: Option<u16>,
-    /// Also stash xmm0-xmm7 (as `inject --float-args`).
-    #[arg(long)]
-    float_args: bool,
-    /// Whether argstash may run the program's own functions to register the hooks'
-    /// unwind information (as `inject --unwind-registration`): `safe` or `off`.
-    #[arg(long, value_name = "WHEN", default_value = "safe")]
-    unwind_registration: crate::Registration,
-    /// How long to look for a thread at a safe point, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    safe_point_wait: u64,
+    /// How each hook stashes, and how its unwind information is registered (as `inject`).
+    #[command(flatten)]
+    stash: crate::StashArgs,
     /// Print every thread's backtrace when the program gets a fatal signal (SIGSEGV,
     /// SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP), before it dies of it.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
@@ -270,12 +258,7 @@ pub fn main(a: RunArgs) -> i32 {
         }
     };
     let opts = RunOptions {
-        install: InstallOptions {
-            stack_words: a.stack_args.unwrap_or(0),
-            force_stack_words: a.stack_args.is_some(),
-            float_args: a.float_args,
-            calls: crate::call_policy(a.unwind_registration, a.safe_point_wait),
-        },
+        install: a.stash.install_options(),
         python: a.python > 0,
         on_crash: a.on_crash == "on",
         report_signals: a.on_signal.clone(),

@@ -174,23 +174,11 @@ fn timed(cmd: &Path, args: &[&str]) -> Duration {
 
 /// `callback.c` as a shared library in a temporary directory.
 fn callback_lib(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/python/callback.c");
-    let out = dir.join("libcallback.so");
-    let st = Command::new("cc")
-        .args([
-            "-O0",
-            "-g",
-            "-shared",
-            "-fPIC",
-            "-fno-omit-frame-pointer",
-            "-o",
-        ])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("cc");
-    assert!(st.success());
-    out
+    argstash_tests::compile_c(
+        &argstash_tests::fixtures_dir().join("python/callback.c"),
+        &dir.join("libcallback.so"),
+        &["-O0", "-g", "-shared", "-fPIC", "-fno-omit-frame-pointer"],
+    )
 }
 
 /// Whether `line` holds `word` delimited by non-identifier characters.

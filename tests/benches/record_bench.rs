@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use argstash_tests::{argstash, build, Variant};
+use argstash_tests::{argstash, build, count, Variant};
 
 /// Runs per slowdown variant (the best is kept: noise only slows things down).
 const ROUNDS: usize = 2;
@@ -36,10 +36,7 @@ fn main() {
     std::fs::create_dir_all(&tmp).unwrap();
     let lib = tmp.join("libcwork.so");
     let src = argstash_tests::fixtures_dir().join("python/c_work.c");
-    run(Command::new("cc")
-        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .arg(&src));
+    argstash_tests::compile_c(&src, &lib, &["-O2", "-g", "-shared", "-fPIC"]);
     let script = argstash_tests::fixtures_dir().join("python/profsplit.py");
     let python = which("python3").map(|_| {
         let out = run(Command::new("python3").args(["-c", "import sys; print(sys.executable)"]));
@@ -87,21 +84,7 @@ fn main() {
             cost.push((summary(&out.1), cpu));
             if has_perf {
                 let data = tmp.join("perf.data");
-                let out = run(Command::new("perf")
-                    .args([
-                        "record",
-                        "-F",
-                        "99",
-                        "-g",
-                        "--call-graph",
-                        "dwarf",
-                        "-q",
-                        "-o",
-                    ])
-                    .arg(&data)
-                    .arg("--")
-                    .arg(&exe)
-                    .args(["spin", SECS, threads]));
+                let out = perf_record(&data, "99", &exe, &["spin", SECS, threads]);
                 keep(&mut best, "perf", spin_rate(&out));
             }
         }
@@ -170,6 +153,26 @@ fn which(tool: &str) -> Option<()> {
         .ok()
         .filter(|s| s.success())
         .map(drop)
+}
+
+/// `perf record -g --call-graph dwarf` at `rate` Hz of `exe args` into `data`;
+/// the program's stdout.
+fn perf_record(data: &Path, rate: &str, exe: &Path, args: &[&str]) -> String {
+    run(Command::new("perf")
+        .args([
+            "record",
+            "-F",
+            rate,
+            "-g",
+            "--call-graph",
+            "dwarf",
+            "-q",
+            "-o",
+        ])
+        .arg(data)
+        .arg("--")
+        .arg(exe)
+        .args(args))
 }
 
 /// Runs a command; its stdout.
@@ -286,15 +289,6 @@ fn folded(text: &str) -> Vec<(Vec<String>, u64)> {
         .collect()
 }
 
-/// Samples with a frame that `pred` accepts.
-fn with(stacks: &[(Vec<String>, u64)], pred: impl Fn(&str) -> bool) -> u64 {
-    stacks
-        .iter()
-        .filter(|(s, _)| s.iter().any(|f| pred(f)))
-        .map(|(_, n)| n)
-        .sum()
-}
-
 /// `perf script` output folded into collapsed stacks (root first).
 fn fold_perf(script: &str) -> Vec<(Vec<String>, u64)> {
     let mut counts: HashMap<Vec<String>, u64> = HashMap::new();
@@ -320,6 +314,12 @@ fn fold_perf(script: &str) -> Vec<(Vec<String>, u64)> {
     counts.into_iter().collect()
 }
 
+/// All samples, and those in the fixture's own `clock_gettime` calls.
+fn total_and_clock(s: &[(Vec<String>, u64)]) -> (u64, u64) {
+    let total = s.iter().map(|(_, n)| n).sum();
+    (total, count(s, |f| f.contains("clock_gettime")))
+}
+
 fn share(a: u64, b: u64) -> String {
     match a + b {
         0 => "-".into(),
@@ -342,9 +342,8 @@ fn attribution_c(bin: &Path, exe: &Path, tmp: &Path, has_perf: bool) {
         100.0 * ta / (ta + tb)
     );
     let s = folded(&std::fs::read_to_string(&txt).unwrap_or_default());
-    let (a, b) = (with(&s, |f| f == "hot_a"), with(&s, |f| f == "hot_b"));
-    let total: u64 = s.iter().map(|(_, n)| n).sum();
-    let clock = with(&s, |f| f.contains("clock_gettime"));
+    let (a, b) = (count(&s, |f| f == "hot_a"), count(&s, |f| f == "hot_b"));
+    let (total, clock) = total_and_clock(&s);
     println!(
         "  argstash: hot_a {} of hot_a+hot_b ({a}+{b} samples); clock_gettime {} of all {total}",
         share(a, b),
@@ -352,27 +351,12 @@ fn attribution_c(bin: &Path, exe: &Path, tmp: &Path, has_perf: bool) {
     );
     if has_perf {
         let data = tmp.join("split.perf");
-        let out = run(Command::new("perf")
-            .args([
-                "record",
-                "-F",
-                "499",
-                "-g",
-                "--call-graph",
-                "dwarf",
-                "-q",
-                "-o",
-            ])
-            .arg(&data)
-            .arg("--")
-            .arg(exe)
-            .args(["split", SECS]));
+        let out = perf_record(&data, "499", exe, &["split", SECS]);
         let f = fields(&out, "split");
         let script = run(Command::new("perf").args(["script", "-i"]).arg(&data));
         let s = fold_perf(&script);
-        let (a, b) = (with(&s, |f| f == "hot_a"), with(&s, |f| f == "hot_b"));
-        let total: u64 = s.iter().map(|(_, n)| n).sum();
-        let clock = with(&s, |f| f.contains("clock_gettime"));
+        let (a, b) = (count(&s, |f| f == "hot_a"), count(&s, |f| f == "hot_b"));
+        let (total, clock) = total_and_clock(&s);
         println!(
             "  perf -g --call-graph dwarf: hot_a {} ({a}+{b}; fixture this run {:.1}%); clock_gettime {} of all {total}",
             share(a, b),
@@ -398,10 +382,9 @@ fn attribution_py(bin: &Path, py: &Path, script: &Path, lib: &Path, tmp: &Path, 
         100.0 * f["py_self"] / (f["py_self"] + f["c"])
     );
     let s = folded(&std::fs::read_to_string(&txt).unwrap_or_default());
-    let c = with(&s, |f| f == "c_work");
-    let p = with(&s, |f| f == "[py] py_loop");
-    let total: u64 = s.iter().map(|(_, n)| n).sum();
-    let clock = with(&s, |f| f.contains("clock_gettime"));
+    let c = count(&s, |f| f == "c_work");
+    let p = count(&s, |f| f == "[py] py_loop");
+    let (total, clock) = total_and_clock(&s);
     println!(
         "  argstash --python: py_loop {} ({p}+{c}); clock_gettime {} of all {total}",
         share(p, c),
@@ -419,8 +402,8 @@ fn attribution_py(bin: &Path, py: &Path, script: &Path, lib: &Path, tmp: &Path, 
             .arg(SECS));
         let f = fields(&out, "pysplit");
         let s = folded(&std::fs::read_to_string(&raw).unwrap_or_default());
-        let c = with(&s, |f| f.starts_with("c_work "));
-        let p = with(&s, |f| f.starts_with("py_loop "));
+        let c = count(&s, |f| f.starts_with("c_work "));
+        let p = count(&s, |f| f.starts_with("py_loop "));
         let total: u64 = s.iter().map(|(_, n)| n).sum();
         println!(
             "  py-spy --native: py_loop {} ({p}+{c}; fixture this run {:.1}%), {total} samples",

@@ -71,7 +71,8 @@ pub fn run(args: &[&str]) -> Output {
     run_command(&mut argstash_cmd(args), RUN_TIMEOUT)
 }
 
-fn describe(args: &[&str], out: &Output) -> String {
+/// The command and its status and output, for an assertion's message.
+pub(crate) fn describe(args: &[&str], out: &Output) -> String {
     format!(
         "argstash {}\n  status: {}\n--- stdout:\n{}--- stderr:\n{}",
         args.join(" "),

@@ -370,6 +370,27 @@ pub fn build_i386(name: &str) -> PathBuf {
     out
 }
 
+/// Compiles `src` into `out` with the system `cc` (`cc -o OUT SRC FLAGS...`:
+/// libraries given as `-l` come after the source); panics with cc's messages
+/// when it fails. Returns `out`.
+pub fn compile_c(src: &Path, out: &Path, flags: &[&str]) -> PathBuf {
+    let built = Command::new("cc")
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .args(flags)
+        .output()
+        .expect("run cc (scripts/setup.sh installs it)");
+    assert!(
+        built.status.success(),
+        "cc {} {}: {}",
+        src.display(),
+        flags.join(" "),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    out.to_path_buf()
+}
+
 /// True when `cc -m32` links a program here; otherwise prints why the calling test skips.
 ///
 /// The probe runs once per test process; the message is printed on every call

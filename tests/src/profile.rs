@@ -4,9 +4,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::Duration;
 
-use crate::{argstash_cmd, build, run_command, Variant};
+use crate::{build, Variant};
 
 /// Collapsed stacks: each stack's frames, root first, and its sample count.
 pub type Stacks = Vec<(Vec<String>, u64)>;
@@ -26,24 +25,20 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// `argstash record ARGS` to completion (at most a minute).
+/// `argstash record ARGS` to completion (at most [`crate::RUN_TIMEOUT`]).
 pub fn record(args: &[&str]) -> Output {
-    run_command(
-        &mut argstash_cmd(&[&["record"], args].concat()),
-        Duration::from_secs(60),
-    )
+    crate::run(&[&["record"], args].concat())
 }
 
 /// [`record`], which must succeed.
 #[track_caller]
 pub fn record_ok(args: &[&str]) -> Output {
-    let out = record(args);
+    let args = [&["record"], args].concat();
+    let out = crate::run(&args);
     assert!(
         out.status.success(),
-        "argstash record {args:?}: {}\n--- stdout:\n{}--- stderr:\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
+        "{}",
+        crate::cli::describe(&args, &out)
     );
     out
 }

@@ -14,7 +14,6 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use argstash_tests::*;
 
@@ -158,14 +157,7 @@ fn python_split_matches_the_fixtures_own_measurement() {
     };
     let lib = temp("libcwork.so");
     let src = fixtures_dir().join("python/c_work.c");
-    let cc = run_command(
-        Command::new("cc")
-            .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(&src),
-        Duration::from_secs(60),
-    );
-    assert!(cc.status.success(), "cc c_work.c: {}", text(&cc.stderr));
+    compile_c(&src, &lib, &["-O2", "-g", "-shared", "-fPIC"]);
     let script = fixtures_dir().join("python/profsplit.py");
     let _turn = turn();
     let out_file = temp("py.txt");

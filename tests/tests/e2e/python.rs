@@ -75,26 +75,8 @@ fn callback_lib() -> PathBuf {
     LIB.get_or_init(|| {
         let src = fixtures_dir().join("python/callback.c");
         let out = fixture_cache_dir().join(format!("libcallback-{}.so", std::process::id()));
-        let built = Command::new("cc")
-            .args([
-                "-O0",
-                "-g",
-                "-shared",
-                "-fPIC",
-                "-fno-omit-frame-pointer",
-                "-o",
-            ])
-            .arg(&out)
-            .arg(&src)
-            .output()
-            .expect("run cc");
-        assert!(
-            built.status.success(),
-            "cc {}: {}",
-            src.display(),
-            String::from_utf8_lossy(&built.stderr)
-        );
-        out
+        let flags = ["-O0", "-g", "-shared", "-fPIC", "-fno-omit-frame-pointer"];
+        compile_c(&src, &out, &flags)
     })
     .clone()
 }
@@ -508,20 +490,7 @@ fn fake_cpython(name: &str, defines: &[&str]) -> PathBuf {
     let src = fixtures_dir().join("python/fake_cpython.c");
     let out = fixture_cache_dir().join(format!("{name}-{}", std::process::id()));
     if !out.exists() {
-        let built = Command::new("cc")
-            .args(["-O0", "-g", "-rdynamic"])
-            .args(defines)
-            .arg("-o")
-            .arg(&out)
-            .arg(&src)
-            .output()
-            .expect("run cc");
-        assert!(
-            built.status.success(),
-            "cc {}: {}",
-            src.display(),
-            String::from_utf8_lossy(&built.stderr)
-        );
+        compile_c(&src, &out, &[&["-O0", "-g", "-rdynamic"], defines].concat());
     }
     out
 }

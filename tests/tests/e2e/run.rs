@@ -102,20 +102,11 @@ fn compile(name: &str, extra: &[&str]) -> PathBuf {
     let d = dir();
     let src = d.join(format!("{name}.c"));
     std::fs::write(&src, RUNNER).unwrap();
-    let bin = d.join(name);
-    let out = Command::new("cc")
-        .args(["-O2", "-g", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .args(extra)
-        .output()
-        .expect("cc runs");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
+    compile_c(
+        &src,
+        &d.join(name),
+        &[&["-O2", "-g", "-pthread"], extra].concat(),
+    )
 }
 
 /// The dynamically linked fixture, built once.
