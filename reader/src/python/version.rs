@@ -140,13 +140,18 @@ pub struct Located {
 
 /// Finds the CPython interpreter among a process's modules.
 pub fn locate(symbols: &ProcessSymbols, mem: &dyn Memory) -> Result<Located, PythonError> {
+    // CPython exports its evaluator (extension modules link against it), so the
+    // dynamic symbols find it without reading every module's whole symbol table.
     let (module, eval_frame) = symbols
         .modules
         .iter()
-        .find_map(|m| {
-            m.symbols_named(EVAL_FRAME_FUNCTION)
-                .next()
-                .map(|s| (m, s.addr))
+        .find_map(|m| m.exported(EVAL_FRAME_FUNCTION).map(|addr| (m, addr)))
+        .or_else(|| {
+            symbols.modules.iter().find_map(|m| {
+                m.symbols_named(EVAL_FRAME_FUNCTION)
+                    .next()
+                    .map(|s| (m, s.addr))
+            })
         })
         .ok_or(PythonError::NotPython { pid: symbols.pid })?;
     if !module.is_64 {

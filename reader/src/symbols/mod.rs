@@ -34,6 +34,7 @@ use std::path::Path;
 
 use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::section_header::{SHN_UNDEF, SHT_NOBITS};
+use goblin::elf::sym::Sym;
 use goblin::elf::sym::{STB_LOCAL, STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::Elf;
 use goblin::options::ParseOptions;
@@ -41,6 +42,9 @@ use goblin::options::ParseOptions;
 use crate::hint::Hint;
 use crate::memory::Memory;
 use crate::procfs::{self, MapEntry};
+
+mod view;
+use view::{ElfView, SymbolSection};
 
 /// Mask that rounds an address or file offset down to its 4 KiB page.
 const PAGE_MASK: u64 = !0xfff;
@@ -444,10 +448,9 @@ pub struct Module {
     pub is_64: bool,
     /// The `DT_SONAME` of a shared library (`libz.so.1`), if it has one.
     pub soname: Option<String>,
-    symbols: Vec<Symbol>,
-    max_size: u64,
-    /// GNU indirect functions: name and runtime address of the resolver, sorted by name.
-    ifuncs: Vec<(String, u64)>,
+    /// The function symbols, read from the file on first use (a backtrace needs
+    /// those of the few modules its frames are in, not of every mapped library).
+    table: std::sync::OnceLock<SymbolTable>,
     sections: Vec<Section>,
     loads: Vec<Load>,
     data: FileData,
@@ -465,7 +468,7 @@ impl fmt::Debug for Module {
                 &format_args!("{:#x}..{:#x}", self.range.start, self.range.end),
             )
             .field("is_64", &self.is_64)
-            .field("symbols", &self.symbols.len())
+            .field("symbols", &self.table.get().map(|t| t.symbols.len()))
             .field("file_len", &self.data.bytes().len())
             .finish_non_exhaustive()
     }
@@ -479,10 +482,17 @@ struct Parsed {
     exec_ranges: Vec<Range<u64>>,
     is_64: bool,
     soname: Option<String>,
-    symbols: Vec<Symbol>,
-    ifuncs: Vec<(String, u64)>,
     sections: Vec<Section>,
     loads: Vec<Load>,
+}
+
+/// A module's function symbols, sorted by address.
+struct SymbolTable {
+    symbols: Vec<Symbol>,
+    /// The largest symbol size (bounds the search for a covering symbol).
+    max_size: u64,
+    /// GNU indirect functions: name and runtime address of the resolver, sorted by name.
+    ifuncs: Vec<(String, u64)>,
 }
 
 impl Module {
@@ -545,7 +555,6 @@ impl Module {
             path: path.clone(),
             problem,
         })?;
-        let max_size = parsed.symbols.iter().map(|s| s.size).max().unwrap_or(0);
         Ok(Module {
             path,
             bias: parsed.bias,
@@ -553,9 +562,7 @@ impl Module {
             exec_ranges: parsed.exec_ranges,
             is_64: parsed.is_64,
             soname: parsed.soname,
-            symbols: parsed.symbols,
-            max_size,
-            ifuncs: parsed.ifuncs,
+            table: std::sync::OnceLock::new(),
             sections: parsed.sections,
             loads: parsed.loads,
             data,
@@ -574,7 +581,41 @@ impl Module {
     /// At one address, exported names come before local ones and names with fewer
     /// leading underscores first (`write` before `__libc_write`).
     pub fn symbols(&self) -> &[Symbol] {
-        &self.symbols
+        &self.table().symbols
+    }
+
+    /// The runtime address of `name` when the module's `.dynsym` defines it: a
+    /// quick "which module exports this" that does not build the symbol table.
+    pub fn exported(&self, name: &str) -> Option<u64> {
+        let view = parse_view(self.data.bytes()).ok()?;
+        let dynsym = view.dynsym.as_ref()?;
+        dynsym
+            .syms
+            .iter()
+            .find(|sym| {
+                sym.st_shndx != SHN_UNDEF as usize
+                    && sym.st_value != 0
+                    && dynsym.name(sym.st_name) == Some(name)
+            })
+            .map(|sym| sym.st_value.wrapping_add(self.bias))
+    }
+
+    /// The symbol table, read from the file the first time it is needed.
+    ///
+    /// The image was parsed once already when the module was loaded, so a failure
+    /// here (which cannot come from the same bytes) just leaves the table empty.
+    fn table(&self) -> &SymbolTable {
+        self.table.get_or_init(|| {
+            let (symbols, ifuncs) = parse_view(self.data.bytes())
+                .map(|view| collect_symbols(&view, self.bias))
+                .unwrap_or_default();
+            let max_size = symbols.iter().map(|s| s.size).max().unwrap_or(0);
+            SymbolTable {
+                symbols,
+                max_size,
+                ifuncs,
+            }
+        })
     }
 
     /// The function containing `addr` and the offset of `addr` into it.
@@ -583,22 +624,23 @@ impl Module {
     /// symbol is used if it has no size, lies within 64 KiB and in the same
     /// executable mapping as `addr`.
     pub fn lookup(&self, addr: u64) -> Option<(&Symbol, u64)> {
-        let end = self.symbols.partition_point(|s| s.addr <= addr);
+        let table = self.table();
+        let end = table.symbols.partition_point(|s| s.addr <= addr);
         let mut i = end;
         while i > 0 {
             i -= 1;
-            let start = self.symbols.get(i)?.addr;
+            let start = table.symbols.get(i)?.addr;
             let off = addr - start;
-            if off > self.max_size {
+            if off > table.max_size {
                 break;
             }
-            let first = self.symbols.partition_point(|s| s.addr < start);
-            if let Some(s) = self.symbols.get(first..=i)?.iter().find(|s| s.size > off) {
+            let first = table.symbols.partition_point(|s| s.addr < start);
+            if let Some(s) = table.symbols.get(first..=i)?.iter().find(|s| s.size > off) {
                 return Some((s, off));
             }
             i = first;
         }
-        let last = self.symbols.get(end.checked_sub(1)?)?;
+        let last = table.symbols.get(end.checked_sub(1)?)?;
         let off = addr - last.addr;
         let same_exec = self
             .exec_ranges
@@ -607,8 +649,12 @@ impl Module {
         if off >= UNSIZED_WINDOW || !same_exec || !self.same_section(addr, last.addr) {
             return None;
         }
-        let first = self.symbols.partition_point(|s| s.addr < last.addr);
-        let s = self.symbols.get(first..end)?.iter().find(|s| s.size == 0)?;
+        let first = table.symbols.partition_point(|s| s.addr < last.addr);
+        let s = table
+            .symbols
+            .get(first..end)?
+            .iter()
+            .find(|s| s.size == 0)?;
         Some((s, off))
     }
 
@@ -626,15 +672,16 @@ impl Module {
 
     /// The preferred function symbol that starts exactly at `addr`, sized ones first.
     pub fn symbol_at(&self, addr: u64) -> Option<&Symbol> {
-        let first = self.symbols.partition_point(|s| s.addr < addr);
-        let end = self.symbols.partition_point(|s| s.addr <= addr);
-        let at = self.symbols.get(first..end)?;
+        let symbols = &self.table().symbols;
+        let first = symbols.partition_point(|s| s.addr < addr);
+        let end = symbols.partition_point(|s| s.addr <= addr);
+        let at = symbols.get(first..end)?;
         at.iter().find(|s| s.size > 0).or_else(|| at.first())
     }
 
     /// Function symbols with exactly this name (one per address).
     pub fn symbols_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
-        self.symbols.iter().filter(move |s| s.name == name)
+        self.table().symbols.iter().filter(move |s| s.name == name)
     }
 
     /// True when `name` is one of the module's GNU indirect functions.
@@ -645,15 +692,16 @@ impl Module {
     /// Runtime address of the resolver of the GNU indirect function `name`, if it is one.
     pub fn ifunc_resolver(&self, name: &str) -> Option<u64> {
         let i = self
+            .table()
             .ifuncs
             .binary_search_by(|(n, _)| n.as_str().cmp(name))
             .ok()?;
-        self.ifuncs.get(i).map(|(_, addr)| *addr)
+        self.table().ifuncs.get(i).map(|(_, addr)| *addr)
     }
 
     /// Names of the module's GNU indirect functions (`STT_GNU_IFUNC`), sorted.
     pub fn ifunc_names(&self) -> impl Iterator<Item = &str> + '_ {
-        self.ifuncs.iter().map(|(n, _)| n.as_str())
+        self.table().ifuncs.iter().map(|(n, _)| n.as_str())
     }
 
     /// Function symbols of the module's separate debug file's `.symtab` (found by
@@ -819,6 +867,18 @@ fn parse_elf(bytes: &[u8]) -> Result<Elf<'_>, ElfProblem> {
     }
 }
 
+/// Reads the [`ElfView`] of an image, turning a parser panic on hostile input into an error.
+fn parse_view(bytes: &[u8]) -> Result<ElfView<'_>, ElfProblem> {
+    if bytes.get(..4) != Some(b"\x7fELF".as_slice()) {
+        return Err(ElfProblem::NoHeader);
+    }
+    match std::panic::catch_unwind(|| ElfView::parse(bytes)) {
+        Ok(Ok(view)) => Ok(view),
+        Ok(Err(e)) => Err(ElfProblem::Parse(e)),
+        Err(_) => Err(ElfProblem::ParserPanicked),
+    }
+}
+
 /// Finds the load bias that places the `PT_LOAD` segments onto the file's mappings.
 ///
 /// Takes the first `PT_LOAD` that some mapping matches (`offset == p_offset & !0xfff`);
@@ -874,7 +934,7 @@ impl RawSym<'_> {
 }
 
 fn parse_module(bytes: &[u8], entries: &[&MapEntry]) -> Result<Parsed, ElfProblem> {
-    let elf = parse_elf(bytes)?;
+    let elf = parse_view(bytes)?;
     let loads: Vec<Load> = elf
         .program_headers
         .iter()
@@ -921,7 +981,7 @@ fn parse_module(bytes: &[u8], entries: &[&MapEntry]) -> Result<Parsed, ElfProble
         .section_headers
         .iter()
         .map(|sh| Section {
-            name: elf.shdr_strtab.get_at(sh.sh_name).unwrap_or("").to_string(),
+            name: elf.section_name(sh).to_string(),
             addr: sh.sh_addr,
             size: sh.sh_size,
             offset: sh.sh_offset,
@@ -929,89 +989,110 @@ fn parse_module(bytes: &[u8], entries: &[&MapEntry]) -> Result<Parsed, ElfProble
         })
         .collect();
 
-    let (symbols, ifuncs) = collect_symbols(&elf, bias);
     Ok(Parsed {
         bias,
         range: start..end,
         exec_ranges,
         is_64: elf.is_64,
         soname: elf.soname.filter(|n| !n.is_empty()).map(str::to_string),
-        symbols,
-        ifuncs,
         sections,
         loads,
     })
 }
 
+/// The symbol's kind when it is one that [`collect_symbols`] keeps (a defined
+/// function or indirect function), else `None`; read before its name is looked up.
+fn kept_kind(sym: &Sym) -> Option<u8> {
+    let defined = sym.st_shndx != SHN_UNDEF as usize && sym.st_value != 0;
+    let kind = sym.st_type();
+    (defined && (kind == STT_FUNC || kind == STT_GNU_IFUNC)).then_some(kind)
+}
+
+/// `NAME` of a `.symtab` name of the form `NAME@@VERSION`, else the name itself.
+fn without_default_version(name: &str) -> &str {
+    if !name.as_bytes().contains(&b'@') {
+        return name;
+    }
+    name.split_once("@@").map_or(name, |(plain, _)| plain)
+}
+
+/// Adds a symbol [`kept_kind`] kept, named `name`, at its runtime address (value
+/// plus `bias`): a function to `raw`, an indirect function to `ifuncs`.
+fn keep<'a>(
+    raw: &mut Vec<RawSym<'a>>,
+    ifuncs: &mut Vec<(String, u64)>,
+    (sym, kind, bias): (&Sym, u8, u64),
+    name: Cow<'a, str>,
+    from_dynsym: bool,
+) {
+    let addr = sym.st_value.wrapping_add(bias);
+    if kind == STT_FUNC {
+        raw.push(RawSym {
+            name,
+            addr,
+            size: sym.st_size,
+            local: sym.st_bind() == STB_LOCAL,
+            from_dynsym,
+        });
+    } else {
+        ifuncs.push((name.into_owned(), addr));
+    }
+}
+
 /// Merges `.symtab` and `.dynsym` function symbols into the sorted, deduplicated table.
-fn collect_symbols(elf: &Elf<'_>, bias: u64) -> (Vec<Symbol>, Vec<(String, u64)>) {
-    let mut raw: Vec<RawSym<'_>> = Vec::with_capacity(elf.syms.len() + elf.dynsyms.len());
+fn collect_symbols(elf: &ElfView<'_>, bias: u64) -> (Vec<Symbol>, Vec<(String, u64)>) {
+    let count = |t: &Option<SymbolSection<'_>>| t.as_ref().map_or(0, |t| t.syms.len());
+    let mut raw: Vec<RawSym<'_>> = Vec::with_capacity(count(&elf.symtab) + count(&elf.dynsym));
     let mut ifuncs: Vec<(String, u64)> = Vec::new();
 
-    for sym in elf.syms.iter() {
-        if sym.st_shndx == SHN_UNDEF as usize || sym.st_value == 0 {
-            continue;
-        }
-        let Some(name) = elf.strtab.get_at(sym.st_name).filter(|n| !n.is_empty()) else {
-            continue;
-        };
-        let name = name.split_once("@@").map_or(name, |(plain, _)| plain);
-        match sym.st_type() {
-            STT_FUNC => raw.push(RawSym {
-                name: Cow::Borrowed(name),
-                addr: sym.st_value.wrapping_add(bias),
-                size: sym.st_size,
-                local: sym.st_bind() == STB_LOCAL,
-                from_dynsym: false,
-            }),
-            STT_GNU_IFUNC => ifuncs.push((name.to_string(), sym.st_value.wrapping_add(bias))),
-            _ => {}
+    if let Some(symtab) = &elf.symtab {
+        for sym in symtab.syms.iter() {
+            let Some(kind) = kept_kind(&sym) else {
+                continue;
+            };
+            let Some(name) = symtab.name(sym.st_name).filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            let name = Cow::Borrowed(without_default_version(name));
+            keep(&mut raw, &mut ifuncs, (&sym, kind, bias), name, false);
         }
     }
 
-    // Version index -> version name, for naming hidden (non-default) versions.
-    let versions: Vec<(u16, &str)> = elf
-        .verdef
-        .as_ref()
-        .map(|verdef| {
-            verdef
-                .iter()
-                .filter_map(|vd| {
-                    let aux = vd.iter().next()?;
-                    Some((vd.vd_ndx, elf.dynstrtab.get_at(aux.vda_name)?))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-
-    for (index, sym) in elf.dynsyms.iter().enumerate() {
-        if sym.st_shndx == SHN_UNDEF as usize || sym.st_value == 0 {
-            continue;
-        }
-        let Some(name) = elf.dynstrtab.get_at(sym.st_name).filter(|n| !n.is_empty()) else {
-            continue;
-        };
-        let hidden_version = elf
-            .versym
+    if let Some(dynsym) = &elf.dynsym {
+        // Version index -> version name, for naming hidden (non-default) versions.
+        let versions: Vec<(u16, &str)> = elf
+            .verdef
             .as_ref()
-            .and_then(|vs| vs.get_at(index))
-            .filter(|v| v.is_hidden())
-            .and_then(|v| versions.iter().find(|(ndx, _)| *ndx == v.version()))
-            .map(|(_, ver)| *ver);
-        let name = match hidden_version {
-            Some(ver) => Cow::Owned(format!("{name}@{ver}")),
-            None => Cow::Borrowed(name),
-        };
-        match sym.st_type() {
-            STT_FUNC => raw.push(RawSym {
-                name,
-                addr: sym.st_value.wrapping_add(bias),
-                size: sym.st_size,
-                local: sym.st_bind() == STB_LOCAL,
-                from_dynsym: true,
-            }),
-            STT_GNU_IFUNC => ifuncs.push((name.into_owned(), sym.st_value.wrapping_add(bias))),
-            _ => {}
+            .map(|verdef| {
+                verdef
+                    .iter()
+                    .filter_map(|vd| {
+                        let aux = vd.iter().next()?;
+                        Some((vd.vd_ndx, dynsym.name(aux.vda_name)?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+
+        for (index, sym) in dynsym.syms.iter().enumerate() {
+            let Some(kind) = kept_kind(&sym) else {
+                continue;
+            };
+            let Some(name) = dynsym.name(sym.st_name).filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            let hidden_version = elf
+                .versym
+                .as_ref()
+                .and_then(|vs| vs.get_at(index))
+                .filter(|v| v.is_hidden())
+                .and_then(|v| versions.iter().find(|(ndx, _)| *ndx == v.version()))
+                .map(|(_, ver)| *ver);
+            let name = match hidden_version {
+                Some(ver) => Cow::Owned(format!("{name}@{ver}")),
+                None => Cow::Borrowed(name),
+            };
+            keep(&mut raw, &mut ifuncs, (&sym, kind, bias), name, true);
         }
     }
 
@@ -1482,7 +1563,7 @@ fn suggestions(name: &str, modules: &[&Module]) -> Vec<String> {
     let limit = (name.chars().count() / 2).clamp(1, 3);
     let mut scored: Vec<(usize, &str, &str)> = Vec::new();
     for m in modules {
-        for s in &m.symbols {
+        for s in m.symbols() {
             let distance = bounded_levenshtein(name, &s.name, limit);
             let substring = name.len() >= 3 && s.name.contains(name);
             let score = match distance {
@@ -1601,7 +1682,7 @@ pub fn soname_of(pid: i32, path: &str) -> Option<String> {
     }
     let file = File::open(format!("/proc/{pid}/root{path}")).ok()?;
     let data = map_elf_file(file, path, path).ok()?;
-    let elf = parse_elf(data.bytes()).ok()?;
+    let elf = parse_view(data.bytes()).ok()?;
     elf.soname.filter(|n| !n.is_empty()).map(str::to_string)
 }
 
