@@ -165,7 +165,10 @@ impl ProcessReader {
         self.key = key;
         self.started = started;
         unwind.set_arenas(discover(&maps, &mem)?);
-        read_threads(pid, &maps, &mem, unwind, &self.python, opts, stopper)
+        let bt = read_threads(pid, &maps, &mem, unwind, &self.python, opts, stopper);
+        // What this backtrace learned from DWARF serves the next process's too.
+        unwind.save_debug_answers();
+        bt
     }
 }
 

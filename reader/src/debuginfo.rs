@@ -88,6 +88,13 @@ impl ModulesDebug {
             .collect()
     }
 
+    /// Saves what every loaded module learned from its DWARF ([`ModuleDebug::save_answers`]).
+    pub fn save_answers(&self) {
+        for debug in self.cells.iter().filter_map(std::cell::OnceCell::get) {
+            debug.save_answers();
+        }
+    }
+
     /// Problems met while loading debug info so far (e.g. a debug file of another build).
     pub fn warnings(&self) -> Vec<String> {
         self.cells
@@ -105,11 +112,24 @@ pub struct ModuleDebug {
     /// Files that were found but not trusted, and other problems, for the user.
     pub warnings: Vec<String>,
     bias: u64,
-    dwarf: Option<Arc<DwarfData>>,
+    /// The parsed DWARF: set at load, or on first need when the answers saved by
+    /// an earlier run may make it unnecessary (see [`ModuleDebug::dwarf`]).
+    dwarf: std::sync::OnceLock<Option<Arc<DwarfData>>>,
+    /// The debug file whose DWARF is parsed on first need, and the cache to use.
+    deferred: std::sync::Mutex<Option<(ElfSections, DwarfCache)>>,
     /// Function symbols from MiniDebugInfo (runtime addresses), sorted by address.
     mini_symbols: Vec<Symbol>,
     /// Answers already given, by address.
     memo: std::sync::Mutex<Memo>,
+    /// Where the answers are saved for the next run: the on-disk cache and the
+    /// key of the debug file they come from ([`crate::answers`]).
+    persist: Option<(DiskCache, EntryKey)>,
+}
+
+impl Drop for ModuleDebug {
+    fn drop(&mut self) {
+        self.save_answers();
+    }
 }
 
 /// How many answers of each kind a [`Memo`] keeps before it starts over.
@@ -122,6 +142,8 @@ const MEMO_MAX: usize = 4096;
 struct Memo {
     frames: std::collections::HashMap<u64, Vec<SourceFrame>>,
     call_sites: std::collections::HashMap<(u64, u64), Vec<CallSiteParam>>,
+    /// Some answer was found in the DWARF rather than loaded from disk.
+    dirty: bool,
 }
 
 /// Stores `value` under `key`, emptying `map` first when it is full.
@@ -438,7 +460,7 @@ impl DwarfCache {
 }
 
 /// One source-level frame at a pc: a function, possibly inlined into the next one.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SourceFrame {
     /// Function name, demangled, without parameter list.
     pub function: Option<String>,
@@ -488,9 +510,11 @@ impl ModuleDebug {
             source: None,
             warnings: Vec::new(),
             bias,
-            dwarf: None,
+            dwarf: std::sync::OnceLock::new(),
+            deferred: std::sync::Mutex::new(None),
             mini_symbols: Vec::new(),
             memo: Default::default(),
+            persist: None,
         };
         let module = match ElfSections::open(path) {
             Ok(m) => m,
@@ -503,9 +527,14 @@ impl ModuleDebug {
             md.mini_symbols = mini_debuginfo_symbols(&module, bias, &mut md.warnings);
         }
         if module.has(".debug_info") {
+            if md.recall(&module, cache) {
+                md.source = Some(DebugSource::Embedded);
+                md.defer(module, cache);
+                return md;
+            }
             match load_dwarf(&module, cache) {
                 Ok(d) => {
-                    md.dwarf = Some(d);
+                    md.set_dwarf(d);
                     md.source = Some(DebugSource::Embedded);
                     return md;
                 }
@@ -518,9 +547,14 @@ impl ModuleDebug {
             if !file.has(".debug_info") {
                 continue;
             }
+            if md.recall(&file, cache) {
+                md.source = Some(source);
+                md.defer(file, cache);
+                break;
+            }
             match load_dwarf(&file, cache) {
                 Ok(d) => {
-                    md.dwarf = Some(d);
+                    md.set_dwarf(d);
                     md.source = Some(source);
                     break;
                 }
@@ -532,19 +566,93 @@ impl ModuleDebug {
         md
     }
 
+    /// Starts from the answers an earlier run saved for the debug file `file`,
+    /// and saves this one's later (when `cache` has a disk). True when some were
+    /// saved: the DWARF itself may then never be needed.
+    fn recall(&mut self, file: &ElfSections, cache: &DwarfCache) -> bool {
+        let Some(disk) = cache.disk() else {
+            return false;
+        };
+        let Some(key) = file
+            .build_id()
+            .and_then(|id| EntryKey::of_file(Path::new(&file.path), id))
+        else {
+            return false;
+        };
+        let saved = crate::answers::load(disk, &key);
+        self.persist = Some((disk.clone(), key));
+        let Some(saved) = saved else {
+            return false;
+        };
+        let saved = saved.shifted(self.bias);
+        let memo = self.memo.get_mut().unwrap_or_else(|e| e.into_inner());
+        memo.frames = saved.frames;
+        memo.call_sites = saved.call_sites;
+        true
+    }
+
+    fn set_dwarf(&mut self, data: Arc<DwarfData>) {
+        self.dwarf = std::sync::OnceLock::from(Some(data));
+    }
+
+    /// Parses `file`'s DWARF only when an answer is not among the recalled ones.
+    fn defer(&mut self, file: ElfSections, cache: &DwarfCache) {
+        *self.deferred.get_mut().unwrap_or_else(|e| e.into_inner()) = Some((file, cache.clone()));
+    }
+
+    /// The parsed DWARF, parsing a deferred debug file now.
+    fn dwarf(&self) -> Option<&Arc<DwarfData>> {
+        self.dwarf
+            .get_or_init(|| {
+                let pending = self
+                    .deferred
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                // A file that parsed when its answers were saved parses now; if it
+                // no longer does, this module is symbolized from its symbols.
+                pending.and_then(|(file, cache)| load_dwarf(&file, &cache).ok())
+            })
+            .as_ref()
+    }
+
+    /// Saves the answers found in the DWARF since the last save, for the next
+    /// run (nothing to do when every answer came from disk). Also done on drop.
+    pub fn save_answers(&self) {
+        let Some((disk, key)) = &self.persist else {
+            return;
+        };
+        let answers = {
+            let mut memo = self.memo();
+            if !memo.dirty {
+                return;
+            }
+            memo.dirty = false;
+            crate::answers::Answers {
+                frames: memo.frames.clone(),
+                call_sites: memo.call_sites.clone(),
+            }
+        };
+        // Not saving only costs the next run the DWARF work again.
+        let _ = crate::answers::store(disk, key, &answers.shifted(self.bias.wrapping_neg()));
+    }
+
     fn memo(&self) -> std::sync::MutexGuard<'_, Memo> {
         self.memo.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// True when DWARF was found.
     pub fn has_dwarf(&self) -> bool {
-        self.dwarf.is_some()
+        self.source.is_some()
     }
 
     /// Bytes of DWARF section data this module holds in memory (0 without DWARF);
     /// the parsed units and line tables add to it as they are queried.
     pub fn dwarf_bytes(&self) -> usize {
-        self.dwarf.as_ref().map_or(0, |d| d.section_bytes)
+        self.dwarf
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, |d| d.section_bytes)
     }
 
     /// The MiniDebugInfo function symbol covering runtime address `pc`.
@@ -558,12 +666,12 @@ impl ModuleDebug {
     /// The source frames at runtime address `pc`, innermost (inlined) first, the
     /// physical function last; empty without DWARF for `pc`.
     pub fn frames(&self, pc: u64) -> Vec<SourceFrame> {
-        let Some(d) = &self.dwarf else {
-            return Vec::new();
-        };
         if let Some(known) = self.memo().frames.get(&pc) {
             return known.clone();
         }
+        let Some(d) = self.dwarf() else {
+            return Vec::new();
+        };
         let probe = pc.wrapping_sub(self.bias);
         let mut out = Vec::new();
         for context in d.contexts(probe) {
@@ -572,7 +680,9 @@ impl ModuleDebug {
                 break;
             }
         }
-        remember(&mut self.memo().frames, pc, &out);
+        let mut memo = self.memo();
+        memo.dirty = true;
+        remember(&mut memo.frames, pc, &out);
         out
     }
 
@@ -615,12 +725,12 @@ impl ModuleDebug {
     /// call-site DWARF: `(parameter location at the callee's entry, value
     /// expression in the caller)` pairs; `caller_pc` is a pc inside the caller.
     pub fn call_site_params(&self, caller_pc: u64, return_address: u64) -> Vec<CallSiteParam> {
-        let Some(d) = &self.dwarf else {
-            return Vec::new();
-        };
         if let Some(known) = self.memo().call_sites.get(&(caller_pc, return_address)) {
             return known.clone();
         }
+        let Some(d) = self.dwarf() else {
+            return Vec::new();
+        };
         let probe = caller_pc.wrapping_sub(self.bias);
         let want = return_address.wrapping_sub(self.bias);
         let mut out = Vec::new();
@@ -646,11 +756,9 @@ impl ModuleDebug {
                 break;
             }
         }
-        remember(
-            &mut self.memo().call_sites,
-            (caller_pc, return_address),
-            &out,
-        );
+        let mut memo = self.memo();
+        memo.dirty = true;
+        remember(&mut memo.call_sites, (caller_pc, return_address), &out);
         out
     }
 
@@ -1382,15 +1490,15 @@ mod tests {
         let search = DebugSearch::default();
         let cache = DwarfCache::new();
         let a = ModuleDebug::load_cached(&exe, 0, &search, &cache);
-        let Some(da) = a.dwarf.clone() else {
+        let Some(da) = a.dwarf().cloned() else {
             eprintln!("skipped: this test binary has no DWARF");
             return;
         };
         let b = ModuleDebug::load_cached(&exe, 0, &search, &cache.clone());
-        assert!(Arc::ptr_eq(&da, b.dwarf.as_ref().unwrap()), "one parse");
+        assert!(Arc::ptr_eq(&da, b.dwarf().unwrap()), "one parse");
         let own = ModuleDebug::load(&exe, 0, &search);
         assert!(
-            !Arc::ptr_eq(&da, own.dwarf.as_ref().unwrap()),
+            !Arc::ptr_eq(&da, own.dwarf().unwrap()),
             "a parse of its own"
         );
         // The cache holds no parse alive by itself.
@@ -1417,7 +1525,7 @@ mod tests {
         };
         let search = DebugSearch::default();
         let plain = ModuleDebug::load(libc, 0, &search);
-        let Some(whole) = plain.dwarf.as_ref().and_then(|d| d.whole()) else {
+        let Some(whole) = plain.dwarf().and_then(|d| d.whole()) else {
             eprintln!("skipped: libc has no debug info here (apt-get install libc6-dbg)");
             return;
         };

@@ -45,7 +45,7 @@ pub const CACHE_ENV: &str = "ARGSTASH_CACHE";
 const MAGIC: &[u8; 8] = b"ARGSTDWC";
 const VERSION: u32 = 1;
 const SUFFIX: &str = ".dwarf";
-const TMP_SUFFIX: &str = ".tmp";
+pub(crate) const TMP_SUFFIX: &str = ".tmp";
 /// Bytes of the fixed part of the header.
 const FIXED: usize = 120;
 const MAX_BUILD_ID: usize = 64;
@@ -346,7 +346,7 @@ impl DiskCache {
     }
 
     /// Removes writers' leftovers and, while the entries total more than the
-    /// bound, the least recently used ones.
+    /// bound, the least recently used ones (DWARF and answers entries alike).
     pub fn evict(&self) {
         let Ok(dir) = fs::read_dir(&self.root) else {
             return;
@@ -368,7 +368,7 @@ impl DiskCache {
                 {
                     let _ = fs::remove_file(e.path());
                 }
-            } else if name.ends_with(SUFFIX) {
+            } else if name.ends_with(SUFFIX) || name.ends_with(crate::answers::SUFFIX) {
                 entries.push((modified, meta.len(), e.path()));
             }
         }
@@ -395,7 +395,7 @@ fn header_len(sections: usize, index: usize) -> usize {
 }
 
 /// A number no other temporary file of this process has used.
-fn unique() -> u64 {
+pub(crate) fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
@@ -404,7 +404,7 @@ fn unique() -> u64 {
     (NEXT.fetch_add(1, Ordering::Relaxed) << 32) | u64::from(nanos)
 }
 
-fn create_dir(root: &Path) -> std::io::Result<()> {
+pub(crate) fn create_dir(root: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     fs::DirBuilder::new()
         .recursive(true)

@@ -21,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+pub mod answers;
 pub mod arena;
 pub mod args;
 pub mod core;

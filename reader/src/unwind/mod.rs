@@ -294,6 +294,12 @@ impl Unwinder {
         self.scope.debug.take_over(max_bytes)
     }
 
+    /// Saves the symbolization answers found so far for the next run
+    /// ([`ModuleDebug::save_answers`]).
+    pub fn save_debug_answers(&self) {
+        self.scope.debug.save_answers();
+    }
+
     /// Problems met while loading debug info so far (e.g. a debug file of another build).
     pub fn debug_warnings(&self) -> Vec<String> {
         self.scope.debug.warnings()

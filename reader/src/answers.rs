@@ -1,0 +1,783 @@
+//! Symbolization answers kept on disk between runs: what a module's DWARF said
+//! about each address a backtrace asked about.
+//!
+//! A cold `argstash bt` of a Python process spends most of its time in
+//! libpython's DWARF: source frames, inlined calls and typed parameters of the
+//! dozen evaluator frames, each needing a pass over a large compilation unit
+//! (ceval.c). Those answers depend only on the debug file and on this reader's
+//! code, and the same return addresses come back in every backtrace of every
+//! process running that build. A [`ModuleDebug`](crate::debuginfo::ModuleDebug)
+//! therefore starts with the answers an earlier run saved for its debug file and
+//! saves what it learned when it is dropped.
+//!
+//! An entry `<build-id>.answers` sits beside the DWARF entries of the
+//! [`DiskCache`] and shares its bound and eviction. It is used only when it was
+//! written for the same debug file (build-id, size, modification time) by a
+//! reader built from the same sources and dependency versions (a fingerprint
+//! computed at build time), and only when the CRC-32 over the whole entry
+//! matches; anything else is a miss. Decoding bounds every length by the bytes
+//! left and nests types at most [`MAX_DEPTH`] deep, so a damaged entry is a
+//! miss, never a panic or a huge allocation. Addresses are stored relative to
+//! the module's load bias, so a process that maps the library elsewhere hits
+//! the same entry.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::ops::Range;
+use std::path::PathBuf;
+
+use crate::args::{FunctionInfo, Location, Member, Param, TypeDesc, TypeKind};
+use crate::debugfile::crc32;
+use crate::debuginfo::{CallSiteParam, SourceFrame};
+use crate::dwarf_cache::{DiskCache, EntryKey};
+
+const MAGIC: &[u8; 8] = b"ARGSTANS";
+const VERSION: u32 = 1;
+/// File-name suffix of an answers entry.
+pub(crate) const SUFFIX: &str = ".answers";
+/// Deepest type nesting read back (pointers to pointers, arrays of structs).
+pub const MAX_DEPTH: usize = 64;
+/// Largest answers entry read.
+const MAX_LEN: u64 = 16 << 20;
+
+/// What this reader's code is: a hash of its sources and of the workspace's
+/// `Cargo.lock`, computed by `build.rs`. Answers written by another build are
+/// stale (its DWARF reading may differ).
+fn fingerprint() -> u64 {
+    env!("ARGSTASH_READER_FINGERPRINT").parse().unwrap_or(0)
+}
+
+/// The answers about one debug file, by address relative to the load bias.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Answers {
+    /// Source frames at an address.
+    pub frames: HashMap<u64, Vec<SourceFrame>>,
+    /// Call-site parameters by (address in the caller, return address).
+    pub call_sites: HashMap<(u64, u64), Vec<CallSiteParam>>,
+}
+
+impl Answers {
+    /// The same answers with every address moved by `delta` (wrapping): from
+    /// runtime addresses to bias-relative ones and back.
+    pub fn shifted(&self, delta: u64) -> Answers {
+        Answers {
+            frames: self
+                .frames
+                .iter()
+                .map(|(pc, frames)| {
+                    let moved = frames.iter().map(|f| shift_frame(f, delta)).collect();
+                    (pc.wrapping_add(delta), moved)
+                })
+                .collect(),
+            call_sites: self
+                .call_sites
+                .iter()
+                .map(|(&(caller, ret), params)| {
+                    let key = (caller.wrapping_add(delta), ret.wrapping_add(delta));
+                    (key, params.clone())
+                })
+                .collect(),
+        }
+    }
+}
+
+fn shift_frame(frame: &SourceFrame, delta: u64) -> SourceFrame {
+    SourceFrame {
+        info: frame.info.as_ref().map(|info| FunctionInfo {
+            entry: info.entry.map(|e| e.wrapping_add(delta)),
+            params: info
+                .params
+                .iter()
+                .map(|p| Param {
+                    location: shift_location(&p.location, delta),
+                    ..p.clone()
+                })
+                .collect(),
+            frame_base: shift_location(&info.frame_base, delta),
+            ..info.clone()
+        }),
+        ..frame.clone()
+    }
+}
+
+fn shift_location(location: &Location, delta: u64) -> Location {
+    Location {
+        ranges: location
+            .ranges
+            .iter()
+            .map(|(range, expr)| {
+                let range = range
+                    .as_ref()
+                    .map(|r| r.start.wrapping_add(delta)..r.end.wrapping_add(delta));
+                (range, expr.clone())
+            })
+            .collect(),
+    }
+}
+
+/// Where the answers entry of `key` lives in `disk`.
+pub fn entry_path(disk: &DiskCache, key: &EntryKey) -> PathBuf {
+    let hex: String = key.build_id.iter().map(|b| format!("{b:02x}")).collect();
+    disk.root().join(format!("{hex}{SUFFIX}"))
+}
+
+/// The answers saved for the debug file `key`, if a valid entry exists.
+pub fn load(disk: &DiskCache, key: &EntryKey) -> Option<Answers> {
+    let path = entry_path(disk, key);
+    let file = File::open(path).ok()?;
+    if file.metadata().ok()?.len() > MAX_LEN {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_LEN), &mut bytes).ok()?;
+    decode(&bytes, key)
+}
+
+/// Saves `answers` for the debug file `key` (replacing any entry), then keeps
+/// the cache directory within its bound. Failing only costs the next run time.
+pub fn store(disk: &DiskCache, key: &EntryKey, answers: &Answers) -> std::io::Result<()> {
+    let bytes = encode(answers, key);
+    crate::dwarf_cache::create_dir(disk.root())?;
+    let path = entry_path(disk, key);
+    let tmp = disk.root().join(format!(
+        ".answers.{}.{}{}",
+        std::process::id(),
+        crate::dwarf_cache::unique(),
+        crate::dwarf_cache::TMP_SUFFIX
+    ));
+    let written = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        drop(f);
+        fs::rename(&tmp, &path)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    disk.evict();
+    written
+}
+
+/// The entry's bytes: header, answers in a fixed order, CRC-32 of all before it.
+pub fn encode(answers: &Answers, key: &EntryKey) -> Vec<u8> {
+    let mut out = Out(Vec::new());
+    out.0.extend_from_slice(MAGIC);
+    out.u32(VERSION);
+    out.u64(fingerprint());
+    out.u64(key.size);
+    out.u64(key.mtime_ns as u64);
+    out.bytes(&key.build_id);
+
+    let mut frames: Vec<_> = answers.frames.iter().collect();
+    frames.sort_by_key(|(pc, _)| **pc);
+    out.len(frames.len());
+    for (pc, list) in frames {
+        out.u64(*pc);
+        out.len(list.len());
+        for f in list {
+            out.frame(f);
+        }
+    }
+    let mut sites: Vec<_> = answers.call_sites.iter().collect();
+    sites.sort_by_key(|(k, _)| **k);
+    out.len(sites.len());
+    for ((caller, ret), params) in sites {
+        out.u64(*caller);
+        out.u64(*ret);
+        out.len(params.len());
+        for (loc, value) in params {
+            out.bytes(loc);
+            out.bytes(value);
+        }
+    }
+    let crc = crc32(&out.0);
+    out.u32(crc);
+    out.0
+}
+
+/// The answers in `bytes`, if they are a whole, valid entry for `key` written by this build.
+pub fn decode(bytes: &[u8], key: &EntryKey) -> Option<Answers> {
+    let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
+    if crc32(body) != u32::from_le_bytes(crc.try_into().ok()?) {
+        return None;
+    }
+    let mut r = In { b: body, at: 0 };
+    if r.take(MAGIC.len())? != MAGIC
+        || r.u32()? != VERSION
+        || r.u64()? != fingerprint()
+        || r.u64()? != key.size
+        || r.u64()? != key.mtime_ns as u64
+        || r.bytes()? != key.build_id.as_slice()
+    {
+        return None;
+    }
+    let mut answers = Answers::default();
+    for _ in 0..r.len()? {
+        let pc = r.u64()?;
+        let n = r.len()?;
+        let list = (0..n).map(|_| r.frame()).collect::<Option<Vec<_>>>()?;
+        answers.frames.insert(pc, list);
+    }
+    for _ in 0..r.len()? {
+        let key = (r.u64()?, r.u64()?);
+        let n = r.len()?;
+        let params = (0..n)
+            .map(|_| Some((r.bytes()?.to_vec(), r.bytes()?.to_vec())))
+            .collect::<Option<Vec<_>>>()?;
+        answers.call_sites.insert(key, params);
+    }
+    (r.at == body.len()).then_some(answers)
+}
+
+/// The encoder.
+struct Out(Vec<u8>);
+
+impl Out {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn len(&mut self, n: usize) {
+        self.u32(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.len(b.len());
+        self.0.extend_from_slice(b);
+    }
+    fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
+    }
+    fn opt_str(&mut self, s: Option<&str>) {
+        self.u8(u8::from(s.is_some()));
+        if let Some(s) = s {
+            self.str(s);
+        }
+    }
+    fn opt_u64(&mut self, v: Option<u64>) {
+        self.u8(u8::from(v.is_some()));
+        if let Some(v) = v {
+            self.u64(v);
+        }
+    }
+    fn frame(&mut self, f: &SourceFrame) {
+        self.opt_str(f.function.as_deref());
+        self.opt_str(f.file.as_deref());
+        self.opt_u64(f.line.map(u64::from));
+        self.u8(u8::from(f.info.is_some()));
+        if let Some(info) = &f.info {
+            self.info(info);
+        }
+    }
+    fn info(&mut self, info: &FunctionInfo) {
+        self.opt_str(info.name.as_deref());
+        self.opt_u64(info.entry);
+        self.len(info.params.len());
+        for p in &info.params {
+            self.opt_str(p.name.as_deref());
+            self.ty(&p.ty);
+            self.location(&p.location);
+        }
+        self.u8(u8::from(info.variadic));
+        self.u8(u8::from(info.returns.is_some()));
+        if let Some(t) = &info.returns {
+            self.ty(t);
+        }
+        self.location(&info.frame_base);
+        self.u8(u8::from(info.encoding.is_some()));
+        if let Some(e) = info.encoding {
+            self.u8(e.address_size);
+            self.u8(u8::from(e.format == gimli::Format::Dwarf64));
+            self.u32(u32::from(e.version));
+        }
+        self.u8(u8::from(info.cpp));
+    }
+    fn location(&mut self, l: &Location) {
+        self.len(l.ranges.len());
+        for (range, expr) in &l.ranges {
+            self.u8(u8::from(range.is_some()));
+            if let Some(r) = range {
+                self.u64(r.start);
+                self.u64(r.end);
+            }
+            self.bytes(expr);
+        }
+    }
+    fn ty(&mut self, t: &TypeDesc) {
+        self.str(&t.name);
+        self.u64(t.size);
+        match &t.kind {
+            TypeKind::Void => self.u8(0),
+            TypeKind::Signed => self.u8(1),
+            TypeKind::Unsigned => self.u8(2),
+            TypeKind::Bool => self.u8(3),
+            TypeKind::Char { signed } => {
+                self.u8(4);
+                self.u8(u8::from(*signed));
+            }
+            TypeKind::Float => self.u8(5),
+            TypeKind::Enum {
+                enumerators,
+                signed,
+            } => {
+                self.u8(6);
+                self.u8(u8::from(*signed));
+                self.len(enumerators.len());
+                for (name, value) in enumerators {
+                    self.str(name);
+                    self.u64(*value as u64);
+                }
+            }
+            TypeKind::Pointer(to) => {
+                self.u8(7);
+                self.ty(to);
+            }
+            TypeKind::Struct { members } => {
+                self.u8(8);
+                self.members(members);
+            }
+            TypeKind::Union { members } => {
+                self.u8(9);
+                self.members(members);
+            }
+            TypeKind::Array { element, count } => {
+                self.u8(10);
+                self.ty(element);
+                self.opt_u64(*count);
+            }
+            TypeKind::Function => self.u8(11),
+            TypeKind::Unknown => self.u8(12),
+        }
+    }
+    fn members(&mut self, members: &[Member]) {
+        self.len(members.len());
+        for m in members {
+            self.opt_str(m.name.as_deref());
+            self.u64(m.offset);
+            self.ty(&m.ty);
+            self.u8(u8::from(m.bit_field));
+        }
+    }
+}
+
+/// The decoder: every read is bounds-checked and `None` past the end.
+struct In<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> In<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let out = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(out)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+    fn flag(&mut self) -> Option<bool> {
+        match self.u8()? {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    /// A count; never more than the bytes left, as every element takes at least one.
+    fn len(&mut self) -> Option<usize> {
+        let n = usize::try_from(self.u32()?).ok()?;
+        (n <= self.b.len() - self.at).then_some(n)
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.len()?;
+        self.take(n)
+    }
+    fn str(&mut self) -> Option<String> {
+        Some(std::str::from_utf8(self.bytes()?).ok()?.to_string())
+    }
+    fn opt<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        if self.flag()? {
+            Some(Some(read(self)?))
+        } else {
+            Some(None)
+        }
+    }
+    fn frame(&mut self) -> Option<SourceFrame> {
+        Some(SourceFrame {
+            function: self.opt(Self::str)?,
+            file: self.opt(Self::str)?,
+            line: self.opt(|r| u32::try_from(r.u64()?).ok())?,
+            info: self.opt(Self::info)?,
+        })
+    }
+    fn info(&mut self) -> Option<FunctionInfo> {
+        let name = self.opt(Self::str)?;
+        let entry = self.opt(Self::u64)?;
+        let params = (0..self.len()?)
+            .map(|_| {
+                Some(Param {
+                    name: self.opt(Self::str)?,
+                    ty: self.ty(0)?,
+                    location: self.location()?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let variadic = self.flag()?;
+        let returns = self.opt(|r| r.ty(0))?;
+        let frame_base = self.location()?;
+        let encoding = self.opt(|r| {
+            Some(gimli::Encoding {
+                address_size: r.u8()?,
+                format: if r.flag()? {
+                    gimli::Format::Dwarf64
+                } else {
+                    gimli::Format::Dwarf32
+                },
+                version: u16::try_from(r.u32()?).ok()?,
+            })
+        })?;
+        Some(FunctionInfo {
+            name,
+            entry,
+            params,
+            variadic,
+            returns,
+            frame_base,
+            encoding,
+            cpp: self.flag()?,
+        })
+    }
+    fn location(&mut self) -> Option<Location> {
+        let ranges = (0..self.len()?)
+            .map(|_| {
+                let range: Option<Range<u64>> = self.opt(|r| Some(r.u64()?..r.u64()?))?;
+                Some((range, self.bytes()?.to_vec()))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Location { ranges })
+    }
+    fn ty(&mut self, depth: usize) -> Option<TypeDesc> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let name = self.str()?;
+        let size = self.u64()?;
+        let kind = match self.u8()? {
+            0 => TypeKind::Void,
+            1 => TypeKind::Signed,
+            2 => TypeKind::Unsigned,
+            3 => TypeKind::Bool,
+            4 => TypeKind::Char {
+                signed: self.flag()?,
+            },
+            5 => TypeKind::Float,
+            6 => {
+                let signed = self.flag()?;
+                let enumerators = (0..self.len()?)
+                    .map(|_| Some((self.str()?, self.u64()? as i64)))
+                    .collect::<Option<Vec<_>>>()?;
+                TypeKind::Enum {
+                    enumerators,
+                    signed,
+                }
+            }
+            7 => TypeKind::Pointer(Box::new(self.ty(depth + 1)?)),
+            8 => TypeKind::Struct {
+                members: self.members(depth)?,
+            },
+            9 => TypeKind::Union {
+                members: self.members(depth)?,
+            },
+            10 => TypeKind::Array {
+                element: Box::new(self.ty(depth + 1)?),
+                count: self.opt(Self::u64)?,
+            },
+            11 => TypeKind::Function,
+            12 => TypeKind::Unknown,
+            _ => return None,
+        };
+        Some(TypeDesc { name, kind, size })
+    }
+    fn members(&mut self, depth: usize) -> Option<Vec<Member>> {
+        (0..self.len()?)
+            .map(|_| {
+                Some(Member {
+                    name: self.opt(Self::str)?,
+                    offset: self.u64()?,
+                    ty: self.ty(depth + 1)?,
+                    bit_field: self.flag()?,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> EntryKey {
+        EntryKey {
+            build_id: vec![0xab, 0xcd, 0x01],
+            size: 12345,
+            mtime_ns: 1_700_000_000_123_456_789,
+        }
+    }
+
+    fn int(name: &str) -> TypeDesc {
+        TypeDesc {
+            name: name.into(),
+            kind: TypeKind::Signed,
+            size: 4,
+        }
+    }
+
+    /// Answers using every kind of type, location and option.
+    fn sample() -> Answers {
+        let point = TypeDesc {
+            name: "struct point".into(),
+            kind: TypeKind::Struct {
+                members: vec![
+                    Member {
+                        name: Some("x".into()),
+                        offset: 0,
+                        ty: int("int"),
+                        bit_field: false,
+                    },
+                    Member {
+                        name: None,
+                        offset: 4,
+                        ty: TypeDesc {
+                            name: "union u".into(),
+                            kind: TypeKind::Union { members: vec![] },
+                            size: 4,
+                        },
+                        bit_field: true,
+                    },
+                ],
+            },
+            size: 8,
+        };
+        let kinds = vec![
+            TypeDesc {
+                name: "void".into(),
+                kind: TypeKind::Void,
+                size: 0,
+            },
+            TypeDesc {
+                name: "enum color".into(),
+                kind: TypeKind::Enum {
+                    enumerators: vec![("RED".into(), -1), ("BLUE".into(), i64::MAX)],
+                    signed: true,
+                },
+                size: 4,
+            },
+            TypeDesc {
+                name: "struct point *".into(),
+                kind: TypeKind::Pointer(Box::new(point.clone())),
+                size: 8,
+            },
+            TypeDesc {
+                name: "char [16]".into(),
+                kind: TypeKind::Array {
+                    element: Box::new(TypeDesc {
+                        name: "char".into(),
+                        kind: TypeKind::Char { signed: true },
+                        size: 1,
+                    }),
+                    count: Some(16),
+                },
+                size: 16,
+            },
+            TypeDesc {
+                name: "_Bool".into(),
+                kind: TypeKind::Bool,
+                size: 1,
+            },
+            TypeDesc {
+                name: "double".into(),
+                kind: TypeKind::Float,
+                size: 8,
+            },
+            TypeDesc {
+                name: "unsigned long".into(),
+                kind: TypeKind::Unsigned,
+                size: 8,
+            },
+            TypeDesc {
+                name: "int (*)(void)".into(),
+                kind: TypeKind::Function,
+                size: 0,
+            },
+            TypeDesc {
+                name: "?".into(),
+                kind: TypeKind::Unknown,
+                size: 0,
+            },
+        ];
+        let params = kinds
+            .into_iter()
+            .enumerate()
+            .map(|(i, ty)| Param {
+                name: (i % 2 == 0).then(|| format!("p{i}")),
+                ty,
+                location: Location {
+                    ranges: vec![
+                        (Some(0x1000 + i as u64..0x1010), vec![0x55]),
+                        (None, vec![0x91, 0x68]),
+                    ],
+                },
+            })
+            .collect();
+        let info = FunctionInfo {
+            name: Some("ns::work".into()),
+            entry: Some(0x1000),
+            params,
+            variadic: true,
+            returns: Some(point),
+            frame_base: Location {
+                ranges: vec![(None, vec![0x9c])],
+            },
+            encoding: Some(gimli::Encoding {
+                address_size: 8,
+                format: gimli::Format::Dwarf32,
+                version: 5,
+            }),
+            cpp: true,
+        };
+        let mut answers = Answers::default();
+        answers.frames.insert(
+            0x1004,
+            vec![
+                SourceFrame {
+                    function: Some("inlined".into()),
+                    file: Some("a.c".into()),
+                    line: Some(7),
+                    info: None,
+                },
+                SourceFrame {
+                    function: Some("ns::work".into()),
+                    file: None,
+                    line: None,
+                    info: Some(info),
+                },
+            ],
+        );
+        answers.frames.insert(0x2000, Vec::new());
+        answers
+            .call_sites
+            .insert((0x1004, 0x1009), vec![(vec![0x55], vec![0x73, 0x00])]);
+        answers.call_sites.insert((0x1, 0x2), Vec::new());
+        answers
+    }
+
+    #[test]
+    fn answers_round_trip() {
+        let answers = sample();
+        assert_eq!(decode(&encode(&answers, &key()), &key()), Some(answers));
+    }
+
+    #[test]
+    fn shifting_there_and_back_is_the_identity() {
+        let answers = sample();
+        let moved = answers.shifted(0x7f00_0000_0000);
+        assert!(moved.frames.contains_key(&0x7f00_0000_1004));
+        let info = moved.frames[&0x7f00_0000_1004][1].info.clone().unwrap();
+        assert_eq!(info.entry, Some(0x7f00_0000_1000));
+        assert_eq!(
+            info.params[0].location.ranges[0].0,
+            Some(0x7f00_0000_1000..0x7f00_0000_1010)
+        );
+        assert_eq!(moved.shifted(0x7f00_0000_0000_u64.wrapping_neg()), answers);
+    }
+
+    #[test]
+    fn another_file_or_a_damaged_entry_is_a_miss() {
+        let answers = sample();
+        let bytes = encode(&answers, &key());
+        let mut other = key();
+        other.mtime_ns += 1;
+        assert_eq!(decode(&bytes, &other), None, "another modification time");
+        // Every truncation and every single flipped byte is refused, never a panic.
+        for len in 0..bytes.len() {
+            assert_eq!(decode(&bytes[..len], &key()), None, "cut at {len}");
+        }
+        for at in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x40;
+            assert_eq!(decode(&bad, &key()), None, "byte {at} flipped");
+        }
+    }
+
+    #[test]
+    fn hostile_contents_with_a_valid_checksum_do_not_panic() {
+        // A huge count, a type nested past the limit: refused, with a valid CRC.
+        let mut out = Out(Vec::new());
+        out.0.extend_from_slice(MAGIC);
+        out.u32(VERSION);
+        out.u64(fingerprint());
+        out.u64(key().size);
+        out.u64(key().mtime_ns as u64);
+        out.bytes(&key().build_id);
+        let header = out.0.clone();
+        out.u32(u32::MAX);
+        let crc = crc32(&out.0);
+        out.u32(crc);
+        assert_eq!(decode(&out.0, &key()), None);
+
+        let mut deep = TypeDesc {
+            name: "int".into(),
+            kind: TypeKind::Signed,
+            size: 4,
+        };
+        for _ in 0..MAX_DEPTH + 2 {
+            deep = TypeDesc {
+                name: "p".into(),
+                kind: TypeKind::Pointer(Box::new(deep)),
+                size: 8,
+            };
+        }
+        let mut answers = Answers::default();
+        let mut info = sample().frames[&0x1004][1].info.clone().unwrap();
+        info.returns = Some(deep);
+        answers.frames.insert(
+            1,
+            vec![SourceFrame {
+                function: None,
+                file: None,
+                line: None,
+                info: Some(info),
+            }],
+        );
+        let bytes = encode(&answers, &key());
+        assert!(bytes.starts_with(&header));
+        assert_eq!(decode(&bytes, &key()), None, "nested too deep");
+    }
+
+    #[test]
+    fn stored_answers_load_back_and_count_in_the_bound() {
+        let dir = std::env::temp_dir().join(format!("argstash-answers-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let disk = DiskCache::new(dir.clone(), 1 << 20);
+        assert_eq!(load(&disk, &key()), None);
+        store(&disk, &key(), &sample()).unwrap();
+        assert_eq!(load(&disk, &key()), Some(sample()));
+        // A bound smaller than the entry evicts it at the next write.
+        let small = DiskCache::new(dir.clone(), 16);
+        let mut other = key();
+        other.build_id = vec![0x99];
+        store(&small, &other, &Answers::default()).unwrap();
+        assert_eq!(load(&disk, &key()), None, "evicted");
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
