@@ -31,8 +31,8 @@ pub fn find_unwinder(symbols: &ProcessSymbols) -> Option<Unwinder> {
                 module: "libgcc_s".into(),
                 name: name.into(),
             })
-            .or_else(|_| symbols.resolve(&FuncSpec::Name(name.into())))
             .ok()
+            .or_else(|| symbols.find_function(name))
     };
     let register = find("__register_frame_info")?;
     let deregister = find("__deregister_frame_info")?;

@@ -1181,6 +1181,28 @@ impl ProcessSymbols {
         }
     }
 
+    /// The one function called `name` in any module, as [`ProcessSymbols::resolve`]
+    /// finds it, when a program (not a person) asks: no similar names are looked
+    /// for when there is none.
+    pub fn find_function(&self, name: &str) -> Option<Resolved> {
+        self.resolve_unqualified(name, false).ok()
+    }
+
+    fn resolve_unqualified(&self, name: &str, suggest: bool) -> Result<Resolved, SymbolError> {
+        // The vdso duplicates libc names (`clock_gettime`, `time`); it is searched
+        // only when nothing else has the name, or when named as `[vdso]!NAME`.
+        let (vdso, files): (Vec<&Module>, Vec<&Module>) =
+            self.modules.iter().partition(|m| m.path == VDSO);
+        match resolve_name_with(name, &files, suggest) {
+            Err(SymbolError::NotFound { .. })
+                if vdso.iter().any(|m| m.symbols_named(name).next().is_some()) =>
+            {
+                resolve_name_with(name, &vdso, suggest)
+            }
+            other => other,
+        }
+    }
+
     /// Symbols of a process that is not running (a core file): modules built by the caller.
     pub fn from_modules(pid: i32, modules: Vec<Module>) -> ProcessSymbols {
         ProcessSymbols {
@@ -1213,20 +1235,7 @@ impl ProcessSymbols {
     /// Resolves a spec to one function entry.
     pub fn resolve(&self, spec: &FuncSpec) -> Result<Resolved, SymbolError> {
         match spec {
-            FuncSpec::Name(name) => {
-                // The vdso duplicates libc names (`clock_gettime`, `time`); it is searched
-                // only when nothing else has the name, or when named as `[vdso]!NAME`.
-                let (vdso, files): (Vec<&Module>, Vec<&Module>) =
-                    self.modules.iter().partition(|m| m.path == VDSO);
-                match resolve_name(name, &files) {
-                    Err(SymbolError::NotFound { .. })
-                        if vdso.iter().any(|m| m.symbols_named(name).next().is_some()) =>
-                    {
-                        resolve_name(name, &vdso)
-                    }
-                    other => other,
-                }
-            }
+            FuncSpec::Name(name) => self.resolve_unqualified(name, true),
             FuncSpec::Qualified { module, name } => {
                 let matched = self.modules_matching(module);
                 if matched.is_empty() {
@@ -1474,6 +1483,16 @@ fn resolved(m: &Module, s: &Symbol) -> Resolved {
 }
 
 fn resolve_name(name: &str, modules: &[&Module]) -> Result<Resolved, SymbolError> {
+    resolve_name_with(name, modules, true)
+}
+
+/// [`resolve_name`]; `suggest`: look for similar names when none matches (a pass
+/// over every symbol of every module, for an error a person reads).
+fn resolve_name_with(
+    name: &str,
+    modules: &[&Module],
+    suggest: bool,
+) -> Result<Resolved, SymbolError> {
     let found: Vec<(&Module, &Symbol)> = modules
         .iter()
         .flat_map(|m| m.symbols_named(name).map(move |s| (*m, s)))
@@ -1489,7 +1508,11 @@ fn resolve_name(name: &str, modules: &[&Module]) -> Result<Resolved, SymbolError
             }
             Err(SymbolError::NotFound {
                 name: name.to_string(),
-                suggestions: suggestions(name, modules),
+                suggestions: if suggest {
+                    suggestions(name, modules)
+                } else {
+                    Vec::new()
+                },
             })
         }
         [(_, s)] if s.size == 0 => Err(SymbolError::ZeroSize {
@@ -2340,6 +2363,57 @@ void _start(void) {
     }
 
     /// Prints how long loading a small process's symbols takes (run with --nocapture).
+    #[test]
+    fn find_function_agrees_with_resolve_and_builds_no_suggestions() {
+        let target = spawn_c_program("find", true);
+        let pid = target.pid();
+        let ps = ProcessSymbols::load(pid, &read_maps(pid).unwrap()).unwrap();
+        let by_resolve = ps.resolve(&FuncSpec::Name("call_twin_a".into())).unwrap();
+        let found = ps
+            .find_function("call_twin_a")
+            .expect("defined in the program");
+        assert_eq!(
+            (found.addr, &found.module_path),
+            (by_resolve.addr, &by_resolve.module_path)
+        );
+        // `twin` is defined twice (two static functions): ambiguous, as for resolve.
+        assert!(ps.find_function("twin").is_none());
+        assert!(ps.find_function("no_such_function_anywhere").is_none());
+        match ps.resolve(&FuncSpec::Name("call_twin_c".into())) {
+            Err(SymbolError::NotFound { suggestions, .. }) => {
+                assert!(
+                    suggestions.iter().any(|s| s.contains("call_twin_")),
+                    "{suggestions:?}"
+                )
+            }
+            other => panic!("expected NotFound with suggestions, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn exported_finds_dynamic_symbols_only() {
+        let target = spawn_c_program("exported", true);
+        let pid = target.pid();
+        let ps = ProcessSymbols::load(pid, &read_maps(pid).unwrap()).unwrap();
+        let libc = ps
+            .modules
+            .iter()
+            .find(|m| m.file_name().starts_with("libc.so"))
+            .expect("libc is mapped");
+        let printf = ps.resolve(&FuncSpec::Name("printf".into())).unwrap();
+        assert_eq!(libc.exported("printf"), Some(printf.addr));
+        let exe = module(&ps, &target.exe_path());
+        assert_eq!(
+            exe.exported("call_twin_a"),
+            None,
+            "not in the program's .dynsym"
+        );
+        assert!(
+            exe.symbols_named("call_twin_a").next().is_some(),
+            "but in .symtab"
+        );
+    }
+
     #[test]
     fn load_time_small_process() {
         let target = spawn_c_program("timing", true);
