@@ -5,7 +5,7 @@
 use reader::arena::discover;
 use reader::debuginfo::{DebugSearch, DwarfCache, ModuleDebug};
 use reader::ids::{Pid, Tid};
-use reader::memory::{Memory, StackSnapshot};
+use reader::memory::{Memory, PageCache, StackSnapshot};
 use reader::procfs::{read_maps, MapEntry};
 use reader::python::ProcessPython;
 use reader::symbols::ProcessSymbols;
@@ -197,7 +197,9 @@ fn read_threads(
     opts: &BacktraceOptions,
     stopper: Stopper,
 ) -> Result<Backtrace, Error> {
-    let mut py = python.reader(mem);
+    // Python frames are many small reads in a few pages: one system call a page.
+    let pages = PageCache::new(mem);
+    let mut py = python.reader(&pages);
     let tids = match opts.tid.map(Tid::as_raw) {
         Some(t) => {
             if !thread_ids(pid)?.contains(&t) {
@@ -240,7 +242,9 @@ fn read_threads(
         let (start, end) = stack_range(maps, regs.rsp);
         let mut bytes = vec![0u8; (end - start) as usize];
         let copied = mem.read(start, &mut bytes);
-        // The Python frames are read in the same stop, so they match the stack copy.
+        // The Python frames are read in the same stop, so they match the stack
+        // copy; pages cached while another thread was held may have changed.
+        pages.clear();
         let py_read = py.read(tid);
         let stopped = match session {
             Some(s) => s.detach()?,

@@ -105,3 +105,156 @@ impl Memory for StackSnapshot<'_> {
         self.rest.read(addr, buf)
     }
 }
+
+/// Bytes of one page of a [`PageCache`].
+const CACHE_PAGE: u64 = 4096;
+/// Most pages a [`PageCache`] holds before it starts over.
+const CACHE_MAX_PAGES: usize = 256;
+
+/// A read-through cache of whole pages over another [`Memory`], for a reader
+/// that makes many small reads close together.
+///
+/// Reading a Python frame chain is hundreds of reads of a few bytes each (frame
+/// fields, code objects, argument objects), most of them in a few heap pages;
+/// each read of a live process is a system call. Through this cache each page
+/// costs one. It is one consistent view of memory only while the target does
+/// not run: [`PageCache::clear`] it whenever the target may have run since. A
+/// read that touches a page that cannot be read whole is passed to the inner
+/// memory as it is, so it fails (or succeeds) exactly as it would without the
+/// cache.
+pub struct PageCache<'a> {
+    inner: &'a dyn Memory,
+    /// Pages by address; `None` for a page that could not be read whole.
+    pages: std::cell::RefCell<std::collections::HashMap<u64, Option<Box<[u8]>>>>,
+}
+
+impl<'a> PageCache<'a> {
+    /// An empty cache over `inner`.
+    pub fn new(inner: &'a dyn Memory) -> PageCache<'a> {
+        PageCache {
+            inner,
+            pages: Default::default(),
+        }
+    }
+
+    /// Forgets every page (the target may have changed them).
+    pub fn clear(&self) {
+        self.pages.borrow_mut().clear();
+    }
+}
+
+impl Memory for PageCache<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let end = match addr.checked_add(buf.len() as u64) {
+            Some(end) if buf.len() as u64 <= 2 * CACHE_PAGE => end,
+            _ => return self.inner.read(addr, buf),
+        };
+        let mut pages = self.pages.borrow_mut();
+        if pages.len() >= CACHE_MAX_PAGES {
+            pages.clear();
+        }
+        let mut page = addr & !(CACHE_PAGE - 1);
+        let mut done = 0;
+        while page < end {
+            let bytes = pages.entry(page).or_insert_with(|| {
+                let mut b = vec![0u8; CACHE_PAGE as usize].into_boxed_slice();
+                self.inner.read(page, &mut b).ok().map(|()| b)
+            });
+            let Some(bytes) = bytes else {
+                drop(pages);
+                return self.inner.read(addr, buf);
+            };
+            let next = page.checked_add(CACHE_PAGE);
+            let from = (addr.max(page) - page) as usize;
+            let to = (end.min(next.unwrap_or(u64::MAX)) - page) as usize;
+            buf[done..done + (to - from)].copy_from_slice(&bytes[from..to]);
+            done += to - from;
+            match next {
+                Some(next) => page = next,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Memory readable in [0x1000, 0x4000) (byte i holds i mod 251), counting reads.
+    struct Counted {
+        reads: Cell<usize>,
+    }
+
+    impl Memory for Counted {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+            self.reads.set(self.reads.get() + 1);
+            let end = addr.checked_add(buf.len() as u64);
+            if addr < 0x1000 || end.is_none_or(|end| end > 0x4000) {
+                return Err(MemoryError::Read {
+                    addr,
+                    len: buf.len(),
+                    source: io::Error::from_raw_os_error(libc::EFAULT),
+                });
+            }
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = ((addr + i as u64) % 251) as u8;
+            }
+            Ok(())
+        }
+    }
+
+    fn expected(addr: u64, len: usize) -> Vec<u8> {
+        (0..len as u64).map(|i| ((addr + i) % 251) as u8).collect()
+    }
+
+    #[test]
+    fn page_cache_reads_each_page_once_and_agrees_with_the_inner_memory() {
+        let inner = Counted {
+            reads: Cell::new(0),
+        };
+        let cache = PageCache::new(&inner);
+        for (addr, len) in [
+            (0x1008, 8),
+            (0x1010, 16),
+            (0x1ffc, 8),
+            (0x2100, 100),
+            (0x1000, 0),
+        ] {
+            assert_eq!(cache.read_vec(addr, len).unwrap(), expected(addr, len));
+        }
+        assert_eq!(inner.reads.get(), 2, "pages 0x1000 and 0x2000, once each");
+        cache.clear();
+        assert_eq!(
+            cache.read_u64(0x1008).unwrap().to_le_bytes().to_vec(),
+            expected(0x1008, 8)
+        );
+        assert_eq!(inner.reads.get(), 3, "read again after clear");
+    }
+
+    #[test]
+    fn page_cache_fails_where_the_inner_memory_fails() {
+        let inner = Counted {
+            reads: Cell::new(0),
+        };
+        let cache = PageCache::new(&inner);
+        assert!(
+            cache.read_vec(0xff8, 16).is_err(),
+            "starts in an unreadable page"
+        );
+        assert!(
+            cache.read_vec(0x3ff8, 16).is_err(),
+            "ends in an unreadable page"
+        );
+        assert_eq!(cache.read_vec(0x3ff0, 16).unwrap(), expected(0x3ff0, 16));
+        assert!(cache.read_vec(u64::MAX - 4, 8).is_err(), "wraps around");
+        let big = cache.read_vec(0x1000, 3 * 4096).unwrap();
+        assert_eq!(
+            big,
+            expected(0x1000, 3 * 4096),
+            "large reads go straight through"
+        );
+    }
+}
