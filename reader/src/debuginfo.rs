@@ -140,7 +140,7 @@ const MEMO_MAX: usize = 4096;
 /// return addresses each time, and finding a call site walks its whole unit.
 #[derive(Default)]
 struct Memo {
-    frames: std::collections::HashMap<u64, Vec<SourceFrame>>,
+    frames: std::collections::HashMap<u64, Arc<[SourceFrame]>>,
     call_sites: std::collections::HashMap<(u64, u64), Vec<CallSiteParam>>,
     /// Some answer was found in the DWARF rather than loaded from disk.
     dirty: bool,
@@ -586,7 +586,11 @@ impl ModuleDebug {
         };
         let saved = saved.shifted(self.bias);
         let memo = self.memo.get_mut().unwrap_or_else(|e| e.into_inner());
-        memo.frames = saved.frames;
+        memo.frames = saved
+            .frames
+            .into_iter()
+            .map(|(pc, list)| (pc, Arc::from(list)))
+            .collect();
         memo.call_sites = saved.call_sites;
         true
     }
@@ -629,7 +633,11 @@ impl ModuleDebug {
             }
             memo.dirty = false;
             crate::answers::Answers {
-                frames: memo.frames.clone(),
+                frames: memo
+                    .frames
+                    .iter()
+                    .map(|(pc, list)| (*pc, list.to_vec()))
+                    .collect(),
                 call_sites: memo.call_sites.clone(),
             }
         };
@@ -664,13 +672,15 @@ impl ModuleDebug {
     }
 
     /// The source frames at runtime address `pc`, innermost (inlined) first, the
-    /// physical function last; empty without DWARF for `pc`.
-    pub fn frames(&self, pc: u64) -> Vec<SourceFrame> {
+    /// physical function last; empty without DWARF for `pc`. Shared with the
+    /// memo: a kept reader asks about the same addresses every backtrace, and
+    /// the typed parameters are not copied each time.
+    pub fn frames(&self, pc: u64) -> Arc<[SourceFrame]> {
         if let Some(known) = self.memo().frames.get(&pc) {
             return known.clone();
         }
         let Some(d) = self.dwarf() else {
-            return Vec::new();
+            return Arc::from([]);
         };
         let probe = pc.wrapping_sub(self.bias);
         let mut out = Vec::new();
@@ -680,6 +690,7 @@ impl ModuleDebug {
                 break;
             }
         }
+        let out: Arc<[SourceFrame]> = Arc::from(out);
         let mut memo = self.memo();
         memo.dirty = true;
         remember(&mut memo.frames, pc, &out);
@@ -765,7 +776,7 @@ impl ModuleDebug {
     /// The parameters of the function (not an inlined copy) whose code contains
     /// runtime address `pc`, e.g. a function's entry address.
     pub fn function_info(&self, pc: u64) -> Option<FunctionInfo> {
-        self.frames(pc).pop()?.info
+        self.frames(pc).last()?.info.clone()
     }
 }
 
@@ -1553,9 +1564,12 @@ mod tests {
 
         let syms = crate::symbols::separate_symbols(libc, 0, &search);
         type Shown = (Option<String>, Option<String>, Option<u32>, Option<usize>);
-        let shown = |f: Vec<SourceFrame>| -> Vec<Shown> {
-            f.into_iter()
-                .map(|f| (f.function, f.file, f.line, f.info.map(|i| i.params.len())))
+        let shown = |f: Arc<[SourceFrame]>| -> Vec<Shown> {
+            f.iter()
+                .map(|f| {
+                    let params = f.info.as_ref().map(|i| i.params.len());
+                    (f.function.clone(), f.file.clone(), f.line, params)
+                })
                 .collect()
         };
         let mut compared = 0;

@@ -2,7 +2,7 @@
 //! functions, files and lines, inlined calls, DWARF arguments, and the stashed
 //! arguments of hooked frames named by DWARF or by the hook's user signature.
 
-use crate::args::{dwarf_values, FrameState, FunctionInfo};
+use crate::args::{dwarf_values, FrameState, FunctionInfo, Location};
 use crate::debuginfo::{ModuleDebug, SourceFrame};
 use crate::memory::Memory;
 use crate::unwind::{
@@ -26,8 +26,8 @@ pub(crate) fn annotate<A: ArchUnwind>(
             st
         };
         let f = &mut frames[i];
-        let physical = add_source(f, scope.debug_for(st.pc), st, mem);
-        let info = physical.as_ref().and_then(|p| p.info.as_ref());
+        let source = add_source(f, scope.debug_for(st.pc), st, mem);
+        let info = source.last().and_then(|p| p.info.as_ref());
         let tail_info = f
             .stash
             .as_ref()
@@ -94,15 +94,18 @@ fn with_entry_values(
 
 /// Names `f` from `debug` at the frame's lookup pc (`st.pc`): the demangled (or
 /// MiniDebugInfo) function, source function, file, line and inlined calls with
-/// their DWARF arguments. Returns the physical function's source frame, if any.
+/// their DWARF arguments. Returns the source frames, the physical function's last.
 fn add_source(
     f: &mut Frame,
     debug: Option<&ModuleDebug>,
     st: &FrameState,
     mem: &dyn Memory,
-) -> Option<SourceFrame> {
-    let mut source = debug.map(|d| d.frames(st.pc)).unwrap_or_default();
-    let physical = source.pop();
+) -> std::sync::Arc<[SourceFrame]> {
+    let source = debug.map_or_else(|| std::sync::Arc::from([]), |d| d.frames(st.pc));
+    let (physical, inlined) = match source.split_last() {
+        Some((p, rest)) => (Some(p), rest),
+        None => (None, &[][..]),
+    };
     // MiniDebugInfo is the module's full symbol table: it wins over `.dynsym`.
     match (&f.function, debug.and_then(|d| d.mini_symbol(st.pc))) {
         (_, Some((s, off))) if f.kind == FrameKind::Normal => {
@@ -112,27 +115,28 @@ fn add_source(
         (Some(name), _) => f.function = Some(crate::debuginfo::demangle(name)),
         (None, _) => {}
     }
-    if let Some(p) = &physical {
+    if let Some(p) = physical {
         f.source_function = p.function.clone();
         f.file = p.file.clone();
         f.line = p.line;
     }
-    let info = physical.as_ref().and_then(|p| p.info.as_ref());
-    let frame_base = info.map(|i| i.frame_base.clone()).unwrap_or_default();
-    f.inlined = source
-        .into_iter()
+    let info = physical.and_then(|p| p.info.as_ref());
+    let no_base = Location::default();
+    let frame_base = info.map_or(&no_base, |i| &i.frame_base);
+    f.inlined = inlined
+        .iter()
         .map(|s| InlinedFrame {
             args: s
                 .info
                 .as_ref()
-                .map(|i| dwarf_values(i, &frame_base, st, mem))
+                .map(|i| dwarf_values(i, frame_base, st, mem))
                 .unwrap_or_default(),
-            function: s.function,
-            file: s.file,
+            function: s.function.clone(),
+            file: s.file.clone(),
             line: s.line,
         })
         .collect();
-    physical
+    source
 }
 
 /// The hooked function's own description, when the frame holding `stash` is
