@@ -150,26 +150,62 @@ impl ProcessReader {
         let mem = ProcessMemory::open(pid)?;
         // A replaced context lives until this call ends, so the debug info it
         // parsed is shared with the new one instead of parsed again.
-        let (unwind, _previous) = match self.unwind.take() {
-            Some(u) if key == self.key && started == self.started => (u, None),
+        let (unwind, _previous, fresh) = match self.unwind.take() {
+            Some(u) if key == self.key && started == self.started => (u, None, false),
             previous => {
                 let symbols = ProcessSymbols::load(pid, &maps)?;
                 self.python = ProcessPython::attach(&symbols, &mem);
                 let mut u = Unwinder::new(unwind_arch(arch), symbols, Vec::new());
                 u.set_debug_search(self.search.clone());
                 u.set_dwarf_cache(self.dwarf.clone());
-                (u, previous)
+                (u, previous, true)
             }
         };
         let unwind = self.unwind.insert(unwind);
         self.key = key;
         self.started = started;
         unwind.set_arenas(discover(&maps, &mem)?);
-        let bt = read_threads(pid, &maps, &mem, unwind, &self.python, opts, stopper);
+        // Fresh symbols: the largest tables the unwind will need are read on the
+        // other CPU while the threads are stopped and copied.
+        let likely = match fresh {
+            true => likely_modules(pid, unwind.symbols(), &self.python),
+            false => Vec::new(),
+        };
+        let python = &self.python;
+        let bt = std::thread::scope(|scope| {
+            if !likely.is_empty() {
+                let symbols = unwind.symbols();
+                let paths: Vec<&str> = likely.iter().map(String::as_str).collect();
+                scope.spawn(move || symbols.read_tables(&paths));
+            }
+            read_threads(pid, &maps, &mem, unwind, python, opts, stopper)
+        });
         // What this backtrace learned from DWARF serves the next process's too.
         unwind.save_debug_answers();
         bt
     }
+}
+
+/// The modules whose symbol tables nearly every backtrace of `pid` needs: the
+/// Python interpreter's module, the executable and the C library.
+fn likely_modules(pid: i32, symbols: &ProcessSymbols, python: &ProcessPython) -> Vec<String> {
+    let mut paths: Vec<String> = Vec::new();
+    if let Some(i) = python.interpreter() {
+        paths.push(i.module().to_string());
+    }
+    if let Some(exe) = reader::procfs::read_exe_link(pid)
+        .ok()
+        .and_then(|p| p.to_str().map(str::to_string))
+    {
+        paths.push(exe);
+    }
+    let libc = symbols.modules.iter().find(|m| {
+        m.soname
+            .as_deref()
+            .is_some_and(|s| s.starts_with("libc.so"))
+    });
+    paths.extend(libc.map(|m| m.path.clone()));
+    paths
 }
 
 /// How [`read_threads`] gets each thread still.

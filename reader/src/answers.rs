@@ -19,13 +19,14 @@
 //! left and nests types at most [`MAX_DEPTH`] deep, so a damaged entry is a
 //! miss, never a panic or a huge allocation. Addresses are stored relative to
 //! the module's load bias, so a process that maps the library elsewhere hits
-//! the same entry.
+//! the same entry; they are moved while encoding and decoding, not copied.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::args::{FunctionInfo, Location, Member, Param, TypeDesc, TypeKind};
 use crate::debugfile::crc32;
@@ -48,72 +49,14 @@ fn fingerprint() -> u64 {
     env!("ARGSTASH_READER_FINGERPRINT").parse().unwrap_or(0)
 }
 
-/// The answers about one debug file, by address relative to the load bias.
+/// The answers about one debug file, by runtime address (an entry holds them
+/// relative to the load bias: they are moved by it when written and read).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Answers {
     /// Source frames at an address.
-    pub frames: HashMap<u64, Vec<SourceFrame>>,
+    pub frames: HashMap<u64, Arc<[SourceFrame]>>,
     /// Call-site parameters by (address in the caller, return address).
     pub call_sites: HashMap<(u64, u64), Vec<CallSiteParam>>,
-}
-
-impl Answers {
-    /// The same answers with every address moved by `delta` (wrapping): from
-    /// runtime addresses to bias-relative ones and back.
-    pub fn shifted(&self, delta: u64) -> Answers {
-        Answers {
-            frames: self
-                .frames
-                .iter()
-                .map(|(pc, frames)| {
-                    let moved = frames.iter().map(|f| shift_frame(f, delta)).collect();
-                    (pc.wrapping_add(delta), moved)
-                })
-                .collect(),
-            call_sites: self
-                .call_sites
-                .iter()
-                .map(|(&(caller, ret), params)| {
-                    let key = (caller.wrapping_add(delta), ret.wrapping_add(delta));
-                    (key, params.clone())
-                })
-                .collect(),
-        }
-    }
-}
-
-fn shift_frame(frame: &SourceFrame, delta: u64) -> SourceFrame {
-    SourceFrame {
-        info: frame.info.as_ref().map(|info| FunctionInfo {
-            entry: info.entry.map(|e| e.wrapping_add(delta)),
-            params: info
-                .params
-                .iter()
-                .map(|p| Param {
-                    location: shift_location(&p.location, delta),
-                    ..p.clone()
-                })
-                .collect(),
-            frame_base: shift_location(&info.frame_base, delta),
-            ..info.clone()
-        }),
-        ..frame.clone()
-    }
-}
-
-fn shift_location(location: &Location, delta: u64) -> Location {
-    Location {
-        ranges: location
-            .ranges
-            .iter()
-            .map(|(range, expr)| {
-                let range = range
-                    .as_ref()
-                    .map(|r| r.start.wrapping_add(delta)..r.end.wrapping_add(delta));
-                (range, expr.clone())
-            })
-            .collect(),
-    }
 }
 
 /// Where the answers entry of `key` lives in `disk`.
@@ -122,8 +65,9 @@ pub fn entry_path(disk: &DiskCache, key: &EntryKey) -> PathBuf {
     disk.root().join(format!("{hex}{SUFFIX}"))
 }
 
-/// The answers saved for the debug file `key`, if a valid entry exists.
-pub fn load(disk: &DiskCache, key: &EntryKey) -> Option<Answers> {
+/// The answers saved for the debug file `key`, if a valid entry exists, for a
+/// module loaded at `bias`.
+pub fn load(disk: &DiskCache, key: &EntryKey, bias: u64) -> Option<Answers> {
     let path = entry_path(disk, key);
     let file = File::open(path).ok()?;
     if file.metadata().ok()?.len() > MAX_LEN {
@@ -131,13 +75,19 @@ pub fn load(disk: &DiskCache, key: &EntryKey) -> Option<Answers> {
     }
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_LEN), &mut bytes).ok()?;
-    decode(&bytes, key)
+    decode(&bytes, key, bias)
 }
 
-/// Saves `answers` for the debug file `key` (replacing any entry), then keeps
-/// the cache directory within its bound. Failing only costs the next run time.
-pub fn store(disk: &DiskCache, key: &EntryKey, answers: &Answers) -> std::io::Result<()> {
-    let bytes = encode(answers, key);
+/// Saves `answers` about the debug file `key`, of a module loaded at `bias`
+/// (replacing any entry), then keeps the cache directory within its bound.
+/// Failing only costs the next run time.
+pub fn store(
+    disk: &DiskCache,
+    key: &EntryKey,
+    bias: u64,
+    answers: &Answers,
+) -> std::io::Result<()> {
+    let bytes = encode(answers, key, bias);
     crate::dwarf_cache::create_dir(disk.root())?;
     let path = entry_path(disk, key);
     let tmp = disk.root().join(format!(
@@ -159,10 +109,14 @@ pub fn store(disk: &DiskCache, key: &EntryKey, answers: &Answers) -> std::io::Re
     written
 }
 
-/// The entry's bytes: header, answers in a fixed order, CRC-32 of all before it.
-pub fn encode(answers: &Answers, key: &EntryKey) -> Vec<u8> {
-    let mut out = Out(Vec::new());
-    out.0.extend_from_slice(MAGIC);
+/// The entry's bytes: header, answers in a fixed order (addresses less `bias`),
+/// CRC-32 of all before it.
+pub fn encode(answers: &Answers, key: &EntryKey, bias: u64) -> Vec<u8> {
+    let mut out = Out {
+        bytes: Vec::new(),
+        delta: bias.wrapping_neg(),
+    };
+    out.bytes.extend_from_slice(MAGIC);
     out.u32(VERSION);
     out.u64(fingerprint());
     out.u64(key.size);
@@ -173,9 +127,9 @@ pub fn encode(answers: &Answers, key: &EntryKey) -> Vec<u8> {
     frames.sort_by_key(|(pc, _)| **pc);
     out.len(frames.len());
     for (pc, list) in frames {
-        out.u64(*pc);
+        out.addr(*pc);
         out.len(list.len());
-        for f in list {
+        for f in list.iter() {
             out.frame(f);
         }
     }
@@ -183,26 +137,31 @@ pub fn encode(answers: &Answers, key: &EntryKey) -> Vec<u8> {
     sites.sort_by_key(|(k, _)| **k);
     out.len(sites.len());
     for ((caller, ret), params) in sites {
-        out.u64(*caller);
-        out.u64(*ret);
+        out.addr(*caller);
+        out.addr(*ret);
         out.len(params.len());
         for (loc, value) in params {
             out.bytes(loc);
             out.bytes(value);
         }
     }
-    let crc = crc32(&out.0);
+    let crc = crc32(&out.bytes);
     out.u32(crc);
-    out.0
+    out.bytes
 }
 
-/// The answers in `bytes`, if they are a whole, valid entry for `key` written by this build.
-pub fn decode(bytes: &[u8], key: &EntryKey) -> Option<Answers> {
+/// The answers in `bytes`, if they are a whole, valid entry for `key` written by
+/// this build, for a module loaded at `bias`.
+pub fn decode(bytes: &[u8], key: &EntryKey, bias: u64) -> Option<Answers> {
     let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
     if crc32(body) != u32::from_le_bytes(crc.try_into().ok()?) {
         return None;
     }
-    let mut r = In { b: body, at: 0 };
+    let mut r = In {
+        b: body,
+        at: 0,
+        delta: bias,
+    };
     if r.take(MAGIC.len())? != MAGIC
         || r.u32()? != VERSION
         || r.u64()? != fingerprint()
@@ -214,13 +173,13 @@ pub fn decode(bytes: &[u8], key: &EntryKey) -> Option<Answers> {
     }
     let mut answers = Answers::default();
     for _ in 0..r.len()? {
-        let pc = r.u64()?;
+        let pc = r.addr()?;
         let n = r.len()?;
-        let list = (0..n).map(|_| r.frame()).collect::<Option<Vec<_>>>()?;
+        let list = (0..n).map(|_| r.frame()).collect::<Option<Arc<[_]>>>()?;
         answers.frames.insert(pc, list);
     }
     for _ in 0..r.len()? {
-        let key = (r.u64()?, r.u64()?);
+        let key = (r.addr()?, r.addr()?);
         let n = r.len()?;
         let params = (0..n)
             .map(|_| Some((r.bytes()?.to_vec(), r.bytes()?.to_vec())))
@@ -231,24 +190,31 @@ pub fn decode(bytes: &[u8], key: &EntryKey) -> Option<Answers> {
 }
 
 /// The encoder.
-struct Out(Vec<u8>);
+struct Out {
+    bytes: Vec<u8>,
+    /// Added (wrapping) to every address written.
+    delta: u64,
+}
 
 impl Out {
     fn u8(&mut self, v: u8) {
-        self.0.push(v);
+        self.bytes.push(v);
     }
     fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.bytes.extend_from_slice(&v.to_le_bytes());
     }
     fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    fn addr(&mut self, v: u64) {
+        self.u64(v.wrapping_add(self.delta));
     }
     fn len(&mut self, n: usize) {
         self.u32(u32::try_from(n).unwrap_or(u32::MAX));
     }
     fn bytes(&mut self, b: &[u8]) {
         self.len(b.len());
-        self.0.extend_from_slice(b);
+        self.bytes.extend_from_slice(b);
     }
     fn str(&mut self, s: &str) {
         self.bytes(s.as_bytes());
@@ -276,7 +242,10 @@ impl Out {
     }
     fn info(&mut self, info: &FunctionInfo) {
         self.opt_str(info.name.as_deref());
-        self.opt_u64(info.entry);
+        self.u8(u8::from(info.entry.is_some()));
+        if let Some(entry) = info.entry {
+            self.addr(entry);
+        }
         self.len(info.params.len());
         for p in &info.params {
             self.opt_str(p.name.as_deref());
@@ -302,8 +271,8 @@ impl Out {
         for (range, expr) in &l.ranges {
             self.u8(u8::from(range.is_some()));
             if let Some(r) = range {
-                self.u64(r.start);
-                self.u64(r.end);
+                self.addr(r.start);
+                self.addr(r.end);
             }
             self.bytes(expr);
         }
@@ -369,6 +338,8 @@ impl Out {
 struct In<'a> {
     b: &'a [u8],
     at: usize,
+    /// Added (wrapping) to every address read.
+    delta: u64,
 }
 
 impl<'a> In<'a> {
@@ -392,6 +363,9 @@ impl<'a> In<'a> {
     }
     fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn addr(&mut self) -> Option<u64> {
+        Some(self.u64()?.wrapping_add(self.delta))
     }
     /// A count; never more than the bytes left, as every element takes at least one.
     fn len(&mut self) -> Option<usize> {
@@ -422,7 +396,7 @@ impl<'a> In<'a> {
     }
     fn info(&mut self) -> Option<FunctionInfo> {
         let name = self.opt(Self::str)?;
-        let entry = self.opt(Self::u64)?;
+        let entry = self.opt(Self::addr)?;
         let params = (0..self.len()?)
             .map(|_| {
                 Some(Param {
@@ -460,7 +434,7 @@ impl<'a> In<'a> {
     fn location(&mut self) -> Option<Location> {
         let ranges = (0..self.len()?)
             .map(|_| {
-                let range: Option<Range<u64>> = self.opt(|r| Some(r.u64()?..r.u64()?))?;
+                let range: Option<Range<u64>> = self.opt(|r| Some(r.addr()?..r.addr()?))?;
                 Some((range, self.bytes()?.to_vec()))
             })
             .collect::<Option<Vec<_>>>()?;
@@ -658,7 +632,7 @@ mod tests {
         let mut answers = Answers::default();
         answers.frames.insert(
             0x1004,
-            vec![
+            Arc::from(vec![
                 SourceFrame {
                     function: Some("inlined".into()),
                     file: Some("a.c".into()),
@@ -671,9 +645,9 @@ mod tests {
                     line: None,
                     info: Some(info),
                 },
-            ],
+            ]),
         );
-        answers.frames.insert(0x2000, Vec::new());
+        answers.frames.insert(0x2000, Arc::from([]));
         answers
             .call_sites
             .insert((0x1004, 0x1009), vec![(vec![0x55], vec![0x73, 0x00])]);
@@ -684,56 +658,68 @@ mod tests {
     #[test]
     fn answers_round_trip() {
         let answers = sample();
-        assert_eq!(decode(&encode(&answers, &key()), &key()), Some(answers));
+        let bias = 0x5555_0000_0000;
+        assert_eq!(
+            decode(&encode(&answers, &key(), bias), &key(), bias),
+            Some(answers)
+        );
     }
 
     #[test]
-    fn shifting_there_and_back_is_the_identity() {
-        let answers = sample();
-        let moved = answers.shifted(0x7f00_0000_0000);
+    fn another_bias_moves_every_address() {
+        // Saved by a process with the module at 0, read by one with it at 0x7f00_0000_0000.
+        let bytes = encode(&sample(), &key(), 0);
+        let moved = decode(&bytes, &key(), 0x7f00_0000_0000).unwrap();
         assert!(moved.frames.contains_key(&0x7f00_0000_1004));
+        assert!(moved
+            .call_sites
+            .contains_key(&(0x7f00_0000_1004, 0x7f00_0000_1009)));
         let info = moved.frames[&0x7f00_0000_1004][1].info.clone().unwrap();
         assert_eq!(info.entry, Some(0x7f00_0000_1000));
         assert_eq!(
             info.params[0].location.ranges[0].0,
             Some(0x7f00_0000_1000..0x7f00_0000_1010)
         );
-        assert_eq!(moved.shifted(0x7f00_0000_0000_u64.wrapping_neg()), answers);
+        assert_eq!(info.params[0].location.ranges[1].0, None);
+        assert_eq!(encode(&moved, &key(), 0x7f00_0000_0000), bytes, "and back");
     }
 
     #[test]
     fn another_file_or_a_damaged_entry_is_a_miss() {
         let answers = sample();
-        let bytes = encode(&answers, &key());
+        let bytes = encode(&answers, &key(), 0);
         let mut other = key();
         other.mtime_ns += 1;
-        assert_eq!(decode(&bytes, &other), None, "another modification time");
+        assert_eq!(decode(&bytes, &other, 0), None, "another modification time");
         // Every truncation and every single flipped byte is refused, never a panic.
         for len in 0..bytes.len() {
-            assert_eq!(decode(&bytes[..len], &key()), None, "cut at {len}");
+            assert_eq!(decode(&bytes[..len], &key(), 0), None, "cut at {len}");
         }
         for at in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[at] ^= 0x40;
-            assert_eq!(decode(&bad, &key()), None, "byte {at} flipped");
+            assert_eq!(decode(&bad, &key(), 0), None, "byte {at} flipped");
         }
     }
 
     #[test]
     fn hostile_contents_with_a_valid_checksum_do_not_panic() {
         // A huge count, a type nested past the limit: refused, with a valid CRC.
-        let mut out = Out(Vec::new());
-        out.0.extend_from_slice(MAGIC);
+        let mut out = Out {
+            bytes: Vec::new(),
+            delta: 0,
+        };
+        out.bytes.extend_from_slice(MAGIC);
         out.u32(VERSION);
         out.u64(fingerprint());
         out.u64(key().size);
         out.u64(key().mtime_ns as u64);
         out.bytes(&key().build_id);
-        let header = out.0.clone();
+        let header = out.bytes.clone();
         out.u32(u32::MAX);
-        let crc = crc32(&out.0);
+        let crc = crc32(&out.bytes);
         out.u32(crc);
-        assert_eq!(decode(&out.0, &key()), None);
+        assert_eq!(decode(&out.bytes, &key(), 0), None);
 
         let mut deep = TypeDesc {
             name: "int".into(),
@@ -752,16 +738,16 @@ mod tests {
         info.returns = Some(deep);
         answers.frames.insert(
             1,
-            vec![SourceFrame {
+            Arc::from(vec![SourceFrame {
                 function: None,
                 file: None,
                 line: None,
                 info: Some(info),
-            }],
+            }]),
         );
-        let bytes = encode(&answers, &key());
+        let bytes = encode(&answers, &key(), 0);
         assert!(bytes.starts_with(&header));
-        assert_eq!(decode(&bytes, &key()), None, "nested too deep");
+        assert_eq!(decode(&bytes, &key(), 0), None, "nested too deep");
     }
 
     #[test]
@@ -769,15 +755,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("argstash-answers-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let disk = DiskCache::new(dir.clone(), 1 << 20);
-        assert_eq!(load(&disk, &key()), None);
-        store(&disk, &key(), &sample()).unwrap();
-        assert_eq!(load(&disk, &key()), Some(sample()));
+        assert_eq!(load(&disk, &key(), 0), None);
+        store(&disk, &key(), 0, &sample()).unwrap();
+        assert_eq!(load(&disk, &key(), 0), Some(sample()));
         // A bound smaller than the entry evicts it at the next write.
         let small = DiskCache::new(dir.clone(), 16);
         let mut other = key();
         other.build_id = vec![0x99];
-        store(&small, &other, &Answers::default()).unwrap();
-        assert_eq!(load(&disk, &key()), None, "evicted");
+        store(&small, &other, 0, &Answers::default()).unwrap();
+        assert_eq!(load(&disk, &key(), 0), None, "evicted");
         let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -579,18 +579,13 @@ impl ModuleDebug {
         else {
             return false;
         };
-        let saved = crate::answers::load(disk, &key);
+        let saved = crate::answers::load(disk, &key, self.bias);
         self.persist = Some((disk.clone(), key));
         let Some(saved) = saved else {
             return false;
         };
-        let saved = saved.shifted(self.bias);
         let memo = self.memo.get_mut().unwrap_or_else(|e| e.into_inner());
-        memo.frames = saved
-            .frames
-            .into_iter()
-            .map(|(pc, list)| (pc, Arc::from(list)))
-            .collect();
+        memo.frames = saved.frames;
         memo.call_sites = saved.call_sites;
         true
     }
@@ -633,16 +628,12 @@ impl ModuleDebug {
             }
             memo.dirty = false;
             crate::answers::Answers {
-                frames: memo
-                    .frames
-                    .iter()
-                    .map(|(pc, list)| (*pc, list.to_vec()))
-                    .collect(),
+                frames: memo.frames.clone(),
                 call_sites: memo.call_sites.clone(),
             }
         };
         // Not saving only costs the next run the DWARF work again.
-        let _ = crate::answers::store(disk, key, &answers.shifted(self.bias.wrapping_neg()));
+        let _ = crate::answers::store(disk, key, self.bias, &answers);
     }
 
     fn memo(&self) -> std::sync::MutexGuard<'_, Memo> {

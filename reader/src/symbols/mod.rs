@@ -1203,6 +1203,20 @@ impl ProcessSymbols {
         }
     }
 
+    /// Reads now the symbol tables of the modules whose path is among `paths`
+    /// (each is otherwise read on its first lookup): a caller runs this on
+    /// another thread while it stops and copies threads, so that the unwind
+    /// that follows finds the large tables (libpython's, libc's) ready.
+    pub fn read_tables(&self, paths: &[&str]) {
+        for m in self
+            .modules
+            .iter()
+            .filter(|m| paths.contains(&m.path.as_str()))
+        {
+            m.symbols();
+        }
+    }
+
     /// Symbols of a process that is not running (a core file): modules built by the caller.
     pub fn from_modules(pid: i32, modules: Vec<Module>) -> ProcessSymbols {
         ProcessSymbols {

@@ -260,6 +260,11 @@ impl Unwinder {
         }
     }
 
+    /// The symbols of the process's modules.
+    pub fn symbols(&self) -> &ProcessSymbols {
+        &self.scope.symbols
+    }
+
     /// The architecture unwound.
     pub fn arch(&self) -> Arch {
         match self.arch {
