@@ -7,19 +7,24 @@
 //! (ceval.c). Those answers depend only on the debug file and on this reader's
 //! code, and the same return addresses come back in every backtrace of every
 //! process running that build. A [`ModuleDebug`](crate::debuginfo::ModuleDebug)
-//! therefore starts with the answers an earlier run saved for its debug file and
-//! saves what it learned when it is dropped.
+//! therefore opens the answers an earlier run saved for its debug file
+//! ([`Saved`]), asks it before the DWARF, and saves what it found in the DWARF
+//! ([`store`]).
 //!
 //! An entry `<build-id>.answers` sits beside the DWARF entries of the
 //! [`DiskCache`] and shares its bound and eviction. It is used only when it was
 //! written for the same debug file (build-id, size, modification time) by a
 //! reader built from the same sources and dependency versions (a fingerprint
-//! computed at build time), and only when the CRC-32 over the whole entry
-//! matches; anything else is a miss. Decoding bounds every length by the bytes
-//! left and nests types at most [`MAX_DEPTH`] deep, so a damaged entry is a
-//! miss, never a panic or a huge allocation. Addresses are stored relative to
-//! the module's load bias, so a process that maps the library elsewhere hits
-//! the same entry; they are moved while encoding and decoding, not copied.
+//! computed at build time), and only when the CRC-32 of its header and sorted
+//! index matches. Each answer is a record of its own, with its own CRC-32,
+//! decoded only when asked for: opening an entry of thousands of answers costs
+//! a read and a check of the index, not decoding them all. A damaged record is
+//! a miss for its address alone (and is dropped at the next save). Decoding
+//! bounds every length by the bytes left and nests types at most [`MAX_DEPTH`]
+//! deep: a damaged entry is a miss, never a panic or a huge allocation.
+//! Addresses are stored relative to the module's load bias, so a process that
+//! maps the library elsewhere hits the same entry; they are moved while
+//! encoding and decoding, not copied.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -65,29 +70,166 @@ pub fn entry_path(disk: &DiskCache, key: &EntryKey) -> PathBuf {
     disk.root().join(format!("{hex}{SUFFIX}"))
 }
 
-/// The answers saved for the debug file `key`, if a valid entry exists, for a
-/// module loaded at `bias`.
-pub fn load(disk: &DiskCache, key: &EntryKey, bias: u64) -> Option<Answers> {
-    let path = entry_path(disk, key);
-    let file = File::open(path).ok()?;
-    if file.metadata().ok()?.len() > MAX_LEN {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_LEN), &mut bytes).ok()?;
-    decode(&bytes, key, bias)
+/// Most answers of each kind an entry keeps (the ones found last are kept first).
+const MAX_RECORDS: usize = 8192;
+/// Bytes of one index row of a frames answer: address, offset, length.
+const FRAME_ROW: usize = 16;
+/// Bytes of one index row of a call-site answer: two addresses, offset, length.
+const SITE_ROW: usize = 24;
+
+/// A saved entry, validated and indexed; each answer is decoded (and its own
+/// CRC-32 checked) only when it is asked for, so a large entry costs little
+/// more to open than a small one.
+#[derive(Debug)]
+pub struct Saved {
+    bytes: Vec<u8>,
+    /// Bias-relative address, and the record's bytes (payload, then its CRC-32).
+    frames: Vec<(u64, Range<usize>)>,
+    /// Bias-relative (address in the caller, return address), and the record's bytes.
+    sites: Vec<((u64, u64), Range<usize>)>,
+    /// The load bias of the module the answers are asked for.
+    bias: u64,
 }
 
-/// Saves `answers` about the debug file `key`, of a module loaded at `bias`
-/// (replacing any entry), then keeps the cache directory within its bound.
+impl Saved {
+    /// The entry saved for the debug file `key`, for a module loaded at `bias`,
+    /// if a valid one exists.
+    pub fn load(disk: &DiskCache, key: &EntryKey, bias: u64) -> Option<Saved> {
+        let file = File::open(entry_path(disk, key)).ok()?;
+        if file.metadata().ok()?.len() > MAX_LEN {
+            return None;
+        }
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_LEN), &mut bytes).ok()?;
+        Saved::parse(bytes, key, bias)
+    }
+
+    /// Validates an entry's header and index (CRC-32, bounds, order).
+    pub fn parse(bytes: Vec<u8>, key: &EntryKey, bias: u64) -> Option<Saved> {
+        let mut r = In {
+            b: &bytes,
+            at: 0,
+            delta: 0,
+        };
+        if r.take(MAGIC.len())? != MAGIC
+            || r.u32()? != VERSION
+            || r.u64()? != fingerprint()
+            || r.u64()? != key.size
+            || r.u64()? != key.mtime_ns as u64
+            || r.bytes()? != key.build_id.as_slice()
+        {
+            return None;
+        }
+        let nframes = usize::try_from(r.u32()?).ok()?;
+        let nsites = usize::try_from(r.u32()?).ok()?;
+        let index_len = nframes
+            .checked_mul(FRAME_ROW)?
+            .checked_add(nsites.checked_mul(SITE_ROW)?)?;
+        let head_len = r.at.checked_add(index_len)?;
+        let head = bytes.get(..head_len)?;
+        let crc = u32::from_le_bytes(bytes.get(head_len..head_len + 4)?.try_into().ok()?);
+        if crc32(head) != crc {
+            return None;
+        }
+        let blob = head_len + 4;
+        let record = |off: u32, len: u32| {
+            let start = blob.checked_add(usize::try_from(off).ok()?)?;
+            let end = start.checked_add(usize::try_from(len).ok()?)?;
+            (len >= 4 && end <= bytes.len()).then_some(start..end)
+        };
+        let mut frames = Vec::with_capacity(nframes);
+        for _ in 0..nframes {
+            let pc = r.u64()?;
+            let range = record(r.u32()?, r.u32()?)?;
+            if frames.last().is_some_and(|(last, _)| *last >= pc) {
+                return None;
+            }
+            frames.push((pc, range));
+        }
+        let mut sites = Vec::with_capacity(nsites);
+        for _ in 0..nsites {
+            let at = (r.u64()?, r.u64()?);
+            let range = record(r.u32()?, r.u32()?)?;
+            if sites.last().is_some_and(|(last, _)| *last >= at) {
+                return None;
+            }
+            sites.push((at, range));
+        }
+        Some(Saved {
+            bytes,
+            frames,
+            sites,
+            bias,
+        })
+    }
+
+    /// How many answers the entry holds.
+    pub fn len(&self) -> usize {
+        self.frames.len() + self.sites.len()
+    }
+
+    /// True when the entry holds no answer.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The saved source frames at runtime address `pc`; `None` when none were
+    /// saved or the record is damaged.
+    pub fn frames(&self, pc: u64) -> Option<Arc<[SourceFrame]>> {
+        let rel = pc.wrapping_sub(self.bias);
+        let i = self.frames.binary_search_by_key(&rel, |(p, _)| *p).ok()?;
+        let mut r = self.reader(&self.frames[i].1)?;
+        let list = (0..r.len()?)
+            .map(|_| r.frame())
+            .collect::<Option<Arc<[_]>>>()?;
+        r.done().then_some(list)
+    }
+
+    /// The saved call-site parameters of the call in the caller at `caller_pc`
+    /// returning to `return_address` (runtime addresses).
+    pub fn call_sites(&self, caller_pc: u64, return_address: u64) -> Option<Vec<CallSiteParam>> {
+        let rel = (
+            caller_pc.wrapping_sub(self.bias),
+            return_address.wrapping_sub(self.bias),
+        );
+        let i = self.sites.binary_search_by_key(&rel, |(k, _)| *k).ok()?;
+        let mut r = self.reader(&self.sites[i].1)?;
+        let params = (0..r.len()?)
+            .map(|_| Some((r.bytes()?.to_vec(), r.bytes()?.to_vec())))
+            .collect::<Option<Vec<_>>>()?;
+        r.done().then_some(params)
+    }
+
+    /// A reader of the record's payload, when its CRC-32 matches.
+    fn reader(&self, range: &Range<usize>) -> Option<In<'_>> {
+        let payload = self.intact(range)?;
+        Some(In {
+            b: payload,
+            at: 0,
+            delta: self.bias,
+        })
+    }
+
+    /// The record's payload, when its CRC-32 matches.
+    fn intact(&self, range: &Range<usize>) -> Option<&[u8]> {
+        let record = self.bytes.get(range.clone())?;
+        let (payload, crc) = record.split_at_checked(record.len().checked_sub(4)?)?;
+        (crc32(payload) == u32::from_le_bytes(crc.try_into().ok()?)).then_some(payload)
+    }
+}
+
+/// Saves the answers found since `saved` was read (`new`, by runtime address,
+/// for a module loaded at `bias`) together with the intact ones `saved` holds,
+/// replacing the entry, then keeps the cache directory within its bound.
 /// Failing only costs the next run time.
 pub fn store(
     disk: &DiskCache,
     key: &EntryKey,
     bias: u64,
-    answers: &Answers,
+    saved: Option<&Saved>,
+    new: &Answers,
 ) -> std::io::Result<()> {
-    let bytes = encode(answers, key, bias);
+    let bytes = encode(key, bias, saved, new);
     crate::dwarf_cache::create_dir(disk.root())?;
     let path = entry_path(disk, key);
     let tmp = disk.root().join(format!(
@@ -109,12 +251,73 @@ pub fn store(
     written
 }
 
-/// The entry's bytes: header, answers in a fixed order (addresses less `bias`),
-/// CRC-32 of all before it.
-pub fn encode(answers: &Answers, key: &EntryKey, bias: u64) -> Vec<u8> {
+/// An entry's bytes: the header, the index of every answer (sorted), the
+/// header's CRC-32, then each answer's record (payload and its own CRC-32).
+/// Addresses are written less `bias`. `new` answers replace saved ones at the
+/// same address; at most [`MAX_RECORDS`] of each kind are kept, new ones first.
+pub fn encode(key: &EntryKey, bias: u64, saved: Option<&Saved>, new: &Answers) -> Vec<u8> {
+    let delta = bias.wrapping_neg();
+    let record = |write: &dyn Fn(&mut Out)| {
+        let mut out = Out {
+            bytes: Vec::new(),
+            delta,
+        };
+        write(&mut out);
+        let crc = crc32(&out.bytes);
+        out.u32(crc);
+        std::borrow::Cow::Owned(out.bytes)
+    };
+    let mut frames: std::collections::BTreeMap<u64, std::borrow::Cow<'_, [u8]>> =
+        std::collections::BTreeMap::new();
+    for (pc, list) in &new.frames {
+        if frames.len() == MAX_RECORDS {
+            break;
+        }
+        let bytes = record(&|out: &mut Out| {
+            out.len(list.len());
+            for f in list.iter() {
+                out.frame(f);
+            }
+        });
+        frames.insert(pc.wrapping_add(delta), bytes);
+    }
+    let mut sites: std::collections::BTreeMap<(u64, u64), std::borrow::Cow<'_, [u8]>> =
+        std::collections::BTreeMap::new();
+    for ((caller, ret), params) in &new.call_sites {
+        if sites.len() == MAX_RECORDS {
+            break;
+        }
+        let bytes = record(&|out: &mut Out| {
+            out.len(params.len());
+            for (loc, value) in params {
+                out.bytes(loc);
+                out.bytes(value);
+            }
+        });
+        sites.insert((caller.wrapping_add(delta), ret.wrapping_add(delta)), bytes);
+    }
+    if let Some(saved) = saved {
+        for (pc, range) in &saved.frames {
+            if frames.len() == MAX_RECORDS {
+                break;
+            }
+            if let (false, Some(_)) = (frames.contains_key(pc), saved.intact(range)) {
+                frames.insert(*pc, std::borrow::Cow::Borrowed(&saved.bytes[range.clone()]));
+            }
+        }
+        for (at, range) in &saved.sites {
+            if sites.len() == MAX_RECORDS {
+                break;
+            }
+            if let (false, Some(_)) = (sites.contains_key(at), saved.intact(range)) {
+                sites.insert(*at, std::borrow::Cow::Borrowed(&saved.bytes[range.clone()]));
+            }
+        }
+    }
+
     let mut out = Out {
         bytes: Vec::new(),
-        delta: bias.wrapping_neg(),
+        delta: 0,
     };
     out.bytes.extend_from_slice(MAGIC);
     out.u32(VERSION);
@@ -122,71 +325,29 @@ pub fn encode(answers: &Answers, key: &EntryKey, bias: u64) -> Vec<u8> {
     out.u64(key.size);
     out.u64(key.mtime_ns as u64);
     out.bytes(&key.build_id);
-
-    let mut frames: Vec<_> = answers.frames.iter().collect();
-    frames.sort_by_key(|(pc, _)| **pc);
     out.len(frames.len());
-    for (pc, list) in frames {
-        out.addr(*pc);
-        out.len(list.len());
-        for f in list.iter() {
-            out.frame(f);
-        }
-    }
-    let mut sites: Vec<_> = answers.call_sites.iter().collect();
-    sites.sort_by_key(|(k, _)| **k);
     out.len(sites.len());
-    for ((caller, ret), params) in sites {
-        out.addr(*caller);
-        out.addr(*ret);
-        out.len(params.len());
-        for (loc, value) in params {
-            out.bytes(loc);
-            out.bytes(value);
-        }
+    let mut offset = 0usize;
+    let mut place = |out: &mut Out, len: usize| {
+        out.u32(u32::try_from(offset).unwrap_or(u32::MAX));
+        out.u32(u32::try_from(len).unwrap_or(u32::MAX));
+        offset += len;
+    };
+    for (pc, bytes) in &frames {
+        out.u64(*pc);
+        place(&mut out, bytes.len());
+    }
+    for ((caller, ret), bytes) in &sites {
+        out.u64(*caller);
+        out.u64(*ret);
+        place(&mut out, bytes.len());
     }
     let crc = crc32(&out.bytes);
     out.u32(crc);
+    for bytes in frames.values().chain(sites.values()) {
+        out.bytes.extend_from_slice(bytes);
+    }
     out.bytes
-}
-
-/// The answers in `bytes`, if they are a whole, valid entry for `key` written by
-/// this build, for a module loaded at `bias`.
-pub fn decode(bytes: &[u8], key: &EntryKey, bias: u64) -> Option<Answers> {
-    let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
-    if crc32(body) != u32::from_le_bytes(crc.try_into().ok()?) {
-        return None;
-    }
-    let mut r = In {
-        b: body,
-        at: 0,
-        delta: bias,
-    };
-    if r.take(MAGIC.len())? != MAGIC
-        || r.u32()? != VERSION
-        || r.u64()? != fingerprint()
-        || r.u64()? != key.size
-        || r.u64()? != key.mtime_ns as u64
-        || r.bytes()? != key.build_id.as_slice()
-    {
-        return None;
-    }
-    let mut answers = Answers::default();
-    for _ in 0..r.len()? {
-        let pc = r.addr()?;
-        let n = r.len()?;
-        let list = (0..n).map(|_| r.frame()).collect::<Option<Arc<[_]>>>()?;
-        answers.frames.insert(pc, list);
-    }
-    for _ in 0..r.len()? {
-        let key = (r.addr()?, r.addr()?);
-        let n = r.len()?;
-        let params = (0..n)
-            .map(|_| Some((r.bytes()?.to_vec(), r.bytes()?.to_vec())))
-            .collect::<Option<Vec<_>>>()?;
-        answers.call_sites.insert(key, params);
-    }
-    (r.at == body.len()).then_some(answers)
 }
 
 /// The encoder.
@@ -350,6 +511,10 @@ impl<'a> In<'a> {
     }
     fn u8(&mut self) -> Option<u8> {
         Some(self.take(1)?[0])
+    }
+    /// True when every byte was read.
+    fn done(&self) -> bool {
+        self.at == self.b.len()
     }
     fn flag(&mut self) -> Option<bool> {
         match self.u8()? {
@@ -655,56 +820,123 @@ mod tests {
         answers
     }
 
+    /// Every answer of `answers` as `saved` gives it back.
+    fn assert_holds(saved: &Saved, answers: &Answers) {
+        assert_eq!(saved.len(), answers.frames.len() + answers.call_sites.len());
+        for (pc, list) in &answers.frames {
+            assert_eq!(saved.frames(*pc).as_ref(), Some(list), "frames at {pc:#x}");
+        }
+        for ((caller, ret), params) in &answers.call_sites {
+            assert_eq!(saved.call_sites(*caller, *ret).as_ref(), Some(params));
+        }
+    }
+
     #[test]
     fn answers_round_trip() {
         let answers = sample();
         let bias = 0x5555_0000_0000;
-        assert_eq!(
-            decode(&encode(&answers, &key(), bias), &key(), bias),
-            Some(answers)
-        );
+        let bytes = encode(&key(), bias, None, &answers);
+        let saved = Saved::parse(bytes, &key(), bias).unwrap();
+        assert_holds(&saved, &answers);
+        assert_eq!(saved.frames(0x3000), None, "never asked");
     }
 
     #[test]
     fn another_bias_moves_every_address() {
         // Saved by a process with the module at 0, read by one with it at 0x7f00_0000_0000.
-        let bytes = encode(&sample(), &key(), 0);
-        let moved = decode(&bytes, &key(), 0x7f00_0000_0000).unwrap();
-        assert!(moved.frames.contains_key(&0x7f00_0000_1004));
-        assert!(moved
-            .call_sites
-            .contains_key(&(0x7f00_0000_1004, 0x7f00_0000_1009)));
-        let info = moved.frames[&0x7f00_0000_1004][1].info.clone().unwrap();
+        let bytes = encode(&key(), 0, None, &sample());
+        let moved = Saved::parse(bytes.clone(), &key(), 0x7f00_0000_0000).unwrap();
+        assert_eq!(moved.frames(0x1004), None);
+        let list = moved.frames(0x7f00_0000_1004).unwrap();
+        let info = list[1].info.clone().unwrap();
         assert_eq!(info.entry, Some(0x7f00_0000_1000));
         assert_eq!(
             info.params[0].location.ranges[0].0,
             Some(0x7f00_0000_1000..0x7f00_0000_1010)
         );
         assert_eq!(info.params[0].location.ranges[1].0, None);
-        assert_eq!(encode(&moved, &key(), 0x7f00_0000_0000), bytes, "and back");
+        assert!(moved
+            .call_sites(0x7f00_0000_1004, 0x7f00_0000_1009)
+            .is_some());
+        // Saved again from the moved process: the same bytes.
+        let mut again = Answers::default();
+        again.frames.insert(0x7f00_0000_1004, list);
+        let resaved = encode(&key(), 0x7f00_0000_0000, Some(&moved), &again);
+        assert_eq!(resaved, bytes, "and back");
     }
 
     #[test]
-    fn another_file_or_a_damaged_entry_is_a_miss() {
+    fn new_answers_join_the_saved_ones() {
+        let first = sample();
+        let saved = Saved::parse(encode(&key(), 0, None, &first), &key(), 0).unwrap();
+        let mut new = Answers::default();
+        new.frames.insert(0x5000, Arc::from([]));
+        new.call_sites.insert((0x1004, 0x1009), Vec::new()); // replaces the saved one
+        let merged = Saved::parse(encode(&key(), 0, Some(&saved), &new), &key(), 0).unwrap();
+        let mut all = first.clone();
+        all.frames.insert(0x5000, Arc::from([]));
+        all.call_sites.insert((0x1004, 0x1009), Vec::new());
+        assert_holds(&merged, &all);
+    }
+
+    #[test]
+    fn another_file_or_a_damaged_entry_never_gives_a_wrong_answer() {
         let answers = sample();
-        let bytes = encode(&answers, &key(), 0);
+        let bytes = encode(&key(), 0, None, &answers);
         let mut other = key();
         other.mtime_ns += 1;
-        assert_eq!(decode(&bytes, &other, 0), None, "another modification time");
-        // Every truncation and every single flipped byte is refused, never a panic.
+        assert!(
+            Saved::parse(bytes.clone(), &other, 0).is_none(),
+            "another mtime"
+        );
+        // Every truncation and every single flipped bit: the entry is refused, or
+        // each answer is either right or a miss. Never a panic.
+        let check = |bytes: Vec<u8>, what: &str| {
+            let Some(saved) = Saved::parse(bytes, &key(), 0) else {
+                return;
+            };
+            for (pc, list) in &answers.frames {
+                let got = saved.frames(*pc);
+                assert!(
+                    got.is_none() || got.as_ref() == Some(list),
+                    "{what}: frames at {pc:#x}"
+                );
+            }
+            for ((caller, ret), params) in &answers.call_sites {
+                let got = saved.call_sites(*caller, *ret);
+                assert!(
+                    got.is_none() || got.as_ref() == Some(params),
+                    "{what}: call site"
+                );
+            }
+        };
         for len in 0..bytes.len() {
-            assert_eq!(decode(&bytes[..len], &key(), 0), None, "cut at {len}");
+            check(bytes[..len].to_vec(), &format!("cut at {len}"));
         }
         for at in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[at] ^= 0x40;
-            assert_eq!(decode(&bad, &key(), 0), None, "byte {at} flipped");
+            check(bad, &format!("byte {at} flipped"));
         }
+        // A damaged record is left out when the entry is saved again.
+        let last = bytes.len() - 10;
+        let mut bad = bytes.clone();
+        bad[last] ^= 0x01;
+        let damaged = Saved::parse(bad, &key(), 0).unwrap();
+        let kept = Saved::parse(
+            encode(&key(), 0, Some(&damaged), &Answers::default()),
+            &key(),
+            0,
+        );
+        assert_eq!(
+            kept.unwrap().len(),
+            answers.frames.len() + answers.call_sites.len() - 1
+        );
     }
 
     #[test]
-    fn hostile_contents_with_a_valid_checksum_do_not_panic() {
-        // A huge count, a type nested past the limit: refused, with a valid CRC.
+    fn hostile_contents_with_valid_checksums_do_not_panic() {
+        // A count far beyond the entry's length, with a valid header CRC: refused.
         let mut out = Out {
             bytes: Vec::new(),
             delta: 0,
@@ -715,12 +947,13 @@ mod tests {
         out.u64(key().size);
         out.u64(key().mtime_ns as u64);
         out.bytes(&key().build_id);
-        let header = out.bytes.clone();
         out.u32(u32::MAX);
+        out.u32(0);
         let crc = crc32(&out.bytes);
         out.u32(crc);
-        assert_eq!(decode(&out.bytes, &key(), 0), None);
+        assert!(Saved::parse(out.bytes, &key(), 0).is_none());
 
+        // A type nested past the limit, in a record with a valid CRC: a miss.
         let mut deep = TypeDesc {
             name: "int".into(),
             kind: TypeKind::Signed,
@@ -745,9 +978,8 @@ mod tests {
                 info: Some(info),
             }]),
         );
-        let bytes = encode(&answers, &key(), 0);
-        assert!(bytes.starts_with(&header));
-        assert_eq!(decode(&bytes, &key(), 0), None, "nested too deep");
+        let saved = Saved::parse(encode(&key(), 0, None, &answers), &key(), 0).unwrap();
+        assert_eq!(saved.frames(1), None, "nested too deep");
     }
 
     #[test]
@@ -755,15 +987,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("argstash-answers-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let disk = DiskCache::new(dir.clone(), 1 << 20);
-        assert_eq!(load(&disk, &key(), 0), None);
-        store(&disk, &key(), 0, &sample()).unwrap();
-        assert_eq!(load(&disk, &key(), 0), Some(sample()));
+        assert!(Saved::load(&disk, &key(), 0).is_none());
+        store(&disk, &key(), 0, None, &sample()).unwrap();
+        assert_holds(&Saved::load(&disk, &key(), 0).unwrap(), &sample());
         // A bound smaller than the entry evicts it at the next write.
         let small = DiskCache::new(dir.clone(), 16);
         let mut other = key();
         other.build_id = vec![0x99];
-        store(&small, &other, 0, &Answers::default()).unwrap();
-        assert_eq!(load(&disk, &key(), 0), None, "evicted");
+        store(&small, &other, 0, None, &Answers::default()).unwrap();
+        assert!(Saved::load(&disk, &key(), 0).is_none(), "evicted");
         let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -124,6 +124,8 @@ pub struct ModuleDebug {
     /// Where the answers are saved for the next run: the on-disk cache and the
     /// key of the debug file they come from ([`crate::answers`]).
     persist: Option<(DiskCache, EntryKey)>,
+    /// The answers an earlier run saved, asked before the DWARF.
+    saved: Option<crate::answers::Saved>,
 }
 
 impl Drop for ModuleDebug {
@@ -142,8 +144,8 @@ const MEMO_MAX: usize = 4096;
 struct Memo {
     frames: std::collections::HashMap<u64, Arc<[SourceFrame]>>,
     call_sites: std::collections::HashMap<(u64, u64), Vec<CallSiteParam>>,
-    /// Some answer was found in the DWARF rather than loaded from disk.
-    dirty: bool,
+    /// The answers found in the DWARF since the last save.
+    new: crate::answers::Answers,
 }
 
 /// Stores `value` under `key`, emptying `map` first when it is full.
@@ -515,6 +517,7 @@ impl ModuleDebug {
             mini_symbols: Vec::new(),
             memo: Default::default(),
             persist: None,
+            saved: None,
         };
         let module = match ElfSections::open(path) {
             Ok(m) => m,
@@ -579,15 +582,9 @@ impl ModuleDebug {
         else {
             return false;
         };
-        let saved = crate::answers::load(disk, &key, self.bias);
+        self.saved = crate::answers::Saved::load(disk, &key, self.bias);
         self.persist = Some((disk.clone(), key));
-        let Some(saved) = saved else {
-            return false;
-        };
-        let memo = self.memo.get_mut().unwrap_or_else(|e| e.into_inner());
-        memo.frames = saved.frames;
-        memo.call_sites = saved.call_sites;
-        true
+        self.saved.as_ref().is_some_and(|s| !s.is_empty())
     }
 
     fn set_dwarf(&mut self, data: Arc<DwarfData>) {
@@ -615,25 +612,22 @@ impl ModuleDebug {
             .as_ref()
     }
 
-    /// Saves the answers found in the DWARF since the last save, for the next
-    /// run (nothing to do when every answer came from disk). Also done on drop.
+    /// Saves the answers found in the DWARF since the last save, with those
+    /// saved before, for the next run (nothing to do when every answer came from
+    /// disk). Also done on drop.
     pub fn save_answers(&self) {
         let Some((disk, key)) = &self.persist else {
             return;
         };
-        let answers = {
+        let new = {
             let mut memo = self.memo();
-            if !memo.dirty {
+            if memo.new.frames.is_empty() && memo.new.call_sites.is_empty() {
                 return;
             }
-            memo.dirty = false;
-            crate::answers::Answers {
-                frames: memo.frames.clone(),
-                call_sites: memo.call_sites.clone(),
-            }
+            std::mem::take(&mut memo.new)
         };
         // Not saving only costs the next run the DWARF work again.
-        let _ = crate::answers::store(disk, key, self.bias, &answers);
+        let _ = crate::answers::store(disk, key, self.bias, self.saved.as_ref(), &new);
     }
 
     fn memo(&self) -> std::sync::MutexGuard<'_, Memo> {
@@ -670,6 +664,10 @@ impl ModuleDebug {
         if let Some(known) = self.memo().frames.get(&pc) {
             return known.clone();
         }
+        if let Some(known) = self.saved.as_ref().and_then(|s| s.frames(pc)) {
+            remember(&mut self.memo().frames, pc, &known);
+            return known;
+        }
         let Some(d) = self.dwarf() else {
             return Arc::from([]);
         };
@@ -683,7 +681,7 @@ impl ModuleDebug {
         }
         let out: Arc<[SourceFrame]> = Arc::from(out);
         let mut memo = self.memo();
-        memo.dirty = true;
+        remember(&mut memo.new.frames, pc, &out);
         remember(&mut memo.frames, pc, &out);
         out
     }
@@ -730,6 +728,15 @@ impl ModuleDebug {
         if let Some(known) = self.memo().call_sites.get(&(caller_pc, return_address)) {
             return known.clone();
         }
+        let saved = self.saved.as_ref();
+        if let Some(known) = saved.and_then(|s| s.call_sites(caller_pc, return_address)) {
+            remember(
+                &mut self.memo().call_sites,
+                (caller_pc, return_address),
+                &known,
+            );
+            return known;
+        }
         let Some(d) = self.dwarf() else {
             return Vec::new();
         };
@@ -759,8 +766,9 @@ impl ModuleDebug {
             }
         }
         let mut memo = self.memo();
-        memo.dirty = true;
-        remember(&mut memo.call_sites, (caller_pc, return_address), &out);
+        let at = (caller_pc, return_address);
+        remember(&mut memo.new.call_sites, at, &out);
+        remember(&mut memo.call_sites, at, &out);
         out
     }
 
