@@ -435,7 +435,12 @@ fn precheck(pid: i32) -> Result<Prechecked, SessionError> {
     if stat.as_ref().is_some_and(procfs::Stat::is_kernel_thread) {
         return Err(SessionError::KernelThread { pid, name: st.name });
     }
-    if st.tracer != 0 {
+    // The leader held by this very thread, in another of its sessions, is no
+    // refusal: a profiler asks the leader and its siblings to stop together
+    // (`argstash record`'s batches), and a check of the process's tracer then
+    // used to refuse every thread asked after the leader.
+    let this_thread = nix::unistd::gettid().as_raw();
+    if st.tracer != 0 && st.tracer != this_thread {
         return Err(SessionError::NotPermitted {
             pid,
             reason: traced_by(pid, None, st.tracer),
@@ -1854,6 +1859,49 @@ int main(int argc, char **argv) {
         assert_eq!(r.orig_rax, libc::SYS_clock_nanosleep as u64);
         assert!(matches!(s.regs(pid), Err(SessionError::NotStopped { .. })));
         s.detach().unwrap();
+        assert_released(pid);
+        child.send("stop\n");
+        assert_eq!(child.line(), "errors=0");
+    }
+
+    #[test]
+    fn threads_can_be_asked_while_this_thread_holds_the_leader() {
+        let mut child = TestChild::spawn("batch", THREADS, &["4", "0"]);
+        let pid = child.pid;
+        let others: Vec<i32> = tasks(pid).into_iter().filter(|t| *t != pid).collect();
+        // The leader first, then its siblings, all asked before any stop is
+        // collected: what a profiler's batch does.
+        let mut asked = vec![Session::request_thread(pid, pid).unwrap()];
+        for &tid in &others {
+            asked.push(Session::request_thread(pid, tid).unwrap_or_else(|e| {
+                panic!("thread {tid} refused while this thread holds the leader: {e}")
+            }));
+        }
+        for s in &mut asked {
+            while !s.poll_attach(false).unwrap() {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        for s in asked {
+            s.detach().unwrap();
+        }
+        assert_released(pid);
+        // Another tracer holding the process is still a refusal (a test thread
+        // of ours is "another tracer" here: tracing is per thread).
+        let holder = std::thread::spawn(move || {
+            Session::attach_thread(pid, pid).map(|s| {
+                std::thread::sleep(Duration::from_millis(200));
+                s.detach()
+            })
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let refused = Session::request_thread(pid, others[0]);
+        assert!(
+            matches!(refused, Err(SessionError::NotPermitted { .. })),
+            "{:?}",
+            refused.map(|_| ())
+        );
+        holder.join().unwrap().unwrap().unwrap();
         assert_released(pid);
         child.send("stop\n");
         assert_eq!(child.line(), "errors=0");
