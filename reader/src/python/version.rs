@@ -141,11 +141,13 @@ pub struct Located {
 /// Finds the CPython interpreter among a process's modules.
 pub fn locate(symbols: &ProcessSymbols, mem: &dyn Memory) -> Result<Located, PythonError> {
     // CPython exports its evaluator (extension modules link against it), so the
-    // dynamic symbols find it without reading every module's whole symbol table.
-    let (module, eval_frame) = symbols
-        .modules
+    // dynamic symbols find it without reading every module's whole symbol table;
+    // a libpython is looked at first, then the other modules in address order.
+    let mut candidates: Vec<&Module> = symbols.modules.iter().collect();
+    candidates.sort_by_key(|m| !m.file_name().starts_with("libpython"));
+    let (module, eval_frame) = candidates
         .iter()
-        .find_map(|m| m.exported(EVAL_FRAME_FUNCTION).map(|addr| (m, addr)))
+        .find_map(|m| m.exported(EVAL_FRAME_FUNCTION).map(|addr| (*m, addr)))
         .or_else(|| {
             symbols.modules.iter().find_map(|m| {
                 m.symbols_named(EVAL_FRAME_FUNCTION)
