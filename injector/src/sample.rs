@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use reader::arena::discover;
 use reader::debuginfo::{DebugSearch, DwarfCache};
 use reader::ids::{Pid, Tid};
-use reader::memory::{Memory, StackSnapshot};
+use reader::memory::{Memory, PageCache, StackSnapshot};
 use reader::procfs::{read_maps, MapEntry};
 use reader::python::stack::{StackReader, ThreadRead};
 use reader::python::{ProcessPython, PythonStack};
@@ -121,6 +121,9 @@ pub struct Sampler {
     maps: Vec<MapEntry>,
     key: Vec<(u64, u64, u64, u64, String)>,
     mem: ProcessMemory,
+    /// The memory the Python frames are read through: one system call a page,
+    /// cleared for each thread (its own handle, so nothing else reads stale pages).
+    py_mem: PageCache<ProcessMemory>,
     unwind: Unwinder,
     python: ProcessPython,
     opts: SampleOptions,
@@ -142,6 +145,7 @@ impl Sampler {
             key: code_key(&maps),
             maps,
             mem,
+            py_mem: PageCache::new(ProcessMemory::open(pid)?),
             unwind,
             python,
             opts,
@@ -239,7 +243,7 @@ impl Sampler {
     pub fn round(&self) -> Round<'_> {
         Round {
             sampler: self,
-            python: self.python.reader(&self.mem),
+            python: self.python.reader(&self.py_mem),
             slices: HashMap::new(),
         }
     }
@@ -435,6 +439,7 @@ impl Round<'_> {
         let (start, end) = stack_range(&s.maps, regs.rsp);
         let mut bytes = vec![0u8; end.saturating_sub(start) as usize];
         let copied = s.mem.read(start, &mut bytes);
+        s.py_mem.clear();
         let py_read = self.python.read(raw);
         if let Err(e) = session.detach() {
             return Err(lost(pid, e));

@@ -122,15 +122,15 @@ const CACHE_MAX_PAGES: usize = 256;
 /// read that touches a page that cannot be read whole is passed to the inner
 /// memory as it is, so it fails (or succeeds) exactly as it would without the
 /// cache.
-pub struct PageCache<'a> {
-    inner: &'a dyn Memory,
+pub struct PageCache<M> {
+    inner: M,
     /// Pages by address; `None` for a page that could not be read whole.
     pages: std::cell::RefCell<std::collections::HashMap<u64, Option<Box<[u8]>>>>,
 }
 
-impl<'a> PageCache<'a> {
-    /// An empty cache over `inner`.
-    pub fn new(inner: &'a dyn Memory) -> PageCache<'a> {
+impl<M: Memory> PageCache<M> {
+    /// An empty cache over `inner` (a backend, or a reference to one).
+    pub fn new(inner: M) -> PageCache<M> {
         PageCache {
             inner,
             pages: Default::default(),
@@ -143,7 +143,7 @@ impl<'a> PageCache<'a> {
     }
 }
 
-impl Memory for PageCache<'_> {
+impl<M: Memory> Memory for PageCache<M> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         let end = match addr.checked_add(buf.len() as u64) {
             Some(end) if buf.len() as u64 <= 2 * CACHE_PAGE => end,
