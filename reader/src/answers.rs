@@ -254,7 +254,7 @@ pub fn store(
 /// An entry's bytes: the header, the index of every answer (sorted), the
 /// header's CRC-32, then each answer's record (payload and its own CRC-32).
 /// Addresses are written less `bias`. `new` answers replace saved ones at the
-/// same address; at most [`MAX_RECORDS`] of each kind are kept, new ones first.
+/// same address; at most 8,192 of each kind are kept, new ones first.
 pub fn encode(key: &EntryKey, bias: u64, saved: Option<&Saved>, new: &Answers) -> Vec<u8> {
     let delta = bias.wrapping_neg();
     let record = |write: &dyn Fn(&mut Out)| {
