@@ -147,7 +147,9 @@ fn le_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-fn c_string(b: &[u8], at: usize) -> Option<&str> {
+/// The NUL-terminated UTF-8 string at `at` of `b` (a string table), if it is
+/// in bounds, terminated and UTF-8.
+pub(crate) fn c_string(b: &[u8], at: usize) -> Option<&str> {
     let rest = b.get(at..)?;
     let end = rest.iter().position(|&c| c == 0)?;
     std::str::from_utf8(&rest[..end]).ok()

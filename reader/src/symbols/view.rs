@@ -15,6 +15,8 @@ use goblin::elf::sym::Symtab;
 use goblin::elf::symver::{VerdefSection, VersymSection};
 use goblin::elf::Elf;
 
+use crate::debugfile::c_string;
+
 /// A symbol section and the string section its names are in.
 pub(super) struct SymbolSection<'a> {
     /// The symbols (decoded one at a time while iterating).
@@ -26,7 +28,7 @@ pub(super) struct SymbolSection<'a> {
 impl<'a> SymbolSection<'a> {
     /// The name at `offset` of the string table, if it is in bounds and UTF-8.
     pub fn name(&self, offset: usize) -> Option<&'a str> {
-        str_at(self.names, offset)
+        c_string(self.names, offset)
     }
 }
 
@@ -110,7 +112,7 @@ impl<'a> ElfView<'a> {
         let soname = dynamic
             .as_ref()
             .filter(|d| d.info.soname != 0)
-            .and_then(|d| str_at(dynstr?, d.info.soname));
+            .and_then(|d| c_string(dynstr?, d.info.soname));
 
         Ok(ElfView {
             is_64: ctx.is_big(),
@@ -131,7 +133,7 @@ impl<'a> ElfView<'a> {
 
     /// The name of section `sh` (empty when it has none or it is unreadable).
     pub fn section_name(&self, sh: &SectionHeader) -> &'a str {
-        str_at(self.section_names, sh.sh_name).unwrap_or("")
+        c_string(self.section_names, sh.sh_name).unwrap_or("")
     }
 }
 
@@ -145,13 +147,6 @@ fn section_bytes<'a>(bytes: &'a [u8], sh: &SectionHeader) -> Option<&'a [u8]> {
     bytes.get(start..start.checked_add(len)?)
 }
 
-/// The NUL-terminated UTF-8 string at `offset` of a string table.
-pub(super) fn str_at(table: &[u8], offset: usize) -> Option<&str> {
-    let rest = table.get(offset..)?;
-    let end = rest.iter().position(|&b| b == 0)?;
-    std::str::from_utf8(&rest[..end]).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,12 +154,12 @@ mod tests {
     #[test]
     fn strings_are_bounded_and_checked() {
         let table = b"\0main\0bad\xff\0open";
-        assert_eq!(str_at(table, 1), Some("main"));
-        assert_eq!(str_at(table, 3), Some("in"));
-        assert_eq!(str_at(table, 0), Some(""));
-        assert_eq!(str_at(table, 6), None, "invalid UTF-8");
-        assert_eq!(str_at(table, 11), None, "no terminating NUL");
-        assert_eq!(str_at(table, 99), None, "out of bounds");
+        assert_eq!(c_string(table, 1), Some("main"));
+        assert_eq!(c_string(table, 3), Some("in"));
+        assert_eq!(c_string(table, 0), Some(""));
+        assert_eq!(c_string(table, 6), None, "invalid UTF-8");
+        assert_eq!(c_string(table, 11), None, "no terminating NUL");
+        assert_eq!(c_string(table, 99), None, "out of bounds");
     }
 
     /// Compares the view of the file at `path` with goblin's full parse of it.
