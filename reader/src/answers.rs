@@ -27,7 +27,7 @@
 //! encoding and decoding, not copied.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -36,7 +36,7 @@ use std::sync::Arc;
 use crate::args::{FunctionInfo, Location, Member, Param, TypeDesc, TypeKind};
 use crate::debugfile::crc32;
 use crate::debuginfo::{CallSiteParam, SourceFrame};
-use crate::dwarf_cache::{DiskCache, EntryKey};
+use crate::dwarf_cache::{DiskCache, EntryKey, StoreError};
 
 const MAGIC: &[u8; 8] = b"ARGSTANS";
 const VERSION: u32 = 1;
@@ -66,8 +66,7 @@ pub struct Answers {
 
 /// Where the answers entry of `key` lives in `disk`.
 pub fn entry_path(disk: &DiskCache, key: &EntryKey) -> PathBuf {
-    let hex: String = key.build_id.iter().map(|b| format!("{b:02x}")).collect();
-    disk.root().join(format!("{hex}{SUFFIX}"))
+    disk.root().join(key.file_name_with(SUFFIX))
 }
 
 /// Most answers of each kind an entry keeps (the ones found last are kept first).
@@ -228,27 +227,9 @@ pub fn store(
     bias: u64,
     saved: Option<&Saved>,
     new: &Answers,
-) -> std::io::Result<()> {
+) -> Result<PathBuf, StoreError> {
     let bytes = encode(key, bias, saved, new);
-    crate::dwarf_cache::create_dir(disk.root())?;
-    let path = entry_path(disk, key);
-    let tmp = disk.root().join(format!(
-        ".answers.{}.{}{}",
-        std::process::id(),
-        crate::dwarf_cache::unique(),
-        crate::dwarf_cache::TMP_SUFFIX
-    ));
-    let written = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        drop(f);
-        fs::rename(&tmp, &path)
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    disk.evict();
-    written
+    disk.replace_entry(&key.file_name_with(SUFFIX), |f| f.write_all(&bytes))
 }
 
 /// An entry's bytes: the header, the index of every answer (sorted), the
@@ -315,16 +296,7 @@ pub fn encode(key: &EntryKey, bias: u64, saved: Option<&Saved>, new: &Answers) -
         }
     }
 
-    let mut out = Out {
-        bytes: Vec::new(),
-        delta: 0,
-    };
-    out.bytes.extend_from_slice(MAGIC);
-    out.u32(VERSION);
-    out.u64(fingerprint());
-    out.u64(key.size);
-    out.u64(key.mtime_ns as u64);
-    out.bytes(&key.build_id);
+    let mut out = Out::header(key);
     out.len(frames.len());
     out.len(sites.len());
     let mut offset = 0usize;
@@ -358,6 +330,22 @@ struct Out {
 }
 
 impl Out {
+    /// An entry's fixed start: magic, version, this build's fingerprint and the
+    /// debug file's key (addresses written after it are not moved).
+    fn header(key: &EntryKey) -> Out {
+        let mut out = Out {
+            bytes: Vec::new(),
+            delta: 0,
+        };
+        out.bytes.extend_from_slice(MAGIC);
+        out.u32(VERSION);
+        out.u64(fingerprint());
+        out.u64(key.size);
+        out.u64(key.mtime_ns as u64);
+        out.bytes(&key.build_id);
+        out
+    }
+
     fn u8(&mut self, v: u8) {
         self.bytes.push(v);
     }
@@ -664,6 +652,7 @@ impl<'a> In<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn key() -> EntryKey {
         EntryKey {
@@ -937,16 +926,7 @@ mod tests {
     #[test]
     fn hostile_contents_with_valid_checksums_do_not_panic() {
         // A count far beyond the entry's length, with a valid header CRC: refused.
-        let mut out = Out {
-            bytes: Vec::new(),
-            delta: 0,
-        };
-        out.bytes.extend_from_slice(MAGIC);
-        out.u32(VERSION);
-        out.u64(fingerprint());
-        out.u64(key().size);
-        out.u64(key().mtime_ns as u64);
-        out.bytes(&key().build_id);
+        let mut out = Out::header(&key());
         out.u32(u32::MAX);
         out.u32(0);
         let crc = crc32(&out.bytes);

@@ -45,7 +45,7 @@ pub const CACHE_ENV: &str = "ARGSTASH_CACHE";
 const MAGIC: &[u8; 8] = b"ARGSTDWC";
 const VERSION: u32 = 1;
 const SUFFIX: &str = ".dwarf";
-pub(crate) const TMP_SUFFIX: &str = ".tmp";
+const TMP_SUFFIX: &str = ".tmp";
 /// Bytes of the fixed part of the header.
 const FIXED: usize = 120;
 const MAX_BUILD_ID: usize = 64;
@@ -88,8 +88,13 @@ impl EntryKey {
     }
 
     fn file_name(&self) -> String {
+        self.file_name_with(SUFFIX)
+    }
+
+    /// The name of this key's entry of a kind: its build-id in hex, then `suffix`.
+    pub(crate) fn file_name_with(&self, suffix: &str) -> String {
         let hex: String = self.build_id.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{hex}{SUFFIX}")
+        format!("{hex}{suffix}")
     }
 }
 
@@ -309,20 +314,7 @@ impl DiskCache {
         head.extend_from_slice(&crc.to_le_bytes());
         head.resize(header_len, 0);
 
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| StoreError::Io { path, source }
-        };
-        create_dir(&self.root).map_err(io(&self.root))?;
-        let final_path = self.entry_path(key);
-        let tmp = self.root.join(format!(
-            ".{}.{}.{}{TMP_SUFFIX}",
-            key.file_name(),
-            std::process::id(),
-            unique()
-        ));
-        let written = (|| {
-            let mut f = File::create(&tmp)?;
+        self.replace_entry(&key.file_name(), |f| {
             f.write_all(&head)?;
             let mut at = header_len as u64;
             for (_, data) in sections {
@@ -332,8 +324,35 @@ impl DiskCache {
                 f.write_all(&[0u8; 8][..pad as usize])?;
                 at += pad;
             }
+            Ok(())
+        })
+    }
+
+    /// Writes the entry file `name` whole with `write`: into a temporary file in
+    /// the directory, renamed over any earlier entry (writers race harmlessly,
+    /// readers' mappings stay valid), then evicts the oldest entries while the
+    /// directory is over its bound. Returns the entry's path.
+    pub(crate) fn replace_entry(
+        &self,
+        name: &str,
+        write: impl FnOnce(&mut File) -> std::io::Result<()>,
+    ) -> Result<PathBuf, StoreError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StoreError::Io { path, source }
+        };
+        create_dir(&self.root).map_err(io(&self.root))?;
+        let final_path = self.root.join(name);
+        let tmp = self.root.join(format!(
+            ".{name}.{}.{}{TMP_SUFFIX}",
+            std::process::id(),
+            unique()
+        ));
+        let written = (|| {
+            let mut f = File::create(&tmp)?;
+            write(&mut f)?;
             // No fsync: a crash may leave a short or empty entry, which the
-            // length check rejects and the next run rebuilds.
+            // length checks reject and the next run rebuilds.
             drop(f);
             fs::rename(&tmp, &final_path)
         })();
@@ -395,7 +414,7 @@ fn header_len(sections: usize, index: usize) -> usize {
 }
 
 /// A number no other temporary file of this process has used.
-pub(crate) fn unique() -> u64 {
+fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
@@ -404,7 +423,7 @@ pub(crate) fn unique() -> u64 {
     (NEXT.fetch_add(1, Ordering::Relaxed) << 32) | u64::from(nanos)
 }
 
-pub(crate) fn create_dir(root: &Path) -> std::io::Result<()> {
+fn create_dir(root: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     fs::DirBuilder::new()
         .recursive(true)
