@@ -44,6 +44,16 @@ fn hint_text(hint: &Hint) -> String {
             text
         }
         Hint::LeaveOut { option } => format!("; leave out {}", flag(*option)),
+        Hint::AcceptUnwindLoss { retry } => format!(
+            "; {}or pass --accept-unwind-loss to hook it anyway (a C++ exception thrown \
+             through it then ends the program)",
+            if *retry {
+                "try again (a thread may be at a safe point then; --safe-point-wait MS looks \
+                 longer), "
+            } else {
+                ""
+            }
+        ),
         Hint::GiveKernelCore => {
             "; pass the core the kernel wrote (see /proc/sys/kernel/core_pattern) with --core"
                 .to_string()

@@ -137,6 +137,11 @@ struct CallArgs {
     /// How long to look for a thread at a safe point, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     safe_point_wait: u64,
+    /// Hook functions that a C++ exception could cross even when their unwind information
+    /// cannot be registered with the program's unwinder first. Without it such an install
+    /// is refused; with it, an exception thrown through such a hook ends the program.
+    #[arg(long)]
+    accept_unwind_loss: bool,
 }
 
 impl CallArgs {
@@ -148,12 +153,19 @@ impl CallArgs {
                 Registration::Off => injector::RemoteCalls::Off,
             },
             wait: std::time::Duration::from_millis(self.safe_point_wait),
+            unprotected: if self.accept_unwind_loss {
+                injector::UnprotectedHooks::Accept
+            } else {
+                injector::UnprotectedHooks::Refuse
+            },
         }
     }
 
     /// Whether these are the defaults, the only policy argstashd uses.
     fn is_default(&self) -> bool {
-        self.unwind_registration == Registration::Safe && self.safe_point_wait == 500
+        self.unwind_registration == Registration::Safe
+            && self.safe_point_wait == 500
+            && !self.accept_unwind_loss
     }
 }
 

@@ -115,6 +115,14 @@ fn hint_text(pid: i32, hint: &Hint) -> String {
         Hint::LeaveOut { option } => {
             format!("; leave out the Inject option `{}`", option_key(*option))
         }
+        Hint::AcceptUnwindLoss { retry: true } => {
+            "; try again later (a thread may be at a safe point then): the daemon never \
+             hooks such a function unprotected"
+                .to_string()
+        }
+        Hint::AcceptUnwindLoss { retry: false } => {
+            "; the daemon never hooks such a function unprotected".to_string()
+        }
         // Core files are read by the client itself, never through the daemon.
         Hint::GiveKernelCore => {
             "; give the core the kernel wrote (see /proc/sys/kernel/core_pattern)".to_string()
@@ -173,7 +181,9 @@ fn wire_hint(hint: &Hint, text: String) -> Option<ErrorHint> {
             wire.option = Some(option_key(*option).to_string());
             HINT_LEAVE_OUT
         }
-        Hint::GiveKernelCore | Hint::GiveCoreNotProgram => return None,
+        Hint::GiveKernelCore | Hint::GiveCoreNotProgram | Hint::AcceptUnwindLoss { .. } => {
+            return None
+        }
     };
     wire.kind = Some(kind.to_string());
     Some(wire)

@@ -23,6 +23,24 @@ pub enum Error {
         /// What argstash was doing.
         operation: Operation,
     },
+    /// A C++ exception could cross the functions, and their unwind information
+    /// could not be made findable by the program's unwinder before the jump:
+    /// hooking them could end the program, so nothing was hooked.
+    #[error(
+        "not hooking {}: the process can throw exceptions ({raiser} is loaded) and {reason}, \
+         so a C++ exception thrown through {} would end the program (std::terminate); \
+         nothing was changed",
+        .functions.join(", "),
+        if .functions.len() == 1 { "it" } else { "them" }
+    )]
+    Unprotected {
+        /// The functions, as `name in module`.
+        functions: Vec<String>,
+        /// The module whose unwinder raises exceptions.
+        raiser: String,
+        /// Why their unwind information could not be registered first.
+        reason: UnprotectedReason,
+    },
     /// Attaching, stopping or resuming the process failed.
     #[error(transparent)]
     Session(#[from] SessionError),
@@ -220,6 +238,9 @@ impl Error {
             }),
             Error::Unsupported32Bit { option, .. } => Some(Hint::LeaveOut { option: *option }),
             Error::Symbol(e) => e.hint(),
+            Error::Unprotected { reason, .. } => Some(Hint::AcceptUnwindLoss {
+                retry: reason.may_pass(),
+            }),
             Error::Core(e) => e.hint(),
             _ => None,
         }
@@ -249,6 +270,35 @@ fn unsupported_32bit(option: RequestOption) -> &'static str {
             "stashing floating-point arguments (i386 passes floating-point arguments on the \
              stack, which the window copies)"
         }
+    }
+}
+
+/// Why a hook's unwind information could not be registered before its jump.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum UnprotectedReason {
+    /// The process has no `__register_frame_info` to register with.
+    #[error("it has no __register_frame_info to register the hooks' unwind information with")]
+    NoRegistration,
+    /// The caller turned calls in the target off.
+    #[error("running code in the target (the registration call) is turned off")]
+    CallsOff,
+    /// 32-bit trampolines get no unwind information yet.
+    #[error("no unwind information is generated for 32-bit trampolines yet")]
+    NoUnwindInfo32,
+    /// The registration was tried and not done (no thread at a safe point in time, a
+    /// call that failed or did not return).
+    #[error("registering the hooks' unwind information first failed: {0}")]
+    NotRegistered(String),
+    /// Another part of the install failed after the registration, whose unwind
+    /// information could not be taken back; said with the cause.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl UnprotectedReason {
+    /// True when trying again later may succeed (a thread may be at a safe point then).
+    pub fn may_pass(&self) -> bool {
+        matches!(self, UnprotectedReason::NotRegistered(_))
     }
 }
 

@@ -89,7 +89,8 @@ pub use python::python_hook;
 
 // Other unwinders fed through hooks (libgcc, gdb, perf).
 pub use foreign_unwind::{
-    list_status as unwind_status, CallPolicy, HookUnwindStatus, RemoteCalls, UnwindReport,
+    list_status as unwind_status, CallPolicy, HookUnwindStatus, RemoteCalls, UnprotectedHooks,
+    UnwindReport,
 };
 
 // Backtraces.
@@ -105,8 +106,8 @@ pub use sample::{Lost, Round, Sample, SampleOptions, Sampler};
 
 // Errors.
 pub use error::{
-    hint_of, Change, Error, FarJumpRefusal, Hint, Operation, RequestOption, Since, UnsureWindow,
-    UNNAMED_CODE_ADVICE,
+    hint_of, Change, Error, FarJumpRefusal, Hint, Operation, RequestOption, Since,
+    UnprotectedReason, UnsureWindow, UNNAMED_CODE_ADVICE,
 };
 pub use ptrace::call::RemoteCallError;
 pub use ptrace::session::{Refusal, SessionError, UnexpectedState};

@@ -143,6 +143,7 @@ fn hint_text(hint: &Hint) -> String {
         Hint::LeaveOut {
             option: RequestOption::FloatArgs,
         } => "; leave out float_args=True".into(),
+        Hint::AcceptUnwindLoss { .. } => "; try again later".into(),
         Hint::GiveKernelCore | Hint::GiveCoreNotProgram => String::new(),
     }
 }

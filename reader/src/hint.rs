@@ -52,6 +52,12 @@ pub enum Hint {
         /// The option.
         option: RequestOption,
     },
+    /// The hook could end the program through a C++ exception: accept that
+    /// explicitly to hook it anyway, or (when `retry`) try again later.
+    AcceptUnwindLoss {
+        /// Trying again may succeed (a thread may be at a safe point then).
+        retry: bool,
+    },
     /// The file is not ELF: the core the kernel wrote is what should be given.
     GiveKernelCore,
     /// The file is a program or library: give the core as the core, and this file

@@ -391,6 +391,38 @@ pub fn compile_c(src: &Path, out: &Path, flags: &[&str]) -> PathBuf {
     out.to_path_buf()
 }
 
+/// Compiles `tests/fixtures/NAME.cpp` at `-O2` (no debug info) with `c++ -pthread`,
+/// once per content: the result is cached under [`fixture_cache_dir`].
+pub fn build_cpp(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
+    if let Some(p) = built.get(name) {
+        return p.clone();
+    }
+    let src = fixtures_dir().join(format!("{name}.cpp"));
+    let text = fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
+    let hash = text.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let out = fixture_cache_dir().join(format!("{name}-O2-{hash:016x}"));
+    if !out.is_file() {
+        let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+        let status = Command::new("c++")
+            .args(["-O2", "-pthread", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .status()
+            .expect("cannot run c++ (run scripts/setup.sh)");
+        assert!(status.success(), "c++ failed to build {}", src.display());
+        if fs::rename(&tmp, &out).is_err() {
+            // Another test process finished first; theirs is identical.
+            let _ = fs::remove_file(&tmp);
+        }
+    }
+    built.insert(name.to_string(), out.clone());
+    out
+}
+
 /// True when `cc -m32` links a program here; otherwise prints why the calling test skips.
 ///
 /// The probe runs once per test process; the message is printed on every call

@@ -32,6 +32,18 @@ pub enum RemoteCalls {
     Off,
 }
 
+/// What to do with a hook that a C++ exception could cross when its unwind
+/// information cannot be made findable by the program's own unwinder first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnprotectedHooks {
+    /// Do not hook it: the install fails and the process is left as it was.
+    #[default]
+    Refuse,
+    /// Hook it anyway, because the user asked: an exception thrown through it
+    /// ends the program (`std::terminate`); the report and `list` say so.
+    Accept,
+}
+
 /// How `register` and `unregister` may run code in the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallPolicy {
@@ -39,6 +51,8 @@ pub struct CallPolicy {
     pub calls: RemoteCalls,
     /// How long to look for a thread at a safe point.
     pub wait: Duration,
+    /// What to do when a hook's unwind information cannot be registered before its jump.
+    pub unprotected: UnprotectedHooks,
 }
 
 impl Default for CallPolicy {
@@ -46,6 +60,7 @@ impl Default for CallPolicy {
         CallPolicy {
             calls: RemoteCalls::AtSafePoints,
             wait: SAFE_POINT_WAIT,
+            unprotected: UnprotectedHooks::Refuse,
         }
     }
 }

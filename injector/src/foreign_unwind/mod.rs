@@ -48,7 +48,7 @@ mod symbol_file;
 #[cfg(test)]
 mod tests;
 
-pub use calls::{CallPolicy, RemoteCalls};
+pub use calls::{CallPolicy, RemoteCalls, UnprotectedHooks};
 pub use libgcc::{find_unwinder, Unwinder};
 pub use report::UnwindReport;
 pub use slots::{hook_of, init_area, map_area, read_area, write_slot, UnwindHook};
@@ -70,14 +70,36 @@ pub struct Unwinders {
     pub libgcc: Option<Unwinder>,
     /// `dlopen`/`dlclose`, to load the GDB JIT helper.
     pub loader: Option<gdb_jit::Loader>,
+    /// The module whose unwinder can raise exceptions (`_Unwind_RaiseException`):
+    /// a C++ exception (or a thread's cancellation) can then cross a hooked frame.
+    pub raiser: Option<String>,
 }
 
 /// Finds libgcc's registration functions and the dynamic loader's entry points.
 pub fn find_unwinders(symbols: &ProcessSymbols) -> Unwinders {
+    let libgcc = find_unwinder(symbols);
     Unwinders {
-        libgcc: find_unwinder(symbols),
+        raiser: find_raiser(symbols, libgcc.as_ref()),
+        libgcc,
         loader: gdb_jit::find_loader(symbols),
     }
+}
+
+/// The module that defines `_Unwind_RaiseException` (libgcc_s, a static libgcc
+/// in the executable, libunwind), if any: the process can throw exceptions.
+pub fn find_raiser(symbols: &ProcessSymbols, libgcc: Option<&Unwinder>) -> Option<String> {
+    const RAISE: &str = "_Unwind_RaiseException";
+    libgcc
+        .and_then(|u| {
+            symbols
+                .resolve(&reader::symbols::FuncSpec::Qualified {
+                    module: u.module.clone(),
+                    name: RAISE.into(),
+                })
+                .ok()
+        })
+        .or_else(|| symbols.find_function(RAISE))
+        .map(|r| r.module_path)
 }
 
 /// Registers every hook's `.eh_frame` with the target's unwinder and writes perf map lines.
@@ -140,17 +162,96 @@ fn register_timed(
     report
 }
 
-/// Deregisters the hooks' `.eh_frame` from the target's unwinder and removes their perf map lines.
-///
-/// Borrowed threads run through `gadgets`, as for [`register`].
-pub fn unregister(
+/// Registers the hooks' `.eh_frame` with libgcc only, on a thread borrowed at a safe
+/// point: the part of [`register`] that must be done before the hooks' jumps are
+/// written, so that an exception thrown through a hooked function always finds it.
+/// The report counts the hooks registered and says why the others are not.
+pub fn register_exceptions(
     pid: i32,
+    unwinder: &Unwinder,
     hooks: &[UnwindHook],
     policy: CallPolicy,
     gadgets: &mut Gadgets,
 ) -> UnwindReport {
     let started = std::time::Instant::now();
-    let mut report = unregister_timed(pid, hooks, policy, gadgets);
+    let mut report = UnwindReport {
+        unwinder: Some(unwinder.module.clone()),
+        ..Default::default()
+    };
+    match ProcessMemory::open(pid) {
+        Ok(mem) => {
+            let mut borrower = Borrower::new(pid, policy, gadgets);
+            libgcc::register(&mem, Some(unwinder), hooks, &mut report, &mut borrower);
+        }
+        Err(e) => report.notes.push(e.to_string()),
+    }
+    report.elapsed = started.elapsed();
+    report
+}
+
+/// Deregisters from libgcc the hooks of `hooks` whose registration it confirmed,
+/// on a thread borrowed at a safe point (an install taken back after its
+/// registration). Returns what was done.
+pub fn deregister_exceptions(
+    pid: i32,
+    hooks: &[UnwindHook],
+    policy: CallPolicy,
+    gadgets: &mut Gadgets,
+) -> UnwindReport {
+    let mut report = UnwindReport::default();
+    match ProcessMemory::open(pid) {
+        Ok(mem) => {
+            let mut borrower = Borrower::new(pid, policy, gadgets);
+            libgcc::deregister(&mem, hooks, &mut report, &mut borrower);
+        }
+        Err(e) => report.notes.push(e.to_string()),
+    }
+    report
+}
+
+/// Hooks of `hooks` whose registration with libgcc is not confirmed (not made,
+/// or made by a call that was released unfinished).
+pub fn unregistered(pid: i32, hooks: &[UnwindHook]) -> Vec<UnwindHook> {
+    let Ok(mem) = ProcessMemory::open(pid) else {
+        return hooks.to_vec();
+    };
+    hooks
+        .iter()
+        .filter(|h| {
+            !matches!(read_slot(&mem, h), Ok(s) if s.registered != 0
+                && s.registered != slots::REGISTRATION_PENDING)
+        })
+        .cloned()
+        .collect()
+}
+
+/// True when libgcc may hold any of `hooks` (registered, or a registration that
+/// was released unfinished): their unwind information must then stay mapped.
+pub fn any_registered(pid: i32, hooks: &[UnwindHook]) -> bool {
+    let Ok(mem) = ProcessMemory::open(pid) else {
+        return true;
+    };
+    hooks
+        .iter()
+        .any(|h| !matches!(read_slot(&mem, h), Ok(s) if s.registered == 0))
+}
+
+/// Deregisters the hooks' `.eh_frame` from the target's unwinder and removes their perf map lines.
+///
+/// Borrowed threads run through `gadgets`, as for [`register`].
+///
+/// Hooks in `still_live` (a thread can still return into their trampoline) keep
+/// their libgcc registration: their code and unwind information stay mapped and
+/// unchanged, and their slots are never reused, so this is harmless.
+pub fn unregister(
+    pid: i32,
+    hooks: &[UnwindHook],
+    still_live: &[UnwindHook],
+    policy: CallPolicy,
+    gadgets: &mut Gadgets,
+) -> UnwindReport {
+    let started = std::time::Instant::now();
+    let mut report = unregister_timed(pid, hooks, still_live, policy, gadgets);
     report.elapsed = started.elapsed();
     report
 }
@@ -158,6 +259,7 @@ pub fn unregister(
 fn unregister_timed(
     pid: i32,
     hooks: &[UnwindHook],
+    still_live: &[UnwindHook],
     policy: CallPolicy,
     gadgets: &mut Gadgets,
 ) -> UnwindReport {
@@ -175,7 +277,19 @@ fn unregister_timed(
         }
     };
     let mut borrower = Borrower::new(pid, policy, gadgets);
-    libgcc::deregister(&mem, hooks, &mut report, &mut borrower);
+    let done: Vec<UnwindHook> = hooks
+        .iter()
+        .filter(|h| !still_live.contains(h))
+        .cloned()
+        .collect();
+    if done.len() < hooks.len() {
+        report.notes.push(format!(
+            "{} hooks stay registered with libgcc: a thread can still return through their \
+             trampoline (their code and unwind information stay mapped and unchanged)",
+            hooks.len() - done.len()
+        ));
+    }
+    libgcc::deregister(&mem, &done, &mut report, &mut borrower);
     gdb_jit::unregister(pid, &mem, hooks, &mut report, &mut borrower);
     perf_map::remove(pid, &mem, hooks, &mut report);
     let jit_started = std::time::Instant::now();

@@ -297,6 +297,7 @@ fn with_calls_off_libgcc_registration_is_skipped_with_a_note_and_the_slots_uncha
     let off = CallPolicy {
         calls: RemoteCalls::Off,
         wait: Duration::ZERO,
+        ..Default::default()
     };
     let unwinder = Unwinder {
         module: "/lib/libgcc_s.so.1".into(),

@@ -12,7 +12,7 @@ use crate::error::{Change, Error, Since};
 use crate::foreign_unwind::UnwindHook;
 use crate::hooks::arena::ArenaChoice;
 use crate::hooks::plan::Prepared;
-use crate::hooks::undo::{ThreadMove, Transaction};
+use crate::hooks::undo::{Suspended, ThreadMove, Transaction};
 use crate::hooks::{HookInfo, RipCensus};
 use crate::memory::{Memory, WriteMemory};
 use crate::ptrace::session::{Session, SessionError};
@@ -40,16 +40,104 @@ impl Prepared {
     }
 
     /// Applies the install to the process `session` holds stopped, writing
-    /// through `mem`; on error every change is taken back.
+    /// through `mem`, in one stop; on error every change is taken back.
     pub(crate) fn commit(
         &mut self,
         session: &mut Session,
         mem: &dyn WriteMemory,
     ) -> Result<Committed, Error> {
         let mut tx = Transaction::begin(session, mem);
-        self.create_arenas(&mut tx)?;
+        let unwind_hooks = self.stage_in(&mut tx)?;
+        let committed = self.activate_in(&mut tx, unwind_hooks)?;
+        tx.commit();
+        Ok(committed)
+    }
+
+    /// The first half of an install in two stops: maps the new arenas and writes
+    /// every hook's code, signature entry and unwind slot, but no record and no
+    /// jump, so nothing can run the new code yet. The process may then be let go
+    /// (its unwind information registered) and the changes continued by
+    /// [`Prepared::activate`] on a later stop, or taken back by resuming and
+    /// dropping them. On error every change is taken back at once.
+    pub(crate) fn stage(
+        &mut self,
+        session: &mut Session,
+        mem: &dyn WriteMemory,
+    ) -> Result<(Suspended, Vec<UnwindHook>), Error> {
+        let mut tx = Transaction::begin(session, mem);
+        let unwind_hooks = self.stage_in(&mut tx)?;
+        Ok((tx.suspend(), unwind_hooks))
+    }
+
+    /// The second half of an install in two stops: re-checks what the plan read,
+    /// writes the records and the jumps, and moves threads out of the patched
+    /// bytes. On error only these changes are taken back, and the staged ones are
+    /// handed back with the error: the caller decides whether they can go (see
+    /// [`Prepared::unstage`], [`Prepared::retire`]).
+    pub(crate) fn activate(
+        &mut self,
+        session: &mut Session,
+        mem: &dyn WriteMemory,
+        staged: Suspended,
+        unwind_hooks: Vec<UnwindHook>,
+    ) -> Result<Committed, Box<(Error, Suspended)>> {
+        let mut tx = Transaction::begin(session, mem);
+        match self.activate_in(&mut tx, unwind_hooks) {
+            Ok(committed) => {
+                tx.commit();
+                staged.keep();
+                Ok(committed)
+            }
+            Err(e) => {
+                drop(tx);
+                Err(Box::new((e, staged)))
+            }
+        }
+    }
+
+    /// Takes back the changes of [`Prepared::stage`] on a new stop (nothing ran
+    /// the staged code: no jump to it was written).
+    pub(crate) fn unstage(session: &mut Session, mem: &dyn WriteMemory, staged: Suspended) {
+        drop(Transaction::resume(session, mem, staged));
+    }
+
+    /// Keeps the staged code and unwind slots of a hook that was never activated
+    /// but whose unwind information libgcc may hold: each slot gets an ejected
+    /// record, so it is never reused, and nothing is unmapped.
+    pub(crate) fn retire(
+        &self,
+        session: &mut Session,
+        mem: &dyn WriteMemory,
+        staged: Suspended,
+    ) -> Result<(), Error> {
+        let mut tx = Transaction::resume(session, mem, staged);
+        for h in &self.hooks {
+            let arena = self.arena_header(h.planned.target);
+            let mut record = h.code.record.clone();
+            record.state = trampolines::arena::HookState::Ejected;
+            let bytes = record.encode().map_err(|source| Error::Format {
+                addr: arena.base,
+                source,
+            })?;
+            tx.write_over_zeros(arena.record_addr(h.code.slot), &bytes)?;
+        }
+        tx.commit();
+        Ok(())
+    }
+
+    fn stage_in(&mut self, tx: &mut Transaction<'_>) -> Result<Vec<UnwindHook>, Error> {
+        self.create_arenas(tx)?;
         self.check_unchanged(tx.mem())?;
-        let unwind_hooks = self.write_hooks(&mut tx)?;
+        self.write_code(tx)
+    }
+
+    fn activate_in(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        unwind_hooks: Vec<UnwindHook>,
+    ) -> Result<Committed, Error> {
+        self.check_unchanged(tx.mem())?;
+        self.write_records(tx)?;
         let (census, moves) = self.threads_in_patches(tx.session())?;
         for h in &self.hooks {
             let plan = &h.planned.plan;
@@ -61,7 +149,6 @@ impl Prepared {
             tx.move_thread(m)?;
             moved_threads.push(m.tid);
         }
-        tx.commit();
         Ok(Committed {
             hooks: self.infos(),
             moved_threads,
@@ -191,18 +278,14 @@ impl Prepared {
         Ok(())
     }
 
-    /// Writes every hook's code, signature entry, record and unwind slot into its
-    /// free slot (all zeros before); returns the hooks that have an unwind slot.
-    fn write_hooks(&self, tx: &mut Transaction<'_>) -> Result<Vec<UnwindHook>, Error> {
+    /// Writes every hook's code, signature entry and unwind slot into its free
+    /// slot (all zeros before); returns the hooks that have an unwind slot.
+    fn write_code(&self, tx: &mut Transaction<'_>) -> Result<Vec<UnwindHook>, Error> {
         let mut unwind_hooks = Vec::new();
         for h in &self.hooks {
             let code = &h.code;
             let arena = self.arena_header(h.planned.target);
             tx.write_over_zeros(arena.slot_addr(code.slot), &code.slot_bytes())?;
-            let record = code.record.encode().map_err(|source| Error::Format {
-                addr: arena.base,
-                source,
-            })?;
             // Every record gets its signature entry written (empty when none), so a
             // slot never shows a stale one.
             match arena.signature_addr(code.slot) {
@@ -221,7 +304,6 @@ impl Prepared {
                 }
                 None => {}
             }
-            tx.write_over_zeros(arena.record_addr(code.slot), &record)?;
             if let Some(area) = crate::foreign_unwind::write_slot(tx.mem(), &arena, code)? {
                 tx.overwritten(area.slot_addr(code.slot), vec![0u8; UNWIND_SLOT_LEN]);
                 unwind_hooks.push(crate::foreign_unwind::hook_of(
@@ -232,6 +314,21 @@ impl Prepared {
             }
         }
         Ok(unwind_hooks)
+    }
+
+    /// Writes every hook's record (its slot's code is in place): from now on
+    /// `list`, `bt` and `eject` see the hook.
+    fn write_records(&self, tx: &mut Transaction<'_>) -> Result<(), Error> {
+        for h in &self.hooks {
+            let code = &h.code;
+            let arena = self.arena_header(h.planned.target);
+            let record = code.record.encode().map_err(|source| Error::Format {
+                addr: arena.base,
+                source,
+            })?;
+            tx.write_over_zeros(arena.record_addr(code.slot), &record)?;
+        }
+        Ok(())
     }
 
     /// Counts where the stopped threads are, and finds the moves of those inside

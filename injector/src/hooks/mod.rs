@@ -32,10 +32,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use trampolines::arena::{ArenaHeader, HookRecord, HookState};
 
 use crate::arch::Arch;
-use crate::error::Error;
+use crate::error::{Error, UnprotectedReason};
+use crate::foreign_unwind::{UnprotectedHooks, UnwindReport};
+use crate::hooks::commit::Committed;
 use crate::hooks::eject::Ejection;
-use crate::hooks::plan::Plan;
+use crate::hooks::plan::{Plan, Prepared};
 use crate::memory::ProcessMemory;
+use crate::ptrace::session::Session;
 use crate::target::{Access, ProcessInfo};
 use reader::arena::discover;
 use reader::ids::Pid;
@@ -270,6 +273,12 @@ fn install_inner(
     let mut ctx = ProcessInfo::read(pid, Access::Stop)?;
     let mem = ProcessMemory::open(pid)?;
     let mut prepared = Plan::new(&ctx, &mem, specs, signatures, opts)?.prepare(now_ns())?;
+    let protection = Protection::decide(ctx.arch, &prepared.unwinders, opts.calls);
+    if let Protection::Impossible { raiser, reason } = &protection {
+        if opts.calls.unprotected == UnprotectedHooks::Refuse {
+            return Err(unprotected(&prepared, raiser, reason.clone()));
+        }
+    }
     // Search for a `syscall` instruction now, not inside the stop.
     let gadget = if prepared.creates_arenas() {
         ctx.gadgets.find(ctx.arch, &ctx.maps, &mem)
@@ -282,17 +291,34 @@ fn install_inner(
     if let Some(addr) = gadget {
         session.set_syscall_gadget(addr)?;
     }
-    let result = prepared.commit(&mut session, &mem);
-    ctx.keep_gadgets(&session);
-    let threads = session.tids().len();
-    let done = match result {
-        Ok(done) => done,
-        Err(e) => {
-            let _ = session.detach();
-            return Err(e);
+    let (done, stopped, threads, early) = match &protection {
+        Protection::Register { unwinder, raiser } => {
+            let unwinder = unwinder.clone();
+            let raiser = raiser.clone();
+            install_protected(
+                &mut ctx,
+                &mem,
+                &mut prepared,
+                session,
+                &unwinder,
+                &raiser,
+                opts,
+            )?
+        }
+        Protection::NotNeeded | Protection::Impossible { .. } => {
+            let result = prepared.commit(&mut session, &mem);
+            ctx.keep_gadgets(&session);
+            let threads = session.tids().len();
+            let done = match result {
+                Ok(done) => done,
+                Err(e) => {
+                    let _ = session.detach();
+                    return Err(e);
+                }
+            };
+            (done, session.detach()?, threads, None)
         }
     };
-    let stopped = session.detach()?;
     let mut unwind = register(
         &mut ctx,
         &mem,
@@ -300,6 +326,20 @@ fn install_inner(
         &done.unwind_hooks,
         opts,
     );
+    if let Some(early) = early {
+        unwind.registered += early.registered;
+        unwind.elapsed += early.elapsed;
+        unwind.notes.splice(0..0, early.notes);
+    }
+    if let Protection::Impossible { raiser, reason } = &protection {
+        unwind.notes.push(format!(
+            "hooked without protection, as asked: {}",
+            unprotected(&prepared, raiser, reason.clone())
+                .to_string()
+                .trim_start_matches("not hooking ")
+                .replace("; nothing was changed", "")
+        ));
+    }
     if ctx.arch == Arch::I386 {
         unwind.notes.push(
             "32-bit process: no unwind information is generated for i386 trampolines \
@@ -316,6 +356,237 @@ fn install_inner(
         rip_census: done.census,
         unwind,
     })
+}
+
+/// Whether the hooks of an install must have their unwind information registered
+/// with the program's unwinder before their jumps are written.
+///
+/// The rule (docs/DESIGN.md, "Exceptions through hooks"): a process whose modules
+/// define `_Unwind_RaiseException` can throw (C++ exceptions, and a thread's
+/// cancellation unwinds the same way), and an exception can then cross any hooked
+/// function. Such hooks are activated only after libgcc knows their code; where
+/// that cannot be done they are refused unless the caller accepts the risk.
+enum Protection {
+    /// Nothing in the process raises exceptions (a C program without libgcc's
+    /// unwinder): no unwinder would look for the hooks' unwind information.
+    NotNeeded,
+    /// Register with `unwinder` first, then write the jumps.
+    Register {
+        unwinder: crate::foreign_unwind::Unwinder,
+        raiser: String,
+    },
+    /// Exceptions are possible and the registration cannot be made.
+    Impossible {
+        raiser: String,
+        reason: UnprotectedReason,
+    },
+}
+
+impl Protection {
+    fn decide(
+        arch: Arch,
+        unwinders: &crate::foreign_unwind::Unwinders,
+        policy: crate::foreign_unwind::CallPolicy,
+    ) -> Protection {
+        let Some(raiser) = unwinders.raiser.clone() else {
+            return Protection::NotNeeded;
+        };
+        let reason = if arch == Arch::I386 {
+            UnprotectedReason::NoUnwindInfo32
+        } else if policy.calls == crate::foreign_unwind::RemoteCalls::Off {
+            UnprotectedReason::CallsOff
+        } else if let Some(unwinder) = unwinders.libgcc.clone() {
+            return Protection::Register { unwinder, raiser };
+        } else {
+            UnprotectedReason::NoRegistration
+        };
+        Protection::Impossible { raiser, reason }
+    }
+}
+
+/// The refusal of an install whose hooks could end the program through an exception.
+fn unprotected(prepared: &Prepared, raiser: &str, reason: UnprotectedReason) -> Error {
+    Error::Unprotected {
+        functions: prepared.hooks.iter().map(|h| h.planned.label()).collect(),
+        raiser: raiser.to_string(),
+        reason,
+    }
+}
+
+/// An install in two stops around the registration of the hooks' unwind
+/// information (`session` holds the first): stage the code and unwind slots, let
+/// the process go, register on a thread at a safe point, stop again and write the
+/// jumps. Where the registration is not confirmed for every hook and the caller
+/// does not accept that, everything staged is taken back (or, if libgcc may still
+/// hold some of it, kept unused) and the install fails.
+fn install_protected(
+    ctx: &mut ProcessInfo,
+    mem: &ProcessMemory,
+    prepared: &mut Prepared,
+    mut session: Session,
+    unwinder: &crate::foreign_unwind::Unwinder,
+    raiser: &str,
+    opts: &InstallOptions,
+) -> Result<(Committed, Duration, usize, Option<UnwindReport>), Error> {
+    let staged = prepared.stage(&mut session, mem);
+    ctx.keep_gadgets(&session);
+    let (staged, unwind_hooks) = match staged {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = session.detach();
+            return Err(e);
+        }
+    };
+    let mut stopped = match session.detach() {
+        Ok(d) => d,
+        Err(e) => {
+            // Nothing runs the staged code: leave it unused rather than stop again.
+            staged.keep();
+            return Err(e.into());
+        }
+    };
+    ctx.gadgets.find(ctx.arch, &ctx.maps, mem);
+    let described = unwind_hooks.len() == prepared.hooks.len();
+    let early = described.then(|| {
+        crate::foreign_unwind::register_exceptions(
+            ctx.pid,
+            unwinder,
+            &unwind_hooks,
+            opts.calls,
+            &mut ctx.gadgets,
+        )
+    });
+    let missing = crate::foreign_unwind::unregistered(ctx.pid, &unwind_hooks);
+    let refused = if !described {
+        Some(UnprotectedReason::NotRegistered(
+            "the unwind information of some hooks could not be generated".into(),
+        ))
+    } else if !missing.is_empty() {
+        let notes = early
+            .as_ref()
+            .map(|r| r.notes.join("; "))
+            .unwrap_or_default();
+        Some(UnprotectedReason::NotRegistered(if notes.is_empty() {
+            format!("{} hooks not registered", missing.len())
+        } else {
+            notes
+        }))
+    } else {
+        None
+    };
+    if let Some(reason) = refused {
+        if opts.calls.unprotected == UnprotectedHooks::Refuse {
+            take_back(ctx, mem, prepared, staged, &unwind_hooks, opts)?;
+            return Err(unprotected(prepared, raiser, reason));
+        }
+    }
+    let mut session = ctx.stop_all()?;
+    let threads = session.tids().len();
+    let result = prepared.activate(&mut session, mem, staged, unwind_hooks.clone());
+    ctx.keep_gadgets(&session);
+    match result {
+        Ok(done) => {
+            stopped += session.detach()?;
+            Ok((done, stopped, threads, early))
+        }
+        Err(failed) => {
+            let (e, staged) = *failed;
+            let _ = session.detach();
+            take_back(ctx, mem, prepared, staged, &unwind_hooks, opts)?;
+            Err(e)
+        }
+    }
+}
+
+/// Takes back a staged install that will not be activated: its registrations are
+/// undone where libgcc confirms them, and the staged code and unwind slots are
+/// removed, or kept unused (ejected records) while libgcc may still read them.
+fn take_back(
+    ctx: &mut ProcessInfo,
+    mem: &ProcessMemory,
+    prepared: &Prepared,
+    staged: undo::Suspended,
+    unwind_hooks: &[crate::foreign_unwind::UnwindHook],
+    opts: &InstallOptions,
+) -> Result<(), Error> {
+    let pid = ctx.pid;
+    if crate::foreign_unwind::any_registered(pid, unwind_hooks) {
+        crate::foreign_unwind::deregister_exceptions(
+            pid,
+            unwind_hooks,
+            opts.calls,
+            &mut ctx.gadgets,
+        );
+    }
+    let mut session = ctx.stop_all()?;
+    let kept = crate::foreign_unwind::any_registered(pid, unwind_hooks);
+    let result = if kept {
+        prepared.retire(&mut session, mem, staged)
+    } else {
+        Prepared::unstage(&mut session, mem, staged);
+        Ok(())
+    };
+    ctx.keep_gadgets(&session);
+    session.detach()?;
+    result
+}
+
+/// The hooks of `hooks` whose trampoline a stopped thread of `session` is inside
+/// or can still return into: its instruction pointer is in the trampoline, or a
+/// word of its stack between its stack pointer and the end of the stack's mapping
+/// holds an address inside it (a stale word only delays a deregistration).
+fn live_in_stacks(
+    session: &Session,
+    mem: &ProcessMemory,
+    maps: &[reader::procfs::MapEntry],
+    hooks: &[crate::foreign_unwind::UnwindHook],
+) -> Vec<crate::foreign_unwind::UnwindHook> {
+    /// The most of one thread's stack that is scanned (a deeper stack counts as live).
+    const MAX_SCAN: u64 = 64 << 20;
+    const CHUNK: usize = 64 << 10;
+    use crate::memory::Memory;
+    let inside = |w: u64| {
+        hooks
+            .iter()
+            .position(|h| (h.trampoline.0..h.trampoline.0 + u64::from(h.trampoline.1)).contains(&w))
+    };
+    let mut live = vec![false; hooks.len()];
+    for tid in session.tids() {
+        let Ok(regs) = session.regs(tid) else {
+            // Cannot tell: keep every registration.
+            return hooks.to_vec();
+        };
+        if let Some(i) = inside(regs.rip) {
+            live[i] = true;
+        }
+        let sp = regs.rsp & !7;
+        let Some(stack) = maps.iter().find(|m| m.start <= sp && sp < m.end) else {
+            return hooks.to_vec();
+        };
+        if stack.end - sp > MAX_SCAN {
+            return hooks.to_vec();
+        }
+        let mut at = sp;
+        let mut buf = vec![0u8; CHUNK];
+        while at < stack.end {
+            let n = ((stack.end - at) as usize).min(CHUNK);
+            if mem.read(at, &mut buf[..n]).is_err() {
+                return hooks.to_vec();
+            }
+            for w in buf[..n].chunks_exact(8) {
+                if let Some(i) = inside(u64::from_le_bytes(w.try_into().expect("8 bytes"))) {
+                    live[i] = true;
+                }
+            }
+            at += n as u64;
+        }
+    }
+    hooks
+        .iter()
+        .zip(live)
+        .filter(|(_, l)| *l)
+        .map(|(h, _)| h.clone())
+        .collect()
 }
 
 /// Registers the new hooks' unwind information, after the stop; the gadgets the
@@ -392,6 +663,10 @@ fn eject_inner(
 
     let mut session = ctx.stop_all()?;
     let result = ejection.commit(&mut session, &mem);
+    // Read while every thread is stopped: a hook whose trampoline a thread can
+    // still return into keeps its unwind information registered (an exception
+    // thrown below it must still get through it).
+    let still_live = live_in_stacks(&session, &mem, &ctx.maps, &unwind_hooks);
     ctx.keep_gadgets(&session);
     let done = match result {
         Ok(done) => done,
@@ -404,7 +679,8 @@ fn eject_inner(
     if ctx.arch == Arch::X86_64 && !unwind_hooks.is_empty() {
         ctx.gadgets.find(ctx.arch, &ctx.maps, &mem);
     }
-    let unwind = crate::foreign_unwind::unregister(pid, &unwind_hooks, calls, &mut ctx.gadgets);
+    let unwind =
+        crate::foreign_unwind::unregister(pid, &unwind_hooks, &still_live, calls, &mut ctx.gadgets);
     Ok(EjectReport {
         hooks: done.hooks,
         stopped,

@@ -156,7 +156,12 @@ impl Plan {
         }
         let unwinders = match arch {
             Arch::X86_64 => crate::foreign_unwind::find_unwinders(&symbols),
-            Arch::I386 => Default::default(),
+            // No registration for i386 trampolines yet; an unwinder that
+            // raises still decides whether a hook needs one.
+            Arch::I386 => Unwinders {
+                raiser: crate::foreign_unwind::find_raiser(&symbols, None),
+                ..Default::default()
+            },
         };
         let mut hooks: Vec<PlannedHook> = Vec::new();
         let mut debug = ModuleDwarf::default();

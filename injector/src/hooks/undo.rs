@@ -29,6 +29,19 @@ enum Change {
     },
 }
 
+/// The changes of a [`Transaction`] kept over a pause: the process was let go
+/// in between (to register unwind information before the jump is written), and
+/// a later stop either continues them ([`Transaction::resume`]) or takes them back.
+#[must_use = "staged changes are taken back only by resuming them into a transaction"]
+pub(crate) struct Suspended {
+    log: Vec<Change>,
+}
+
+impl Suspended {
+    /// Keeps the changes for good: nothing will take them back.
+    pub(crate) fn keep(self) {}
+}
+
 /// A stopped thread to move: its registers now, and the address it continues at.
 #[derive(Clone, Copy)]
 pub(crate) struct ThreadMove {
@@ -111,6 +124,33 @@ impl<'a> Transaction<'a> {
         let mut moved = m.regs;
         moved.rip = m.to;
         self.set_regs(m.tid, &moved, m.regs)
+    }
+
+    /// Continues the changes of an earlier, suspended transaction on a new stop:
+    /// dropping the result uncommitted takes them back too.
+    pub(crate) fn resume(
+        session: &'a mut Session,
+        mem: &'a dyn WriteMemory,
+        earlier: Suspended,
+    ) -> Transaction<'a> {
+        Transaction {
+            session,
+            mem,
+            log: earlier.log,
+            committed: false,
+        }
+    }
+
+    /// Keeps the changes for now, to be continued or taken back by a later
+    /// [`Transaction::resume`] (the stop may end in between). Only changes that
+    /// can be taken back without the stopped threads' registers may be
+    /// suspended: no thread was moved.
+    pub(crate) fn suspend(mut self) -> Suspended {
+        debug_assert!(!self.log.iter().any(|c| matches!(c, Change::Moved { .. })));
+        self.committed = true;
+        Suspended {
+            log: std::mem::take(&mut self.log),
+        }
     }
 
     /// Keeps every change: the transaction is over.

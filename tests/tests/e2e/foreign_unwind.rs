@@ -28,35 +28,9 @@ use argstash_tests::*;
 
 const LINE: Duration = Duration::from_secs(20);
 
-/// Compiles tests/fixtures/throws.cpp at -O2 with `c++` (cached by content).
+/// tests/fixtures/throws.cpp at -O2.
 fn build_throws() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_throws_uncached).clone()
-}
-
-fn build_throws_uncached() -> PathBuf {
-    let src = fixtures_dir().join("throws.cpp");
-    let text = fs::read(&src).expect("read throws.cpp");
-    let hash = text.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-    });
-    let out = fixture_cache_dir().join(format!("throws-O2-{hash:016x}"));
-    if out.is_file() {
-        return out;
-    }
-    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-    let status = Command::new("c++")
-        .args(["-O2", "-o"])
-        .arg(&tmp)
-        .arg(&src)
-        .status()
-        .expect("cannot run c++ (run scripts/setup.sh)");
-    assert!(status.success(), "c++ failed to build throws.cpp");
-    if fs::rename(&tmp, &out).is_err() {
-        // Another test process finished first; theirs is identical.
-        let _ = fs::remove_file(&tmp);
-    }
-    out
+    build_cpp("throws")
 }
 
 fn perf_map(pid: i32) -> PathBuf {

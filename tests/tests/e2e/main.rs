@@ -16,6 +16,7 @@ mod concurrency;
 mod core;
 mod dwarf;
 mod dwarf_cache;
+mod exceptions;
 mod exit_codes;
 mod faults;
 mod foreign_unwind;
