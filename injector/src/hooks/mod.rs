@@ -534,7 +534,8 @@ fn take_back(
 /// The hooks of `hooks` whose trampoline a stopped thread of `session` is inside
 /// or can still return into: its instruction pointer is in the trampoline, or a
 /// word of its stack between its stack pointer and the end of the stack's mapping
-/// holds an address inside it (a stale word only delays a deregistration).
+/// (or the first unreadable page before it) holds an address inside it (a stale word
+/// only delays a deregistration).
 fn live_in_stacks(
     session: &Session,
     mem: &ProcessMemory,
@@ -543,8 +544,6 @@ fn live_in_stacks(
 ) -> Vec<crate::foreign_unwind::UnwindHook> {
     /// The most of one thread's stack that is scanned (a deeper stack counts as live).
     const MAX_SCAN: u64 = 64 << 20;
-    const CHUNK: usize = 64 << 10;
-    use crate::memory::Memory;
     let inside = |w: u64| {
         hooks
             .iter()
@@ -566,19 +565,13 @@ fn live_in_stacks(
         if stack.end - sp > MAX_SCAN {
             return hooks.to_vec();
         }
-        let mut at = sp;
-        let mut buf = vec![0u8; CHUNK];
-        while at < stack.end {
-            let n = ((stack.end - at) as usize).min(CHUNK);
-            if mem.read(at, &mut buf[..n]).is_err() {
-                return hooks.to_vec();
+        let scanned = stack_words(mem, sp, stack.end, |w| {
+            if let Some(i) = inside(w) {
+                live[i] = true;
             }
-            for w in buf[..n].chunks_exact(8) {
-                if let Some(i) = inside(u64::from_le_bytes(w.try_into().expect("8 bytes"))) {
-                    live[i] = true;
-                }
-            }
-            at += n as u64;
+        });
+        if !scanned {
+            return hooks.to_vec();
         }
     }
     hooks
@@ -587,6 +580,52 @@ fn live_in_stacks(
         .filter(|(_, l)| *l)
         .map(|(h, _)| h.clone())
         .collect()
+}
+
+/// Calls `visit` with every 8-byte word from `sp` (8-aligned) up to `end`, or up to
+/// the first page that cannot be read: a thread's frames lie in readable memory from
+/// its stack pointer up, and the pages after them may be another thread's stack guard
+/// (glibc 2.42+ installs guards with `MADV_GUARD_INSTALL`, inside the same mapping as
+/// the stacks, so two threads' stacks and a guard between them are one mapping).
+/// False when even the page holding `sp` cannot be read (nothing can be told).
+fn stack_words(
+    mem: &dyn crate::memory::Memory,
+    sp: u64,
+    end: u64,
+    mut visit: impl FnMut(u64),
+) -> bool {
+    const CHUNK: u64 = 64 << 10;
+    const PAGE: u64 = 4096;
+    let mut buf = vec![0u8; CHUNK as usize];
+    let mut at = sp;
+    while at < end {
+        // Whole chunks first; a chunk that fails is read page by page up to the failure.
+        let n = (end - at).min(CHUNK);
+        let mut len = n;
+        if mem.read(at, &mut buf[..n as usize]).is_err() {
+            len = 0;
+            while len < n {
+                let page_end = ((at + len) / PAGE + 1) * PAGE;
+                let step = page_end.min(at + n) - (at + len);
+                let slice = &mut buf[len as usize..(len + step) as usize];
+                if mem.read(at + len, slice).is_err() {
+                    break;
+                }
+                len += step;
+            }
+            if len == 0 && at == sp {
+                return false;
+            }
+        }
+        for w in buf[..len as usize].chunks_exact(8) {
+            visit(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        }
+        if len < n {
+            break;
+        }
+        at += n;
+    }
+    true
 }
 
 /// Registers the new hooks' unwind information, after the stop; the gadgets the

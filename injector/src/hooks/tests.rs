@@ -243,3 +243,51 @@ fn a_plan_stops_nothing_and_places_the_hook_near_its_module() {
     assert!(matches!(e, Error::AlreadyHooked { .. }), "{e}");
     eject(Pid::from_raw(pid), &EjectOptions::all()).unwrap();
 }
+
+/// Memory whose every word holds its own address, except a guard range that cannot be read.
+struct GuardedStack {
+    guard: std::ops::Range<u64>,
+}
+
+impl Memory for GuardedStack {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let end = addr + buf.len() as u64;
+        if addr < self.guard.end && self.guard.start < end {
+            return Err(MemoryError::Read {
+                addr,
+                len: buf.len(),
+                source: std::io::Error::from_raw_os_error(libc::EIO),
+            });
+        }
+        for (i, w) in buf.chunks_mut(8).enumerate() {
+            let v = (addr + 8 * i as u64).to_le_bytes();
+            w.copy_from_slice(&v[..w.len()]);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn stack_scan_stops_at_the_next_threads_guard() {
+    // Two thread stacks in one mapping (glibc 2.42+ guards with MADV_GUARD_INSTALL):
+    // [0x10000, 0x30000) this thread's stack, a guard page, then the next stack.
+    let mem = GuardedStack {
+        guard: 0x30000..0x31000,
+    };
+    let mut seen = Vec::new();
+    assert!(stack_words(&mem, 0x2f000, 0x50000, |w| seen.push(w)));
+    assert_eq!(seen.first(), Some(&0x2f000));
+    assert_eq!(seen.last(), Some(&0x2fff8));
+    assert_eq!(seen.len(), 0x1000 / 8);
+    // A scan that starts in a chunk spanning the guard keeps the pages before it.
+    let mut seen = Vec::new();
+    assert!(stack_words(&mem, 0x20008, 0x50000, |w| seen.push(w)));
+    assert_eq!(seen.last(), Some(&0x2fff8));
+    assert_eq!(seen.len(), (0x30000 - 0x20008) / 8);
+    // Without a guard the scan reaches the end of the mapping.
+    let mut count = 0;
+    assert!(stack_words(&mem, 0x40000, 0x50000, |_| count += 1));
+    assert_eq!(count, 0x10000 / 8);
+    // A stack pointer in unreadable memory tells nothing.
+    assert!(!stack_words(&mem, 0x30008, 0x50000, |_| {}));
+}
