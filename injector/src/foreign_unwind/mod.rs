@@ -277,16 +277,17 @@ fn unregister_timed(
         }
     };
     let mut borrower = Borrower::new(pid, policy, gadgets);
-    let done: Vec<UnwindHook> = hooks
+    let (kept, done): (Vec<UnwindHook>, Vec<UnwindHook>) =
+        hooks.iter().cloned().partition(|h| still_live.contains(h));
+    let kept_registered = kept
         .iter()
-        .filter(|h| !still_live.contains(h))
-        .cloned()
-        .collect();
-    if done.len() < hooks.len() {
+        .filter(|h| matches!(read_slot(&mem, h), Ok(s) if s.registered != 0))
+        .count();
+    if kept_registered > 0 {
         report.notes.push(format!(
-            "{} hooks stay registered with libgcc: a thread can still return through their \
-             trampoline (their code and unwind information stay mapped and unchanged)",
-            hooks.len() - done.len()
+            "{kept_registered} hooks stay registered with libgcc: a thread can still return \
+             through their trampoline (their code and unwind information stay mapped and \
+             unchanged)"
         ));
     }
     libgcc::deregister(&mem, &done, &mut report, &mut borrower);
