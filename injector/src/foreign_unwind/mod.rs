@@ -85,21 +85,37 @@ pub fn find_unwinders(symbols: &ProcessSymbols) -> Unwinders {
     }
 }
 
-/// The module that defines `_Unwind_RaiseException` (libgcc_s, a static libgcc
-/// in the executable, libunwind), if any: the process can throw exceptions.
+/// The module through which the process can throw an exception that ends it when
+/// an unwinder meets a frame it cannot describe, if any: one that defines C++'s
+/// `__cxa_throw` (libstdc++, or a static C++ runtime), or a shared unwinder that
+/// defines `_Unwind_RaiseException` (libgcc_s, libunwind: loaded by C++ and Rust
+/// programs). A static C program also contains `_Unwind_RaiseException` (glibc
+/// links libgcc's unwinder for thread cancellation), but C code cannot throw, and
+/// a cancellation that meets an undescribed frame ends the thread, not the program.
 pub fn find_raiser(symbols: &ProcessSymbols, libgcc: Option<&Unwinder>) -> Option<String> {
     const RAISE: &str = "_Unwind_RaiseException";
-    libgcc
-        .and_then(|u| {
-            symbols
-                .resolve(&reader::symbols::FuncSpec::Qualified {
-                    module: u.module.clone(),
-                    name: RAISE.into(),
-                })
-                .ok()
-        })
-        .or_else(|| symbols.find_function(RAISE))
+    let shared_unwinder = |path: &str| {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        name.starts_with("libgcc_s") || name.starts_with("libunwind")
+    };
+    symbols
+        .find_function("__cxa_throw")
         .map(|r| r.module_path)
+        .or_else(|| {
+            libgcc
+                .filter(|u| shared_unwinder(&u.module))
+                .and_then(|u| {
+                    symbols
+                        .resolve(&reader::symbols::FuncSpec::Qualified {
+                            module: u.module.clone(),
+                            name: RAISE.into(),
+                        })
+                        .ok()
+                })
+                .or_else(|| symbols.find_function(RAISE))
+                .map(|r| r.module_path)
+                .filter(|m| shared_unwinder(m))
+        })
 }
 
 /// Registers every hook's `.eh_frame` with the target's unwinder and writes perf map lines.
