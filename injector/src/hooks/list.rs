@@ -9,6 +9,10 @@ use reader::arena::discover;
 use reader::ids::Pid;
 
 /// Lists every hook recorded in the target's arenas (active and ejected).
+///
+/// A stored signature is shown only when it parses (normalized): the arena lives
+/// in the target, so its text may have been written by an older argstash that
+/// stored malformed lists, or by the target itself.
 pub fn list(pid: Pid) -> Result<Vec<HookInfo>, Error> {
     let pid = pid.as_raw();
     let ctx = ProcessInfo::read(pid, Access::Read)?;
@@ -18,7 +22,11 @@ pub fn list(pid: Pid) -> Result<Vec<HookInfo>, Error> {
         .iter()
         .flat_map(|a| {
             a.hooks().map(|(slot, r)| HookInfo {
-                signature: a.signature(slot).map(str::to_string),
+                signature: a
+                    .signature(slot)
+                    .and_then(|s| reader::args::parse_params(s).ok())
+                    .map(|sig| sig.text().to_string())
+                    .filter(|text| !text.is_empty()),
                 ..HookInfo::new(&a.header, slot, r)
             })
         })
