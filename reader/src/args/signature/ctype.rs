@@ -211,7 +211,7 @@ impl TypeWords {
             return (total == 1 + sign).then(|| ty(int_kind, 16, &format!("{prefix}__int128")));
         }
         // What is left: short, int, long, long long, signed, unsigned.
-        if self.void + self.bool + self.float + self.int128 + self.char > 0
+        if self.void + self.bool + self.float + self.double + self.int128 + self.char > 0
             || self.int > 1
             || self.short > 1
             || self.long > 2

@@ -173,6 +173,14 @@ pub enum SyntaxReason {
         /// The name.
         name: String,
     },
+    /// A tag used with another kind than before in the list (`struct t *a, union t *b`).
+    #[error("`{tag}` was used as a `{first}` tag before")]
+    TagKindConflict {
+        /// The tag.
+        tag: String,
+        /// The kind it was first used with.
+        first: String,
+    },
     /// Qualifiers without a type (`const x`).
     #[error("the parameter has no type")]
     MissingType,
@@ -249,6 +257,10 @@ impl SyntaxReason {
                  keyword or type"
             }
             R::DuplicateName { .. } => "give every parameter its own name",
+            R::TagKindConflict { .. } => {
+                "a tag names one type in a parameter list: use the same `struct`, `union` or \
+                 `enum` each time, or another tag"
+            }
             R::MissingType => "give the type, like `const int x`",
             R::EmptyParameter => "remove the extra `,` or write the parameter",
             R::VoidNotAlone | R::VoidNamed | R::VoidQualified => {

@@ -46,7 +46,8 @@
 //!   parameters, with a name or a qualifier is refused. `()` means no
 //!   parameters too (the hook has no prototype to take more from).
 //! - `...` comes last and needs a parameter before it (`f(...)` is refused).
-//! - Parameter names are distinct and optional.
+//! - Parameter names are distinct and optional; a tag is used with one kind
+//!   (`struct t *a, union t *b` is refused, as C does).
 //! - An array parameter is adjusted to a pointer to its element, as C does
 //!   (C11 6.7.6.3p7): `int a[4]` and `int a[]` are `int *a`. One dimension only
 //!   (`int a[2][3]`, a pointer to an array, is refused), the size a positive

@@ -3,7 +3,7 @@
 //! A recursive-descent reader with one token of lookahead. Every refusal names
 //! the token it happened at, so the position points at the first thing wrong.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::ctype::{
     incomplete, is_keyword, pointer, qualified, tagged, typedef, typedef_type, TypeWords,
@@ -47,6 +47,8 @@ pub(super) struct Parser<'t, 'a> {
     next: usize,
     until: Until,
     names: HashSet<&'a str>,
+    /// The kind (`struct`, `union`, `enum`) each tag was first used with.
+    tags: HashMap<&'a str, &'a str>,
 }
 
 fn err(at: usize, reason: SyntaxReason) -> SyntaxError {
@@ -61,6 +63,7 @@ impl<'t, 'a> Parser<'t, 'a> {
             next: 0,
             until,
             names: HashSet::new(),
+            tags: HashMap::new(),
         }
     }
 
@@ -204,7 +207,20 @@ impl<'t, 'a> Parser<'t, 'a> {
                 self.bump();
                 let n = self.peek();
                 match n.tok {
-                    Tok::Word(tag) if !is_keyword(tag) => named_type = Some(tagged(w, tag)),
+                    Tok::Word(tag) if !is_keyword(tag) => {
+                        // One tag names one kind of type in a list (C11 6.7.2.3p2).
+                        let first = *self.tags.entry(tag).or_insert(w);
+                        if first != w {
+                            return Err(err(
+                                t.at,
+                                SyntaxReason::TagKindConflict {
+                                    tag: tag.into(),
+                                    first: first.into(),
+                                },
+                            ));
+                        }
+                        named_type = Some(tagged(w, tag))
+                    }
                     _ => return Err(self.unexpected(n, Expected::Tag)),
                 }
             } else if typed {

@@ -202,6 +202,14 @@ fn more_invalid_lists_are_refused_at_their_first_error() {
         ),
         ("f(const *p)", 8, R::MissingType),
         (
+            "f(struct t *a, union t *b)",
+            15,
+            R::TagKindConflict {
+                tag: "t".into(),
+                first: "struct".into(),
+            },
+        ),
+        (
             "f(*p)",
             2,
             R::Expected {
