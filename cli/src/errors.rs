@@ -315,9 +315,8 @@ mod tests {
         assert_eq!(
             printed(e),
             "cannot read the signature `step(int a[)`: expected an array size or `]`, found `)`\n  \
-             step(int a[)\n             ^ at byte 11\n  a parameter is a type, optional `*`s and an \
-             optional name, parameters are separated by `,`; write pointers to functions as \
-             `void *`"
+             step(int a[)\n             ^ at byte 11\n  write an array parameter as `int a[4]` or \
+             `int a[]` (it is the pointer `int *a`)"
         );
         // Columns count characters, and a tab shows as one space.
         let e = injector::reader::args::split_signature("f\u{e9}(int\t;)").unwrap_err();

@@ -101,7 +101,7 @@ pub enum SyntaxReason {
     #[error("the parameter list is not closed")]
     Unclosed,
     /// Something follows the `)` that closes the parameter list.
-    #[error("{found} follows the `)` that closes the parameter list")]
+    #[error("`{found}` follows the `)` that closes the parameter list")]
     TrailingText {
         /// The first token after it.
         found: String,
@@ -235,6 +235,14 @@ impl SyntaxReason {
                 "write the parameter list between `(` and `)`, like `bar(int a, const char *s)`"
             }
             R::TrailingText { .. } => "nothing may follow the `)` that closes the parameter list",
+            R::Expected {
+                expected: Expected::ArraySize | Expected::CloseBracket,
+                ..
+            } => "write an array parameter as `int a[4]` or `int a[]` (it is the pointer `int *a`)",
+            R::Expected {
+                expected: Expected::Tag,
+                ..
+            } => "name the type after `struct`, `union` or `enum`, like `struct point *p`",
             R::UnexpectedChar { .. } | R::Expected { .. } | R::Parenthesized => {
                 "a parameter is a type, optional `*`s and an optional name, parameters are \
                  separated by `,`; write pointers to functions as `void *`"
