@@ -272,10 +272,10 @@ fn install_inner(
     opts: &InstallOptions,
 ) -> Result<InstallReport, Error> {
     for sig in signatures.iter().flatten() {
-        if sig.text.len() > trampolines::arena::MAX_SIGNATURE {
+        if sig.text().len() > trampolines::arena::MAX_SIGNATURE {
             return Err(Error::Signature(reader::args::SignatureError::TooLong {
-                text: sig.text.clone(),
-                len: sig.text.len(),
+                text: sig.text().to_string(),
+                len: sig.text().len(),
                 max: trampolines::arena::MAX_SIGNATURE,
             }));
         }
