@@ -24,6 +24,23 @@
 //!   `_IO_*`: `fgets` waiting in `read`, `printf` waiting in `write`). A stream's
 //!   lock may be held there, but no call argstash makes touches stdio, and stdio
 //!   allocates its buffers before, not while, it waits;
+//! - when the C library has no symbol table (only `.dynsym`, as Debian's stripped
+//!   libc), the innermost frames of a waiting thread are often unnamed: glibc's
+//!   system-call stubs (`__syscall_cancel_arch`, `__internal_syscall_cancel`,
+//!   `__futex_abstimed_wait_common`) are hidden. Up to [`MAX_STUB_FRAMES`] unnamed
+//!   frames are then accepted at the inner end when other facts prove what they are
+//!   ([`WaitingSyscall`]): the kernel reports the thread in a *waiting* system call
+//!   ([`WAITING_SYSCALLS`], from `/proc/PID/task/TID/syscall`, checked against the
+//!   stopped thread's `orig_rax` and `rip`), the innermost frame's pc is right after
+//!   that `syscall` instruction (the bytes `0f 05` before it are read), and the first
+//!   named frame outward, in the same module, is a waiting function by its `.dynsym`
+//!   name whose system call it is (`clock_nanosleep` for `clock_nanosleep`,
+//!   `pthread_cond_wait` for `futex`, ...). The unnamed frames are then that waiting
+//!   function's own stubs: it took no lock before calling them, and they take none.
+//!   A `futex` wait is accepted only as `FUTEX_WAIT`/`FUTEX_WAIT_BITSET` on a word
+//!   outside the guarded modules' data (libc's arenas and locks, the loader's
+//!   `_rtld_global`, libgcc's object mutex all live there): a thread waiting for one
+//!   of those locks could be woken holding it;
 //! - anything else (a guarded frame in the middle, an unnamed guarded frame) makes the
 //!   thread unsafe at this instant.
 //!
@@ -51,6 +68,65 @@ const MAX_START_FRAMES: usize = 2;
 
 /// Guarded frames allowed at the inner end (a chain of waiting and stdio functions).
 const MAX_WAIT_FRAMES: usize = 12;
+
+/// Unnamed guarded frames allowed below a named waiting function, when a
+/// [`WaitingSyscall`] proves them to be its system-call stubs (glibc 2.41+ has at
+/// most three: `__syscall_cancel_arch`, `__internal_syscall_cancel`, and a futex helper).
+pub const MAX_STUB_FRAMES: usize = 3;
+
+/// System calls a thread waits in without holding a lock of the C library, the
+/// loader or libgcc *because of the system call*: sleeps, polls, blocking I/O,
+/// waits for children and signals. (`futex` is judged apart: see [`WaitingSyscall`].)
+/// Memory-management calls (`mmap`, `brk`, `madvise`, ...) are never here: malloc
+/// makes them holding its arena lock.
+pub const WAITING_SYSCALLS: &[i64] = &[
+    libc::SYS_read,
+    libc::SYS_readv,
+    libc::SYS_pread64,
+    libc::SYS_preadv,
+    libc::SYS_preadv2,
+    libc::SYS_write,
+    libc::SYS_writev,
+    libc::SYS_pwrite64,
+    libc::SYS_pwritev,
+    libc::SYS_recvfrom,
+    libc::SYS_recvmsg,
+    libc::SYS_recvmmsg,
+    libc::SYS_sendto,
+    libc::SYS_sendmsg,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_connect,
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_select,
+    libc::SYS_pselect6,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+    libc::SYS_wait4,
+    libc::SYS_waitid,
+    libc::SYS_pause,
+    libc::SYS_rt_sigsuspend,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_msgrcv,
+    libc::SYS_msgsnd,
+    libc::SYS_semtimedop,
+    libc::SYS_mq_timedreceive,
+    libc::SYS_io_getevents,
+    libc::SYS_flock,
+    libc::SYS_futex,
+];
+
+/// `futex` operations that wait for a word to change (`FUTEX_WAIT`,
+/// `FUTEX_WAIT_BITSET`): condition variables, semaphores, joins and user mutexes.
+/// The priority-inheritance lock operations are left out (they take ownership).
+const FUTEX_WAIT_OPS: &[u64] = &[0, 9];
+
+/// `futex` op bits that do not change the operation (`FUTEX_PRIVATE_FLAG`, `FUTEX_CLOCK_REALTIME`).
+const FUTEX_OP_FLAGS: u64 = 128 | 256;
 
 /// Functions of the C library that hold no lock of their own while their thread
 /// waits in them, compared after [`bare_name`] removes glibc's prefixes and suffixes.
@@ -221,6 +297,63 @@ fn is_waiting_function(name: &str) -> bool {
     !name.ends_with("_private") && WAITING_FUNCTIONS.contains(&bare_name(name))
 }
 
+/// True for a waiting function that waits in `futex` (the pthread and semaphore
+/// waits and glibc's futex helpers), after [`bare_name`].
+fn is_futex_waiter(name: &str) -> bool {
+    let bare = bare_name(name);
+    ["pthread_", "sem_", "new_sem_", "futex_", "do_futex_", "lll_lock_wait"]
+        .iter()
+        .any(|p| bare.starts_with(p))
+}
+
+/// What the kernel and the code say about a stopped thread's system call, when it
+/// is one it waits in (see the module documentation for what this proves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitingSyscall {
+    /// The system call number (one of [`WAITING_SYSCALLS`]).
+    pub nr: i64,
+    /// The pc right after its `syscall` instruction.
+    pub pc: u64,
+}
+
+impl WaitingSyscall {
+    /// The proof's first half, from facts read from the stopped thread: `reported`
+    /// is its `/proc/PID/task/TID/syscall`, `rip` and `orig_rax` its registers,
+    /// `code_before_pc` the two bytes before `rip`, and `guarded_data(addr)` tells
+    /// whether a futex word lies in a guarded module's data. `None` when the thread
+    /// is not waiting in a system call this way.
+    pub fn prove(
+        reported: Option<reader::procfs::TaskSyscall>,
+        rip: u64,
+        orig_rax: u64,
+        code_before_pc: Option<[u8; 2]>,
+        guarded_data: impl Fn(u64) -> bool,
+    ) -> Option<WaitingSyscall> {
+        let reader::procfs::TaskSyscall::In { nr, args, pc, .. } = reported? else {
+            return None;
+        };
+        if !WAITING_SYSCALLS.contains(&nr)
+            || pc != rip
+            || orig_rax != nr as u64
+            || code_before_pc != Some([0x0f, 0x05])
+        {
+            return None;
+        }
+        if nr == libc::SYS_futex
+            && (!FUTEX_WAIT_OPS.contains(&(args[1] & !FUTEX_OP_FLAGS)) || guarded_data(args[0]))
+        {
+            return None;
+        }
+        Some(WaitingSyscall { nr, pc })
+    }
+
+    /// True when the named function `name` may be the one that made this system
+    /// call: a waiting function, a futex waiter exactly for `futex`.
+    fn made_by(&self, name: &str) -> bool {
+        is_waiting_function(name) && (self.nr == libc::SYS_futex) == is_futex_waiter(name)
+    }
+}
+
 /// Why a thread cannot be borrowed at this instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unsafe {
@@ -362,7 +495,43 @@ impl Guard {
 
     /// Ok when a thread with these frames (innermost first, from [`Unwinder::walk`]) may
     /// run a function that allocates or takes the loader's, allocator's or unwinder's locks.
+    #[cfg(test)]
     pub fn check(&self, frames: &[Frame], truncated: Option<&str>) -> Result<(), Unsafe> {
+        self.check_waiting(frames, truncated, None)
+    }
+
+    /// True when `addr` lies in a guarded module's mappings or in the anonymous
+    /// mapping right after one (its `.bss`), per `maps`.
+    pub fn guarded_data(&self, maps: &[MapEntry], addr: u64) -> bool {
+        let Some(i) = maps.iter().position(|m| m.contains(addr)) else {
+            return false;
+        };
+        let owner = if maps[i].is_file() {
+            Some(&maps[i])
+        } else {
+            i.checked_sub(1)
+                .map(|p| &maps[p])
+                .filter(|p| p.end == maps[i].start && p.is_file() && maps[i].path.is_empty())
+        };
+        owner.is_some_and(|m| {
+            let path = m.file_path();
+            let role = match self.modules.iter().find(|(p, _, _)| p == path) {
+                Some((_, _, r)) => *r,
+                None => role_of_file(path.rsplit('/').next().unwrap_or(path)).unwrap_or(Role::Other),
+            };
+            role.guarded()
+        })
+    }
+
+    /// [`Guard::check`], also accepting unnamed system-call stubs at the inner end
+    /// when `waiting` proves the thread is waiting in a system call (see the module
+    /// documentation).
+    pub fn check_waiting(
+        &self,
+        frames: &[Frame],
+        truncated: Option<&str>,
+        waiting: Option<&WaitingSyscall>,
+    ) -> Result<(), Unsafe> {
         if let Some(reason) = truncated {
             return Err(Unsafe::Incomplete {
                 reason: reason.to_string(),
@@ -393,8 +562,27 @@ impl Guard {
             start_frames += 1;
         }
         let mut inner = 0;
+        if let (Some(w), Some(&(first, _))) = (waiting, frames.first()) {
+            let stub = |(f, role): &(&Frame, Role)| {
+                role.guarded() && f.function.is_none() && f.module == first.module
+            };
+            let stubs = frames
+                .iter()
+                .take(outer.min(MAX_STUB_FRAMES + 1))
+                .take_while(|f| stub(f))
+                .count();
+            let entry = frames.get(stubs).filter(|(f, role)| {
+                stubs < outer
+                    && role.guarded()
+                    && f.module == first.module
+                    && f.function.as_deref().is_some_and(|n| w.made_by(n))
+            });
+            if first.pc == w.pc && (1..=MAX_STUB_FRAMES).contains(&stubs) && entry.is_some() {
+                inner = stubs;
+            }
+        }
         while inner < outer
-            && inner < MAX_WAIT_FRAMES
+            && inner < MAX_WAIT_FRAMES + MAX_STUB_FRAMES
             && frames[inner].1.guarded()
             && frames[inner]
                 .0
@@ -543,9 +731,20 @@ pub fn borrow_at_safe_point(
                     Err(Unsafe::NoStackRoom { sp: regs.rsp })
                 }
                 Ok(regs) => {
-                    let regs = unwind.arch().dwarf_registers(&regs);
-                    let (frames, truncated) = unwind.walk(&regs, mem);
-                    guard.check(&frames, truncated.map(|r| r.to_string()).as_deref())
+                    let mut before = [0u8; 2];
+                    let waiting = WaitingSyscall::prove(
+                        reader::procfs::read_task_syscall_state(pid, tid),
+                        regs.rip,
+                        regs.orig_rax,
+                        mem.read(regs.rip.wrapping_sub(2), &mut before)
+                            .ok()
+                            .map(|()| before),
+                        |addr| guard.guarded_data(&maps, addr),
+                    );
+                    let dwarf = unwind.arch().dwarf_registers(&regs);
+                    let (frames, truncated) = unwind.walk(&dwarf, mem);
+                    let truncated = truncated.map(|r| r.to_string());
+                    guard.check_waiting(&frames, truncated.as_deref(), waiting.as_ref())
                 }
             };
             match verdict {
