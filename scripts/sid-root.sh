@@ -16,18 +16,23 @@
 #   ARGSTASH_SID_ROOT_UNAVAILABLE=1   skip (the tests skip too)
 #   ARGSTASH_SID_DIR=DIR              build into DIR/root instead of /var/cache/argstash-sid/root
 #
-# Facts about the root as built on 2026-11-26 (re-check: sid moves):
-# - debootstrap --variant=minbase with the packages below: ~90 s, ~800 MB.
-# - /usr/bin/python3.13, python3.14, python3.15: the interpreters, each linking
-#   libpython statically (their `.dynsym` exports _PyRuntime, _PyEval_EvalFrameDefault).
-#   They link libc, libm, libz, libexpat; NOT libstdc++ or libgcc_s, so a Python
-#   process in the root cannot throw C++ exceptions and needs no unwind registration.
+# Facts about the root as built on 2026-11-26 (checked; re-check: sid moves):
+# - debootstrap --variant=minbase with the packages below: 55 s, 788 MB; a second
+#   run finds the stamp and returns in ~5 ms.
+# - glibc 2.43 (`chroot ROOT ldd --version`); libc.so.6 is stripped to `.dynsym`
+#   (+ .gnu_debuglink): a thread in time.sleep/sleep_for stops at the pc after the
+#   `syscall` of an unnamed stub called by clock_nanosleep.
+# - /usr/bin/python3.13 (3.13.18), python3.14 (3.14.10), python3.15 (3.15.2), built
+#   by GCC 16.2, each linking libpython statically. 3.13 and 3.14 need libm, libz,
+#   libexpat, libc; 3.15 also libzstd and libgcc_s.so.1, so argstash counts a 3.15
+#   process as able to throw (a shared unwinder defines _Unwind_RaiseException) and
+#   registers its hooks with libgcc; 3.13/3.14 processes need no registration.
 # - /usr/lib/x86_64-linux-gnu/libpython3.13.so.1.0, libpython3.14.so.1.0,
-#   libpython3.15.so.1.0: for embedding programs (built with the root's g++).
-# - libc.so.6 (glibc 2.41+) is stripped to `.dynsym` (+ .gnu_debuglink): the
-#   functions below clock_nanosleep (__clock_nanosleep_time64's internals) are unnamed.
-# - libstdc++.so.6 and libgcc_s.so.1 are there (g++), so a C++ program built in the
-#   root can throw and needs argstash's registration.
+#   libpython3.15.so.1.0 (+ .so.1 links): for embedding programs.
+# - g++ (GCC 16), libstdc++.so.6.0.36, libgcc_s.so.1: a C++ program built in the
+#   root (`chroot ROOT g++ ...`) links them and can throw.
+# - Read from the host, a chrooted process's /proc/PID/maps paths are host-absolute
+#   (/var/cache/argstash-sid/root/usr/lib/...), /proc/PID/root links to the root.
 set -euo pipefail
 
 PACKAGES=python3.13,python3.14,python3.15,libpython3.13,libpython3.14,libpython3.15,g++,libstdc++6

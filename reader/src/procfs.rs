@@ -451,7 +451,10 @@ pub fn path_in_root(pid: i32, path: &str) -> String {
 /// `path` without the process root `root` (as [`path_in_root`] uses it): unchanged
 /// when `root` is `/`, unknown, or not a leading component of `path`.
 pub fn strip_root<'a>(root: Option<&str>, path: &'a str) -> &'a str {
-    let Some(root) = root.map(|r| r.trim_end_matches('/')).filter(|r| !r.is_empty()) else {
+    let Some(root) = root
+        .map(|r| r.trim_end_matches('/'))
+        .filter(|r| !r.is_empty())
+    else {
         return path;
     };
     match path.strip_prefix(root) {
@@ -612,16 +615,10 @@ garbage line
                 pc: 0x55aa00
             })
         );
-        assert_eq!(
-            parse_task_syscall("running\n"),
-            Some(TaskSyscall::Running)
-        );
+        assert_eq!(parse_task_syscall("running\n"), Some(TaskSyscall::Running));
         // Truncated, not hexadecimal, a user-space line with arguments, garbage.
         assert_eq!(parse_task_syscall("230 0x1 0x1\n"), None);
-        assert_eq!(
-            parse_task_syscall("230 1 1 1 0 0 0 0x7ffc 0x7f\n"),
-            None
-        );
+        assert_eq!(parse_task_syscall("230 1 1 1 0 0 0 0x7ffc 0x7f\n"), None);
         assert_eq!(
             parse_task_syscall("-1 0x1 0x1 0x1 0x0 0x0 0x0 0x7ffc 0x7f\n"),
             None
@@ -636,8 +633,14 @@ garbage line
         let lib = "/var/cache/argstash-sid/root/usr/lib/x86_64-linux-gnu/libc.so.6";
         let root = Some("/var/cache/argstash-sid/root");
         assert_eq!(strip_root(root, lib), "/usr/lib/x86_64-linux-gnu/libc.so.6");
-        assert_eq!(strip_root(Some("/var/cache/argstash-sid/root/"), lib), "/usr/lib/x86_64-linux-gnu/libc.so.6");
-        assert_eq!(strip_root(Some("/"), "/usr/lib/libc.so.6"), "/usr/lib/libc.so.6");
+        assert_eq!(
+            strip_root(Some("/var/cache/argstash-sid/root/"), lib),
+            "/usr/lib/x86_64-linux-gnu/libc.so.6"
+        );
+        assert_eq!(
+            strip_root(Some("/"), "/usr/lib/libc.so.6"),
+            "/usr/lib/libc.so.6"
+        );
         assert_eq!(strip_root(None, "/usr/lib/libc.so.6"), "/usr/lib/libc.so.6");
         // A sibling directory sharing the prefix's letters is not inside the root.
         assert_eq!(
@@ -646,7 +649,10 @@ garbage line
         );
         // A process not chrooted: its maps paths already name files inside its root.
         let me = std::process::id() as i32;
-        assert_eq!(path_in_root(me, "/usr/lib/libc.so.6"), format!("/proc/{me}/root/usr/lib/libc.so.6"));
+        assert_eq!(
+            path_in_root(me, "/usr/lib/libc.so.6"),
+            format!("/proc/{me}/root/usr/lib/libc.so.6")
+        );
     }
 
     #[test]

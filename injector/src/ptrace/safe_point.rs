@@ -301,9 +301,16 @@ fn is_waiting_function(name: &str) -> bool {
 /// waits and glibc's futex helpers), after [`bare_name`].
 fn is_futex_waiter(name: &str) -> bool {
     let bare = bare_name(name);
-    ["pthread_", "sem_", "new_sem_", "futex_", "do_futex_", "lll_lock_wait"]
-        .iter()
-        .any(|p| bare.starts_with(p))
+    [
+        "pthread_",
+        "sem_",
+        "new_sem_",
+        "futex_",
+        "do_futex_",
+        "lll_lock_wait",
+    ]
+    .iter()
+    .any(|p| bare.starts_with(p))
 }
 
 /// What the kernel and the code say about a stopped thread's system call, when it
@@ -517,7 +524,9 @@ impl Guard {
             let path = m.file_path();
             let role = match self.modules.iter().find(|(p, _, _)| p == path) {
                 Some((_, _, r)) => *r,
-                None => role_of_file(path.rsplit('/').next().unwrap_or(path)).unwrap_or(Role::Other),
+                None => {
+                    role_of_file(path.rsplit('/').next().unwrap_or(path)).unwrap_or(Role::Other)
+                }
             };
             role.guarded()
         })
@@ -932,6 +941,166 @@ mod tests {
         unnamed.extend(vec![frame(0x1500, "/bin/prog", Some("main"))]);
         unnamed.extend(main_start());
         assert!(g.check(&unnamed, None).is_err());
+    }
+
+    /// What the kernel reported for a thread asleep in `time.sleep` on Debian sid
+    /// (stripped libc), read from a live process; the pc is in the unnamed stub.
+    const SID_SLEEP: &str = "230 0x1 0x1 0x7ffd7f761390 0x0 0x0 0x0 0x7ffd7f761340 0x10a02\n";
+
+    fn prove(line: &str, rip: u64, orig_rax: u64, code: [u8; 2]) -> Option<WaitingSyscall> {
+        WaitingSyscall::prove(
+            reader::procfs::parse_task_syscall(line),
+            rip,
+            orig_rax,
+            Some(code),
+            |addr| (0x10000..0x20000).contains(&addr),
+        )
+    }
+
+    const SYSCALL: [u8; 2] = [0x0f, 0x05];
+
+    /// A stripped libc's sleeping stack: stub (unnamed), clock_nanosleep, nanosleep, main.
+    fn sid_sleeping() -> Vec<Frame> {
+        let mut frames = vec![
+            frame(0x10a02, "/lib/libc.so.6", None),
+            frame(0x11e6a, "/lib/libc.so.6", Some("clock_nanosleep")),
+            frame(0x125d3, "/lib/libc.so.6", Some("nanosleep")),
+            frame(0x1500, "/bin/prog", Some("main")),
+        ];
+        frames.extend(main_start());
+        frames
+    }
+
+    #[test]
+    fn syscall_report_proves_unnamed_stubs() {
+        let g = guard();
+        let frames = sid_sleeping();
+        // Without the kernel's report the unnamed stub proves nothing (the old refusal).
+        assert!(matches!(
+            g.check(&frames, None),
+            Err(Unsafe::Inside {
+                function: None,
+                pc: 0x10a02,
+                ..
+            })
+        ));
+        let w = prove(SID_SLEEP, 0x10a02, 230, SYSCALL).expect("a proved wait");
+        assert_eq!(
+            w,
+            WaitingSyscall {
+                nr: 230,
+                pc: 0x10a02
+            }
+        );
+        assert_eq!(g.check_waiting(&frames, None, Some(&w)), Ok(()));
+        // Two stubs (glibc 2.41's __syscall_cancel_arch and __internal_syscall_cancel).
+        let mut two = frames.clone();
+        two.insert(1, frame(0x10b10, "/lib/libc.so.6", None));
+        assert_eq!(g.check_waiting(&two, None, Some(&w)), Ok(()));
+        // Too many unnamed frames are not stubs any more.
+        let mut many = frames.clone();
+        for pc in [0x10b10, 0x10c10, 0x10d10] {
+            many.insert(1, frame(pc, "/lib/libc.so.6", None));
+        }
+        assert!(g.check_waiting(&many, None, Some(&w)).is_err());
+        // The first named frame must be a waiting function (malloc is not) ...
+        let mut in_malloc = frames.clone();
+        in_malloc[1] = frame(0x11e6a, "/lib/libc.so.6", Some("malloc"));
+        assert!(g.check_waiting(&in_malloc, None, Some(&w)).is_err());
+        // ... and one that waits in this system call (not a futex wait for clock_nanosleep).
+        let mut cond = frames.clone();
+        cond[1] = frame(0x11e6a, "/lib/libc.so.6", Some("pthread_cond_wait"));
+        assert!(g.check_waiting(&cond, None, Some(&w)).is_err());
+        // The innermost frame must be the one right after the syscall instruction.
+        let elsewhere = WaitingSyscall {
+            nr: 230,
+            pc: 0x10a50,
+        };
+        assert!(g.check_waiting(&frames, None, Some(&elsewhere)).is_err());
+        // A guarded frame in the middle still refuses (exit running a handler that sleeps).
+        let mut in_exit = frames[..3].to_vec();
+        in_exit.push(frame(
+            0x16000,
+            "/lib/libc.so.6",
+            Some("__run_exit_handlers"),
+        ));
+        in_exit.extend(main_start());
+        assert!(g.check_waiting(&in_exit, None, Some(&w)).is_err());
+        // An incomplete stack proves nothing, whatever the kernel says.
+        assert!(g.check_waiting(&frames, Some("no CFI"), Some(&w)).is_err());
+    }
+
+    #[test]
+    fn syscall_reports_that_prove_nothing() {
+        // Not a waiting system call: mmap (malloc growing its heap under its arena lock).
+        assert_eq!(
+            prove(
+                "9 0x0 0x21000 0x3 0x22 0xffffffffffffffff 0x0 0x7ffc 0x10a02",
+                0x10a02,
+                9,
+                SYSCALL
+            ),
+            None
+        );
+        // In user space, running, or unreadable.
+        assert_eq!(
+            prove("-1 0x7ffd7f761340 0x10a02", 0x10a02, u64::MAX, SYSCALL),
+            None
+        );
+        assert_eq!(prove("running", 0x10a02, 230, SYSCALL), None);
+        assert_eq!(prove("", 0x10a02, 230, SYSCALL), None);
+        // The report disagrees with the stopped thread's registers (it moved on).
+        assert_eq!(prove(SID_SLEEP, 0x10b00, 230, SYSCALL), None);
+        assert_eq!(prove(SID_SLEEP, 0x10a02, 35, SYSCALL), None);
+        // No syscall instruction before the pc.
+        assert_eq!(prove(SID_SLEEP, 0x10a02, 230, [0xff, 0xd0]), None);
+        // futex: a wait on a word of the program's is a proved wait ...
+        let cond = "202 0x55d0c0 0x189 0x0 0x0 0x0 0xffffffff 0x7ffc 0x10a02";
+        let w = prove(cond, 0x10a02, 202, SYSCALL).expect("a proved futex wait");
+        let g = guard();
+        let mut frames = vec![
+            frame(0x10a02, "/lib/libc.so.6", None),
+            frame(0x10c00, "/lib/libc.so.6", None),
+            frame(
+                0x11000,
+                "/lib/libc.so.6",
+                Some("pthread_cond_wait@@GLIBC_2.3.2"),
+            ),
+            frame(0x1500, "/bin/prog", Some("main")),
+        ];
+        frames.extend(main_start());
+        assert_eq!(g.check_waiting(&frames, None, Some(&w)), Ok(()));
+        // ... but not for clock_nanosleep's stubs, and a lock of libc's is never.
+        frames[2] = frame(0x11000, "/lib/libc.so.6", Some("clock_nanosleep"));
+        assert!(g.check_waiting(&frames, None, Some(&w)).is_err());
+        let libc_lock = "202 0x11f00 0x80 0x2 0x0 0x0 0x0 0x7ffc 0x10a02";
+        assert_eq!(prove(libc_lock, 0x10a02, 202, SYSCALL), None);
+        // A futex wake or a PI lock is not a wait for a condition.
+        let wake = "202 0x55d0c0 0x81 0x1 0x0 0x0 0x0 0x7ffc 0x10a02";
+        assert_eq!(prove(wake, 0x10a02, 202, SYSCALL), None);
+        let pi = "202 0x55d0c0 0x86 0x0 0x0 0x0 0x0 0x7ffc 0x10a02";
+        assert_eq!(prove(pi, 0x10a02, 202, SYSCALL), None);
+    }
+
+    #[test]
+    fn guarded_data_includes_bss() {
+        use reader::procfs::parse_maps;
+        let maps = parse_maps(
+            "10000-11000 r--p 00000000 fe:00 7 /lib/libc.so.6\n\
+             11000-12000 rw-p 00001000 fe:00 7 /lib/libc.so.6\n\
+             12000-13000 rw-p 00000000 00:00 0 \n\
+             55d000-55e000 rw-p 00000000 00:00 0 [heap]\n\
+             7f0000-7f1000 rw-p 00000000 00:00 0 \n",
+        );
+        let g = guard();
+        assert!(g.guarded_data(&maps, 0x10100));
+        assert!(g.guarded_data(&maps, 0x12100), "libc's .bss");
+        assert!(!g.guarded_data(&maps, 0x55d0c0), "the heap");
+        assert!(
+            !g.guarded_data(&maps, 0x7f0100),
+            "an anonymous mapping after a gap"
+        );
+        assert!(!g.guarded_data(&maps, 0x9000), "unmapped");
     }
 
     #[test]
