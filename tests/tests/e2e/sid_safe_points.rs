@@ -88,12 +88,27 @@ fn registered(text: &str, root: &Path) -> bool {
     )) && text.contains("for 1 hooks")
 }
 
-/// A C++ program built with the root's g++ (stripped libc, libstdc++, libgcc_s):
-/// every inject of `risky` registers, exceptions then cross the hook, bt and eject work.
+/// A C++ program built with the root's g++ (stripped libc, libstdc++, libgcc_s),
+/// its thread asleep in `sleep_for` (`clock_nanosleep`): every inject of `risky`
+/// registers, exceptions then cross the hook, bt and eject work.
 #[test]
 fn cpp_sleeper_registers_at_proved_safe_points() {
+    cpp_rounds("sleep", &[]);
+}
+
+/// The same with every thread waiting in `futex`: a worker in a condition
+/// variable's timed wait (provable: a futex wait on its own stack's word below
+/// `pthread_cond_clockwait`), the main thread in `std::thread::join` (not provable:
+/// four unnamed libc frames below libstdc++).
+#[test]
+fn cpp_condvar_waiter_registers_at_proved_safe_points() {
+    cpp_rounds("condvar", &["condvar"]);
+}
+
+/// Rounds of the sid_sleeper fixture, started with `args`.
+fn cpp_rounds(what: &str, args: &[&str]) {
     let Some(root) = sid_root() else { return };
-    let dir = RootDir::new(&root, "sleeper");
+    let dir = RootDir::new(&root, &format!("sleeper-{what}"));
     fs::copy(
         fixture_path("sid_sleeper.cpp"),
         dir.host.join("sid_sleeper.cpp"),
@@ -119,7 +134,9 @@ fn cpp_sleeper_registers_at_proved_safe_points() {
     let n = rounds();
     let mut accepted = 0;
     for round in 0..n {
-        let mut t = Target::spawn_with_args(Path::new("chroot"), &[root_arg, &exe]);
+        let mut argv = vec![root_arg, exe.as_str()];
+        argv.extend_from_slice(args);
+        let mut t = Target::spawn_with_args(Path::new("chroot"), &argv);
         let pid = t.pid().to_string();
         let before = status(&mut t);
         let out = run(&["inject", "--pid", &pid, "--func", "risky"]);
@@ -154,7 +171,7 @@ fn cpp_sleeper_registers_at_proved_safe_points() {
         t.kill();
         remove_argstash_tmp_files(t.pid());
     }
-    eprintln!("sid C++ sleeper: {accepted}/{n} injects registered at a proved safe point");
+    eprintln!("sid C++ sleeper ({what}): {accepted}/{n} injects registered at a proved safe point");
     assert_eq!(accepted, n);
 }
 
