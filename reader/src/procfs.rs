@@ -89,6 +89,35 @@ pub fn is_libc_file(name: &str) -> bool {
     name.starts_with("libc.so") || name.starts_with("libc-")
 }
 
+/// The path through which process `pid`'s mapped file `path` (as its `maps` shows
+/// it) is opened: `/proc/PID/root` followed by the path inside the process's root.
+///
+/// `maps` paths are written relative to the *reader's* root, so for a process
+/// chrooted into `/srv/jail`, read from outside, they start with `/srv/jail/`;
+/// that prefix (the `/proc/PID/root` link's target as this process sees it) is
+/// removed first. Without it `/proc/PID/root/srv/jail/...` would name a file that
+/// does not exist.
+pub fn path_in_root(pid: i32, path: &str) -> String {
+    let root = std::fs::read_link(format!("/proc/{pid}/root")).ok();
+    let root = root.as_ref().and_then(|r| r.to_str());
+    format!("/proc/{pid}/root{}", strip_root(root, path))
+}
+
+/// `path` without the process root `root` (as [`path_in_root`] uses it): unchanged
+/// when `root` is `/`, unknown, or not a leading component of `path`.
+pub fn strip_root<'a>(root: Option<&str>, path: &'a str) -> &'a str {
+    let Some(root) = root
+        .map(|r| r.trim_end_matches('/'))
+        .filter(|r| !r.is_empty())
+    else {
+        return path;
+    };
+    match path.strip_prefix(root) {
+        Some(rest) if rest.starts_with('/') => rest,
+        _ => path,
+    }
+}
+
 /// The `(type, value)` pairs of an auxiliary vector (`/proc/PID/auxv`, `NT_AUXV`).
 pub fn parse_auxv(bytes: &[u8]) -> Vec<(u64, u64)> {
     let word = |c: &[u8], at: usize| u64::from_le_bytes(c[at..at + 8].try_into().unwrap_or([0; 8]));
@@ -379,90 +408,6 @@ pub fn read_task_syscall(pid: i32, tid: i32) -> Option<i64> {
     parse_syscall(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?)
 }
 
-/// A thread's whole `syscall` file, as [`parse_task_syscall`] reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskSyscall {
-    /// In system call `nr` (or stopped on its way back from it: the kernel reports
-    /// the number until the thread runs user code again).
-    In {
-        /// The system call number.
-        nr: i64,
-        /// Its six argument registers.
-        args: [u64; 6],
-        /// The user stack pointer.
-        sp: u64,
-        /// The user pc: the instruction after the `syscall` instruction.
-        pc: u64,
-    },
-    /// Stopped in user space (`-1 sp pc`).
-    User {
-        /// The user stack pointer.
-        sp: u64,
-        /// The user pc.
-        pc: u64,
-    },
-    /// On a CPU (`running`): nothing else is reported.
-    Running,
-}
-
-/// Parses a thread's `syscall` file (`nr arg0..arg5 sp pc` with hexadecimal words,
-/// `-1 sp pc`, or `running`); `None` when it has none of these forms.
-pub fn parse_task_syscall(text: &str) -> Option<TaskSyscall> {
-    let mut words = text.split_whitespace();
-    let first = words.next()?;
-    if first == "running" {
-        return words.next().is_none().then_some(TaskSyscall::Running);
-    }
-    let nr: i64 = first.parse().ok()?;
-    let hex: Vec<u64> = words
-        .map(|w| u64::from_str_radix(w.strip_prefix("0x")?, 16).ok())
-        .collect::<Option<_>>()?;
-    match (nr, hex.as_slice()) {
-        (-1, &[sp, pc]) => Some(TaskSyscall::User { sp, pc }),
-        (nr, &[a0, a1, a2, a3, a4, a5, sp, pc]) if nr >= 0 => Some(TaskSyscall::In {
-            nr,
-            args: [a0, a1, a2, a3, a4, a5],
-            sp,
-            pc,
-        }),
-        _ => None,
-    }
-}
-
-/// Reads and parses `/proc/PID/task/TID/syscall` (see [`parse_task_syscall`]).
-pub fn read_task_syscall_state(pid: i32, tid: i32) -> Option<TaskSyscall> {
-    parse_task_syscall(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?)
-}
-
-/// The path through which process `pid`'s mapped file `path` (as its `maps` shows
-/// it) is opened: `/proc/PID/root` followed by the path inside the process's root.
-///
-/// `maps` paths are written relative to the *reader's* root, so for a process
-/// chrooted into `/srv/jail`, read from outside, they start with `/srv/jail/`;
-/// that prefix (the `/proc/PID/root` link's target as this process sees it) is
-/// removed first. Without it `/proc/PID/root/srv/jail/...` would name a file that
-/// does not exist.
-pub fn path_in_root(pid: i32, path: &str) -> String {
-    let root = std::fs::read_link(format!("/proc/{pid}/root")).ok();
-    let root = root.as_ref().and_then(|r| r.to_str());
-    format!("/proc/{pid}/root{}", strip_root(root, path))
-}
-
-/// `path` without the process root `root` (as [`path_in_root`] uses it): unchanged
-/// when `root` is `/`, unknown, or not a leading component of `path`.
-pub fn strip_root<'a>(root: Option<&str>, path: &'a str) -> &'a str {
-    let Some(root) = root
-        .map(|r| r.trim_end_matches('/'))
-        .filter(|r| !r.is_empty())
-    else {
-        return path;
-    };
-    match path.strip_prefix(root) {
-        Some(rest) if rest.starts_with('/') => rest,
-        _ => path,
-    }
-}
-
 /// A thread's scheduler statistics (`/proc/ID/schedstat`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SchedStat {
@@ -595,67 +540,6 @@ garbage line
     }
 
     #[test]
-    fn task_syscall_lines() {
-        // A Python thread in time.sleep on Debian sid (read from a live process).
-        assert_eq!(
-            parse_task_syscall(
-                "230 0x1 0x1 0x7ffd7f761390 0x0 0x0 0x0 0x7ffd7f761340 0x7f8fc2c00a02\n"
-            ),
-            Some(TaskSyscall::In {
-                nr: 230,
-                args: [1, 1, 0x7ffd7f761390, 0, 0, 0],
-                sp: 0x7ffd7f761340,
-                pc: 0x7f8fc2c00a02,
-            })
-        );
-        assert_eq!(
-            parse_task_syscall("-1 0x7ffc10 0x55aa00\n"),
-            Some(TaskSyscall::User {
-                sp: 0x7ffc10,
-                pc: 0x55aa00
-            })
-        );
-        assert_eq!(parse_task_syscall("running\n"), Some(TaskSyscall::Running));
-        // Truncated, not hexadecimal, a user-space line with arguments, garbage.
-        assert_eq!(parse_task_syscall("230 0x1 0x1\n"), None);
-        assert_eq!(parse_task_syscall("230 1 1 1 0 0 0 0x7ffc 0x7f\n"), None);
-        assert_eq!(
-            parse_task_syscall("-1 0x1 0x1 0x1 0x0 0x0 0x0 0x7ffc 0x7f\n"),
-            None
-        );
-        assert_eq!(parse_task_syscall("-2 0x7ffc 0x55\n"), None);
-        assert_eq!(parse_task_syscall(""), None);
-        assert_eq!(parse_task_syscall("running late\n"), None);
-    }
-
-    #[test]
-    fn chroot_prefix_is_removed() {
-        let lib = "/var/cache/argstash-sid/root/usr/lib/x86_64-linux-gnu/libc.so.6";
-        let root = Some("/var/cache/argstash-sid/root");
-        assert_eq!(strip_root(root, lib), "/usr/lib/x86_64-linux-gnu/libc.so.6");
-        assert_eq!(
-            strip_root(Some("/var/cache/argstash-sid/root/"), lib),
-            "/usr/lib/x86_64-linux-gnu/libc.so.6"
-        );
-        assert_eq!(
-            strip_root(Some("/"), "/usr/lib/libc.so.6"),
-            "/usr/lib/libc.so.6"
-        );
-        assert_eq!(strip_root(None, "/usr/lib/libc.so.6"), "/usr/lib/libc.so.6");
-        // A sibling directory sharing the prefix's letters is not inside the root.
-        assert_eq!(
-            strip_root(Some("/srv/jail"), "/srv/jail2/lib/libc.so.6"),
-            "/srv/jail2/lib/libc.so.6"
-        );
-        // A process not chrooted: its maps paths already name files inside its root.
-        let me = std::process::id() as i32;
-        assert_eq!(
-            path_in_root(me, "/usr/lib/libc.so.6"),
-            format!("/proc/{me}/root/usr/lib/libc.so.6")
-        );
-    }
-
-    #[test]
     fn auxv_pairs() {
         let mut bytes = Vec::new();
         for (k, v) in [(33u64, 0x7ffd_1000u64), (6, 4096), (0, 0)] {
@@ -698,5 +582,32 @@ garbage line
             .iter()
             .any(|m| m.contains(here)));
         assert!(read_task_maps(pid, i32::MAX).is_err_and(|e| is_gone(&e)));
+    }
+
+    #[test]
+    fn chroot_prefix_is_removed() {
+        let lib = "/var/cache/argstash-sid/root/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let root = Some("/var/cache/argstash-sid/root");
+        assert_eq!(strip_root(root, lib), "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        assert_eq!(
+            strip_root(Some("/var/cache/argstash-sid/root/"), lib),
+            "/usr/lib/x86_64-linux-gnu/libc.so.6"
+        );
+        assert_eq!(
+            strip_root(Some("/"), "/usr/lib/libc.so.6"),
+            "/usr/lib/libc.so.6"
+        );
+        assert_eq!(strip_root(None, "/usr/lib/libc.so.6"), "/usr/lib/libc.so.6");
+        // A sibling directory sharing the prefix's letters is not inside the root.
+        assert_eq!(
+            strip_root(Some("/srv/jail"), "/srv/jail2/lib/libc.so.6"),
+            "/srv/jail2/lib/libc.so.6"
+        );
+        // A process not chrooted: its maps paths already name files inside its root.
+        let me = std::process::id() as i32;
+        assert_eq!(
+            path_in_root(me, "/usr/lib/libc.so.6"),
+            format!("/proc/{me}/root/usr/lib/libc.so.6")
+        );
     }
 }

@@ -313,6 +313,20 @@ fn is_futex_waiter(name: &str) -> bool {
     .any(|p| bare.starts_with(p))
 }
 
+/// A `syscall` file's `nr arg0..arg5 sp pc` form (hexadecimal words): the system
+/// call number, its arguments and the pc; `None` for `-1 sp pc`, `running` and
+/// anything malformed.
+fn parse_in_syscall(text: &str) -> Option<(i64, [u64; 6], u64)> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let [nr, args @ .., _sp, pc] = words.as_slice() else {
+        return None;
+    };
+    let hex = |w: &str| u64::from_str_radix(w.strip_prefix("0x")?, 16).ok();
+    let nr: i64 = nr.parse().ok().filter(|n| *n >= 0)?;
+    let args: Vec<u64> = args.iter().map(|w| hex(w)).collect::<Option<_>>()?;
+    Some((nr, args.try_into().ok()?, hex(pc)?))
+}
+
 /// What the kernel and the code say about a stopped thread's system call, when it
 /// is one it waits in (see the module documentation for what this proves).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,20 +339,18 @@ pub struct WaitingSyscall {
 
 impl WaitingSyscall {
     /// The proof's first half, from facts read from the stopped thread: `reported`
-    /// is its `/proc/PID/task/TID/syscall`, `rip` and `orig_rax` its registers,
-    /// `code_before_pc` the two bytes before `rip`, and `guarded_data(addr)` tells
-    /// whether a futex word lies in a guarded module's data. `None` when the thread
-    /// is not waiting in a system call this way.
+    /// is the text of its `/proc/PID/task/TID/syscall`, `rip` and `orig_rax` its
+    /// registers, `code_before_pc` the two bytes before `rip`, and `guarded_data(addr)`
+    /// tells whether a futex word lies in a guarded module's data. `None` when the
+    /// thread is not waiting in a system call this way.
     pub fn prove(
-        reported: Option<reader::procfs::TaskSyscall>,
+        reported: Option<&str>,
         rip: u64,
         orig_rax: u64,
         code_before_pc: Option<[u8; 2]>,
         guarded_data: impl Fn(u64) -> bool,
     ) -> Option<WaitingSyscall> {
-        let reader::procfs::TaskSyscall::In { nr, args, pc, .. } = reported? else {
-            return None;
-        };
+        let (nr, args, pc) = parse_in_syscall(reported?)?;
         if !WAITING_SYSCALLS.contains(&nr)
             || pc != rip
             || orig_rax != nr as u64
@@ -741,8 +753,10 @@ pub fn borrow_at_safe_point(
                 }
                 Ok(regs) => {
                     let mut before = [0u8; 2];
+                    let reported =
+                        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok();
                     let waiting = WaitingSyscall::prove(
-                        reader::procfs::read_task_syscall_state(pid, tid),
+                        reported.as_deref(),
                         regs.rip,
                         regs.orig_rax,
                         mem.read(regs.rip.wrapping_sub(2), &mut before)
@@ -948,13 +962,9 @@ mod tests {
     const SID_SLEEP: &str = "230 0x1 0x1 0x7ffd7f761390 0x0 0x0 0x0 0x7ffd7f761340 0x10a02\n";
 
     fn prove(line: &str, rip: u64, orig_rax: u64, code: [u8; 2]) -> Option<WaitingSyscall> {
-        WaitingSyscall::prove(
-            reader::procfs::parse_task_syscall(line),
-            rip,
-            orig_rax,
-            Some(code),
-            |addr| (0x10000..0x20000).contains(&addr),
-        )
+        WaitingSyscall::prove(Some(line), rip, orig_rax, Some(code), |addr| {
+            (0x10000..0x20000).contains(&addr)
+        })
     }
 
     const SYSCALL: [u8; 2] = [0x0f, 0x05];
@@ -1028,6 +1038,27 @@ mod tests {
         assert!(g.check_waiting(&in_exit, None, Some(&w)).is_err());
         // An incomplete stack proves nothing, whatever the kernel says.
         assert!(g.check_waiting(&frames, Some("no CFI"), Some(&w)).is_err());
+    }
+
+    #[test]
+    fn syscall_lines() {
+        assert_eq!(
+            parse_in_syscall(SID_SLEEP),
+            Some((230, [1, 1, 0x7ffd7f761390, 0, 0, 0], 0x10a02))
+        );
+        assert_eq!(parse_in_syscall("-1 0x7ffd7f761340 0x10a02\n"), None);
+        assert_eq!(parse_in_syscall("running\n"), None);
+        assert_eq!(parse_in_syscall("230 0x1 0x1\n"), None);
+        assert_eq!(parse_in_syscall("230 1 1 1 0 0 0 0x7ffc 0x7f\n"), None);
+        assert_eq!(
+            parse_in_syscall("-2 0x1 0x1 0x1 0x0 0x0 0x0 0x7ffc 0x7f\n"),
+            None
+        );
+        assert_eq!(
+            parse_in_syscall("230 0x1 0x1 0x1 0x0 0x0 0x0 0x0 0x7ffc 0x7f\n"),
+            None
+        );
+        assert_eq!(parse_in_syscall(""), None);
     }
 
     #[test]
