@@ -15,6 +15,7 @@
 #
 #   ARGSTASH_SID_ROOT_UNAVAILABLE=1   skip (the tests skip too)
 #   ARGSTASH_SID_DIR=DIR              build into DIR/root instead of /var/cache/argstash-sid/root
+#                                     (the tests then need ARGSTASH_SID_ROOT=DIR/root)
 #
 # Facts about the root as built on 2026-11-26 (checked; re-check: sid moves):
 # - debootstrap --variant=minbase with the packages below: 55 s, 788 MB; a second
