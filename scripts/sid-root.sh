@@ -106,7 +106,7 @@ TMP=$(mktemp -d "$DIR/root.tmp.XXXXXX")
 chmod 755 "$TMP"
 LOG=$DIR/debootstrap.log
 trap 'remove_tree "$TMP"' EXIT
-say "debootstrap sid into $TMP (about 90 s; log: $LOG)"
+say "debootstrap sid into $TMP (about a minute; log: $LOG)"
 start=$SECONDS
 if ! debootstrap --variant=minbase --include="$PACKAGES" sid "$TMP" >"$LOG" 2>&1; then
     say "not built: debootstrap failed (no network, or sid uninstallable today); last lines of $LOG:"
