@@ -116,6 +116,7 @@ pub use ptrace::session::{Refusal, SessionError, UnexpectedState};
 pub use memory::{Memory, MemoryError, ProcessMemory, WriteMemory};
 pub use ptrace::requeue::{SignalFate, SignalOutcome};
 pub use ptrace::session::{Released, Session};
+pub use ptrace::xsave::{LayoutError, XsaveLayout};
 
 /// True when every thread of `pid` is gone or a zombie: the process has ended.
 pub fn process_ended(pid: Pid) -> bool {

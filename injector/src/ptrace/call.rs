@@ -123,7 +123,10 @@ const NT_X86_XSTATE: libc::c_int = 0x202;
 
 /// `PTRACE_GETREGSET(NT_X86_XSTATE)`: the thread's whole extended state, if the kernel gives it.
 pub(crate) fn get_xstate(tid: i32) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; 1 << 14];
+    // The kernel hands out an image for every enabled feature (11008 bytes with AMX);
+    // room for at least that, whatever the layout says.
+    let room = crate::ptrace::xsave::XsaveLayout::host().map_or(0, |l| l.max_size());
+    let mut buf = vec![0u8; room.max(1 << 14)];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -144,8 +147,9 @@ pub(crate) fn get_xstate(tid: i32) -> Option<Vec<u8>> {
     })
 }
 
-/// `PTRACE_SETREGSET(NT_X86_XSTATE)` with a buffer from [`get_xstate`].
-fn set_xstate(tid: i32, state: &[u8]) -> bool {
+/// `PTRACE_SETREGSET(NT_X86_XSTATE)` with a buffer from [`get_xstate`]: the kernel
+/// takes back every component and the header's `XSTATE_BV` as they were read.
+fn set_xstate(tid: i32, state: &[u8]) -> Result<(), nix::errno::Errno> {
     let mut iov = libc::iovec {
         iov_base: state.as_ptr() as *mut libc::c_void,
         iov_len: state.len(),
@@ -159,7 +163,7 @@ fn set_xstate(tid: i32, state: &[u8]) -> bool {
             &mut iov as *mut libc::iovec as *mut libc::c_void,
         )
     };
-    r == 0
+    nix::errno::Errno::result(r).map(drop)
 }
 
 /// Non-blocking wait for `tid`: `None` while it runs.
@@ -282,12 +286,17 @@ impl Session {
             if self.threads[i].current == Current::SyscallStop {
                 restored = restored.and_then(|()| self.back_to_signal_path(tid));
             }
-            restored = restored.and_then(|()| {
-                // The full XSAVE area when the kernel takes it back, else x87/SSE.
-                if xstate.as_deref().is_some_and(|x| set_xstate(tid, x)) {
-                    return Ok(());
+            restored = restored.and_then(|()| match xstate.as_deref() {
+                // The whole XSAVE image as it was read (AVX, AVX-512, PKRU, AMX...).
+                Some(x) => set_xstate(tid, x).map_err(|e| {
+                    // At least x87/SSE back; the error says the rest was not.
+                    let _ = set_fpregs(tid, &fp);
+                    self.ptrace_error("PTRACE_SETREGSET", tid, e)
+                }),
+                // No XSAVE: x87/SSE is all there is.
+                None => {
+                    set_fpregs(tid, &fp).map_err(|e| self.ptrace_error("PTRACE_SETFPREGS", tid, e))
                 }
-                set_fpregs(tid, &fp).map_err(|e| self.ptrace_error("PTRACE_SETFPREGS", tid, e))
             });
         }
         let ended = outcome?;

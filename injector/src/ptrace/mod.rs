@@ -1,5 +1,6 @@
 //! Driving a live process over ptrace: attach sessions, remote system calls, remote
-//! function calls, the self-restoring signal frame they run under, and the proof
+//! function calls, the self-restoring signal frame they run under (with the machine's
+//! XSAVE layout), and the proof
 //! that a thread may be borrowed for them.
 //!
 //! Everything here must be called from the OS thread that attached (ptrace binds a
@@ -12,3 +13,4 @@ pub mod safe_point;
 pub mod session;
 pub mod sigframe;
 pub mod syscall;
+pub mod xsave;

@@ -5,7 +5,8 @@
 //! OOM, a crash), the kernel would let the thread go with whatever it had been given:
 //! run on from a `syscall` instruction into unrelated code, or keep a mask that blocks
 //! every signal. So before the registers change, the thread's complete context
-//! (general registers, the XSAVE area, the signal mask) is written below its stack
+//! (general registers, the XSAVE area cut to what the kernel takes back for this
+//! thread, see [`crate::ptrace::xsave`], the signal mask) is written below its stack
 //! pointer as an `rt_sigframe`, and the borrowed run is arranged to end in glibc's
 //! `__restore_rt` (`mov rax, 15; syscall`: `rt_sigreturn`):
 //!
@@ -29,6 +30,8 @@ pub(crate) const SYSCALL_RET: [u8; 3] = [0x0f, 0x05, 0xc3];
 pub(crate) const RESTORE_RT: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
 /// Where `rip` is at the syscall-entry stop of `__restore_rt`'s `rt_sigreturn`.
 pub const RESTORE_RT_SYSCALL_END: u64 = 9;
+use crate::ptrace::xsave::{self, XsaveLayout};
+
 /// `rt_sigreturn` on x86-64.
 pub const NR_RT_SIGRETURN: u64 = 15;
 
@@ -42,14 +45,10 @@ const SIGMASK_AT: usize = 296;
 const UC_FLAGS_XSTATE: u64 = 1 | 2 | 4;
 /// `UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS` (an FXSAVE-only area).
 const UC_FLAGS_FX: u64 = 2 | 4;
-/// `FP_XSTATE_MAGIC1`, in the software-reserved bytes of the FXSAVE area.
-const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
-/// `FP_XSTATE_MAGIC2`, right after the XSAVE area in a signal frame.
-const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
 /// Offset of the software-reserved bytes in the FXSAVE area.
-const SW_RESERVED_AT: usize = 464;
+const SW_RESERVED_AT: usize = xsave::SW_RESERVED_AT;
 /// Bytes of the FXSAVE area.
-const FXSAVE_LEN: usize = 512;
+const FXSAVE_LEN: usize = xsave::LEGACY_LEN;
 /// The x86-64 red zone below the stack pointer, plus a margin.
 const BELOW_SP: u64 = 128 + 128;
 
@@ -104,27 +103,12 @@ fn resumed_registers(saved: &libc::user_regs_struct) -> libc::user_regs_struct {
     r
 }
 
-/// The floating-point area of the frame and the `uc_flags` that describe it.
-fn fp_area(ctx: &SavedContext) -> (Vec<u8>, u64) {
-    if let Some(x) = ctx.xstate.as_deref() {
-        // For ptrace the kernel puts XCR0 (the enabled features) where a signal frame
-        // has its software bytes (`struct _fpx_sw_bytes`); those are written here: the
-        // magic, the sizes of this thread's area, and the features to restore.
-        let size = x.len();
-        if size >= FXSAVE_LEN + 64 {
-            let xcr0 = u64::from_le_bytes(
-                x[SW_RESERVED_AT..SW_RESERVED_AT + 8]
-                    .try_into()
-                    .unwrap_or([0; 8]),
-            );
-            let mut area = x.to_vec();
-            let sw = &mut area[SW_RESERVED_AT..FXSAVE_LEN];
-            sw.fill(0);
-            sw[0..4].copy_from_slice(&FP_XSTATE_MAGIC1.to_le_bytes());
-            sw[4..8].copy_from_slice(&((size + 4) as u32).to_le_bytes());
-            sw[8..16].copy_from_slice(&xcr0.to_le_bytes());
-            sw[16..20].copy_from_slice(&(size as u32).to_le_bytes());
-            area.extend_from_slice(&FP_XSTATE_MAGIC2.to_le_bytes());
+/// The floating-point area of the frame and the `uc_flags` that describe it: the
+/// thread's XSAVE image sized as its kernel buffer takes it ([`xsave::frame_area`]),
+/// else (no XSAVE, or an image the layout does not fit) its x87/SSE state alone.
+fn fp_area(ctx: &SavedContext, layout: Option<&XsaveLayout>) -> (Vec<u8>, u64) {
+    if let (Some(image), Some(layout)) = (ctx.xstate.as_deref(), layout) {
+        if let Some(area) = xsave::frame_area(image, layout) {
             return (area, UC_FLAGS_XSTATE);
         }
     }
@@ -143,9 +127,19 @@ fn fp_area(ctx: &SavedContext) -> (Vec<u8>, u64) {
     (area, UC_FLAGS_FX)
 }
 
-/// Builds the frame for `ctx` below its stack pointer (red zone and margin kept).
+/// Builds the frame for `ctx` below its stack pointer (red zone and margin kept), with
+/// this machine's XSAVE layout.
 pub fn build(ctx: &SavedContext, gadgets: &SigreturnGadgets) -> SigFrame {
-    let (fp, uc_flags) = fp_area(ctx);
+    build_with(ctx, gadgets, XsaveLayout::host())
+}
+
+/// [`build`] for the XSAVE layout `layout`.
+pub fn build_with(
+    ctx: &SavedContext,
+    gadgets: &SigreturnGadgets,
+    layout: Option<&XsaveLayout>,
+) -> SigFrame {
+    let (fp, uc_flags) = fp_area(ctx, layout);
     let top = ctx.regs.rsp - BELOW_SP;
     let fp_addr = (top - fp.len() as u64) & !63;
     let uc_addr = (fp_addr - UCONTEXT_LEN as u64) & !15;
@@ -206,7 +200,7 @@ mod tests {
             syscall_ret: 0x1000,
             restore_rt: 0x2000,
         };
-        let f = build(&ctx(), &g);
+        let f = build_with(&ctx(), &g, None);
         // The ucontext starts 16-byte aligned right after the return address, so a
         // function entered with rsp = addr sees an ABI-aligned stack.
         assert_eq!((f.addr + 8) % 16, 0);
@@ -222,6 +216,59 @@ mod tests {
         let fp = word(mc + 184);
         assert_eq!(fp % 64, 0);
         assert_eq!(fp + FXSAVE_LEN as u64, f.addr + f.bytes.len() as u64);
+    }
+
+    /// An AVX-512 + AMX layout (Sapphire Rapids offsets).
+    fn amx_layout() -> XsaveLayout {
+        let table = |_leaf: u32, sub: u32| match sub {
+            2 => [256, 576, 0, 0],
+            5 => [64, 1088, 0, 0],
+            6 => [512, 1152, 0, 0],
+            7 => [1024, 1664, 0, 0],
+            17 => [64, 2752, 2, 0],
+            18 => [8192, 2816, 6, 0],
+            _ => [0; 4],
+        };
+        XsaveLayout::from_cpuid(0x600e7, table).unwrap()
+    }
+
+    #[test]
+    fn xsave_frame_is_sized_for_the_thread() {
+        let g = SigreturnGadgets {
+            syscall_ret: 0x1000,
+            restore_rt: 0x2000,
+        };
+        let mut c = ctx();
+        // ptrace's image: every enabled feature (11008 bytes), XCR0 in the software
+        // bytes, AVX-512 in use, the tiles not.
+        let mut image: Vec<u8> = (0..11008).map(|i| (i % 251) as u8).collect();
+        image[SW_RESERVED_AT..FXSAVE_LEN].fill(0);
+        image[SW_RESERVED_AT..SW_RESERVED_AT + 8].copy_from_slice(&0x600e7u64.to_le_bytes());
+        image[512..576].fill(0);
+        image[512..520].copy_from_slice(&0xe7u64.to_le_bytes());
+        c.xstate = Some(image.clone());
+        let layout = amx_layout();
+        let f = build_with(&c, &g, Some(&layout));
+        let word = |at: usize| u64::from_le_bytes(f.bytes[at..at + 8].try_into().unwrap());
+        assert_eq!(word(8), UC_FLAGS_XSTATE);
+        let fp = word(8 + MCONTEXT_AT + 184);
+        assert_eq!(fp % 64, 0);
+        let at = (fp - f.addr) as usize;
+        // Up to the tile configuration (the kernel's default buffer), then MAGIC2.
+        assert_eq!(f.bytes.len() - at, 2816 + 4);
+        assert_eq!(f.bytes[at..at + SW_RESERVED_AT], image[..SW_RESERVED_AT]);
+        assert_eq!(f.bytes[at + 512..at + 2816], image[512..2816]);
+        let sw = |o: usize| u32::from_le_bytes(f.bytes[at + o..at + o + 4].try_into().unwrap());
+        assert_eq!(sw(SW_RESERVED_AT), xsave::FP_XSTATE_MAGIC1);
+        assert_eq!(sw(SW_RESERVED_AT + 4), 2820);
+        assert_eq!(word(at + SW_RESERVED_AT + 8), 0x200e7);
+        assert_eq!(sw(SW_RESERVED_AT + 16), 2816);
+        assert_eq!(sw(2816), xsave::FP_XSTATE_MAGIC2);
+        assert!(f.addr + (f.bytes.len() as u64) <= 0x7fff_0000_1008 - 128);
+        // No layout: an FXSAVE-only frame, flagged as such.
+        let f = build_with(&c, &g, None);
+        let word = |at: usize| u64::from_le_bytes(f.bytes[at..at + 8].try_into().unwrap());
+        assert_eq!(word(8), UC_FLAGS_FX);
     }
 
     #[test]

@@ -638,6 +638,13 @@ int main(void) {
             .iter()
             .map(|t| regs_words(&s.regs(*t).unwrap()))
             .collect();
+        // The extended state too (x87, SSE, AVX, AVX-512...), byte for byte.
+        let images = |tids: &[i32]| -> Vec<_> {
+            tids.iter()
+                .map(|t| crate::ptrace::call::get_xstate(*t))
+                .collect()
+        };
+        let images_before = images(&tids);
         for (n, &tid) in tids.iter().enumerate() {
             let a = s
                 .remote_mmap(
@@ -659,6 +666,7 @@ int main(void) {
             .map(|t| regs_words(&s.regs(*t).unwrap()))
             .collect();
         assert_eq!(before, same_session);
+        assert!(images_before == images(&tids), "XSAVE images changed");
         s.detach().unwrap();
 
         // The read()s restart (ERESTARTSYS) and block again: a second session sees the same registers.
@@ -670,6 +678,10 @@ int main(void) {
             .map(|t| regs_words(&s.regs(*t).unwrap()))
             .collect();
         assert_eq!(before, again);
+        assert!(
+            images_before == images(&tids),
+            "XSAVE images changed after the read()s restarted"
+        );
         s.detach().unwrap();
         child.send("hello\n");
         assert_eq!(child.line(), "echo hello");
@@ -688,13 +700,20 @@ int main(void) {
         let pid = child.pid;
         wait_all_blocked(pid);
         let signals = signal_state(pid);
-        let before: Vec<_> = {
-            let s = Session::attach_all(pid).unwrap();
-            let r = s
-                .tids()
+        let state = |s: &Session| -> Vec<_> {
+            s.tids()
                 .iter()
-                .map(|t| regs_words(&s.regs(*t).unwrap()))
-                .collect();
+                .map(|t| {
+                    (
+                        regs_words(&s.regs(*t).unwrap()),
+                        crate::ptrace::call::get_xstate(*t),
+                    )
+                })
+                .collect()
+        };
+        let before = {
+            let s = Session::attach_all(pid).unwrap();
+            let r = state(&s);
             s.detach().unwrap();
             r
         };
@@ -723,13 +742,13 @@ int main(void) {
         wait_all_blocked(pid);
         assert_eq!(signal_state(pid), signals);
         let s = Session::attach_all(pid).unwrap();
-        let after: Vec<_> = s
-            .tids()
-            .iter()
-            .map(|t| regs_words(&s.regs(*t).unwrap()))
-            .collect();
+        let after = state(&s);
         s.detach().unwrap();
-        assert_eq!(before, after);
+        // Registers and XSAVE images, as rt_sigreturn restored them from the frames.
+        let regs =
+            |v: &[([u64; 27], Option<Vec<u8>>)]| v.iter().map(|(r, _)| *r).collect::<Vec<_>>();
+        assert_eq!(regs(&before), regs(&after));
+        assert!(before == after, "XSAVE images differ after rt_sigreturn");
         child.send("still here\n");
         assert_eq!(child.line(), "echo still here");
     }

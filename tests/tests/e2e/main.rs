@@ -38,3 +38,4 @@ mod symbols;
 mod tail_call;
 mod threads;
 mod vdso;
+mod vector_state;
