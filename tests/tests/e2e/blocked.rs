@@ -327,3 +327,50 @@ fn perl_syswrite_is_not_cut_short_by_bt() {
         perl.lines()
     );
 }
+
+#[test]
+fn record_idle_samples_blocked_threads_without_a_stop() {
+    let mut t = Target::start("blocked", Variant::O2G);
+    let pid = t.pid();
+    let pid_s = pid.to_string();
+    let writer = t.tid_named("writer", NAMED);
+    let sleeper = t.tid_named("sleeper", NAMED);
+    wait_blocked(pid, writer, SYS_WRITE);
+    wait_blocked(pid, sleeper, SYS_READ);
+    let (_, short0, _, _) = stats(&mut t, "stats");
+    let (sleeper0, writer0) = (switches(pid, sleeper), switches(pid, writer));
+    let out_file = temp_file("blocked", "idle.txt");
+    let out = record_ok(&[
+        "--pid",
+        &pid_s,
+        "--idle",
+        "--duration",
+        "1",
+        "-o",
+        out_file.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    let stacks = collapsed(&out_file);
+    let _ = std::fs::remove_file(&out_file);
+    assert!(
+        stderr.contains("samples of threads blocked in a system call read without a stop"),
+        "{stderr}"
+    );
+    // Every thread is in the profile: the blocked ones read without a stop,
+    // the spinner stopped.
+    for f in ["doze", "writer_loop", "spin_step"] {
+        assert!(count(&stacks, |x| x == f) > 0, "no {f} in {stacks:?}");
+    }
+    assert_eq!(
+        stats(&mut t, "stats").1,
+        short0,
+        "a sample cut a write short"
+    );
+    assert_eq!(
+        switches(pid, sleeper),
+        sleeper0,
+        "a sample woke the sleeper"
+    );
+    assert_eq!(switches(pid, writer), writer0, "a sample woke the writer");
+    t.assert_healthy();
+}
