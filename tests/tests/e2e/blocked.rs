@@ -374,3 +374,26 @@ fn record_idle_samples_blocked_threads_without_a_stop() {
     assert_eq!(switches(pid, writer), writer0, "a sample woke the writer");
     t.assert_healthy();
 }
+
+#[test]
+fn a_frame_that_needs_rbp_gets_its_thread_stopped_instead() {
+    // At -O0, doze's CFA is rbp + 16 and the read(2) wrapper below it keeps rbp
+    // in its register: without a stop rbp is unknown, so the sleeper is
+    // stopped and read in full, never unwound short.
+    let mut t = Target::start("blocked", Variant::new(Opt::O0g, true));
+    let pid = t.pid();
+    let sleeper = t.tid_named("sleeper", NAMED);
+    let spinner = t.tid_named("spinner", NAMED);
+    wait_blocked(pid, sleeper, SYS_READ);
+    let bt = bt_json(pid, Some(sleeper));
+    let th = bt_thread(&bt, sleeper).unwrap();
+    assert_eq!(th["without_stop"], json!(false), "{th:#}");
+    assert!(th.get("truncated").is_none(), "{th:#}");
+    let n = names(th);
+    for f in ["read", "doze", "nap", "sleeper"] {
+        assert!(n.iter().any(|x| x == f), "no {f} in {n:?}");
+    }
+    let spin = bt_json(pid, Some(spinner));
+    assert_eq!(bt_threads(&spin)[0]["without_stop"], json!(false));
+    t.assert_healthy();
+}
