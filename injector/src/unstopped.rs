@@ -18,7 +18,9 @@
 //! ([`reader::unwind::StopReason::RegisterUnknown`]).
 
 use reader::memory::Memory;
-use reader::procfs::{read_task_run_count, read_task_syscall_state, MapEntry, TaskSyscall};
+use reader::procfs::{
+    read_task_run_count, read_task_status, read_task_syscall_state, MapEntry, TaskSyscall,
+};
 use reader::unwind::stack_range;
 
 use crate::memory::ProcessMemory;
@@ -43,6 +45,9 @@ pub(crate) struct Blocked<T> {
 /// frames) if it is blocked in a system call and provably stays there, without
 /// running, for the whole copy; `None` otherwise (running, not in a system
 /// call, woken during the copy, gone, stack unreadable): the caller stops it.
+/// A thread another tracer (a debugger) holds is left to the caller too, which
+/// refuses it as it refuses any traced thread: a backtrace does not succeed or
+/// fail by which threads happen to be blocked.
 pub(crate) fn read_blocked<T>(
     pid: i32,
     tid: i32,
@@ -50,6 +55,9 @@ pub(crate) fn read_blocked<T>(
     mem: &ProcessMemory,
     during: impl FnOnce() -> T,
 ) -> Option<Blocked<T>> {
+    if read_task_status(pid, tid).ok()?.tracer != 0 {
+        return None;
+    }
     let runs = read_task_run_count(pid, tid)?;
     let line = read_task_syscall_state(pid, tid)?;
     let TaskSyscall::Blocked { nr, sp, pc, .. } = line else {
