@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use argstash_dbus::{HookEntry, Injector1ProxyBlocking, Param};
-use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
+use argstash_dbus::{OPT_ALWAYS_STOP, OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
 use injector::reader::args::{ArgSource, ArgValue};
 use injector::{
-    Backtrace, Frame, FrameKind, InlinedFrame, StashedArgs, StopReason, ThreadBacktrace,
+    Backtrace, Capture, Frame, FrameKind, InlinedFrame, StashedArgs, StopReason, ThreadBacktrace,
 };
 use injector::{EjectReport, HookInfo, InstallReport};
 use injector::{HookUnwindStatus, UnwindReport};
@@ -325,6 +325,9 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             };
             let mut opts = HashMap::new();
             opts.insert(OPT_SHOW_TRAMPOLINES, Value::from(a.show_trampolines));
+            if a.always_stop {
+                opts.insert(OPT_ALWAYS_STOP, Value::from(true));
+            }
             let threads = proxy.backtrace(pid_arg(pid)?, tid, opts)?;
             let bt = Backtrace {
                 pid,
@@ -338,6 +341,10 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
                             .then(|| StopReason::Text(t.truncated.clone())),
                         stopped: Duration::from_micros(t.stopped_us),
                         python: crate::python_output::from_wire(t),
+                        capture: match t.without_stop {
+                            true => Capture::WithoutStop { syscall: t.syscall },
+                            false => Capture::Stopped,
+                        },
                     })
                     .collect(),
             };

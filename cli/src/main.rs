@@ -211,6 +211,10 @@ struct BtArgs {
     /// Show trampoline frames too.
     #[arg(long)]
     show_trampolines: bool,
+    /// Stop every thread to read it, even one blocked in a system call (read
+    /// without a stop by default, so its call is not interrupted).
+    #[arg(long, conflicts_with = "core")]
+    always_stop: bool,
     /// Show only the Python frames of a CPython process.
     #[arg(long, action = clap::ArgAction::Count, conflicts_with = "native")]
     python: u8,
@@ -299,6 +303,7 @@ fn run(cli: Cli) -> Result<()> {
             let mut opts = BacktraceOptions {
                 tid: a.tid,
                 show_trampolines: a.show_trampolines,
+                always_stop: a.always_stop,
                 ..BacktraceOptions::default()
             };
             if !a.debug_dirs.is_empty() {

@@ -454,6 +454,8 @@ pub fn threads(bt: &Backtrace) -> Vec<Thread> {
             tid: t.tid.as_raw() as u32,
             name: t.name.clone(),
             stopped_us: t.stopped.as_micros() as u64,
+            without_stop: t.capture.without_stop(),
+            syscall: t.capture.syscall().unwrap_or(0),
             truncated: t
                 .truncated
                 .as_ref()

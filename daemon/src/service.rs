@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use argstash_dbus::OPT_PYTHON;
 use argstash_dbus::{Error, ErrorKind, HookEntry, Thread, MANAGER_PATH};
+use argstash_dbus::{OPT_ALWAYS_STOP, OPT_PYTHON};
 use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS};
 use async_io::{Async, Timer};
 use futures_lite::future;
@@ -732,9 +732,15 @@ fn backtrace_options(
                     ))
                 })?;
             }
+            OPT_ALWAYS_STOP => {
+                opts.always_stop = bool::try_from(v).map_err(|_| {
+                    invalid(format!("option {OPT_ALWAYS_STOP} must be a boolean (b)"))
+                })?;
+            }
             other => {
                 return Err(invalid(format!(
-                    "unknown Backtrace option `{other}` (known: {OPT_SHOW_TRAMPOLINES})"
+                    "unknown Backtrace option `{other}` (known: {OPT_SHOW_TRAMPOLINES}, \
+                     {OPT_ALWAYS_STOP})"
                 )))
             }
         }

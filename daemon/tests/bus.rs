@@ -584,11 +584,17 @@ fn hung_target_is_busy_and_blocks_no_one() {
         thread::sleep(Duration::from_millis(10));
     }
     let hung_pid = hung.pid() as u32;
+    // No stop can reach the vfork parent, but it is blocked in a system call
+    // (vfork), so a plain backtrace reads it without one.
+    let free = bus.proxy().backtrace(hung_pid, 0, HashMap::new()).unwrap();
+    assert!(free.iter().all(|t| t.without_stop), "{free:?}");
     let stuck = {
         let proxy = bus.proxy();
         thread::spawn(move || {
             let start = Instant::now();
-            let r = proxy.backtrace(hung_pid, 0, HashMap::new());
+            let mut opts = HashMap::new();
+            opts.insert(argstash_dbus::OPT_ALWAYS_STOP, Value::from(true));
+            let r = proxy.backtrace(hung_pid, 0, opts);
             (r.map(|_| ()), start.elapsed())
         })
     };
@@ -1049,6 +1055,49 @@ fn one_thread_options_and_bad_arguments() {
     opts.insert("no-such-option", Value::from(1u32));
     let err = proxy.backtrace(pid, 0, opts).unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::InvalidArgs), "{err}");
+    // The parked thread, asleep in nanosleep nearly all the time, is read
+    // without a stop and says so; always-stop stops every thread.
+    let parked = all
+        .iter()
+        .find(|t| t.name == "parked")
+        .expect("a parked thread");
+    let read_free = (0..50).any(|_| {
+        let one = proxy.backtrace(pid, parked.tid, HashMap::new()).unwrap();
+        thread::sleep(Duration::from_millis(3));
+        one[0].without_stop && one[0].stopped_us == 0 && [35, 230].contains(&one[0].syscall)
+    });
+    assert!(read_free, "the parked thread was never read without a stop");
+    let mut opts = HashMap::new();
+    opts.insert(argstash_dbus::OPT_ALWAYS_STOP, Value::from(true));
+    let stopped = proxy.backtrace(pid, 0, opts).unwrap();
+    assert!(
+        stopped.iter().all(|t| !t.without_stop && t.syscall == 0),
+        "{stopped:?}"
+    );
+    let mut opts = HashMap::new();
+    opts.insert(argstash_dbus::OPT_ALWAYS_STOP, Value::from(1u32));
+    let err = proxy.backtrace(pid, 0, opts).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgs), "{err}");
+    // `bt --bus` prints it as the standalone CLI does.
+    let (p, tid) = (pid.to_string(), parked.tid.to_string());
+    let said = (0..50).any(|_| {
+        let out = cli(Some(&bus), &["bt", "--pid", &p, "--tid", &tid]);
+        assert!(out.status.success(), "{}", text(&out));
+        text(&out).contains("\"parked\" (read without a stop, blocked in ")
+    });
+    assert!(
+        said,
+        "bt --bus never said the parked thread was read without a stop"
+    );
+    let out = cli(
+        Some(&bus),
+        &["bt", "--pid", &p, "--tid", &tid, "--always-stop"],
+    );
+    assert!(
+        text(&out).contains("\"parked\" (stopped "),
+        "{}",
+        text(&out)
+    );
     let mut opts = HashMap::new();
     opts.insert(OPT_STACK_ARGS, Value::from(17u32));
     let err = proxy.inject(pid, &["main"], opts).unwrap_err();

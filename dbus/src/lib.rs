@@ -45,6 +45,9 @@ pub const OPT_SIGNATURES: &str = "signatures";
 pub const OPT_PYTHON: &str = "python";
 /// `Backtrace` option: include trampoline frames (`b`).
 pub const OPT_SHOW_TRAMPOLINES: &str = "show-trampolines";
+/// `Backtrace` option: stop every thread, even one blocked in a system call
+/// (`b`), the CLI's `bt --always-stop`.
+pub const OPT_ALWAYS_STOP: &str = "always-stop";
 
 /// Object path of the hook in `slot` of the arena at `arena` in process `pid`.
 pub fn hook_path(pid: u32, arena: u64, slot: u32) -> OwnedObjectPath {
@@ -180,8 +183,14 @@ pub struct Thread {
     pub tid: u32,
     /// Thread name (`comm`).
     pub name: String,
-    /// How long the thread was stopped, microseconds.
+    /// How long the thread was stopped, microseconds (0 when read without a stop).
     pub stopped_us: u64,
+    /// The thread was blocked in a system call and read without a stop (only
+    /// its stack and instruction pointers known): `without_stop` of `bt --json`.
+    pub without_stop: bool,
+    /// The system call it was blocked in, when read without a stop (x86-64
+    /// numbers; 0 otherwise): `syscall` of `bt --json`.
+    pub syscall: u64,
     /// Why unwinding stopped early, empty when it did not.
     pub truncated: String,
     /// Frames, innermost first.
@@ -786,7 +795,7 @@ mod tests {
         assert_eq!(PyFrame::SIGNATURE.to_string(), py_frame);
         assert_eq!(
             Thread::SIGNATURE.to_string(),
-            format!("(ustsa{frame}ba{py_frame}as)")
+            format!("(ustbtsa{frame}ba{py_frame}as)")
         );
         assert_eq!(HookEntry::SIGNATURE.to_string(), "(oussttuttuqstbbs)");
         assert_eq!(

@@ -1,6 +1,13 @@
 //! Backtraces of a live process: stop one thread at a time for as long as it takes
 //! to copy its registers and stack, resume it, then unwind the copy with the
 //! [`reader::unwind`] unwinder of the process's architecture.
+//!
+//! A thread of an x86-64 process blocked in a system call is not stopped: its
+//! stack is copied while the kernel shows it blocked ([`crate::unstopped`]), and
+//! unwound from its stack and instruction pointers ([`Capture::WithoutStop`]).
+//! It is stopped after all when that read cannot be exact (it woke during the
+//! copy) or a frame needs a register only a stop gives; and always with
+//! [`BacktraceOptions::always_stop`].
 
 use reader::arena::discover;
 use reader::debuginfo::{DebugSearch, DwarfCache, ModuleDebug};
@@ -11,7 +18,7 @@ use reader::python::ProcessPython;
 use reader::symbols::ProcessSymbols;
 use reader::unwind::{stack_range, Unwinder};
 pub use reader::unwind::{
-    Backtrace, BacktraceOptions, Frame, FrameKind, InlinedFrame, StashSlot, StashedArgs,
+    Backtrace, BacktraceOptions, Capture, Frame, FrameKind, InlinedFrame, StashSlot, StashedArgs,
     StopReason, ThreadBacktrace,
 };
 
@@ -246,7 +253,16 @@ fn read_threads(
         None => thread_ids(pid)?,
     };
     let mut threads = Vec::new();
+    let unstopped = stopper == Stopper::Attach
+        && !opts.always_stop
+        && unwind.arch() == reader::unwind::Arch::X86_64;
     for tid in tids {
+        if unstopped {
+            if let Some(t) = read_unstopped(pid, tid, maps, mem, unwind, &pages, &mut py, opts) {
+                threads.push(t);
+                continue;
+            }
+        }
         let (session, regs) = match stopper {
             Stopper::Held => match nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid)) {
                 Ok(regs) => (None, regs),
@@ -300,10 +316,49 @@ fn read_threads(
             frames,
             truncated,
             stopped,
+            capture: Capture::Stopped,
         });
     }
     Ok(Backtrace {
         pid: Pid::from_raw(pid),
         threads,
+    })
+}
+
+/// Reads thread `tid` without stopping it, if it is blocked in a system call
+/// and the read is exact: `None` when it must be stopped (it is running, woke
+/// during the copy, or a frame needs a register that only a stop gives).
+#[allow(clippy::too_many_arguments)]
+fn read_unstopped(
+    pid: i32,
+    tid: i32,
+    maps: &[MapEntry],
+    mem: &ProcessMemory,
+    unwind: &Unwinder,
+    pages: &PageCache<&ProcessMemory>,
+    py: &mut reader::python::stack::StackReader<'_>,
+    opts: &BacktraceOptions,
+) -> Option<ThreadBacktrace> {
+    let blocked = crate::unstopped::read_blocked(pid, tid, maps, mem, || {
+        pages.clear();
+        py.read(tid)
+    })?;
+    let snapshot = StackSnapshot::new(blocked.start, blocked.bytes, mem);
+    let regs = reader::unwind::sp_pc_registers(blocked.sp, blocked.pc);
+    let (frames, truncated) = unwind.unwind(&regs, &snapshot, opts.show_trampolines);
+    if matches!(truncated, Some(StopReason::RegisterUnknown { .. })) {
+        return None;
+    }
+    let native: Vec<_> = frames.iter().map(Frame::python_eval).collect();
+    Some(ThreadBacktrace {
+        tid: Tid::from_raw(tid),
+        name: thread_name(pid, tid),
+        python: blocked.extra.assemble(&native),
+        frames,
+        truncated,
+        stopped: std::time::Duration::ZERO,
+        capture: Capture::WithoutStop {
+            syscall: blocked.syscall,
+        },
     })
 }

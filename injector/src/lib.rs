@@ -69,6 +69,7 @@ mod ptrace;
 mod python;
 mod sample;
 mod target;
+mod unstopped;
 
 pub use reader;
 pub use reader::ids::{IdError, Pid, Tid};
@@ -95,7 +96,7 @@ pub use foreign_unwind::{
 
 // Backtraces.
 pub use backtrace::{
-    backtrace, Backtrace, BacktraceOptions, Frame, FrameKind, InlinedFrame, ProcessReader,
+    backtrace, Backtrace, BacktraceOptions, Capture, Frame, FrameKind, InlinedFrame, ProcessReader,
     StashSlot, StashedArgs, StopReason, ThreadBacktrace,
 };
 // Sampling (a profiler's loop over one warm reader).

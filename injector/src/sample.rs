@@ -5,6 +5,9 @@
 //! are asked to stop together ([`Round::sample_many`]), so that their waits for
 //! a CPU overlap, and each is let go as soon as it is copied.
 //!
+//! A thread blocked in a system call (x86-64) is read without a stop, as
+//! `bt` reads it (`crate::unstopped`): its call is not interrupted.
+//!
 //! The cost of one sample does not grow with the number of threads: a sample
 //! seizes, copies and releases its own thread and looks at no other. Listing the
 //! threads ([`Sampler::threads`]) and refreshing the mappings
@@ -21,7 +24,9 @@ use reader::procfs::{read_maps, MapEntry};
 use reader::python::stack::{StackReader, ThreadRead};
 use reader::python::{ProcessPython, PythonStack};
 use reader::symbols::ProcessSymbols;
-use reader::unwind::{stack_range, Frame, FrameKind, StopReason, Unwinder};
+use reader::unwind::{
+    stack_range, Capture, DwarfRegisters, Frame, FrameKind, StopReason, Unwinder,
+};
 
 use crate::arch::Arch;
 use crate::error::Error;
@@ -71,6 +76,9 @@ pub struct Sample {
     /// where its CPU time goes (with lazy preemption, mostly just after a system
     /// call). `None` when the kernel keeps no scheduler statistics.
     pub on_cpu: Option<bool>,
+    /// How the thread was read: stopped, or (blocked in a system call, x86-64)
+    /// without a stop, its call undisturbed (see [`crate::Capture`]).
+    pub capture: Capture,
 }
 
 /// Why a sample was not taken.
@@ -310,7 +318,12 @@ impl Round<'_> {
     ) -> Vec<(Tid, Result<Sample, Lost>)> {
         let mut done: Vec<(Tid, Result<Copied, Lost>)> = Vec::with_capacity(tids.len());
         let mut waiting = Vec::with_capacity(tids.len());
+        let mut unstopped = Vec::new();
         for &tid in tids {
+            if let Some(sample) = self.without_stop(tid, annotate) {
+                unstopped.push((tid, Ok(sample)));
+                continue;
+            }
             match self.request(tid, since_start) {
                 Ok(asked) => waiting.push(asked),
                 Err(lost) => done.push((tid, Err(lost))),
@@ -333,9 +346,46 @@ impl Round<'_> {
                 nap = (nap * 2).min(Duration::from_micros(500));
             }
         }
-        done.into_iter()
-            .map(|(tid, copied)| (tid, copied.map(|c| self.unwind(c, annotate))))
-            .collect()
+        unstopped.extend(
+            done.into_iter()
+                .map(|(tid, copied)| (tid, copied.map(|c| self.unwind(c, annotate).0))),
+        );
+        unstopped
+    }
+
+    /// Samples thread `tid` without stopping it, if it is blocked in a system
+    /// call and the read is exact (see `crate::unstopped`); `None` when it must
+    /// be stopped.
+    fn without_stop(&mut self, tid: Tid, annotate: bool) -> Option<Sample> {
+        let s = self.sampler;
+        if s.unwind.arch() != reader::unwind::Arch::X86_64 {
+            return None;
+        }
+        let raw = tid.as_raw();
+        let python = &mut self.python;
+        let py_mem = &s.py_mem;
+        let blocked = crate::unstopped::read_blocked(s.pid, raw, &s.maps, &s.mem, || {
+            py_mem.clear();
+            python.read(raw)
+        })?;
+        let copied = Copied {
+            tid,
+            regs: reader::unwind::sp_pc_registers(blocked.sp, blocked.pc),
+            start: blocked.start,
+            bytes: blocked.bytes,
+            python: blocked.extra,
+            stopped: Duration::ZERO,
+            latency: Duration::ZERO,
+            at_syscall: true,
+            on_cpu: Some(false),
+            capture: Capture::WithoutStop {
+                syscall: blocked.syscall,
+            },
+        };
+        match self.unwind(copied, annotate) {
+            (_, true) => None,
+            (sample, false) => Some(sample),
+        }
     }
 
     /// One look at every thread in `waiting`: those that stopped are copied,
@@ -450,7 +500,7 @@ impl Round<'_> {
         }
         Ok(Copied {
             tid,
-            regs,
+            regs: s.unwind.arch().dwarf_registers(&regs),
             start,
             bytes,
             python: py_read,
@@ -458,15 +508,17 @@ impl Round<'_> {
             latency,
             at_syscall,
             on_cpu,
+            capture: Capture::Stopped,
         })
     }
 
-    /// Unwinds a copy taken by [`Self::copy`].
-    fn unwind(&self, copied: Copied, annotate: bool) -> Sample {
+    /// Unwinds a copy taken by [`Self::copy`] or [`Self::without_stop`]; true
+    /// when a frame needed a register the copy does not have.
+    fn unwind(&self, copied: Copied, annotate: bool) -> (Sample, bool) {
         let s = self.sampler;
         let stack_bytes = copied.bytes.len();
         let snapshot = StackSnapshot::new(copied.start, copied.bytes, &s.mem);
-        let regs = s.unwind.arch().dwarf_registers(&copied.regs);
+        let regs = copied.regs;
         let (frames, truncated) = if annotate {
             s.unwind.unwind(&regs, &snapshot, false)
         } else {
@@ -475,7 +527,8 @@ impl Round<'_> {
             (f, t)
         };
         let native: Vec<_> = frames.iter().map(Frame::python_eval).collect();
-        Sample {
+        let needs_stop = matches!(truncated, Some(StopReason::RegisterUnknown { .. }));
+        let sample = Sample {
             tid: copied.tid,
             python: copied.python.assemble(&native),
             frames,
@@ -485,14 +538,17 @@ impl Round<'_> {
             stack_bytes,
             at_syscall: copied.at_syscall,
             on_cpu: copied.on_cpu,
-        }
+            capture: copied.capture,
+        };
+        (sample, needs_stop)
     }
 }
 
 /// A stopped thread's copy, taken while it was held.
 struct Copied {
     tid: Tid,
-    regs: libc::user_regs_struct,
+    /// Its registers by DWARF number (only sp and pc when read without a stop).
+    regs: DwarfRegisters,
     /// Where the stack copy starts.
     start: u64,
     bytes: Vec<u8>,
@@ -501,6 +557,7 @@ struct Copied {
     latency: Duration,
     at_syscall: bool,
     on_cpu: Option<bool>,
+    capture: Capture,
 }
 
 /// A thread asked to stop and not yet copied.

@@ -1249,6 +1249,7 @@ pub fn backtrace_core(
                 truncated,
                 stopped: Duration::ZERO,
                 python,
+                capture: crate::unwind::Capture::Stopped,
             }
         })
         .collect();

@@ -408,6 +408,157 @@ pub fn read_task_syscall(pid: i32, tid: i32) -> Option<i64> {
     parse_syscall(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?)
 }
 
+/// What a thread's `syscall` file says about it: the kernel's own record of
+/// where a thread off the CPU left user space (`nr arg1..arg6 sp pc`, `-1 sp pc`
+/// or `running`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskSyscall {
+    /// On a CPU or about to be (`running`): nothing is stable to read.
+    Running,
+    /// Off the CPU inside system call `nr` (called with `args`); `sp` and `pc`
+    /// are its user stack and instruction pointers (`pc` just after the system
+    /// call instruction).
+    Blocked {
+        /// The system call number.
+        nr: u64,
+        /// Its six arguments.
+        args: [u64; 6],
+        /// The user stack pointer.
+        sp: u64,
+        /// The user instruction pointer.
+        pc: u64,
+    },
+    /// Off the CPU but not in a system call (`-1 sp pc`: stopped, or waiting in a
+    /// page fault).
+    Other {
+        /// The user stack pointer.
+        sp: u64,
+        /// The user instruction pointer.
+        pc: u64,
+    },
+}
+
+/// The name of x86-64 system call `nr`, for the calls a thread is commonly
+/// found blocked in; `None` for the others (shown by number).
+pub fn x86_64_syscall_name(nr: u64) -> Option<&'static str> {
+    Some(match nr {
+        0 => "read",
+        1 => "write",
+        7 => "poll",
+        17 => "pread64",
+        18 => "pwrite64",
+        19 => "readv",
+        20 => "writev",
+        23 => "select",
+        34 => "pause",
+        35 => "nanosleep",
+        42 => "connect",
+        43 => "accept",
+        44 => "sendto",
+        45 => "recvfrom",
+        46 => "sendmsg",
+        47 => "recvmsg",
+        61 => "wait4",
+        72 => "fcntl",
+        73 => "flock",
+        128 => "rt_sigtimedwait",
+        130 => "rt_sigsuspend",
+        202 => "futex",
+        230 => "clock_nanosleep",
+        232 => "epoll_wait",
+        247 => "waitid",
+        270 => "pselect6",
+        271 => "ppoll",
+        281 => "epoll_pwait",
+        288 => "accept4",
+        441 => "epoll_pwait2",
+        _ => return None,
+    })
+}
+
+fn hex_word(w: &str) -> Option<u64> {
+    u64::from_str_radix(w.strip_prefix("0x")?, 16).ok()
+}
+
+/// Parses the whole of a thread's `syscall` file (see [`TaskSyscall`]); `None`
+/// when it is malformed.
+pub fn parse_task_syscall(text: &str) -> Option<TaskSyscall> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    match words.as_slice() {
+        ["running"] => Some(TaskSyscall::Running),
+        ["-1", sp, pc] => Some(TaskSyscall::Other {
+            sp: hex_word(sp)?,
+            pc: hex_word(pc)?,
+        }),
+        [nr, a0, a1, a2, a3, a4, a5, sp, pc] => Some(TaskSyscall::Blocked {
+            nr: nr.parse().ok()?,
+            args: [
+                hex_word(a0)?,
+                hex_word(a1)?,
+                hex_word(a2)?,
+                hex_word(a3)?,
+                hex_word(a4)?,
+                hex_word(a5)?,
+            ],
+            sp: hex_word(sp)?,
+            pc: hex_word(pc)?,
+        }),
+        _ => None,
+    }
+}
+
+/// Reads `/proc/PID/task/TID/syscall` whole (see [`TaskSyscall`]); `None` when
+/// the thread is gone or the file unreadable (a kernel without it).
+pub fn read_task_syscall_state(pid: i32, tid: i32) -> Option<TaskSyscall> {
+    parse_task_syscall(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?)
+}
+
+/// How often a thread has been put on and taken off a CPU: unchanged between
+/// two reads, the thread ran no instruction in between (any run starts with a
+/// slice and ends with a context switch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunCount {
+    /// Slices on a CPU (`schedstat`'s third field), when the kernel keeps them.
+    pub slices: Option<u64>,
+    /// `voluntary_ctxt_switches` of its `status`.
+    pub voluntary: u64,
+    /// `nonvoluntary_ctxt_switches` of its `status`.
+    pub involuntary: u64,
+}
+
+/// The context-switch counts of a `status` file's text: (voluntary, involuntary).
+pub fn parse_switches(text: &str) -> Option<(u64, u64)> {
+    let mut voluntary = None;
+    let mut involuntary = None;
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        match key {
+            "voluntary_ctxt_switches" => voluntary = value.trim().parse().ok(),
+            "nonvoluntary_ctxt_switches" => involuntary = value.trim().parse().ok(),
+            _ => {}
+        }
+    }
+    Some((voluntary?, involuntary?))
+}
+
+/// Reads thread `tid`'s [`RunCount`] (its `status` and `schedstat`); `None` when
+/// the thread is gone or its `status` has no switch counts.
+pub fn read_task_run_count(pid: i32, tid: i32) -> Option<RunCount> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let (voluntary, involuntary) = parse_switches(&status)?;
+    let slices = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|t| parse_schedstat(&t))
+        .map(|s| s.slices);
+    Some(RunCount {
+        slices,
+        voluntary,
+        involuntary,
+    })
+}
+
 /// A thread's scheduler statistics (`/proc/ID/schedstat`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SchedStat {
@@ -533,6 +684,31 @@ garbage line
         );
         assert_eq!(parse_syscall("-1 0x7ffc 0x55\n"), Some(-1));
         assert_eq!(parse_syscall("running\n"), None);
+        assert_eq!(
+            parse_task_syscall("230 0x1 0x0 0x7ffc 0x0 0x0 0x0 0x7ffd10 0x7f0a\n"),
+            Some(TaskSyscall::Blocked {
+                nr: 230,
+                args: [1, 0, 0x7ffc, 0, 0, 0],
+                sp: 0x7ffd10,
+                pc: 0x7f0a
+            })
+        );
+        assert_eq!(
+            parse_task_syscall("-1 0x7ffc 0x55\n"),
+            Some(TaskSyscall::Other {
+                sp: 0x7ffc,
+                pc: 0x55
+            })
+        );
+        assert_eq!(parse_task_syscall("running\n"), Some(TaskSyscall::Running));
+        assert_eq!(parse_task_syscall("1 0x1 0x2\n"), None);
+        assert_eq!(
+            parse_switches(
+                "Name:\tx\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n"
+            ),
+            Some((12, 3))
+        );
+        assert_eq!(parse_switches("Name:\tx\n"), None);
         assert_eq!(parse_elf_class(b"\x7fELF\x01\x01"), Some(ElfClass::Elf32));
         assert_eq!(parse_elf_class(b"\x7fELF\x02"), Some(ElfClass::Elf64));
         assert_eq!(parse_elf_class(b"#!/bin/sh"), None);

@@ -1003,8 +1003,13 @@ fn bench_cli() {
         lib_install.push(ms(t0.elapsed()));
         wait_next_iter(&mut t);
         let t0 = Instant::now();
-        let bt = backtrace(Pid::from_raw(pid), &BacktraceOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        // Stopped as before (a sleeping thread is otherwise read without a
+        // stop): the stop window is what this measures.
+        let stopping = BacktraceOptions {
+            always_stop: true,
+            ..BacktraceOptions::default()
+        };
+        let bt = backtrace(Pid::from_raw(pid), &stopping).unwrap_or_else(|e| panic!("{e}"));
         lib_bt.push(ms(t0.elapsed()));
         bt_stop.extend(bt.threads.iter().map(|th| ms(th.stopped)));
         eject(Pid::from_raw(pid), &eject_bar).unwrap_or_else(|e| panic!("{e}"));
@@ -1222,7 +1227,11 @@ fn bench_dwarf() {
     let mut cold_stop = Vec::new();
     let mut nodebug_wall = Vec::new();
     for _ in 0..DWARF_COLD {
-        let (w, out) = time_cmd(&mut cache_off(argstash_at(&bin, &["bt", "--pid", &p])));
+        // --always-stop: the sleeping thread's stop window is measured.
+        let (w, out) = time_cmd(&mut cache_off(argstash_at(
+            &bin,
+            &["bt", "--pid", &p, "--always-stop"],
+        )));
         cold_wall.push(ms(w));
         cold_stop.extend(printed_bt_stop_us(&out).map(|u| u / 1e3));
         // The same without any debug info found (an empty debug directory and
@@ -1237,9 +1246,13 @@ fn bench_dwarf() {
 
     let mut reader = ProcessReader::new(Pid::from_raw(pid));
     reader.set_dwarf_cache(injector::DwarfCache::with_disk(None));
+    let stopping = BacktraceOptions {
+        always_stop: true,
+        ..BacktraceOptions::default()
+    };
     let t0 = Instant::now();
     let bt = reader
-        .backtrace(&BacktraceOptions::default())
+        .backtrace(&stopping)
         .unwrap_or_else(|e| panic!("{e}"));
     let lib_cold = ms(t0.elapsed());
     let lib_cold_stop = ms(bt.threads[0].stopped);
@@ -1248,7 +1261,7 @@ fn bench_dwarf() {
     for _ in 0..DWARF_WARM {
         let t0 = Instant::now();
         let bt = reader
-            .backtrace(&BacktraceOptions::default())
+            .backtrace(&stopping)
             .unwrap_or_else(|e| panic!("{e}"));
         warm_wall.push(ms(t0.elapsed()));
         warm_stop.extend(bt.threads.iter().map(|th| ms(th.stopped)));

@@ -436,6 +436,7 @@ fn sample_loop(
                             .unwrap_or_default(),
                         };
                         let stack = naming.stack(&s);
+                        profile.unstopped += u64::from(s.capture.without_stop());
                         profile.add_timed(tid.as_raw(), &name, stack, s.stopped, s.latency);
                     }
                     Err(Lost::Rescheduled) => profile.off_cpu += 1,

@@ -194,6 +194,7 @@ mod tests {
             stack_bytes: 0,
             at_syscall: false,
             on_cpu: Some(true),
+            capture: injector::Capture::Stopped,
         }
     }
 

@@ -67,6 +67,8 @@ pub struct Profile {
     pub off_cpu: u64,
     /// Samples not taken because the thread was off the CPU (without `--idle`).
     pub idle: u64,
+    /// Samples of threads blocked in a system call, read without a stop.
+    pub unstopped: u64,
 }
 
 impl Profile {
@@ -198,6 +200,12 @@ impl Profile {
             s += &format!(
                 "; {} samples of sleeping threads skipped (--idle records them)",
                 self.idle
+            );
+        }
+        if self.unstopped > 0 {
+            s += &format!(
+                "; {} samples of threads blocked in a system call read without a stop",
+                self.unstopped
             );
         }
         if self.off_cpu > 0 {

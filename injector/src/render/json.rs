@@ -1,6 +1,7 @@
 //! The `bt --json` object.
 
 use reader::args::ArgValue;
+use reader::procfs::x86_64_syscall_name;
 use reader::python::StackFrame;
 use reader::unwind::{Backtrace, Frame, FrameKind};
 use serde_json::{json, Value};
@@ -131,6 +132,13 @@ pub fn backtrace_json(bt: &Backtrace, view: View) -> Value {
                 "stopped_us": t.stopped.as_micros() as u64,
                 "frames": frames,
             });
+            v["without_stop"] = json!(t.capture.without_stop());
+            if let Some(nr) = t.capture.syscall() {
+                v["syscall"] = json!(nr);
+                if let Some(name) = x86_64_syscall_name(nr) {
+                    v["syscall_name"] = json!(name);
+                }
+            }
             if let Some(why) = &t.truncated {
                 v["truncated"] = json!(why.to_string());
             }

@@ -16,6 +16,7 @@
 //!         truncated: None,
 //!         stopped: std::time::Duration::ZERO,
 //!         python: None,
+//!         capture: injector::Capture::Stopped,
 //!     }],
 //! };
 //! assert!(backtrace_text(&bt, View::All).starts_with("Thread 42 \"demo\""));
@@ -159,7 +160,37 @@ mod tests {
                 ],
                 notes: vec!["a note".into()],
             }),
+            capture: reader::unwind::Capture::Stopped,
         }
+    }
+
+    #[test]
+    fn a_thread_read_without_a_stop_says_so() {
+        let mut t = thread();
+        t.capture = reader::unwind::Capture::WithoutStop { syscall: 1 };
+        let lines = text::thread_lines(&t, View::Native);
+        assert_eq!(
+            lines[0],
+            "Thread 7 \"python3\" (read without a stop, blocked in write):"
+        );
+        let bt = reader::unwind::Backtrace {
+            pid: reader::ids::Pid::from_raw(7),
+            threads: vec![t.clone()],
+        };
+        let v = json::backtrace_json(&bt, View::Native);
+        assert_eq!(v["threads"][0]["without_stop"], true);
+        assert_eq!(v["threads"][0]["syscall"], 1);
+        assert_eq!(v["threads"][0]["syscall_name"], "write");
+        t.capture = reader::unwind::Capture::WithoutStop { syscall: 999 };
+        assert!(text::thread_lines(&t, View::Native)[0].ends_with("blocked in system call 999):"));
+        t.capture = reader::unwind::Capture::Stopped;
+        let bt = reader::unwind::Backtrace {
+            pid: reader::ids::Pid::from_raw(7),
+            threads: vec![t],
+        };
+        let v = json::backtrace_json(&bt, View::Native);
+        assert_eq!(v["threads"][0]["without_stop"], false);
+        assert!(v["threads"][0].get("syscall").is_none());
     }
 
     #[test]

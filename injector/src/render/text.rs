@@ -1,8 +1,9 @@
 //! The text `argstash bt` prints.
 
 use reader::args::ArgValue;
+use reader::procfs::x86_64_syscall_name;
 use reader::python::{PairedBy, StackFrame};
-use reader::unwind::{Backtrace, Frame, FrameKind, ThreadBacktrace};
+use reader::unwind::{Backtrace, Capture, Frame, FrameKind, ThreadBacktrace};
 
 use super::{rows, Row, View};
 
@@ -133,12 +134,14 @@ fn python_text(f: &StackFrame) -> String {
 
 /// The text lines of one thread.
 pub fn thread_lines(t: &ThreadBacktrace, view: View) -> Vec<String> {
-    let mut lines = vec![format!(
-        "Thread {} \"{}\" (stopped {} us):",
-        t.tid,
-        t.name,
-        t.stopped.as_micros()
-    )];
+    let how = match t.capture {
+        Capture::Stopped => format!("stopped {} us", t.stopped.as_micros()),
+        Capture::WithoutStop { syscall } => match x86_64_syscall_name(syscall) {
+            Some(name) => format!("read without a stop, blocked in {name}"),
+            None => format!("read without a stop, blocked in system call {syscall}"),
+        },
+    };
+    let mut lines = vec![format!("Thread {} \"{}\" ({how}):", t.tid, t.name)];
     let rows = rows(t, view);
     let mut index = 0;
     for (row, _) in &rows {

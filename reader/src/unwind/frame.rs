@@ -17,6 +17,9 @@ pub struct BacktraceOptions {
     pub show_trampolines: bool,
     /// Where to look for separate debug files (default: `/usr/lib/debug`).
     pub debug_search: DebugSearch,
+    /// Stop every thread to read it, even one blocked in a system call (which is
+    /// otherwise read without a stop; see [`Capture`]). Live processes only.
+    pub always_stop: bool,
 }
 
 /// What kind of code a frame's pc is in.
@@ -197,6 +200,41 @@ pub struct ThreadBacktrace {
     pub stopped: Duration,
     /// The thread's Python frames, placed among `frames`, when it runs CPython code.
     pub python: Option<crate::python::PythonStack>,
+    /// How its registers and stack were taken: in a stop, or without one.
+    pub capture: Capture,
+}
+
+/// How a thread's registers and stack were taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Capture {
+    /// Every register was read: the thread was held in a ptrace stop while its
+    /// registers and stack were copied (or it is a core file's thread).
+    #[default]
+    Stopped,
+    /// Read without a stop while it was blocked in system call `syscall`: the
+    /// kernel's record of its stack and instruction pointers, and a copy of its
+    /// stack taken while it provably did not run. The innermost frame's other
+    /// registers are unknown, so arguments a frame keeps only in a register no
+    /// frame saved read as `<optimized out>`.
+    WithoutStop {
+        /// The system call it was blocked in (x86-64 numbers).
+        syscall: u64,
+    },
+}
+
+impl Capture {
+    /// True when the thread was not stopped.
+    pub fn without_stop(self) -> bool {
+        matches!(self, Capture::WithoutStop { .. })
+    }
+
+    /// The system call a thread read without a stop was blocked in.
+    pub fn syscall(self) -> Option<u64> {
+        match self {
+            Capture::WithoutStop { syscall } => Some(syscall),
+            Capture::Stopped => None,
+        }
+    }
 }
 
 /// A process's backtrace.
@@ -260,6 +298,15 @@ pub enum StopReason {
     /// carry reasons as their text).
     #[error("{0}")]
     Text(String),
+    /// A frame's step needs a register the read did not give (a thread read
+    /// without a stop: only its stack and instruction pointers are known).
+    #[error("the frame at 0x{pc:x} needs {register}, unknown without a stop")]
+    RegisterUnknown {
+        /// The register's name.
+        register: &'static str,
+        /// The frame's pc.
+        pc: u64,
+    },
     /// A caller's stack pointer is not above its callee's.
     #[error("the stack pointer did not grow (0x{caller_sp:x} after 0x{callee_sp:x})")]
     StackDidNotGrow {

@@ -38,7 +38,7 @@ use std::cell::RefCell;
 use trampolines::arena::{Arena, HookRecord};
 
 pub use frame::{
-    Backtrace, BacktraceOptions, Frame, FrameKind, InlinedFrame, StashSlot, StashedArgs,
+    Backtrace, BacktraceOptions, Capture, Frame, FrameKind, InlinedFrame, StashSlot, StashedArgs,
     StopReason, ThreadBacktrace,
 };
 
@@ -77,6 +77,18 @@ impl Arch {
             Arch::I386 => i386::dwarf_registers(r),
         }
     }
+}
+
+/// The registers of an x86-64 thread read without a stop: only its stack
+/// pointer `sp` and instruction pointer `pc` (see [`Capture::WithoutStop`]).
+/// The unwinder steps such frames by CFI alone until a frame restores the
+/// frame pointer, and stops with [`StopReason::RegisterUnknown`] where a rule
+/// needs a register it does not know.
+pub fn sp_pc_registers(sp: u64, pc: u64) -> DwarfRegisters {
+    let mut regs = [None; 17];
+    regs[7] = Some(sp);
+    regs[16] = Some(pc);
+    regs
 }
 
 /// An address a frame is at: where it stopped, or where its callee returns to.

@@ -11,6 +11,7 @@
 //! helpers from the `argstash_tests` library, not from another module.
 
 mod bad_input;
+mod blocked;
 mod busy_targets;
 mod concurrency;
 mod core;

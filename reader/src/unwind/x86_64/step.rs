@@ -9,10 +9,10 @@ use std::sync::Arc;
 use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
-use super::{Regs, CALLEE_SAVED};
+use super::{Regs, CALLEE_SAVED, DWARF_RBP, DWARF_RIP, DWARF_RSP};
 use crate::memory::Memory;
 use crate::symbols::ProcessSymbols;
-use crate::unwind::cfi::{CfiIndex, Eval, ModuleCfi, Restored, Scratch, SectionData};
+use crate::unwind::cfi::{CfiIndex, Eval, ModuleCfi, Restored, Row, Scratch, SectionData};
 use crate::unwind::{CodeAddress, DwarfRegisters, Stepped, StopReason};
 
 /// The x86-64 unwinder's index of a process's modules: framehop's, and the CFI
@@ -66,7 +66,8 @@ impl X86_64 {
         }
     }
 
-    /// Steps the frame at `at` with framehop, then restores its callee-saved registers.
+    /// Steps the frame at `at` with framehop, then restores its callee-saved
+    /// registers; a frame whose frame pointer is unknown is stepped by its CFI alone.
     pub(crate) fn step_frame(
         &self,
         cache: &mut Cache,
@@ -74,6 +75,9 @@ impl X86_64 {
         regs: &Regs,
         mem: &dyn Memory,
     ) -> Result<Option<Stepped<Regs>>, StopReason> {
+        if regs.known[DWARF_RBP].is_none() {
+            return self.step_without_bp(&mut cache.scratch, at, regs, mem);
+        }
         let address = match at {
             CodeAddress::Instruction(a) => FrameAddress::from_instruction_pointer(a),
             CodeAddress::Return(a) => match FrameAddress::from_return_address(a) {
@@ -96,6 +100,67 @@ impl X86_64 {
         let saved = self.callee_saved(&mut cache.scratch, at.lookup(), &regs.known, cfa, mem);
         let mut caller = regs.caller(ret, cfa, framehop.bp(), &saved);
         caller.framehop = framehop;
+        Ok(Some(Stepped {
+            caller,
+            cfa: Some(cfa),
+        }))
+    }
+
+    /// Steps a frame whose frame pointer is unknown (a thread read without a
+    /// stop knows only its stack and instruction pointers) by its CFI alone:
+    /// framehop would use a made-up frame pointer where a rule or its
+    /// frame-pointer fallback reads it. The caller's rbp and callee-saved
+    /// registers are known where this frame saved them. A frame without CFI, or
+    /// whose CFA is computed from an unknown register, cannot be stepped.
+    fn step_without_bp(
+        &self,
+        scratch: &mut Scratch,
+        at: CodeAddress,
+        regs: &Regs,
+        mem: &dyn Memory,
+    ) -> Result<Option<Stepped<Regs>>, StopReason> {
+        let unknown = |register: u16| StopReason::RegisterUnknown {
+            register: register_name(register),
+            pc: regs.pc,
+        };
+        let Some(row) = self.cfi.row(at.lookup(), scratch) else {
+            return Err(unknown(DWARF_RBP as u16));
+        };
+        let known = |r: u16| regs.known.get(usize::from(r)).copied().flatten();
+        let read = |a: u64| mem.read_u64(a).ok();
+        let eval = Eval {
+            mask: u64::MAX,
+            regs: &known,
+            read: &read,
+        };
+        let Some(cfa) = eval.cfa(&row) else {
+            return Err(unknown(cfa_register(&row)));
+        };
+        let sp = regs.known[DWARF_RSP].unwrap_or(0);
+        if cfa <= sp {
+            return Err(StopReason::StackDidNotGrow {
+                caller_sp: cfa,
+                callee_sp: sp,
+            });
+        }
+        let ret = match eval.register(&row, DWARF_RIP as u16, cfa, None) {
+            Restored::Value(v) => v,
+            Restored::Undefined => return Ok(None),
+            Restored::Unknown => {
+                return Err(StopReason::Unreadable {
+                    addr: cfa.wrapping_sub(8),
+                })
+            }
+        };
+        let mut saved = [None; 17];
+        for r in CALLEE_SAVED.into_iter().chain([DWARF_RBP]) {
+            saved[r] = match eval.register(&row, r as u16, cfa, regs.known[r]) {
+                Restored::Value(v) => Some(v),
+                Restored::Undefined | Restored::Unknown => None,
+            };
+        }
+        let mut caller = regs.caller(ret, cfa, saved[DWARF_RBP].unwrap_or(0), &saved);
+        caller.known[DWARF_RBP] = saved[DWARF_RBP];
         Ok(Some(Stepped {
             caller,
             cfa: Some(cfa),
@@ -138,4 +203,21 @@ impl X86_64 {
         }
         saved
     }
+}
+
+/// The register a row's CFA is computed from (rsp for an expression).
+fn cfa_register(row: &Row) -> u16 {
+    match row.cfa() {
+        gimli::CfaRule::RegisterAndOffset { register, .. } => register.0,
+        gimli::CfaRule::Expression(_) => DWARF_RSP as u16,
+    }
+}
+
+/// The name of x86-64 DWARF register `r`.
+fn register_name(r: u16) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12",
+        "r13", "r14", "r15", "rip",
+    ];
+    NAMES.get(usize::from(r)).copied().unwrap_or("a register")
 }

@@ -226,3 +226,80 @@ fn a_relocated_prologue_unwinds_as_the_original_bytes() {
     let f = states[0].as_ref().unwrap();
     assert_eq!((f.pc, f.cfa), (F + 1, Some(STACK + 16)));
 }
+
+/// `f`, `g` as in [`process`], and `h` (at +0x1200), whose CFA is rbp + 16
+/// (frame-pointer code); nothing covers +0x1300.
+fn process_with_fp_code() -> Scope {
+    let cfi = eh_frame(
+        true,
+        vec![
+            Fde {
+                start: 0x1000,
+                len: 0x40,
+                rows: vec![
+                    (1, CallFrameInstruction::CfaOffset(16)),
+                    (1, CallFrameInstruction::Offset(Register(6), -16)),
+                    (2, CallFrameInstruction::CfaOffset(24)),
+                    (2, CallFrameInstruction::Offset(Register(3), -24)),
+                ],
+            },
+            Fde {
+                start: 0x1100,
+                len: 0x40,
+                rows: Vec::new(),
+            },
+            Fde {
+                start: 0x1200,
+                len: 0x40,
+                rows: vec![(0, CallFrameInstruction::Cfa(Register(6), 16))],
+            },
+        ],
+    );
+    scope(vec![module(true, BASE, &cfi)], Vec::new())
+}
+
+#[test]
+fn sp_and_pc_only_step_by_cfi_and_learn_what_a_frame_saved() {
+    let mut mem = Mem::default();
+    mem.words64(STACK, &[0x1111, STACK + 0x100, IN_G, 0]);
+    let s = process_with_fp_code();
+    let regs = crate::unwind::sp_pc_registers(STACK, F + 0x10);
+    let (frames, states, stop) = walk::<X86_64>(&s, &regs, &mem, false);
+    assert_eq!(pcs(&frames), [F + 0x10, IN_G]);
+    assert_eq!(stop, None);
+    let f = states[0].as_ref().unwrap();
+    assert_eq!(f.cfa, Some(STACK + 24));
+    assert_eq!(
+        f.regs[3], None,
+        "only sp and pc are known in the innermost frame"
+    );
+    let g = states[1].as_ref().unwrap();
+    assert_eq!(g.regs[6], Some(STACK + 0x100), "rbp restored from f's slot");
+    assert_eq!(g.regs[3], Some(0x1111), "rbx restored from f's slot");
+    assert_eq!(g.regs[12], None, "r12 unsaved: still unknown");
+}
+
+#[test]
+fn a_rule_that_needs_the_unknown_rbp_stops_with_its_name() {
+    let mut mem = Mem::default();
+    mem.words64(STACK, &[IN_G, 0]);
+    let s = process_with_fp_code();
+    for pc in [BASE + 0x1210, BASE + 0x1310] {
+        let regs = crate::unwind::sp_pc_registers(STACK, pc);
+        let (frames, _, stop) = walk::<X86_64>(&s, &regs, &mem, false);
+        assert_eq!(pcs(&frames), [pc]);
+        assert_eq!(
+            stop,
+            Some(StopReason::RegisterUnknown {
+                register: "rbp",
+                pc
+            })
+        );
+    }
+    // With rbp known, the same frame steps (framehop, rbp + 16).
+    let mut regs = crate::unwind::sp_pc_registers(STACK, BASE + 0x1210);
+    regs[6] = Some(STACK + 0x40);
+    mem.words64(STACK + 0x40, &[STACK + 0x80, IN_G]);
+    let (frames, _, _) = walk::<X86_64>(&s, &regs, &mem, false);
+    assert_eq!(pcs(&frames)[..2], [BASE + 0x1210, IN_G]);
+}
