@@ -30,6 +30,7 @@ mod record;
 mod riprel;
 mod run;
 mod seed;
+mod shared_files;
 mod signals;
 mod stack_args;
 mod stress;
