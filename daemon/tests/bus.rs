@@ -1437,3 +1437,55 @@ fn signals_reach_only_peers_that_may_trace_the_process() {
     let _ = listener.kill();
     let _ = listener.wait();
 }
+
+#[test]
+fn a_target_with_a_private_tmp_gets_the_files_it_opens_in_its_own_tmp() {
+    // The daemon's unit has `PrivateTmp=yes`: it and its targets never share a
+    // /tmp. Here the target has the private /tmp (its own mount namespace with a
+    // fresh tmpfs on /tmp); the files it must open (the jitdump it maps, the gdb
+    // helper it dlopens) and the perf map perf looks for in its namespace must
+    // be written into that /tmp, through /proc/PID/root.
+    let bus = Bus::start();
+    let exe = argstash_tests::build("seed", Variant::O2G);
+    let mut t = Target::spawn_with_args(
+        std::path::Path::new("unshare"),
+        &[
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs argstash-private-tmp /tmp && exec \"$0\"",
+            exe.to_str().unwrap(),
+        ],
+    );
+    let pid = t.pid();
+    let proxy = bus.proxy();
+    let report = proxy
+        .inject_with_report(pid as u32, &["bar"], HashMap::new())
+        .unwrap();
+    let unwind = report.unwind.expect("unwind report");
+    let notes = unwind.notes.clone().unwrap_or_default();
+    assert!(!notes.iter().any(|n| n.contains("cannot map")), "{notes:?}");
+    assert_eq!(unwind.gdb_jit, Some(1), "{unwind:?}");
+    let theirs = std::path::PathBuf::from(format!("/proc/{pid}/root/tmp"));
+    let names = [
+        format!("jit-{pid}.dump"),
+        format!("argstash-jit-{pid}.so"),
+        format!("perf-{pid}.map"),
+    ];
+    for name in &names {
+        assert!(theirs.join(name).is_file(), "{name}: {unwind:?}");
+        assert!(
+            !std::path::Path::new("/tmp").join(name).exists(),
+            "{name} is not in the daemon's /tmp"
+        );
+    }
+    // The hook works: its stashed argument shows in a backtrace.
+    assert_eq!(rdi_of_bar(&bus, pid as u32), 28);
+    assert_eq!(proxy.eject_all(pid as u32).unwrap(), 1);
+    for name in &names {
+        assert!(!theirs.join(name).exists(), "eject removes {name}");
+    }
+    t.assert_healthy();
+}
