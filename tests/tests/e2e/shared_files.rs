@@ -53,23 +53,42 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// This test's own directory (sticky and writable by all, like /tmp, so that the
-/// hostile user can create files there too).
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("argstash-shared-files-{}", std::process::id()));
-    if !d.is_dir() {
+/// One test's own directory in /tmp (the same file system as the planted files,
+/// so a hard link can join them), sticky and writable by all like /tmp; removed
+/// when dropped.
+struct TestDir(PathBuf);
+
+impl TestDir {
+    fn new(tag: &str) -> TestDir {
+        let d = std::env::temp_dir().join(format!(
+            "argstash-shared-files-{}-{tag}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         fs::set_permissions(&d, fs::Permissions::from_mode(0o1777)).unwrap();
+        TestDir(d)
     }
-    d
+
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }
 
 fn fixture() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
-        let src = dir().join("stepper.c");
+        let d = fixture_cache_dir().join(format!("shared-files-{}", std::process::id()));
+        fs::create_dir_all(&d).unwrap();
+        let src = d.join("stepper.c");
         fs::write(&src, FIXTURE).unwrap();
-        compile_c(&src, &dir().join("stepper"), &["-O2", "-g"])
+        compile_c(&src, &d.join("stepper"), &["-O2", "-g"])
     })
     .clone()
 }
@@ -128,8 +147,8 @@ const PLANTS: [Plant; 4] = [
 ];
 
 /// A root-owned file whose bytes must never change.
-fn sentinel(tag: &str) -> PathBuf {
-    let p = dir().join(format!("sentinel-{tag}"));
+fn sentinel(dir: &TestDir, tag: &str) -> PathBuf {
+    let p = dir.join(&format!("sentinel-{tag}"));
     fs::write(&p, b"root's precious bytes\n").unwrap();
     fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
     p
@@ -182,6 +201,18 @@ fn assert_untouched(kind: Plant, at: &Path, sentinel: &Path) {
     );
 }
 
+/// Removes the files it holds when dropped, also when a test fails: a FIFO left
+/// in /tmp would hang any argstash without this fix that sweeps it.
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
 /// The /tmp paths argstash uses for `pid`.
 fn tmp_paths(pid: i32) -> [PathBuf; 4] {
     [
@@ -205,12 +236,14 @@ fn plant_name(kind: Plant) -> &'static str {
 #[test]
 fn hostile_files_at_every_tmp_path_are_reported_and_left_alone_by_inject_eject_and_bt() {
     let exe = fixture();
+    let d = TestDir::new("hostile");
     for kind in PLANTS {
         let mut t = Target::spawn(&exe);
         let pid = t.pid();
         let p = pid.to_string();
-        let sentinel = sentinel(plant_name(kind));
+        let sentinel = sentinel(&d, plant_name(kind));
         let paths = tmp_paths(pid);
+        let _cleanup = Cleanup(paths.to_vec());
         for path in &paths {
             plant(kind, path, &sentinel);
         }
@@ -263,11 +296,13 @@ fn dead_pid() -> i32 {
 #[test]
 fn the_sweep_removes_only_files_that_prove_they_are_ours_and_never_waits() {
     let exe = fixture();
+    let d = TestDir::new("sweep");
     // Hostile files at the names of a dead process: FIFOs (which hung every
     // later inject), a link, another user's file carrying our content.
     let dead = dead_pid();
-    let sentinel = sentinel("sweep");
+    let sentinel = sentinel(&d, "sweep");
     let [map, dump, helper, elf] = tmp_paths(dead);
+    let _cleanup = Cleanup(vec![map.clone(), dump.clone(), helper.clone(), elf.clone()]);
     plant(Plant::Fifo, &map, &sentinel);
     plant(Plant::Symlink, &dump, &sentinel);
     plant(Plant::Fifo, &helper, &sentinel);
@@ -290,6 +325,7 @@ fn the_sweep_removes_only_files_that_prove_they_are_ours_and_never_waits() {
     // A root-owned perf map of a dead process with another tool's line: kept.
     let dead3 = dead_pid();
     let theirs = PathBuf::from(format!("/tmp/perf-{dead3}.map"));
+    let _cleanup_maps = Cleanup(vec![ours.clone(), theirs.clone()]);
     fs::write(&theirs, "1000 10 argstash_trampoline.x\n2000 10 jitted\n").unwrap();
 
     let mut t = Target::spawn(&exe);
@@ -309,7 +345,7 @@ fn the_sweep_removes_only_files_that_prove_they_are_ours_and_never_waits() {
     assert!(ok, "{out}");
 
     // `record` hooks too (and so sweeps): it ends in time.
-    let profile = dir().join("sweep-profile.txt");
+    let profile = d.join("sweep-profile.txt");
     let (out, ok) = argstash_in_time(
         &[
             "record",
@@ -343,6 +379,7 @@ fn the_sweep_removes_only_files_that_prove_they_are_ours_and_never_waits() {
 #[test]
 fn fifos_and_links_in_place_of_cache_entries_are_misses_not_hangs() {
     let exe = fixture();
+    let d = TestDir::new("cache");
     let t = Target::spawn(&exe);
     let p = t.pid().to_string();
     let xdg = fixture_cache_dir().join(format!("shared-files-xdg-{}", std::process::id()));
@@ -359,6 +396,26 @@ fn fifos_and_links_in_place_of_cache_entries_are_misses_not_hangs() {
     };
     let first = bt();
     assert!(first.iter().any(|l| l.contains("main")), "{first:?}");
+    // A core of the target (gcore, when gdb is installed), read through the cache too.
+    let core_prefix = d.join("cache-core");
+    let core = d.join(&format!("cache-core.{p}"));
+    let have_core = Command::new("gcore")
+        .arg("-o")
+        .arg(&core_prefix)
+        .arg(&p)
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && core.is_file();
+    let core_s = core.to_str().unwrap().to_string();
+    let bt_core = || {
+        let out = argstash_output(&["bt", "--core", &core_s], Some(&xdg));
+        assert!(out.status.success(), "{}", output_text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first_core = have_core.then(bt_core);
+    if !have_core {
+        println!("bt --core part skipped: gcore (gdb) is not installed");
+    }
     let cache = xdg.join("argstash");
     let entries: Vec<PathBuf> = fs::read_dir(&cache)
         .unwrap()
@@ -369,7 +426,7 @@ fn fifos_and_links_in_place_of_cache_entries_are_misses_not_hangs() {
         })
         .collect();
     assert!(!entries.is_empty(), "the first bt wrote cache entries");
-    let sentinel = sentinel("cache");
+    let sentinel = sentinel(&d, "cache");
     for (kind, name) in [(Plant::Fifo, "fifo"), (Plant::Symlink, "symlink")] {
         for e in &entries {
             let _ = fs::remove_file(e);
@@ -382,15 +439,23 @@ fn fifos_and_links_in_place_of_cache_entries_are_misses_not_hangs() {
             }
         }
         assert_eq!(bt(), first, "{name}: the same backtrace");
+        if let Some(first_core) = &first_core {
+            assert_eq!(
+                &bt_core(),
+                first_core,
+                "{name}: the same backtrace of the core"
+            );
+        }
         assert_eq!(fs::read(&sentinel).unwrap(), SENTINEL_BYTES);
     }
     let _ = fs::remove_dir_all(&xdg);
     let _ = fs::remove_file(&sentinel);
+    let _ = fs::remove_file(&core);
 }
 
 /// Copies `exe` and the shared objects it loads into a fresh root directory.
-fn build_chroot(exe: &Path) -> PathBuf {
-    let root = dir().join("chroot");
+fn build_chroot(d: &TestDir, exe: &Path) -> PathBuf {
+    let root = d.join("chroot");
     let _ = fs::remove_dir_all(&root);
     fs::create_dir_all(root.join("tmp")).unwrap();
     fs::set_permissions(root.join("tmp"), fs::Permissions::from_mode(0o1777)).unwrap();
@@ -420,7 +485,8 @@ fn build_chroot(exe: &Path) -> PathBuf {
 #[test]
 fn a_chrooted_target_maps_the_jitdump_and_loads_the_gdb_helper_from_its_own_tmp() {
     let exe = fixture();
-    let root = build_chroot(&exe);
+    let d = TestDir::new("chroot");
+    let root = build_chroot(&d, &exe);
     let chroot = PathBuf::from("/usr/sbin/chroot");
     let mut t = Target::spawn_with_args(&chroot, &[root.to_str().unwrap(), "/stepper"]);
     let pid = t.pid();
@@ -466,8 +532,8 @@ fn a_target_with_a_private_tmp_gets_every_file_in_its_own_tmp() {
     // side: the target and argstash do not share a /tmp. The target runs in a
     // mount namespace of its own with a fresh tmpfs on /tmp (its executable is
     // outside /tmp, which the tmpfs hides).
-    let exe = fixture_cache_dir().join(format!("shared-files-stepper-{}", std::process::id()));
-    fs::copy(fixture(), &exe).unwrap();
+    // The fixture is built outside /tmp, which the tmpfs hides.
+    let exe = fixture();
     let unshare = PathBuf::from("unshare");
     let mut t = Target::spawn_with_args(
         &unshare,
@@ -523,5 +589,4 @@ fn a_target_with_a_private_tmp_gets_every_file_in_its_own_tmp() {
     t.wait_for_line(Duration::from_secs(10), |l| l.starts_with("iter"));
     t.assert_healthy();
     drop(t);
-    let _ = fs::remove_file(&exe);
 }
