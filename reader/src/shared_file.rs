@@ -339,6 +339,25 @@ pub fn remove_ours(
     }
 }
 
+/// Opens `path` read-only without blocking, following links (for files named by a
+/// process's maps, a core's notes or a debug link, which may be links), and
+/// fails unless it is a regular file: a FIFO planted where a module, a core's
+/// mapped file or a debug file was expected is an error, never a wait.
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    match FileKind::of_mode(meta.mode()) {
+        None => Ok(file),
+        Some(kind) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("it is a {kind}, not a regular file"),
+        )),
+    }
+}
+
 /// True when `dir` is a directory owned by us that no one else can write
 /// (checked without following a link): files in it need no owner proof.
 pub fn is_private_dir(dir: &Path) -> bool {
@@ -394,6 +413,8 @@ mod tests {
             fifo
         );
         assert!(std::fs::symlink_metadata(&p).unwrap().file_type().is_fifo());
+        let e = open_regular(&p).unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
     }
 
     #[test]

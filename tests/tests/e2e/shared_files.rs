@@ -590,3 +590,39 @@ fn a_target_with_a_private_tmp_gets_every_file_in_its_own_tmp() {
     t.assert_healthy();
     drop(t);
 }
+
+#[test]
+fn a_fifo_in_place_of_a_mapped_file_is_refused_not_waited_on() {
+    // The target runs from a file in a directory others can write; the file is
+    // deleted and uid 65534 puts a FIFO at its name. `bt` opens the target's
+    // mapped files by name: it must not wait on the FIFO.
+    let d = TestDir::new("mapped");
+    let exe = d.join("stepper-copy");
+    fs::copy(fixture(), &exe).unwrap();
+    let t = Target::spawn(&exe);
+    let p = t.pid().to_string();
+    let core = d.join(&format!("core.{p}"));
+    let have_core = Command::new("gcore")
+        .arg("-o")
+        .arg(d.join("core"))
+        .arg(&p)
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && core.is_file();
+    fs::remove_file(&exe).unwrap();
+    as_nobody(&["mkfifo", "-m", "666", exe.to_str().unwrap()]);
+    let (out, ok) = argstash_in_time(&["bt", "--pid", &p], None);
+    // The mapped file itself is read through /proc/PID/map_files.
+    assert!(ok && out.contains("main"), "{out}");
+    if have_core {
+        let core_s = core.to_str().unwrap();
+        // The executable's frames lose their names; the libraries' keep theirs.
+        let (out, ok) = argstash_in_time(&["bt", "--core", core_s], None);
+        assert!(ok && out.contains("usleep"), "{out}");
+    } else {
+        println!("bt --core part skipped: gcore (gdb) is not installed");
+    }
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(
+        &fs::symlink_metadata(&exe).unwrap().file_type()
+    ));
+}
