@@ -3,7 +3,7 @@
 //! The rule every such file follows (docs/DESIGN.md, "Files in shared directories"):
 //! it is opened without following a link and without blocking
 //! (`O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`), and checked on the opened descriptor
-//! (a regular file, owned by an expected user, one link) before it is read,
+//! (a regular file, owned by an expected user, no second link) before it is read,
 //! written, mapped or deleted; new files are created exclusively (`O_EXCL`);
 //! a file is deleted only once its content proves argstash wrote it, and only if
 //! the name still leads to the very file checked. A file that fails a check is
@@ -143,7 +143,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SharedFileError + '_ {
 }
 
 /// Checks the metadata of a file (from `fstat` on its descriptor, or `lstat`):
-/// a regular file, owned by one of `owners`, with one link.
+/// a regular file, owned by one of `owners`, with no other name (one link, or
+/// none when it was renamed over or removed since it was opened: still the file
+/// opened, and no hard link to a file elsewhere).
 pub fn check(path: &Path, meta: &std::fs::Metadata, owners: &[u32]) -> Result<(), SharedFileError> {
     if let Some(kind) = FileKind::of_mode(meta.mode()) {
         return Err(refused(path, Refusal::NotRegular(kind)));
@@ -157,7 +159,7 @@ pub fn check(path: &Path, meta: &std::fs::Metadata, owners: &[u32]) -> Result<()
             },
         ));
     }
-    if meta.nlink() != 1 {
+    if meta.nlink() > 1 {
         return Err(refused(path, Refusal::Links(meta.nlink())));
     }
     Ok(())
