@@ -626,3 +626,61 @@ fn a_fifo_in_place_of_a_mapped_file_is_refused_not_waited_on() {
         &fs::symlink_metadata(&exe).unwrap().file_type()
     ));
 }
+
+#[test]
+fn links_to_another_processes_files_are_not_followed() {
+    // uid 65534 links the names of one process's files to those of another
+    // hooked process: hooking and unhooking the first must leave the second's
+    // files exactly as they were.
+    let exe = fixture();
+    let other = Target::spawn(&exe);
+    let o = other.pid().to_string();
+    let (out, ok) = argstash_in_time(&["inject", "--pid", &o, "--func", "step"], None);
+    assert!(ok, "{out}");
+    let theirs = tmp_paths(other.pid());
+    let before: Vec<Vec<u8>> = theirs
+        .iter()
+        .filter(|p| p.is_file())
+        .map(|p| fs::read(p).unwrap())
+        .collect();
+    assert!(
+        before.len() >= 2,
+        "the other process has its perf map and jitdump"
+    );
+
+    let mut t = Target::spawn(&exe);
+    let p = t.pid().to_string();
+    let ours = tmp_paths(t.pid());
+    let _cleanup = Cleanup(ours.to_vec());
+    for (at, to) in ours.iter().zip(&theirs) {
+        let _ = fs::remove_file(at);
+        as_nobody(&["ln", "-s", to.to_str().unwrap(), at.to_str().unwrap()]);
+    }
+    let (out, ok) = argstash_in_time(&["inject", "--pid", &p, "--func", "step"], None);
+    assert!(ok, "{out}");
+    let (eject, ok) = argstash_in_time(&["eject", "--pid", &p, "--all"], None);
+    assert!(ok, "{eject}");
+    for at in &ours {
+        assert!(
+            out.contains(&format!(
+                "{} left alone: it is a symbolic link",
+                at.display()
+            )),
+            "{out}"
+        );
+        assert!(fs::symlink_metadata(at).unwrap().file_type().is_symlink());
+    }
+    let after: Vec<Vec<u8>> = theirs
+        .iter()
+        .filter(|p| p.is_file())
+        .map(|p| fs::read(p).unwrap())
+        .collect();
+    assert_eq!(after, before, "the other process's files are unchanged");
+    t.assert_function_pristine("step");
+    t.wait_for_line(Duration::from_secs(10), |l| l.starts_with("iter"));
+    t.assert_healthy();
+    let (out, ok) = argstash_in_time(&["eject", "--pid", &o, "--all"], None);
+    assert!(ok, "{out}");
+    drop(other);
+    remove_argstash_tmp_files(t.pid());
+}
