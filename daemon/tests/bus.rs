@@ -1489,3 +1489,53 @@ fn a_target_with_a_private_tmp_gets_the_files_it_opens_in_its_own_tmp() {
     }
     t.assert_healthy();
 }
+
+#[test]
+fn hostile_files_at_the_targets_tmp_paths_are_noted_and_left_alone() {
+    // uid 65534 plants FIFOs at every /tmp name argstashd uses for a root
+    // target: the call returns in time, the report names each file, the FIFOs
+    // stay, and the hook works.
+    let bus = Bus::start();
+    let mut t = seed();
+    let pid = t.pid();
+    let paths = [
+        format!("/tmp/perf-{pid}.map"),
+        format!("/tmp/jit-{pid}.dump"),
+        format!("/tmp/argstash-jit-{pid}.so"),
+        format!("/tmp/argstash-{pid}.elf"),
+    ];
+    struct Cleanup<'a>(&'a [String]);
+    impl Drop for Cleanup<'_> {
+        fn drop(&mut self) {
+            for p in self.0 {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+    let _cleanup = Cleanup(&paths);
+    for p in &paths {
+        let _ = std::fs::remove_file(p);
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["mkfifo", "-m", "666", p])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let proxy = bus.proxy();
+    let report = proxy
+        .inject_with_report(pid as u32, &["bar"], HashMap::new())
+        .unwrap();
+    let notes = report.unwind.and_then(|u| u.notes).unwrap_or_default();
+    for p in &paths {
+        assert!(
+            notes.iter().any(|n| n.contains(&format!("{p} left alone"))),
+            "{p}: {notes:?}"
+        );
+        let meta = std::fs::symlink_metadata(p).unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(&meta.file_type()));
+    }
+    assert_eq!(rdi_of_bar(&bus, pid as u32), 28);
+    assert_eq!(proxy.eject_all(pid as u32).unwrap(), 1);
+    t.assert_healthy();
+}
