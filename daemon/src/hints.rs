@@ -79,4 +79,24 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(start_time(std::process::id() as i32).is_some());
     }
+
+    #[test]
+    fn a_fifo_or_link_at_the_hint_file_is_neither_waited_on_nor_followed() {
+        let dir = std::env::temp_dir().join(format!("argstashd-hints-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = std::ffi::CString::new(file(&dir).to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        assert_eq!(read(&dir), vec![]);
+        let e = write(&dir, &[(1, 2)]).unwrap_err();
+        assert!(format!("{e:#}").contains("FIFO"), "{e:#}");
+        std::fs::remove_file(file(&dir)).unwrap();
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, "kept\n").unwrap();
+        std::os::unix::fs::symlink(&target, file(&dir)).unwrap();
+        assert!(write(&dir, &[(1, 2)]).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
