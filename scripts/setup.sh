@@ -113,3 +113,8 @@ done
 if [[ -r /proc/sys/kernel/yama/ptrace_scope ]] && [[ $(cat /proc/sys/kernel/yama/ptrace_scope) == 3 ]]; then
     echo "setup: warning: kernel.yama.ptrace_scope=3 forbids ptrace; argstash tests will fail" >&2
 fi
+
+# The Debian sid root some e2e tests run their targets in (stripped libc, CPython
+# 3.13-3.15, g++): built once (~1 min, ~800 MB) into /var/cache/argstash-sid/root,
+# kept afterwards; where it cannot be built it says why and those tests skip.
+bash "$(dirname "$0")/sid-root.sh" || echo "setup: warning: scripts/sid-root.sh failed; the tests that need the sid root will skip" >&2

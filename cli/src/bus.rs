@@ -112,7 +112,24 @@ fn install_report(r: argstash_dbus::InstallReport) -> InstallReport {
         unwind: unwind_report(r.unwind.unwrap_or_default()),
         // Not printed, not carried.
         rip_census: Default::default(),
+        signals: signals(r.signals),
     }
+}
+
+/// The signals a report gave back, from the wire.
+fn signals(entries: Option<Vec<argstash_dbus::SignalEntry>>) -> Vec<injector::SignalOutcome> {
+    entries
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| {
+            Some(injector::SignalOutcome {
+                tid: e.tid,
+                signal: e.signal,
+                code: e.code,
+                fate: injector::SignalFate::from_name(&e.fate, e.errno)?,
+            })
+        })
+        .collect()
 }
 
 /// What an eject did, back from `EjectWithReport`/`EjectAllWithReport`.
@@ -124,6 +141,7 @@ fn eject_report(r: argstash_dbus::EjectReport) -> EjectReport {
         // Not printed, not carried.
         rip_census: Default::default(),
         unwind: unwind_report(r.unwind.unwrap_or_default()),
+        signals: signals(r.signals),
     }
 }
 

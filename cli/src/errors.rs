@@ -6,6 +6,7 @@
 //! exactly what the standalone command prints.
 
 use argstash_dbus::ErrorHint;
+use injector::reader::args::{SignatureError, SyntaxReason};
 use injector::{hint_of, Hint, RequestOption, UNNAMED_CODE_ADVICE};
 
 /// A hint in command-line syntax, as a clause appended to the error's message.
@@ -101,8 +102,27 @@ fn from_wire(wire: &ErrorHint) -> Option<Hint> {
     })
 }
 
+/// A refused signature: the reason, the text with a caret under the byte where
+/// it goes wrong, and how to write it.
+fn signature_syntax(text: &str, at: usize, reason: &SyntaxReason) -> String {
+    // One column per character; control characters (tabs, newlines) show as spaces.
+    let shown: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let column = text.get(..at).map_or(at, |before| before.chars().count());
+    format!(
+        "cannot read the signature `{shown}`: {reason}\n  {shown}\n  {:column$}^ at byte {at}\n  {}",
+        "",
+        reason.advice()
+    )
+}
+
 /// One error of a chain as the command line prints it.
 fn part(cause: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(SignatureError::Syntax { text, at, reason }) = cause.downcast_ref() {
+        return signature_syntax(text, *at, reason);
+    }
     if let Some(hint) = hint_of(cause) {
         return format!("{cause}{}", hint_text(&hint));
     }
@@ -286,6 +306,27 @@ mod tests {
             }),
             "/prog is an ELF executable, not a core file; pass the core with --core (and this \
              file with --exe if it is the program that crashed)"
+        );
+    }
+
+    #[test]
+    fn refused_signatures_point_at_the_byte() {
+        let e = injector::reader::args::split_signature("step(int a[)").unwrap_err();
+        assert_eq!(
+            printed(e),
+            "cannot read the signature `step(int a[)`: expected an array size or `]`, found `)`\n  \
+             step(int a[)\n             ^ at byte 11\n  write an array parameter as `int a[4]` or \
+             `int a[]` (it is the pointer `int *a`)"
+        );
+        // Columns count characters, and a tab shows as one space.
+        let e = injector::reader::args::split_signature("f\u{e9}(int\t;)").unwrap_err();
+        let text = printed(e);
+        assert!(
+            text.starts_with(
+                "cannot read the signature `f\u{e9}(int ;)`: unexpected character `;`\n  \
+                 f\u{e9}(int ;)\n         ^ at byte 8\n  "
+            ),
+            "{text}"
         );
     }
 

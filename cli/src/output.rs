@@ -45,6 +45,31 @@ pub fn print_install(r: &InstallReport) {
         r.threads
     );
     print_unwind(&r.unwind, "registered");
+    print_signals(&r.signals);
+}
+
+/// A signal's name: `SIGUSR1`, `SIGRTMIN+3`.
+fn signal_name(signal: i32) -> String {
+    let rtmin = libc::SIGRTMIN();
+    if signal >= rtmin {
+        return format!("SIGRTMIN+{}", signal - rtmin);
+    }
+    nix::sys::signal::Signal::try_from(signal)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("signal {signal}"))
+}
+
+/// Notes for the signals held threads got that did not get back exactly as sent.
+fn print_signals(signals: &[injector::SignalOutcome]) {
+    for o in signals.iter().filter(|o| !o.fate.is_exact()) {
+        println!(
+            "note: {} (si_code {}) arrived at thread {} while it was held: {}",
+            signal_name(o.signal),
+            o.code,
+            o.tid,
+            o.fate.consequence()
+        );
+    }
 }
 
 /// Prints, per active hook, which other unwinders know about it.
@@ -121,6 +146,7 @@ pub fn print_eject(r: &EjectReport) {
     }
     println!("target stopped for {}", micros(r.stopped));
     print_unwind(&r.unwind, "removed");
+    print_signals(&r.signals);
 }
 
 fn hook_json(h: &HookInfo) -> Value {

@@ -195,7 +195,7 @@ pub fn main(a: RunArgs) -> i32 {
                 signature,
             }),
             Err(e) => {
-                eprintln!("argstash: --func {f}: {e}");
+                eprintln!("argstash: {}", crate::errors::error_text(&e.into()));
                 return 1;
             }
         }

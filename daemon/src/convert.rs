@@ -289,6 +289,7 @@ pub fn install_report(pid: i32, r: &injector::InstallReport) -> argstash_dbus::I
         moved_threads,
         unwind,
         rip_census: _,
+        signals,
     } = r;
     argstash_dbus::InstallReport {
         hooks: Some(hooks.iter().map(|h| hook_entry(pid, h)).collect()),
@@ -308,7 +309,25 @@ pub fn install_report(pid: i32, r: &injector::InstallReport) -> argstash_dbus::I
         new_arenas: Some(new_arenas.clone()),
         moved_threads: Some(moved_threads.clone()),
         unwind: Some(unwind_report(unwind)),
+        signals: Some(signal_entries(signals)),
     }
+}
+
+/// The signals a report gives back, as the wire carries them.
+pub fn signal_entries(signals: &[injector::SignalOutcome]) -> Vec<argstash_dbus::SignalEntry> {
+    signals
+        .iter()
+        .map(|o| argstash_dbus::SignalEntry {
+            tid: o.tid,
+            signal: o.signal,
+            code: o.code,
+            fate: o.fate.name().to_string(),
+            errno: match o.fate {
+                injector::SignalFate::Lost { errno } => errno,
+                _ => 0,
+            },
+        })
+        .collect()
 }
 
 /// An eject report as `EjectWithReport` returns it (every field named, as in [`unwind_report`]).
@@ -319,12 +338,14 @@ pub fn eject_report(pid: i32, r: &injector::EjectReport) -> argstash_dbus::Eject
         moved_threads,
         rip_census: _,
         unwind,
+        signals,
     } = r;
     argstash_dbus::EjectReport {
         hooks: Some(hooks.iter().map(|h| hook_entry(pid, h)).collect()),
         stopped_us: Some(micros(*stopped)),
         moved_threads: Some(moved_threads.clone()),
         unwind: Some(unwind_report(unwind)),
+        signals: Some(signal_entries(signals)),
     }
 }
 

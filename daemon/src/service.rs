@@ -693,8 +693,9 @@ fn inject_specs(
             (Some(sig), None) => Some(sig),
             (None, Some(list)) => Some(parse_params(&list).map_err(|why| {
                 invalid(format!(
-                    "cannot read the signature `{name}({list})` of option {OPT_SIGNATURES}: {why}; \
-                     write the parameter list like `int, const char *`"
+                    "cannot read the parameter list `{list}` of `{name}` in option \
+                     {OPT_SIGNATURES}: {why}; {}",
+                    why.reason.advice()
                 ))
             })?),
             (None, None) => None,

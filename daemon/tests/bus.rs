@@ -1262,9 +1262,18 @@ fn inject_options_signatures_float_args_and_a_forced_window() {
                 OPT_SIGNATURES,
                 Value::from(HashMap::from([("bar", "int bar_arg,")])),
             )]),
-            "cannot read the signature",
+            "of `bar` in option signatures: an empty parameter (at byte 12)",
         ),
-        (vec!["bar(int"], HashMap::new(), "must end with `)`"),
+        (
+            vec!["bar(int"],
+            HashMap::new(),
+            "the parameter list is not closed (at byte 7)",
+        ),
+        (
+            vec!["bar(int a))"],
+            HashMap::new(),
+            "`)` follows the `)` that closes the parameter list (at byte 10)",
+        ),
     ];
     for (funcs, opts, why) in cases {
         let err = proxy.inject(pid, &funcs, opts).unwrap_err();

@@ -277,6 +277,23 @@ pub struct InstallReport {
     pub moved_threads: Option<Vec<i32>>,
     /// Registration of the hooks' unwind information with other unwinders.
     pub unwind: Option<UnwindReport>,
+    /// Real signals that arrived while threads were held, and how each got back.
+    pub signals: Option<Vec<SignalEntry>>,
+}
+
+/// One real signal a stop took from a thread, and how it got back to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct SignalEntry {
+    /// The thread it was taken from.
+    pub tid: i32,
+    /// The signal number.
+    pub signal: i32,
+    /// Its `si_code` when it was taken.
+    pub code: i32,
+    /// `redelivered`, `requeued` (both exact), `info-dropped`, `resent`, `merged` or `lost`.
+    pub fate: String,
+    /// For `lost`: the errno of the last attempt to queue it again (else 0).
+    pub errno: i32,
 }
 
 /// What `EjectWithReport` or `EjectAllWithReport` did: everything the CLI's
@@ -292,6 +309,8 @@ pub struct EjectReport {
     pub moved_threads: Option<Vec<i32>>,
     /// Removal of the hooks' unwind information from other unwinders.
     pub unwind: Option<UnwindReport>,
+    /// Real signals that arrived while threads were held, and how each got back.
+    pub signals: Option<Vec<SignalEntry>>,
 }
 
 /// Which other unwinders know about one active hook: a `hooks` element of [`UnwindStatus`].

@@ -114,7 +114,8 @@ pub use ptrace::session::{Refusal, SessionError, UnexpectedState};
 
 // Lower level: a process's memory, and a ptrace session on it.
 pub use memory::{Memory, MemoryError, ProcessMemory, WriteMemory};
-pub use ptrace::session::Session;
+pub use ptrace::requeue::{SignalFate, SignalOutcome};
+pub use ptrace::session::{Released, Session};
 
 /// True when every thread of `pid` is gone or a zombie: the process has ended.
 pub fn process_ended(pid: Pid) -> bool {

@@ -89,6 +89,35 @@ pub fn is_libc_file(name: &str) -> bool {
     name.starts_with("libc.so") || name.starts_with("libc-")
 }
 
+/// The path through which process `pid`'s mapped file `path` (as its `maps` shows
+/// it) is opened: `/proc/PID/root` followed by the path inside the process's root.
+///
+/// `maps` paths are written relative to the *reader's* root, so for a process
+/// chrooted into `/srv/jail`, read from outside, they start with `/srv/jail/`;
+/// that prefix (the `/proc/PID/root` link's target as this process sees it) is
+/// removed first. Without it `/proc/PID/root/srv/jail/...` would name a file that
+/// does not exist.
+pub fn path_in_root(pid: i32, path: &str) -> String {
+    let root = std::fs::read_link(format!("/proc/{pid}/root")).ok();
+    let root = root.as_ref().and_then(|r| r.to_str());
+    format!("/proc/{pid}/root{}", strip_root(root, path))
+}
+
+/// `path` without the process root `root` (as [`path_in_root`] uses it): unchanged
+/// when `root` is `/`, unknown, or not a leading component of `path`.
+pub fn strip_root<'a>(root: Option<&str>, path: &'a str) -> &'a str {
+    let Some(root) = root
+        .map(|r| r.trim_end_matches('/'))
+        .filter(|r| !r.is_empty())
+    else {
+        return path;
+    };
+    match path.strip_prefix(root) {
+        Some(rest) if rest.starts_with('/') => rest,
+        _ => path,
+    }
+}
+
 /// The `(type, value)` pairs of an auxiliary vector (`/proc/PID/auxv`, `NT_AUXV`).
 pub fn parse_auxv(bytes: &[u8]) -> Vec<(u64, u64)> {
     let word = |c: &[u8], at: usize| u64::from_le_bytes(c[at..at + 8].try_into().unwrap_or([0; 8]));
@@ -553,5 +582,32 @@ garbage line
             .iter()
             .any(|m| m.contains(here)));
         assert!(read_task_maps(pid, i32::MAX).is_err_and(|e| is_gone(&e)));
+    }
+
+    #[test]
+    fn chroot_prefix_is_removed() {
+        let lib = "/var/cache/argstash-sid/root/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let root = Some("/var/cache/argstash-sid/root");
+        assert_eq!(strip_root(root, lib), "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        assert_eq!(
+            strip_root(Some("/var/cache/argstash-sid/root/"), lib),
+            "/usr/lib/x86_64-linux-gnu/libc.so.6"
+        );
+        assert_eq!(
+            strip_root(Some("/"), "/usr/lib/libc.so.6"),
+            "/usr/lib/libc.so.6"
+        );
+        assert_eq!(strip_root(None, "/usr/lib/libc.so.6"), "/usr/lib/libc.so.6");
+        // A sibling directory sharing the prefix's letters is not inside the root.
+        assert_eq!(
+            strip_root(Some("/srv/jail"), "/srv/jail2/lib/libc.so.6"),
+            "/srv/jail2/lib/libc.so.6"
+        );
+        // A process not chrooted: its maps paths already name files inside its root.
+        let me = std::process::id() as i32;
+        assert_eq!(
+            path_in_root(me, "/usr/lib/libc.so.6"),
+            format!("/proc/{me}/root/usr/lib/libc.so.6")
+        );
     }
 }

@@ -27,6 +27,7 @@ pub mod window;
 #[cfg(test)]
 mod tests;
 
+use crate::ptrace::requeue::{take_journal, SignalOutcome};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use trampolines::arena::{ArenaHeader, HookRecord, HookState};
@@ -143,6 +144,8 @@ pub struct InstallReport {
     pub unwind: crate::foreign_unwind::UnwindReport,
     /// Where the stopped threads' RIPs were, relative to the hooks installed.
     pub rip_census: RipCensus,
+    /// Real signals that arrived while threads were held, and how each got back.
+    pub signals: Vec<SignalOutcome>,
 }
 
 /// How many stopped threads had their RIP in each part of the hooks being
@@ -177,6 +180,8 @@ pub struct EjectReport {
     pub rip_census: RipCensus,
     /// Removal of the hooks' unwind information from other unwinders.
     pub unwind: crate::foreign_unwind::UnwindReport,
+    /// Real signals that arrived while threads were held, and how each got back.
+    pub signals: Vec<SignalOutcome>,
 }
 
 /// Which hooks [`eject`] removes.
@@ -251,7 +256,12 @@ pub fn install<T: Clone + Into<HookTarget>>(
     let specs: Vec<FuncSpec> = targets.iter().map(|t| t.function.clone()).collect();
     let signatures: Vec<Option<reader::args::Signature>> =
         targets.iter().map(|t| t.signature.clone()).collect();
-    install_inner(pid, &specs, &signatures, opts)
+    // Entries an earlier, failed operation on this process left behind.
+    drop(take_journal(pid));
+    let report = install_inner(pid, &specs, &signatures, opts);
+    let signals = take_journal(pid);
+    report
+        .map(|r| InstallReport { signals, ..r })
         .map_err(|e| crate::error::exited_during(pid, crate::error::Operation::Inject, e))
 }
 
@@ -262,10 +272,10 @@ fn install_inner(
     opts: &InstallOptions,
 ) -> Result<InstallReport, Error> {
     for sig in signatures.iter().flatten() {
-        if sig.text.len() > trampolines::arena::MAX_SIGNATURE {
+        if sig.text().len() > trampolines::arena::MAX_SIGNATURE {
             return Err(Error::Signature(reader::args::SignatureError::TooLong {
-                text: sig.text.clone(),
-                len: sig.text.len(),
+                text: sig.text().to_string(),
+                len: sig.text().len(),
                 max: trampolines::arena::MAX_SIGNATURE,
             }));
         }
@@ -355,6 +365,7 @@ fn install_inner(
         moved_threads: done.moved_threads,
         rip_census: done.census,
         unwind,
+        signals: Vec::new(),
     })
 }
 
@@ -676,7 +687,11 @@ impl EjectOptions {
 /// Trampoline code is never unmapped: a thread may still return into it.
 pub fn eject(pid: Pid, opts: &EjectOptions) -> Result<EjectReport, Error> {
     let pid = pid.as_raw();
-    eject_inner(pid, &opts.what, opts.calls)
+    drop(take_journal(pid));
+    let report = eject_inner(pid, &opts.what, opts.calls);
+    let signals = take_journal(pid);
+    report
+        .map(|r| EjectReport { signals, ..r })
         .map_err(|e| crate::error::exited_during(pid, crate::error::Operation::Eject, e))
 }
 
@@ -696,6 +711,7 @@ fn eject_inner(
             moved_threads: Vec::new(),
             rip_census: RipCensus::default(),
             unwind: Default::default(),
+            signals: Vec::new(),
         });
     }
     let unwind_hooks = ejection.unwind_hooks(&mem);
@@ -726,5 +742,6 @@ fn eject_inner(
         moved_threads: done.moved_threads,
         rip_census: done.census,
         unwind,
+        signals: Vec::new(),
     })
 }

@@ -261,7 +261,7 @@ fn analyse(
     user: Option<&Signature>,
     opts: &InstallOptions,
 ) -> Result<PlannedHook, Error> {
-    let signature = user.map(|s| s.text.clone()).unwrap_or_default();
+    let signature = user.map(|s| s.text().to_string()).unwrap_or_default();
     let resolved = symbols.resolve_for_hook(spec, mem)?;
     let label = format!("{} in {}", resolved.name, resolved.module_path);
     if !seen.insert(resolved.addr) {

@@ -7,6 +7,7 @@
 
 pub mod call;
 pub mod gadgets;
+pub mod requeue;
 pub mod safe_point;
 pub mod session;
 pub mod sigframe;

@@ -24,6 +24,23 @@
 //!   `_IO_*`: `fgets` waiting in `read`, `printf` waiting in `write`). A stream's
 //!   lock may be held there, but no call argstash makes touches stdio, and stdio
 //!   allocates its buffers before, not while, it waits;
+//! - when the C library has no symbol table (only `.dynsym`, as Debian's stripped
+//!   libc), the innermost frames of a waiting thread are often unnamed: glibc's
+//!   system-call stubs (`__syscall_cancel_arch`, `__internal_syscall_cancel`,
+//!   `__futex_abstimed_wait_common`) are hidden. Up to [`MAX_STUB_FRAMES`] unnamed
+//!   frames are then accepted at the inner end when other facts prove what they are
+//!   ([`WaitingSyscall`]): the kernel reports the thread in a *waiting* system call
+//!   ([`WAITING_SYSCALLS`], from `/proc/PID/task/TID/syscall`, checked against the
+//!   stopped thread's `orig_rax` and `rip`), the innermost frame's pc is right after
+//!   that `syscall` instruction (the bytes `0f 05` before it are read), and the first
+//!   named frame outward, in the same module, is a waiting function by its `.dynsym`
+//!   name whose system call it is (`clock_nanosleep` for `clock_nanosleep`,
+//!   `pthread_cond_wait` for `futex`, ...). The unnamed frames are then that waiting
+//!   function's own stubs: it took no lock before calling them, and they take none.
+//!   A `futex` wait is accepted only as `FUTEX_WAIT`/`FUTEX_WAIT_BITSET` on a word
+//!   outside the guarded modules' data (libc's arenas and locks, the loader's
+//!   `_rtld_global`, libgcc's object mutex all live there): a thread waiting for one
+//!   of those locks could be woken holding it;
 //! - anything else (a guarded frame in the middle, an unnamed guarded frame) makes the
 //!   thread unsafe at this instant.
 //!
@@ -51,6 +68,65 @@ const MAX_START_FRAMES: usize = 2;
 
 /// Guarded frames allowed at the inner end (a chain of waiting and stdio functions).
 const MAX_WAIT_FRAMES: usize = 12;
+
+/// Unnamed guarded frames allowed below a named waiting function, when a
+/// [`WaitingSyscall`] proves them to be its system-call stubs (glibc 2.41+ has at
+/// most three: `__syscall_cancel_arch`, `__internal_syscall_cancel`, and a futex helper).
+pub const MAX_STUB_FRAMES: usize = 3;
+
+/// System calls a thread waits in without holding a lock of the C library, the
+/// loader or libgcc *because of the system call*: sleeps, polls, blocking I/O,
+/// waits for children and signals. (`futex` is judged apart: see [`WaitingSyscall`].)
+/// Memory-management calls (`mmap`, `brk`, `madvise`, ...) are never here: malloc
+/// makes them holding its arena lock.
+pub const WAITING_SYSCALLS: &[i64] = &[
+    libc::SYS_read,
+    libc::SYS_readv,
+    libc::SYS_pread64,
+    libc::SYS_preadv,
+    libc::SYS_preadv2,
+    libc::SYS_write,
+    libc::SYS_writev,
+    libc::SYS_pwrite64,
+    libc::SYS_pwritev,
+    libc::SYS_recvfrom,
+    libc::SYS_recvmsg,
+    libc::SYS_recvmmsg,
+    libc::SYS_sendto,
+    libc::SYS_sendmsg,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_connect,
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_select,
+    libc::SYS_pselect6,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+    libc::SYS_wait4,
+    libc::SYS_waitid,
+    libc::SYS_pause,
+    libc::SYS_rt_sigsuspend,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_msgrcv,
+    libc::SYS_msgsnd,
+    libc::SYS_semtimedop,
+    libc::SYS_mq_timedreceive,
+    libc::SYS_io_getevents,
+    libc::SYS_flock,
+    libc::SYS_futex,
+];
+
+/// `futex` operations that wait for a word to change (`FUTEX_WAIT`,
+/// `FUTEX_WAIT_BITSET`): condition variables, semaphores, joins and user mutexes.
+/// The priority-inheritance lock operations are left out (they take ownership).
+const FUTEX_WAIT_OPS: &[u64] = &[0, 9];
+
+/// `futex` op bits that do not change the operation (`FUTEX_PRIVATE_FLAG`, `FUTEX_CLOCK_REALTIME`).
+const FUTEX_OP_FLAGS: u64 = 128 | 256;
 
 /// Functions of the C library that hold no lock of their own while their thread
 /// waits in them, compared after [`bare_name`] removes glibc's prefixes and suffixes.
@@ -221,6 +297,82 @@ fn is_waiting_function(name: &str) -> bool {
     !name.ends_with("_private") && WAITING_FUNCTIONS.contains(&bare_name(name))
 }
 
+/// True for a waiting function that waits in `futex` (the pthread and semaphore
+/// waits and glibc's futex helpers), after [`bare_name`].
+fn is_futex_waiter(name: &str) -> bool {
+    let bare = bare_name(name);
+    [
+        "pthread_",
+        "sem_",
+        "new_sem_",
+        "futex_",
+        "do_futex_",
+        "lll_lock_wait",
+    ]
+    .iter()
+    .any(|p| bare.starts_with(p))
+}
+
+/// A `syscall` file's `nr arg0..arg5 sp pc` form (hexadecimal words): the system
+/// call number, its arguments and the pc; `None` for `-1 sp pc`, `running` and
+/// anything malformed.
+fn parse_in_syscall(text: &str) -> Option<(i64, [u64; 6], u64)> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let [nr, args @ .., _sp, pc] = words.as_slice() else {
+        return None;
+    };
+    let hex = |w: &str| u64::from_str_radix(w.strip_prefix("0x")?, 16).ok();
+    let nr: i64 = nr.parse().ok().filter(|n| *n >= 0)?;
+    let args: Vec<u64> = args.iter().map(|w| hex(w)).collect::<Option<_>>()?;
+    Some((nr, args.try_into().ok()?, hex(pc)?))
+}
+
+/// What the kernel and the code say about a stopped thread's system call, when it
+/// is one it waits in (see the module documentation for what this proves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitingSyscall {
+    /// The system call number (one of [`WAITING_SYSCALLS`]).
+    pub nr: i64,
+    /// The pc right after its `syscall` instruction.
+    pub pc: u64,
+}
+
+impl WaitingSyscall {
+    /// The proof's first half, from facts read from the stopped thread: `reported`
+    /// is the text of its `/proc/PID/task/TID/syscall`, `rip` and `orig_rax` its
+    /// registers, `code_before_pc` the two bytes before `rip`, and `guarded_data(addr)`
+    /// tells whether a futex word lies in a guarded module's data. `None` when the
+    /// thread is not waiting in a system call this way.
+    pub fn prove(
+        reported: Option<&str>,
+        rip: u64,
+        orig_rax: u64,
+        code_before_pc: Option<[u8; 2]>,
+        guarded_data: impl Fn(u64) -> bool,
+    ) -> Option<WaitingSyscall> {
+        let (nr, args, pc) = parse_in_syscall(reported?)?;
+        if !WAITING_SYSCALLS.contains(&nr)
+            || pc != rip
+            || orig_rax != nr as u64
+            || code_before_pc != Some([0x0f, 0x05])
+        {
+            return None;
+        }
+        if nr == libc::SYS_futex
+            && (!FUTEX_WAIT_OPS.contains(&(args[1] & !FUTEX_OP_FLAGS)) || guarded_data(args[0]))
+        {
+            return None;
+        }
+        Some(WaitingSyscall { nr, pc })
+    }
+
+    /// True when the named function `name` may be the one that made this system
+    /// call: a waiting function, a futex waiter exactly for `futex`.
+    fn made_by(&self, name: &str) -> bool {
+        is_waiting_function(name) && (self.nr == libc::SYS_futex) == is_futex_waiter(name)
+    }
+}
+
 /// Why a thread cannot be borrowed at this instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unsafe {
@@ -362,7 +514,45 @@ impl Guard {
 
     /// Ok when a thread with these frames (innermost first, from [`Unwinder::walk`]) may
     /// run a function that allocates or takes the loader's, allocator's or unwinder's locks.
+    #[cfg(test)]
     pub fn check(&self, frames: &[Frame], truncated: Option<&str>) -> Result<(), Unsafe> {
+        self.check_waiting(frames, truncated, None)
+    }
+
+    /// True when `addr` lies in a guarded module's mappings or in the anonymous
+    /// mapping right after one (its `.bss`), per `maps`.
+    pub fn guarded_data(&self, maps: &[MapEntry], addr: u64) -> bool {
+        let Some(i) = maps.iter().position(|m| m.contains(addr)) else {
+            return false;
+        };
+        let owner = if maps[i].is_file() {
+            Some(&maps[i])
+        } else {
+            i.checked_sub(1)
+                .map(|p| &maps[p])
+                .filter(|p| p.end == maps[i].start && p.is_file() && maps[i].path.is_empty())
+        };
+        owner.is_some_and(|m| {
+            let path = m.file_path();
+            let role = match self.modules.iter().find(|(p, _, _)| p == path) {
+                Some((_, _, r)) => *r,
+                None => {
+                    role_of_file(path.rsplit('/').next().unwrap_or(path)).unwrap_or(Role::Other)
+                }
+            };
+            role.guarded()
+        })
+    }
+
+    /// [`Guard::check`], also accepting unnamed system-call stubs at the inner end
+    /// when `waiting` proves the thread is waiting in a system call (see the module
+    /// documentation).
+    pub fn check_waiting(
+        &self,
+        frames: &[Frame],
+        truncated: Option<&str>,
+        waiting: Option<&WaitingSyscall>,
+    ) -> Result<(), Unsafe> {
         if let Some(reason) = truncated {
             return Err(Unsafe::Incomplete {
                 reason: reason.to_string(),
@@ -393,8 +583,27 @@ impl Guard {
             start_frames += 1;
         }
         let mut inner = 0;
+        if let (Some(w), Some(&(first, _))) = (waiting, frames.first()) {
+            let stub = |(f, role): &(&Frame, Role)| {
+                role.guarded() && f.function.is_none() && f.module == first.module
+            };
+            let stubs = frames
+                .iter()
+                .take(outer.min(MAX_STUB_FRAMES + 1))
+                .take_while(|f| stub(f))
+                .count();
+            let entry = frames.get(stubs).filter(|(f, role)| {
+                stubs < outer
+                    && role.guarded()
+                    && f.module == first.module
+                    && f.function.as_deref().is_some_and(|n| w.made_by(n))
+            });
+            if first.pc == w.pc && (1..=MAX_STUB_FRAMES).contains(&stubs) && entry.is_some() {
+                inner = stubs;
+            }
+        }
         while inner < outer
-            && inner < MAX_WAIT_FRAMES
+            && inner < MAX_WAIT_FRAMES + MAX_STUB_FRAMES
             && frames[inner].1.guarded()
             && frames[inner]
                 .0
@@ -543,9 +752,22 @@ pub fn borrow_at_safe_point(
                     Err(Unsafe::NoStackRoom { sp: regs.rsp })
                 }
                 Ok(regs) => {
-                    let regs = unwind.arch().dwarf_registers(&regs);
-                    let (frames, truncated) = unwind.walk(&regs, mem);
-                    guard.check(&frames, truncated.map(|r| r.to_string()).as_deref())
+                    let mut before = [0u8; 2];
+                    let reported =
+                        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok();
+                    let waiting = WaitingSyscall::prove(
+                        reported.as_deref(),
+                        regs.rip,
+                        regs.orig_rax,
+                        mem.read(regs.rip.wrapping_sub(2), &mut before)
+                            .ok()
+                            .map(|()| before),
+                        |addr| guard.guarded_data(&maps, addr),
+                    );
+                    let dwarf = unwind.arch().dwarf_registers(&regs);
+                    let (frames, truncated) = unwind.walk(&dwarf, mem);
+                    let truncated = truncated.map(|r| r.to_string());
+                    guard.check_waiting(&frames, truncated.as_deref(), waiting.as_ref())
                 }
             };
             match verdict {
@@ -733,6 +955,183 @@ mod tests {
         unnamed.extend(vec![frame(0x1500, "/bin/prog", Some("main"))]);
         unnamed.extend(main_start());
         assert!(g.check(&unnamed, None).is_err());
+    }
+
+    /// What the kernel reported for a thread asleep in `time.sleep` on Debian sid
+    /// (stripped libc), read from a live process; the pc is in the unnamed stub.
+    const SID_SLEEP: &str = "230 0x1 0x1 0x7ffd7f761390 0x0 0x0 0x0 0x7ffd7f761340 0x10a02\n";
+
+    fn prove(line: &str, rip: u64, orig_rax: u64, code: [u8; 2]) -> Option<WaitingSyscall> {
+        WaitingSyscall::prove(Some(line), rip, orig_rax, Some(code), |addr| {
+            (0x10000..0x20000).contains(&addr)
+        })
+    }
+
+    const SYSCALL: [u8; 2] = [0x0f, 0x05];
+
+    /// A stripped libc's sleeping stack: stub (unnamed), clock_nanosleep, nanosleep, main.
+    fn sid_sleeping() -> Vec<Frame> {
+        let mut frames = vec![
+            frame(0x10a02, "/lib/libc.so.6", None),
+            frame(0x11e6a, "/lib/libc.so.6", Some("clock_nanosleep")),
+            frame(0x125d3, "/lib/libc.so.6", Some("nanosleep")),
+            frame(0x1500, "/bin/prog", Some("main")),
+        ];
+        frames.extend(main_start());
+        frames
+    }
+
+    #[test]
+    fn syscall_report_proves_unnamed_stubs() {
+        let g = guard();
+        let frames = sid_sleeping();
+        // Without the kernel's report the unnamed stub proves nothing (the old refusal).
+        assert!(matches!(
+            g.check(&frames, None),
+            Err(Unsafe::Inside {
+                function: None,
+                pc: 0x10a02,
+                ..
+            })
+        ));
+        let w = prove(SID_SLEEP, 0x10a02, 230, SYSCALL).expect("a proved wait");
+        assert_eq!(
+            w,
+            WaitingSyscall {
+                nr: 230,
+                pc: 0x10a02
+            }
+        );
+        assert_eq!(g.check_waiting(&frames, None, Some(&w)), Ok(()));
+        // Two stubs (glibc 2.41's __syscall_cancel_arch and __internal_syscall_cancel).
+        let mut two = frames.clone();
+        two.insert(1, frame(0x10b10, "/lib/libc.so.6", None));
+        assert_eq!(g.check_waiting(&two, None, Some(&w)), Ok(()));
+        // Too many unnamed frames are not stubs any more.
+        let mut many = frames.clone();
+        for pc in [0x10b10, 0x10c10, 0x10d10] {
+            many.insert(1, frame(pc, "/lib/libc.so.6", None));
+        }
+        assert!(g.check_waiting(&many, None, Some(&w)).is_err());
+        // The first named frame must be a waiting function (malloc is not) ...
+        let mut in_malloc = frames.clone();
+        in_malloc[1] = frame(0x11e6a, "/lib/libc.so.6", Some("malloc"));
+        assert!(g.check_waiting(&in_malloc, None, Some(&w)).is_err());
+        // ... and one that waits in this system call (not a futex wait for clock_nanosleep).
+        let mut cond = frames.clone();
+        cond[1] = frame(0x11e6a, "/lib/libc.so.6", Some("pthread_cond_wait"));
+        assert!(g.check_waiting(&cond, None, Some(&w)).is_err());
+        // The innermost frame must be the one right after the syscall instruction.
+        let elsewhere = WaitingSyscall {
+            nr: 230,
+            pc: 0x10a50,
+        };
+        assert!(g.check_waiting(&frames, None, Some(&elsewhere)).is_err());
+        // A guarded frame in the middle still refuses (exit running a handler that sleeps).
+        let mut in_exit = frames[..3].to_vec();
+        in_exit.push(frame(
+            0x16000,
+            "/lib/libc.so.6",
+            Some("__run_exit_handlers"),
+        ));
+        in_exit.extend(main_start());
+        assert!(g.check_waiting(&in_exit, None, Some(&w)).is_err());
+        // An incomplete stack proves nothing, whatever the kernel says.
+        assert!(g.check_waiting(&frames, Some("no CFI"), Some(&w)).is_err());
+    }
+
+    #[test]
+    fn syscall_lines() {
+        assert_eq!(
+            parse_in_syscall(SID_SLEEP),
+            Some((230, [1, 1, 0x7ffd7f761390, 0, 0, 0], 0x10a02))
+        );
+        assert_eq!(parse_in_syscall("-1 0x7ffd7f761340 0x10a02\n"), None);
+        assert_eq!(parse_in_syscall("running\n"), None);
+        assert_eq!(parse_in_syscall("230 0x1 0x1\n"), None);
+        assert_eq!(parse_in_syscall("230 1 1 1 0 0 0 0x7ffc 0x7f\n"), None);
+        assert_eq!(
+            parse_in_syscall("-2 0x1 0x1 0x1 0x0 0x0 0x0 0x7ffc 0x7f\n"),
+            None
+        );
+        assert_eq!(
+            parse_in_syscall("230 0x1 0x1 0x1 0x0 0x0 0x0 0x0 0x7ffc 0x7f\n"),
+            None
+        );
+        assert_eq!(parse_in_syscall(""), None);
+    }
+
+    #[test]
+    fn syscall_reports_that_prove_nothing() {
+        // Not a waiting system call: mmap (malloc growing its heap under its arena lock).
+        assert_eq!(
+            prove(
+                "9 0x0 0x21000 0x3 0x22 0xffffffffffffffff 0x0 0x7ffc 0x10a02",
+                0x10a02,
+                9,
+                SYSCALL
+            ),
+            None
+        );
+        // In user space, running, or unreadable.
+        assert_eq!(
+            prove("-1 0x7ffd7f761340 0x10a02", 0x10a02, u64::MAX, SYSCALL),
+            None
+        );
+        assert_eq!(prove("running", 0x10a02, 230, SYSCALL), None);
+        assert_eq!(prove("", 0x10a02, 230, SYSCALL), None);
+        // The report disagrees with the stopped thread's registers (it moved on).
+        assert_eq!(prove(SID_SLEEP, 0x10b00, 230, SYSCALL), None);
+        assert_eq!(prove(SID_SLEEP, 0x10a02, 35, SYSCALL), None);
+        // No syscall instruction before the pc.
+        assert_eq!(prove(SID_SLEEP, 0x10a02, 230, [0xff, 0xd0]), None);
+        // futex: a wait on a word of the program's is a proved wait ...
+        let cond = "202 0x55d0c0 0x189 0x0 0x0 0x0 0xffffffff 0x7ffc 0x10a02";
+        let w = prove(cond, 0x10a02, 202, SYSCALL).expect("a proved futex wait");
+        let g = guard();
+        let mut frames = vec![
+            frame(0x10a02, "/lib/libc.so.6", None),
+            frame(0x10c00, "/lib/libc.so.6", None),
+            frame(
+                0x11000,
+                "/lib/libc.so.6",
+                Some("pthread_cond_wait@@GLIBC_2.3.2"),
+            ),
+            frame(0x1500, "/bin/prog", Some("main")),
+        ];
+        frames.extend(main_start());
+        assert_eq!(g.check_waiting(&frames, None, Some(&w)), Ok(()));
+        // ... but not for clock_nanosleep's stubs, and a lock of libc's is never.
+        frames[2] = frame(0x11000, "/lib/libc.so.6", Some("clock_nanosleep"));
+        assert!(g.check_waiting(&frames, None, Some(&w)).is_err());
+        let libc_lock = "202 0x11f00 0x80 0x2 0x0 0x0 0x0 0x7ffc 0x10a02";
+        assert_eq!(prove(libc_lock, 0x10a02, 202, SYSCALL), None);
+        // A futex wake or a PI lock is not a wait for a condition.
+        let wake = "202 0x55d0c0 0x81 0x1 0x0 0x0 0x0 0x7ffc 0x10a02";
+        assert_eq!(prove(wake, 0x10a02, 202, SYSCALL), None);
+        let pi = "202 0x55d0c0 0x86 0x0 0x0 0x0 0x0 0x7ffc 0x10a02";
+        assert_eq!(prove(pi, 0x10a02, 202, SYSCALL), None);
+    }
+
+    #[test]
+    fn guarded_data_includes_bss() {
+        use reader::procfs::parse_maps;
+        let maps = parse_maps(
+            "10000-11000 r--p 00000000 fe:00 7 /lib/libc.so.6\n\
+             11000-12000 rw-p 00001000 fe:00 7 /lib/libc.so.6\n\
+             12000-13000 rw-p 00000000 00:00 0 \n\
+             55d000-55e000 rw-p 00000000 00:00 0 [heap]\n\
+             7f0000-7f1000 rw-p 00000000 00:00 0 \n",
+        );
+        let g = guard();
+        assert!(g.guarded_data(&maps, 0x10100));
+        assert!(g.guarded_data(&maps, 0x12100), "libc's .bss");
+        assert!(!g.guarded_data(&maps, 0x55d0c0), "the heap");
+        assert!(
+            !g.guarded_data(&maps, 0x7f0100),
+            "an anonymous mapping after a gap"
+        );
+        assert!(!g.guarded_data(&maps, 0x9000), "unmapped");
     }
 
     #[test]

@@ -237,7 +237,7 @@ mod tests {
         let mem = Bytes(0x1000, b"hi\n\"there\0".to_vec());
         let sig =
             parse_params("int, unsigned char, _Bool, const char *, struct p *, double").unwrap();
-        let t = |i: usize| &sig.params[i].ty;
+        let t = |i: usize| &sig.params()[i].ty;
         assert_eq!(format_value(t(0), &(-5i64).to_le_bytes(), &mem), "-5");
         assert_eq!(format_value(t(1), &[97, 1, 2], &mem), "97 'a'");
         assert_eq!(format_value(t(2), &[1], &mem), "true");

@@ -175,7 +175,7 @@ pub fn stashed_values_i386(
 
 /// Values of the parameters of a user-given signature (`info`, as parsed for
 /// x86-64: its types are resized for i386 here), in cdecl order from `stash`;
-/// `None` when a type's size is unknown (a struct by value without members).
+/// `None` when a type's i386 size is unknown (see [`signature_layout_i386`]).
 pub fn signature_values_i386(
     info: &FunctionInfo,
     stash: &[(&'static str, u64)],
@@ -185,30 +185,47 @@ pub fn signature_values_i386(
     for p in &mut info.params {
         ilp32(&mut p.ty);
     }
-    let mut next: u64 = 4;
-    let mut places = Vec::new();
-    for p in &info.params {
-        if p.ty.size == 0 {
-            return None;
-        }
-        places.push(vec![(Part::Stack(next), p.ty.size)]);
-        next = next.saturating_add(p.ty.size.div_ceil(4).saturating_mul(4));
-    }
+    let places = signature_layout_i386(&info)?
+        .into_iter()
+        .map(|(at, size)| vec![(Part::Stack(at), size)])
+        .collect();
     values(&info, places, stash, mem)
 }
 
+/// Where each parameter of a user-given signature (`info`, as parsed for x86-64)
+/// arrives in an i386 cdecl call: `(offset from the entry esp, i386 size)`, the
+/// first at offset 4; `None` when a type has no known i386 size (a struct by
+/// value without members, `__int128`, which i386 GCC does not have).
+pub fn signature_layout_i386(info: &FunctionInfo) -> Option<Vec<(u64, u64)>> {
+    let mut next: u64 = 4;
+    let mut places = Vec::new();
+    for p in &info.params {
+        let mut ty = p.ty.clone();
+        ilp32(&mut ty);
+        if ty.size == 0 || (matches!(ty.kind, TypeKind::Signed | TypeKind::Unsigned) && ty.size > 8)
+        {
+            return None;
+        }
+        places.push((next, ty.size));
+        next = next.saturating_add(ty.size.div_ceil(4).saturating_mul(4));
+    }
+    Some(places)
+}
+
 /// Resizes a type parsed with x86-64 sizes to i386's (ILP32): pointers, `long`
-/// and the pointer-sized typedefs take 4 bytes, `long double` 12.
+/// and the pointer-sized typedefs take 4 bytes, `long double` 12. Idempotent.
 fn ilp32(ty: &mut TypeDesc) {
-    let bare = ty
+    let bare: String = ty
         .name
-        .trim_start_matches("const ")
-        .trim_start_matches("volatile ");
+        .split(' ')
+        .filter(|w| !matches!(*w, "const" | "volatile"))
+        .collect::<Vec<_>>()
+        .join(" ");
     match &mut ty.kind {
         TypeKind::Pointer(_) => ty.size = 4,
         TypeKind::Signed | TypeKind::Unsigned
             if matches!(
-                bare,
+                bare.as_str(),
                 "long"
                     | "unsigned long"
                     | "size_t"

@@ -16,7 +16,8 @@
 //! - `dwarf.rs`: reading a [`FunctionInfo`] from DWARF ([`function_info`]) and
 //!   parameter values by evaluating location expressions ([`dwarf_values`],
 //!   [`call_value`]).
-//! - `signature.rs`: the C signature parser ([`split_signature`], [`parse_params`]).
+//! - `signature/`: the C signature parser ([`split_signature`], [`parse_params`]):
+//!   its grammar, lexer, parser and the C types it names.
 //! - [`x86_64`]: SysV placement ([`x86_64::placement_of`]) and values from an
 //!   x86-64 stash frame ([`stashed_values_with_xmm`]).
 //! - [`i386`]: values from an i386 stash frame.
@@ -38,7 +39,8 @@ pub mod x86_64;
 pub use dwarf::{call_value, dwarf_values, function_info, wants_entry_values};
 pub use format::{format_value, gdb_float, MAX_STRING};
 pub use signature::{
-    parse_params, split_signature, ParamListError, Signature, SignatureError, SyntaxReason,
+    parse_params, split_signature, Expected, Found, Signature, SignatureError, SyntaxError,
+    SyntaxReason, TYPEDEFS,
 };
 pub use types::{
     ArgSource, ArgValue, FrameState, FunctionInfo, Location, Member, Param, TypeDesc, TypeKind,

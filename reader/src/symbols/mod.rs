@@ -778,7 +778,7 @@ impl Module {
 /// file was replaced on disk), `/proc/PID/map_files/` is tried, which opens the very
 /// file that is mapped; if that is not permitted either, the path's file is used.
 fn open_mapped_file(pid: i32, path: &str, entries: &[&MapEntry]) -> Result<FileData, SymbolError> {
-    let root_path = format!("/proc/{pid}/root{path}");
+    let root_path = crate::procfs::path_in_root(pid, path);
     let inode = entries.first().map_or(0, |e| e.inode);
     // Never waits on a FIFO put where a mapped file was (a deleted file in /tmp).
     let by_path = crate::shared_file::open_regular(Path::new(&root_path));
@@ -1718,8 +1718,8 @@ pub fn soname_of(pid: i32, path: &str) -> Option<String> {
     if !path.starts_with('/') {
         return None;
     }
-    let file =
-        crate::shared_file::open_regular(Path::new(&format!("/proc/{pid}/root{path}"))).ok()?;
+    let file = crate::shared_file::open_regular(Path::new(&crate::procfs::path_in_root(pid, path)))
+        .ok()?;
     let data = map_elf_file(file, path, path).ok()?;
     let elf = parse_view(data.bytes()).ok()?;
     elf.soname.filter(|n| !n.is_empty()).map(str::to_string)
@@ -1730,7 +1730,7 @@ pub fn soname_of(pid: i32, path: &str) -> Option<String> {
 /// `libz.so.1.2.13` it points to).
 pub fn same_file_in(pid: i32, a: &str, b: &str) -> bool {
     let id = |p: &str| {
-        std::fs::metadata(format!("/proc/{pid}/root{p}"))
+        std::fs::metadata(crate::procfs::path_in_root(pid, p))
             .ok()
             .map(|m| (m.dev(), m.ino()))
     };

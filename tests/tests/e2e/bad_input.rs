@@ -670,6 +670,65 @@ fn named_twice_in_one_request() {
     t.assert_function_pristine("bar");
 }
 
+/// Malformed `--func` signatures (issue 19): each is refused with the byte it goes
+/// wrong at, shown under the input, and how to write it; nothing reaches the
+/// target, so `list` shows no hook (before, `bar(int a))` was stored as `int a)`).
+#[test]
+fn malformed_signatures_are_refused_at_their_position() {
+    let mut t = Target::start("seed", Variant::O2G);
+    for (func, at, why, advice) in [
+        (
+            "bar(int a))",
+            10,
+            "`)` follows the `)` that closes the parameter list",
+            "nothing may follow",
+        ),
+        (
+            "bar(int a[)",
+            10,
+            "expected an array size or `]`, found `)`",
+            "write an array parameter as `int a[4]`",
+        ),
+        (
+            "bar(int 3x)",
+            8,
+            "`3x` is not a parameter name",
+            "a name is a letter or `_`",
+        ),
+        (
+            "bar(long a;)",
+            10,
+            "unexpected character `;`",
+            "a parameter is a type",
+        ),
+        (
+            "bar(void, int)",
+            4,
+            "`void` as a parameter is allowed only alone",
+            "write `(void)` or `()`",
+        ),
+        (
+            "bar(...)",
+            4,
+            "`...` needs a named parameter before it",
+            "write `...` last",
+        ),
+    ] {
+        let stderr = refuse_inject(&mut t, &[func], why);
+        let caret = format!("\n  {func}\n  {}^ at byte {at}\n  {advice}", " ".repeat(at));
+        assert!(stderr.contains(&caret), "{func}: {stderr}");
+    }
+    assert!(list_hooks(t.pid()).is_empty(), "nothing was stored");
+    t.assert_function_pristine("bar");
+    // `run` refuses them the same way, before it starts the program.
+    let out = expect_fail(
+        &["run", "--func", "bar(int a))", "--", "/bin/true"],
+        1,
+        "  bar(int a))\n            ^ at byte 10",
+    );
+    assert!(out.stdout.is_empty());
+}
+
 #[test]
 fn eject_of_a_function_that_is_not_hooked() {
     let mut t = Target::start("seed", Variant::O2G);
