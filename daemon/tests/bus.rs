@@ -1495,3 +1495,105 @@ fn signals_reach_only_peers_that_may_trace_the_process() {
     let _ = listener.kill();
     let _ = listener.wait();
 }
+
+#[test]
+fn a_target_with_a_private_tmp_gets_the_files_it_opens_in_its_own_tmp() {
+    // The daemon's unit has `PrivateTmp=yes`: it and its targets never share a
+    // /tmp. Here the target has the private /tmp (its own mount namespace with a
+    // fresh tmpfs on /tmp); the files it must open (the jitdump it maps, the gdb
+    // helper it dlopens) and the perf map perf looks for in its namespace must
+    // be written into that /tmp, through /proc/PID/root.
+    let bus = Bus::start();
+    let exe = argstash_tests::build("seed", Variant::O2G);
+    let mut t = Target::spawn_with_args(
+        std::path::Path::new("unshare"),
+        &[
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs argstash-private-tmp /tmp && exec \"$0\"",
+            exe.to_str().unwrap(),
+        ],
+    );
+    let pid = t.pid();
+    let proxy = bus.proxy();
+    let report = proxy
+        .inject_with_report(pid as u32, &["bar"], HashMap::new())
+        .unwrap();
+    let unwind = report.unwind.expect("unwind report");
+    let notes = unwind.notes.clone().unwrap_or_default();
+    assert!(!notes.iter().any(|n| n.contains("cannot map")), "{notes:?}");
+    assert_eq!(unwind.gdb_jit, Some(1), "{unwind:?}");
+    let theirs = std::path::PathBuf::from(format!("/proc/{pid}/root/tmp"));
+    let names = [
+        format!("jit-{pid}.dump"),
+        format!("argstash-jit-{pid}.so"),
+        format!("perf-{pid}.map"),
+    ];
+    for name in &names {
+        assert!(theirs.join(name).is_file(), "{name}: {unwind:?}");
+        assert!(
+            !std::path::Path::new("/tmp").join(name).exists(),
+            "{name} is not in the daemon's /tmp"
+        );
+    }
+    // The hook works: its stashed argument shows in a backtrace.
+    assert_eq!(rdi_of_bar(&bus, pid as u32), 28);
+    assert_eq!(proxy.eject_all(pid as u32).unwrap(), 1);
+    for name in &names {
+        assert!(!theirs.join(name).exists(), "eject removes {name}");
+    }
+    t.assert_healthy();
+}
+
+#[test]
+fn hostile_files_at_the_targets_tmp_paths_are_noted_and_left_alone() {
+    // uid 65534 plants FIFOs at every /tmp name argstashd uses for a root
+    // target: the call returns in time, the report names each file, the FIFOs
+    // stay, and the hook works.
+    let bus = Bus::start();
+    let mut t = seed();
+    let pid = t.pid();
+    let paths = [
+        format!("/tmp/perf-{pid}.map"),
+        format!("/tmp/jit-{pid}.dump"),
+        format!("/tmp/argstash-jit-{pid}.so"),
+        format!("/tmp/argstash-{pid}.elf"),
+    ];
+    struct Cleanup<'a>(&'a [String]);
+    impl Drop for Cleanup<'_> {
+        fn drop(&mut self) {
+            for p in self.0 {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+    let _cleanup = Cleanup(&paths);
+    for p in &paths {
+        let _ = std::fs::remove_file(p);
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["mkfifo", "-m", "666", p])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let proxy = bus.proxy();
+    let report = proxy
+        .inject_with_report(pid as u32, &["bar"], HashMap::new())
+        .unwrap();
+    let notes = report.unwind.and_then(|u| u.notes).unwrap_or_default();
+    for p in &paths {
+        assert!(
+            notes.iter().any(|n| n.contains(&format!("{p} left alone"))),
+            "{p}: {notes:?}"
+        );
+        let meta = std::fs::symlink_metadata(p).unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(&meta.file_type()));
+    }
+    assert_eq!(rdi_of_bar(&bus, pid as u32), 28);
+    assert_eq!(proxy.eject_all(pid as u32).unwrap(), 1);
+    t.assert_healthy();
+}

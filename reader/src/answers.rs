@@ -27,7 +27,6 @@
 //! encoding and decoding, not copied.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -94,7 +93,13 @@ impl Saved {
     /// The entry saved for the debug file `key`, for a module loaded at `bias`,
     /// if a valid one exists.
     pub fn load(disk: &DiskCache, key: &EntryKey, bias: u64) -> Option<Saved> {
-        let file = File::open(entry_path(disk, key)).ok()?;
+        if !crate::shared_file::is_private_dir(disk.root()) {
+            return None;
+        }
+        // Never follows a link nor blocks on a FIFO planted in place of an entry.
+        let file =
+            crate::shared_file::open_read(&entry_path(disk, key), &[crate::shared_file::own_uid()])
+                .ok()??;
         if file.metadata().ok()?.len() > MAX_LEN {
             return None;
         }

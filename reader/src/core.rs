@@ -14,7 +14,6 @@
 //! its frames their names (they show addresses); it never fails the backtrace.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -468,7 +467,8 @@ impl CoreFile {
             path: shown.clone(),
             source,
         };
-        let file = File::open(path).map_err(open_err)?;
+        // Never waits on a FIFO named as the core.
+        let file = crate::shared_file::open_regular(path).map_err(open_err)?;
         let meta = file.metadata().map_err(open_err)?;
         if !meta.is_file() {
             return Err(open_err(io::Error::other("not a regular file")));
@@ -843,7 +843,12 @@ fn build_id(image: &[u8]) -> Option<&[u8]> {
 
 /// Maps a regular file read-only, or says why not.
 fn map_regular_file(path: &Path) -> Result<memmap2::Mmap, BackingError> {
-    let file = File::open(path).map_err(BackingError::Io)?;
+    // A FIFO planted at a mapped file's path (in /tmp) is refused without waiting.
+    let file = match crate::shared_file::open_regular(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => return Err(BackingError::NotRegular),
+        Err(e) => return Err(BackingError::Io(e)),
+    };
     let meta = file.metadata().map_err(BackingError::Io)?;
     if !meta.is_file() {
         return Err(BackingError::NotRegular);

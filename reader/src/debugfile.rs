@@ -13,7 +13,6 @@
 //! [`crate::debuginfo`] (DWARF) both build on it.
 
 use std::borrow::Cow;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -163,7 +162,7 @@ impl ElfSections {
             path: shown.clone(),
             source,
         };
-        let file = File::open(path).map_err(io)?;
+        let file = crate::shared_file::open_regular(path).map_err(io)?;
         // SAFETY: read-only private mapping that is never written through. Another
         // process truncating the file meanwhile could raise SIGBUS; debug files and
         // binaries are replaced by rename, the risk every debugger accepts.

@@ -27,6 +27,7 @@
 use std::fs::{self, File};
 use std::io::Write;
 use std::ops::{Deref, Range};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -135,6 +136,9 @@ pub enum RefusedReason {
     BadSections,
     /// The build-id is empty or too long.
     BadKey,
+    /// The cache directory is not ours alone (a link, another owner, or writable
+    /// by others): entries are neither trusted nor written there.
+    SharedDirectory,
 }
 
 impl std::fmt::Display for RefusedReason {
@@ -143,6 +147,9 @@ impl std::fmt::Display for RefusedReason {
             RefusedReason::TooLarge => "larger than the cache's size bound",
             RefusedReason::BadSections => "unsupported section table",
             RefusedReason::BadKey => "unusable build-id",
+            RefusedReason::SharedDirectory => {
+                "the cache directory is not private (owned by this user, mode 0700)"
+            }
         })
     }
 }
@@ -234,7 +241,15 @@ impl DiskCache {
             return Err(Miss::Absent);
         }
         let path = self.entry_path(key);
-        let file = File::open(&path).map_err(|_| Miss::Absent)?;
+        if !crate::shared_file::is_private_dir(&self.root) {
+            return Err(Miss::Absent);
+        }
+        // Never follows a link nor blocks on a FIFO planted in place of an entry.
+        let file = match crate::shared_file::open_read(&path, &[crate::shared_file::own_uid()]) {
+            Ok(Some(f)) => f,
+            Ok(None) => return Err(Miss::Absent),
+            Err(_) => return Err(Miss::Corrupt),
+        };
         let meta = file.metadata().map_err(|_| Miss::Absent)?;
         if meta.len() < FIXED as u64 {
             return Err(Miss::Corrupt);
@@ -342,6 +357,9 @@ impl DiskCache {
             move |source| StoreError::Io { path, source }
         };
         create_dir(&self.root).map_err(io(&self.root))?;
+        if !crate::shared_file::is_private_dir(&self.root) {
+            return Err(StoreError::Refused(RefusedReason::SharedDirectory));
+        }
         let final_path = self.root.join(name);
         let tmp = self.root.join(format!(
             ".{name}.{}.{}{TMP_SUFFIX}",
@@ -349,7 +367,8 @@ impl DiskCache {
             unique()
         ));
         let written = (|| {
-            let mut f = File::create(&tmp)?;
+            let mut f = crate::shared_file::create_new(&tmp, 0o600)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
             write(&mut f)?;
             // No fsync: a crash may leave a short or empty entry, which the
             // length checks reject and the next run rebuilds.
@@ -367,6 +386,10 @@ impl DiskCache {
     /// Removes writers' leftovers and, while the entries total more than the
     /// bound, the least recently used ones (DWARF and answers entries alike).
     pub fn evict(&self) {
+        // Only in a directory no one else writes: every file there is then ours.
+        if !crate::shared_file::is_private_dir(&self.root) {
+            return;
+        }
         let Ok(dir) = fs::read_dir(&self.root) else {
             return;
         };
@@ -375,8 +398,10 @@ impl DiskCache {
         for e in dir.flatten() {
             let name = e.file_name();
             let name = name.to_string_lossy();
+            // The entry's own metadata (a link is not followed): only regular
+            // files of ours with one name are removed, never what a link points at.
             let Ok(meta) = e.metadata() else { continue };
-            if !meta.is_file() {
+            if !meta.is_file() || meta.uid() != crate::shared_file::own_uid() || meta.nlink() != 1 {
                 continue;
             }
             let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);

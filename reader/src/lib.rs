@@ -35,6 +35,7 @@ pub mod ids;
 pub mod memory;
 pub mod procfs;
 pub mod python;
+pub mod shared_file;
 pub mod symbols;
 pub mod unwind;
 

@@ -15,12 +15,13 @@
 use std::path::PathBuf;
 
 use goblin::elf::Elf;
+use reader::shared_file::{self, own_uid, SharedFileError};
 use trampolines::arena::SLOT_LEN;
 use trampolines::symbol_file::{symbol_file, SymbolFileHook};
 use trampolines::unwind_area::{FLAG_GDB_JIT, MAX_JIT_ELF};
 
 use super::calls::{Borrower, CallSkipped, CALL_TIMEOUT};
-use super::files::{replace_file, symbol_file_path};
+use super::files::{mapping_of, symbol_file_path, target_file, TargetFile, TargetTmpError};
 use super::report::UnwindReport;
 use super::slots::{read_slot, set_flags, UnwindHook};
 use crate::memory::{Memory, MemoryError, WriteMemory};
@@ -58,10 +59,28 @@ pub fn find_loader(symbols: &ProcessSymbols) -> Option<Loader> {
     })
 }
 
-/// Path of the helper for `pid`.
-pub fn helper_path(pid: i32) -> PathBuf {
-    PathBuf::from(format!("/tmp/argstash-jit-{pid}.so"))
+/// File name of the helper for `pid` (in the `/tmp` the process sees).
+pub fn helper_name(pid: i32) -> String {
+    format!("argstash-jit-{pid}.so")
 }
+
+/// The helper's file for `pid`, in the `/tmp` the process sees.
+pub fn helper_file(pid: i32) -> Result<TargetFile, TargetTmpError> {
+    target_file(pid, &helper_name(pid))
+}
+
+/// True when `bytes` are a helper argstash wrote (any build's: it defines the
+/// handle word only argstash's helper has).
+pub(super) fn is_helper(bytes: &[u8]) -> bool {
+    bytes == HELPER_SO
+        || (bytes.starts_with(b"\x7fELF")
+            && bytes.windows(HELPER_PROOF.len()).any(|w| w == HELPER_PROOF))
+}
+
+/// A symbol only argstash's helper defines.
+const HELPER_PROOF: &[u8] = b"argstash_jit_handle";
+/// Largest helper read back.
+pub(super) const MAX_HELPER: u64 = 1 << 20;
 
 /// Offset of a symbol of the helper from its load base.
 fn helper_symbol(name: &str) -> Option<u64> {
@@ -75,17 +94,12 @@ fn helper_symbol(name: &str) -> Option<u64> {
 /// Why the helper could not be loaded in the target.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum HelperError {
-    /// Its path is not UTF-8 (the pid makes that impossible; checked all the same).
-    #[error("helper path is not UTF-8")]
-    PathNotUtf8,
-    /// Its file could not be written.
-    #[error("cannot write {}: {source}", .path.display())]
-    Write {
-        /// The helper's path.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// Its file could not be written (or one there is not ours).
+    #[error(transparent)]
+    File(#[from] SharedFileError),
+    /// The target's `/tmp` cannot hold it.
+    #[error(transparent)]
+    TargetTmp(#[from] TargetTmpError),
     /// The unwind area's spare bytes cannot hold the path for `dlopen`.
     #[error("no room for the helper's path in the unwind area")]
     NoRoom,
@@ -123,12 +137,9 @@ pub(super) struct Helper {
 
 /// The helper of `pid`, if the process has it mapped.
 pub(super) fn loaded_helper(pid: i32) -> Option<Helper> {
-    let path = helper_path(pid);
-    let path = path.to_str()?;
-    let maps = reader::procfs::read_maps(pid).ok()?;
-    let base = maps
-        .iter()
-        .find(|m| m.path == path && m.offset == 0)
+    let file = helper_file(pid).ok()?;
+    let base = mapping_of(pid, &file.host)
+        .filter(|m| m.offset == 0)
         .map(|m| m.start)?;
     Some(Helper {
         descriptor: base + helper_symbol("__jit_debug_descriptor")?,
@@ -204,14 +215,11 @@ fn load_helper(
     mem: &dyn WriteMemory,
     borrower: &mut Borrower,
 ) -> Result<Helper, HelperError> {
-    let path = helper_path(pid);
-    let text = path.to_str().ok_or(HelperError::PathNotUtf8)?;
-    if std::fs::read(&path).ok().as_deref() != Some(HELPER_SO) {
-        let tmp = path.with_extension(format!("so.tmp{}", std::process::id()));
-        replace_file(&path, &tmp, HELPER_SO).map_err(|source| HelperError::Write {
-            path: path.clone(),
-            source,
-        })?;
+    let file = helper_file(pid)?;
+    let path = file.host.clone();
+    let text = file.seen.as_str();
+    if shared_file::read(&path, &[own_uid()], MAX_HELPER)?.as_deref() != Some(HELPER_SO) {
+        shared_file::replace(&path, HELPER_SO, 0o644, &[own_uid()])?;
     }
     let mut cstr = text.as_bytes().to_vec();
     cstr.push(0);
@@ -247,7 +255,7 @@ fn load_helper(
         }
     }
     let Some(helper) = loaded_helper(pid) else {
-        let _ = std::fs::remove_file(&path);
+        let _ = shared_file::remove_ours(&path, &[own_uid()], MAX_HELPER, is_helper);
         return Err(HelperError::NotLoaded(path));
     };
     let handle = link_map_of(pid, mem, text).ok_or(HelperError::NotListed)?;
@@ -390,13 +398,12 @@ pub(crate) fn unregister(
     let Ok(dlclose) = mem.read_u64(helper.dlclose) else {
         return;
     };
-    let path = helper_path(pid);
+    let Ok(file) = helper_file(pid) else {
+        return;
+    };
     let handle = match mem.read_u64(helper.handle) {
         Ok(h) if h != 0 => h,
-        _ => path
-            .to_str()
-            .and_then(|p| link_map_of(pid, mem, p))
-            .unwrap_or(0),
+        _ => link_map_of(pid, mem, &file.seen).unwrap_or(0),
     };
     if handle == 0 || dlclose == 0 {
         return;
@@ -407,7 +414,11 @@ pub(crate) fn unregister(
     });
     match closed {
         Ok(()) => {
-            let _ = std::fs::remove_file(path);
+            if let Err(e) =
+                shared_file::remove_ours(&file.host, &[own_uid()], MAX_HELPER, is_helper)
+            {
+                report.notes.push(format!("gdb JIT helper: {e}"));
+            }
         }
         Err(e) => report
             .notes

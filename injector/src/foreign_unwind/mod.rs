@@ -370,47 +370,68 @@ pub fn list_status(pid: reader::ids::Pid) -> Result<(Vec<HookUnwindStatus>, bool
     Ok((out, has_libgcc))
 }
 
-/// Removes our /tmp files (symbol files, gdb helpers, perf maps with only our lines)
-/// left by processes that died hooked.
+/// Removes our /tmp files (symbol files, gdb helpers, jitdumps, perf maps with only
+/// our lines) left by processes that died hooked.
 ///
-/// Only files whose process no longer exists are removed; a live process with that pid
-/// (even a reused one) keeps them.
-fn sweep_stale_files() {
-    let Ok(dir) = std::fs::read_dir("/tmp") else {
+/// Only files whose process no longer exists are removed (a live process with that
+/// pid, even a reused one, keeps them), and only once the file itself proves
+/// argstash wrote it: a regular file of ours with one link, opened without
+/// following a link or blocking, whose content is what argstash writes there.
+/// The name alone proves nothing: anyone can create `/tmp/perf-N.map`.
+pub(crate) fn sweep_stale_files() {
+    sweep_dir(std::path::Path::new("/tmp"));
+}
+
+/// What a file of ours in /tmp is, from its name: its pid and the proof its
+/// content must give.
+type Proof = fn(&[u8]) -> bool;
+
+fn stale_candidate(name: &str) -> Option<(u32, Proof, u64)> {
+    let pid = |prefix: &str, suffix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix(suffix))
+            .and_then(|p| p.parse::<u32>().ok())
+    };
+    fn perf_map_ours(b: &[u8]) -> bool {
+        !b.is_empty() && std::str::from_utf8(b).is_ok_and(perf_map::only_ours)
+    }
+    fn dump_ours(b: &[u8]) -> bool {
+        perf_jit::code_load_names(b).is_ok_and(|n| n.iter().all(|n| n == perf_jit::CODE_NAME))
+    }
+    if let Some(p) = pid("argstash-jit-", ".so") {
+        return Some((p, gdb_jit::is_helper, gdb_jit::MAX_HELPER));
+    }
+    if let Some(p) = pid("argstash-", ".elf") {
+        return Some((p, symbol_file::is_symbol_file, symbol_file::MAX_SYMBOL_FILE));
+    }
+    if let Some(p) = pid("perf-", ".map") {
+        return Some((p, perf_map_ours, 64 << 20));
+    }
+    if let Some(p) = pid("jit-", ".dump") {
+        return Some((p, dump_ours, 256 << 20));
+    }
+    None
+}
+
+fn sweep_dir(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    for entry in dir.flatten() {
+    let me = [reader::shared_file::own_uid()];
+    for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(name) = name.to_str() else {
+        let Some((pid, proof, max)) = name.to_str().and_then(stale_candidate) else {
             continue;
         };
-        let pid = name
-            .strip_prefix("argstash-jit-")
-            .and_then(|r| r.strip_suffix(".so"))
-            .or_else(|| {
-                name.strip_prefix("argstash-")
-                    .and_then(|r| r.strip_suffix(".elf"))
-            })
-            .and_then(|p| p.parse::<u32>().ok());
-        // A perf map of a dead process holding nothing but our lines is ours too.
-        let perf_pid = name
-            .strip_prefix("perf-")
-            .and_then(|r| r.strip_suffix(".map"))
-            .and_then(|p| p.parse::<u32>().ok())
-            .filter(|_| {
-                std::fs::read_to_string(entry.path()).is_ok_and(|t| perf_map::only_ours(&t))
-            });
-        if let Some(pid) = name
-            .strip_prefix("jit-")
-            .and_then(|r| r.strip_suffix(".dump"))
-            .and_then(|p| p.parse::<u32>().ok())
-        {
-            perf_jit::remove_if_dead(pid, &entry.path());
+        // Cheap checks on the name's metadata first (never opens anything):
+        // only our regular files are worth opening.
+        let plausible = entry.metadata().is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.file_type().is_file() && m.uid() == me[0] && m.nlink() == 1
+        });
+        if !plausible || reader::procfs::exists(pid as i32) {
+            continue;
         }
-        if let Some(pid) = pid.or(perf_pid) {
-            if !reader::procfs::exists(pid as i32) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
+        let _ = reader::shared_file::remove_ours(&entry.path(), &me, max, proof);
     }
 }

@@ -25,13 +25,15 @@
 //! never touched: only files whose code records all name argstash code are ours.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
+
+use reader::shared_file::{self, own_uid};
 
 use trampolines::arena::{HookState, SLOT_LEN};
 use trampolines::unwind_area::FLAG_PERF_JIT;
 
 use super::calls::{with_any_thread, AnyThreadError};
+use super::files::{mapping_of, perf_map_owners, target_file, TargetFile, TargetTmpError};
 use super::report::UnwindReport;
 use super::slots::{hook_of, read_area, read_slot, set_flags, UnwindHook};
 use crate::memory::{Memory, MemoryError, WriteMemory};
@@ -57,9 +59,22 @@ const EM_X86_64: u32 = 62;
 /// Bytes of the dump file mapped as the marker.
 const MARKER_LEN: u64 = 4096;
 
-/// Path of the jitdump of `pid` (perf looks for exactly this name).
+/// Path of the jitdump of `pid` in our `/tmp` (perf looks for exactly this name).
 pub fn jitdump_path(pid: i32) -> PathBuf {
     PathBuf::from(format!("/tmp/jit-{pid}.dump"))
+}
+
+/// The jitdump of `pid` in the `/tmp` the process sees (it maps it from there).
+pub fn jitdump_file(pid: i32) -> Result<TargetFile, TargetTmpError> {
+    target_file(pid, &format!("jit-{pid}.dump"))
+}
+
+/// Largest jitdump read back.
+const MAX_DUMP: u64 = 256 << 20;
+
+/// True when `bytes` are a jitdump argstash wrote (every code record is ours).
+fn dump_is_ours(bytes: &[u8]) -> bool {
+    code_load_names(bytes).is_ok_and(|names| names.iter().all(|n| n == CODE_NAME))
 }
 
 /// One block of argstash code as a jitdump describes it.
@@ -271,22 +286,15 @@ pub fn code_load_names(bytes: &[u8]) -> Result<Vec<String>, JitDumpError> {
 }
 
 /// Whether the jitdump at `path` was written by argstash (every code record is ours).
+#[cfg(test)]
 fn is_ours(path: &std::path::Path) -> bool {
-    std::fs::read(path)
-        .ok()
-        .and_then(|b| code_load_names(&b).ok())
-        .is_some_and(|names| names.iter().all(|n| n == CODE_NAME))
+    matches!(shared_file::read(path, &[own_uid()], MAX_DUMP), Ok(Some(b)) if dump_is_ours(&b))
 }
 
 /// Where the jitdump of `pid` is mapped in it, if it is.
 pub fn marker_mapping(pid: i32) -> Option<(u64, u64)> {
-    let path = jitdump_path(pid);
-    let path = path.to_str()?;
-    reader::procfs::read_maps(pid)
-        .ok()?
-        .iter()
-        .find(|m| m.path == path)
-        .map(|m| (m.start, m.end - m.start))
+    let file = jitdump_file(pid).ok()?;
+    mapping_of(pid, &file.host).map(|m| (m.start, m.end - m.start))
 }
 
 /// Active hooks of `pid` with unwind information, by arena: `(block, hooks)`.
@@ -338,9 +346,9 @@ fn active_blocks(pid: i32, mem: &dyn Memory) -> Vec<(JitBlock, Vec<UnwindHook>)>
 /// Why the jitdump could not be mapped in the target (or unmapped from it).
 #[derive(Debug, thiserror::Error)]
 pub(super) enum MarkerError {
-    /// Its path is not UTF-8 (the pid makes that impossible; checked all the same).
-    #[error("path is not UTF-8")]
-    PathNotUtf8,
+    /// The target's `/tmp` cannot hold it.
+    #[error(transparent)]
+    TargetTmp(#[from] TargetTmpError),
     /// The unwind area's spare bytes cannot hold the path for `open`.
     #[error("no room for the jitdump's path in the unwind area")]
     NoRoom,
@@ -373,12 +381,7 @@ pub(super) fn map_marker(
     scratch: (u64, usize),
     gadgets: &mut Gadgets,
 ) -> Result<u64, MarkerError> {
-    let path = jitdump_path(pid);
-    let mut cstr = path
-        .to_str()
-        .ok_or(MarkerError::PathNotUtf8)?
-        .as_bytes()
-        .to_vec();
+    let mut cstr = jitdump_file(pid)?.seen.into_bytes();
     cstr.push(0);
     if cstr.len() > scratch.1 {
         return Err(MarkerError::NoRoom);
@@ -389,7 +392,15 @@ pub(super) fn map_marker(
         let open = session.remote_syscall_on(
             tid,
             libc::SYS_open,
-            [scratch.0, libc::O_RDONLY as u64, 0, 0, 0, 0],
+            // Never blocks on a FIFO nor follows a link swapped in meanwhile.
+            [
+                scratch.0,
+                (libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC) as u64,
+                0,
+                0,
+                0,
+                0,
+            ],
         )?;
         let fd = syscall_result(pid, "open", libc::SYS_open, open)?;
         let mapped = session.remote_syscall_on(
@@ -438,8 +449,21 @@ pub fn register(
     report: &mut UnwindReport,
     gadgets: &mut Gadgets,
 ) {
-    let path = jitdump_path(pid);
-    let existing = std::fs::read(&path).ok();
+    let path = match jitdump_file(pid) {
+        Ok(file) => file.host,
+        Err(e) => {
+            report.notes.push(format!("perf jitdump not written: {e}"));
+            return;
+        }
+    };
+    // A JIT in the process may have written its own (owned by the process's user).
+    let existing = match shared_file::read(&path, &perf_map_owners(pid), MAX_DUMP) {
+        Ok(existing) => existing,
+        Err(e) => {
+            report.notes.push(format!("perf jitdump not written: {e}"));
+            return;
+        }
+    };
     let mut index = match &existing {
         Some(bytes) => match code_load_names(bytes) {
             Ok(names) if names.iter().all(|n| n == CODE_NAME) => names.len() as u64,
@@ -475,17 +499,17 @@ pub fn register(
     if described.is_empty() {
         return;
     }
-    let written = std::fs::OpenOptions::new()
-        .create(existing.is_none())
-        .append(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .and_then(|mut f| f.write_all(&bytes));
+    let opened = match existing {
+        None => shared_file::create_new(&path, 0o644).map(Some),
+        Some(_) => shared_file::open_append(&path, &[own_uid()]),
+    };
+    let written = match opened {
+        Ok(Some(mut f)) => f.write_all(&bytes).map_err(|e| e.to_string()),
+        Ok(None) => Err(format!("{} was removed meanwhile", path.display())),
+        Err(e) => Err(e.to_string()),
+    };
     if let Err(e) = written {
-        report
-            .notes
-            .push(format!("cannot write {}: {e}", path.display()));
+        report.notes.push(format!("perf jitdump not written: {e}"));
         return;
     }
     if marker_mapping(pid).is_none() {
@@ -496,7 +520,7 @@ pub fn register(
                 path.display()
             ));
             if existing.is_none() {
-                let _ = std::fs::remove_file(&path);
+                let _ = shared_file::remove_ours(&path, &[own_uid()], MAX_DUMP, dump_is_ours);
             }
             return;
         }
@@ -519,9 +543,21 @@ pub fn unregister(
     if !active_blocks(pid, mem).is_empty() {
         return;
     }
-    let path = jitdump_path(pid);
-    if !is_ours(&path) {
+    let Ok(path) = jitdump_file(pid).map(|f| f.host) else {
         return;
+    };
+    match shared_file::read(&path, &[own_uid()], MAX_DUMP) {
+        Ok(Some(bytes)) if dump_is_ours(&bytes) => {}
+        Ok(_) => return,
+        Err(e) => {
+            // Not ours (another JIT's), or a file planted there: left alone.
+            if e.refusal()
+                .is_some_and(|r| !matches!(r, shared_file::Refusal::Owner { .. }))
+            {
+                report.notes.push(format!("perf jitdump: {e}"));
+            }
+            return;
+        }
     }
     if let Some(mapping) = marker_mapping(pid) {
         if let Err(e) = unmap_marker(pid, mapping, gadgets) {
@@ -531,19 +567,18 @@ pub fn unregister(
             ));
         }
     }
-    match std::fs::remove_file(&path) {
-        Ok(()) => report.perf_jitdump = Some(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => report
-            .notes
-            .push(format!("cannot remove {}: {e}", path.display())),
+    match shared_file::remove_ours(&path, &[own_uid()], MAX_DUMP, dump_is_ours) {
+        Ok(true) => report.perf_jitdump = Some(path),
+        Ok(false) => {}
+        Err(e) => report.notes.push(format!("perf jitdump: {e}")),
     }
 }
 
-/// Removes our jitdump of a process that no longer exists.
+/// Removes our jitdump of a process that no longer exists (proved ours from its
+/// owner and content).
 pub fn remove_if_dead(pid: u32, path: &std::path::Path) {
-    if !reader::procfs::exists(pid as i32) && is_ours(path) {
-        let _ = std::fs::remove_file(path);
+    if !reader::procfs::exists(pid as i32) {
+        let _ = shared_file::remove_ours(path, &[own_uid()], MAX_DUMP, dump_is_ours);
     }
 }
 

@@ -3,13 +3,13 @@
 //! at eject while other tools' lines are kept. A slot's `FLAG_PERF_MAP` says
 //! whether its lines were written.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+use reader::shared_file;
 
 use trampolines::unwind_area::FLAG_PERF_MAP;
 
-use super::files::{perf_map_path, replace_file};
+use super::files::{perf_map_owners, perf_map_path};
 use super::report::UnwindReport;
 use super::slots::{read_slot, set_flags, UnwindHook};
 use crate::memory::WriteMemory;
@@ -56,11 +56,21 @@ pub(crate) fn add(
     hooks: &[UnwindHook],
     report: &mut UnwindReport,
 ) {
-    add_to(&perf_map_path(pid), mem, hooks, report)
+    add_to(
+        &perf_map_path(pid),
+        &perf_map_owners(pid),
+        mem,
+        hooks,
+        report,
+    )
 }
+
+/// Largest perf map read back (a JIT's map can be long; ours are a few lines per hook).
+const MAX_MAP: u64 = 64 << 20;
 
 pub(super) fn add_to(
     path: &Path,
+    owners: &[u32],
     mem: &dyn WriteMemory,
     hooks: &[UnwindHook],
     report: &mut UnwindReport,
@@ -72,13 +82,7 @@ pub(super) fn add_to(
             text.push('\n');
         }
     }
-    let written = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .and_then(|mut f| f.write_all(text.as_bytes()));
-    match written {
+    match shared_file::append_or_create(path, owners, 0o644, text.as_bytes()) {
         Ok(()) => {
             for hook in hooks {
                 if let Ok(s) = read_slot(mem, hook) {
@@ -87,9 +91,7 @@ pub(super) fn add_to(
             }
             report.perf_map = Some(path.to_path_buf());
         }
-        Err(e) => report
-            .notes
-            .push(format!("cannot write {}: {e}", path.display())),
+        Err(e) => report.notes.push(format!("perf map not written: {e}")),
     }
 }
 
@@ -101,11 +103,18 @@ pub(crate) fn remove(
     hooks: &[UnwindHook],
     report: &mut UnwindReport,
 ) {
-    remove_from(&perf_map_path(pid), mem, hooks, report)
+    remove_from(
+        &perf_map_path(pid),
+        &perf_map_owners(pid),
+        mem,
+        hooks,
+        report,
+    )
 }
 
 pub(super) fn remove_from(
     path: &Path,
+    owners: &[u32],
     mem: &dyn WriteMemory,
     hooks: &[UnwindHook],
     report: &mut UnwindReport,
@@ -117,16 +126,21 @@ pub(super) fn remove_from(
     if ours.is_empty() {
         return;
     }
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return;
+    let text = match shared_file::read(path, owners, MAX_MAP) {
+        Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Ok(None) => return,
+        Err(e) => {
+            report.notes.push(format!("perf map not cleaned: {e}"));
+            return;
+        }
     };
     let remove: Vec<String> = ours.iter().flat_map(|h| lines(h)).collect();
     let result = match without_lines(&text, &remove) {
-        None => std::fs::remove_file(path),
-        Some(kept) => {
-            let tmp = path.with_extension(format!("map.argstash-{}", std::process::id()));
-            replace_file(path, &tmp, kept.as_bytes())
-        }
+        None => shared_file::remove_ours(path, owners, MAX_MAP, |b| {
+            std::str::from_utf8(b).is_ok_and(only_ours)
+        })
+        .map(|_| ()),
+        Some(kept) => shared_file::replace(path, kept.as_bytes(), 0o644, owners),
     };
     match result {
         Ok(()) => {
@@ -137,8 +151,6 @@ pub(super) fn remove_from(
             }
             report.perf_map = Some(path.to_path_buf());
         }
-        Err(e) => report
-            .notes
-            .push(format!("cannot rewrite {}: {e}", path.display())),
+        Err(e) => report.notes.push(format!("perf map not cleaned: {e}")),
     }
 }

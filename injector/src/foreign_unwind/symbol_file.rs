@@ -5,7 +5,9 @@
 use trampolines::arena::{HookState, SLOT_LEN};
 use trampolines::symbol_file::{symbol_file, SymbolFileHook};
 
-use super::files::{replace_file, symbol_file_path};
+use reader::shared_file::{self, own_uid};
+
+use super::files::symbol_file_path;
 use super::report::UnwindReport;
 use super::slots::{hook_of, read_area, read_slot};
 use crate::memory::Memory;
@@ -43,18 +45,28 @@ pub fn refresh_symbol_file(pid: i32, mem: &dyn Memory, report: &mut UnwindReport
         }
     }
     let result = if hooks.is_empty() {
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        shared_file::remove_ours(&path, &[own_uid()], MAX_SYMBOL_FILE, is_symbol_file).map(|_| ())
     } else {
-        let tmp = path.with_extension(format!("elf.tmp{}", std::process::id()));
-        replace_file(&path, &tmp, &symbol_file(&hooks, eh_frame_addr))
+        shared_file::replace(
+            &path,
+            &symbol_file(&hooks, eh_frame_addr),
+            0o644,
+            &[own_uid()],
+        )
     };
     match result {
         Ok(()) => report.symbol_file = (!hooks.is_empty()).then_some(path),
-        Err(e) => report
-            .notes
-            .push(format!("cannot write {}: {e}", path.display())),
+        Err(e) => report.notes.push(format!("gdb symbol file: {e}")),
     }
 }
+
+/// Largest symbol file read back to prove it is ours.
+pub(super) const MAX_SYMBOL_FILE: u64 = 64 << 20;
+
+/// True when `bytes` are a symbol file argstash wrote: an ELF file naming hook code.
+pub(super) fn is_symbol_file(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\x7fELF") && bytes.windows(PROOF.len()).any(|w| w == PROOF)
+}
+
+/// The symbol prefix every symbol file of argstash holds.
+const PROOF: &[u8] = b"argstash_trampoline.";

@@ -247,7 +247,13 @@ fn perf_map_edits_keep_other_tools_lines_and_remove_a_file_left_empty() {
     // Another tool (a JIT) wrote the file first.
     std::fs::write(&path, "1000 20 jitted_a\n").unwrap();
     let mut report = UnwindReport::default();
-    perf_map::add_to(&path, &mem, &hooks, &mut report);
+    perf_map::add_to(
+        &path,
+        &[reader::shared_file::own_uid()],
+        &mem,
+        &hooks,
+        &mut report,
+    );
     assert_eq!(report.perf_map.as_deref(), Some(path.as_path()));
     let text = std::fs::read_to_string(&path).unwrap();
     let mut expected = vec!["1000 20 jitted_a".to_string()];
@@ -259,7 +265,13 @@ fn perf_map_edits_keep_other_tools_lines_and_remove_a_file_left_empty() {
     // Another line after ours; then `a` goes: only its lines leave.
     std::fs::write(&path, text + "3000 10 jitted_b\n").unwrap();
     let mut report = UnwindReport::default();
-    perf_map::remove_from(&path, &mem, &hooks[..1], &mut report);
+    perf_map::remove_from(
+        &path,
+        &[reader::shared_file::own_uid()],
+        &mem,
+        &hooks[..1],
+        &mut report,
+    );
     let mut kept = vec!["1000 20 jitted_a".to_string()];
     kept.extend(perf_map_lines(&hooks[1]));
     kept.push("3000 10 jitted_b".into());
@@ -274,12 +286,67 @@ fn perf_map_edits_keep_other_tools_lines_and_remove_a_file_left_empty() {
     assert_eq!(read_slot(&mem, &hooks[1]).unwrap().flags, FLAG_PERF_MAP);
     // A hook whose slot says it has no lines is not looked for.
     let mut report = UnwindReport::default();
-    perf_map::remove_from(&path, &mem, &hooks[..1], &mut report);
+    perf_map::remove_from(
+        &path,
+        &[reader::shared_file::own_uid()],
+        &mem,
+        &hooks[..1],
+        &mut report,
+    );
     assert_eq!(report.perf_map, None);
     // Only our lines left: the file goes with them.
     std::fs::write(&path, perf_map_lines(&hooks[1]).join("\n") + "\n").unwrap();
-    perf_map::remove_from(&path, &mem, &hooks[1..], &mut UnwindReport::default());
+    perf_map::remove_from(
+        &path,
+        &[reader::shared_file::own_uid()],
+        &mem,
+        &hooks[1..],
+        &mut UnwindReport::default(),
+    );
     assert!(!path.exists());
+}
+
+#[test]
+fn a_fifo_or_link_at_the_perf_map_is_reported_and_left_alone() {
+    let dir = ScratchDir::new("perfmap-hostile");
+    let path = dir.0.join("perf-2.map");
+    let sentinel = dir.0.join("sentinel");
+    std::fs::write(&sentinel, "precious\n").unwrap();
+    let mem = FakeMemory::default();
+    let (_, area) = arena_with_area(&mem);
+    let hooks = [unwind_hook(area, 0, "a")];
+    put_slot(&mem, &hooks[0], &UnwindSlot::default());
+    let me = [reader::shared_file::own_uid()];
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+    let mut report = UnwindReport::default();
+    // Returns at once: the FIFO is opened without blocking and refused by kind.
+    perf_map::add_to(&path, &me, &mem, &hooks, &mut report);
+    assert_eq!(report.perf_map, None);
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains(&format!("{} left alone", path.display())) && n.contains("FIFO")),
+        "{:?}",
+        report.notes
+    );
+    assert_eq!(
+        read_slot(&mem, &hooks[0]).unwrap().flags,
+        0,
+        "no lines claimed"
+    );
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink(&sentinel, &path).unwrap();
+    let mut report = UnwindReport::default();
+    perf_map::add_to(&path, &me, &mem, &hooks, &mut report);
+    assert!(
+        report.notes.iter().any(|n| n.contains("symbolic link")),
+        "{:?}",
+        report.notes
+    );
+    assert_eq!(std::fs::read_to_string(&sentinel).unwrap(), "precious\n");
 }
 
 #[test]
@@ -428,7 +495,7 @@ fn the_jitdump_is_mapped_and_unmapped_in_a_real_process() {
 fn the_gdb_jit_helper_is_found_where_the_process_loaded_it() {
     let mut child = TestChild::spawn("jithelper", SLEEPER, &[]);
     let pid = child.pid;
-    let path = super::gdb_jit::helper_path(pid);
+    let path = super::gdb_jit::helper_file(pid).unwrap().host;
     let text = path.to_str().unwrap().to_string();
     assert!(loaded_helper(pid).is_none());
     std::fs::write(&path, HELPER_SO).unwrap();

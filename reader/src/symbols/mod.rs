@@ -529,7 +529,7 @@ impl Module {
         entries: &[&MapEntry],
     ) -> Result<Module, SymbolError> {
         let shown = file.display().to_string();
-        let opened = File::open(file).map_err(|source| SymbolError::Io {
+        let opened = crate::shared_file::open_regular(file).map_err(|source| SymbolError::Io {
             path: shown.clone(),
             source,
         })?;
@@ -780,7 +780,8 @@ impl Module {
 fn open_mapped_file(pid: i32, path: &str, entries: &[&MapEntry]) -> Result<FileData, SymbolError> {
     let root_path = crate::procfs::path_in_root(pid, path);
     let inode = entries.first().map_or(0, |e| e.inode);
-    let by_path = File::open(&root_path);
+    // Never waits on a FIFO put where a mapped file was (a deleted file in /tmp).
+    let by_path = crate::shared_file::open_regular(Path::new(&root_path));
     let same_inode = match &by_path {
         Ok(f) => f.metadata().is_ok_and(|m| m.ino() == inode),
         Err(_) => false,
@@ -1717,7 +1718,8 @@ pub fn soname_of(pid: i32, path: &str) -> Option<String> {
     if !path.starts_with('/') {
         return None;
     }
-    let file = File::open(crate::procfs::path_in_root(pid, path)).ok()?;
+    let file = crate::shared_file::open_regular(Path::new(&crate::procfs::path_in_root(pid, path)))
+        .ok()?;
     let data = map_elf_file(file, path, path).ok()?;
     let elf = parse_view(data.bytes()).ok()?;
     elf.soname.filter(|n| !n.is_empty()).map(str::to_string)

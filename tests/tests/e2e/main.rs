@@ -31,6 +31,7 @@ mod record;
 mod riprel;
 mod run;
 mod seed;
+mod shared_files;
 mod sid_safe_points;
 mod signals;
 mod stack_args;
