@@ -385,9 +385,12 @@ fn fifos_and_links_in_place_of_cache_entries_are_misses_not_hangs() {
     let xdg = fixture_cache_dir().join(format!("shared-files-xdg-{}", std::process::id()));
     let _ = fs::remove_dir_all(&xdg);
     fs::create_dir_all(&xdg).unwrap();
-    // The backtrace without the thread's stop time, which differs run to run.
+    // The backtrace without the thread's stop time, which differs run to run. Always
+    // stopped: a thread found blocked is otherwise read without a stop, with fewer
+    // registers known in its innermost frame, and the outputs would differ by when
+    // each bt came.
     let bt = || {
-        let out = argstash_output(&["bt", "--pid", &p], Some(&xdg));
+        let out = argstash_output(&["bt", "--always-stop", "--pid", &p], Some(&xdg));
         assert!(out.status.success(), "{}", output_text(&out));
         String::from_utf8_lossy(&out.stdout)
             .lines()
