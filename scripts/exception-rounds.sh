@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export XDG_CACHE_HOME="$PWD/target/xdg-cache"
 ARGSTASH_EXCEPTION_ROUNDS="${1:-1000}" cargo test -p argstash-tests --test e2e exceptions:: \
-    -- --test-threads=1 --nocapture 2>&1 | grep -E -A3 "^exceptions::|test result|FAILED|panicked"
+    -- --test-threads=1 --nocapture 2>&1 | grep -E -A3 "exceptions::[a-z_]+ x[0-9]+:|test result|FAILED|panicked"
