@@ -11,20 +11,30 @@
 # (default 25) together with the committed regression inputs in
 # fuzz/regressions. Findings go to target/fuzz-work/findings; the exit status is 1
 # when there is one. FUZZ_RELEASE=1 builds optimised with overflow checks kept
-# (the `fuzz` profile; several times more executions per second).
+# (the `fuzz` profile; several times more executions per second); FUZZ_COVERAGE=1
+# adds coverage feedback (inputs reaching new code join the corpus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-25}
 which=${2:-all}
 export XDG_CACHE_HOME="$PWD/target/xdg-cache"
 work="$PWD/target/fuzz-work"
-if [ "${FUZZ_RELEASE:-0}" = 1 ]; then
-    cargo build --profile fuzz -p argstash-fuzz
-    bin=target/fuzz/argstash-fuzz
-else
-    cargo build -p argstash-fuzz
-    bin=target/debug/argstash-fuzz
+# FUZZ_COVERAGE=1: instrument reader and trampolines for coverage feedback
+# (stable rustc, see fuzz-rustc.sh), in a target directory of its own so the
+# flag does not rebuild the rest of the workspace.
+target_dir=target
+if [ "${FUZZ_COVERAGE:-0}" = 1 ]; then
+    export RUSTC_WRAPPER="$PWD/scripts/fuzz-rustc.sh"
+    target_dir=target/fuzz-cov
 fi
+if [ "${FUZZ_RELEASE:-0}" = 1 ]; then
+    cargo build --profile fuzz -p argstash-fuzz --target-dir "$target_dir"
+    bin=$target_dir/fuzz/argstash-fuzz
+else
+    cargo build -p argstash-fuzz --target-dir "$target_dir"
+    bin=$target_dir/debug/argstash-fuzz
+fi
+unset RUSTC_WRAPPER
 rm -rf "$work/seeds" "$work/elf" "$work/core"
 mkdir -p "$work/elf" "$work/core"
 

@@ -366,7 +366,8 @@ impl Shared {
 /// new code and joins the corpus.
 struct Coverage {
     counters: *const u64,
-    seen: Vec<bool>,
+    /// Per counter: `u64::MAX` once hit, else 0 (a mask, for the fast scan).
+    seen: Vec<u64>,
     hit: usize,
 }
 
@@ -388,22 +389,29 @@ impl Coverage {
         let len = (sh.sh_size / 8) as usize;
         Some(Coverage {
             counters: (bias + sh.sh_addr) as *const u64,
-            seen: vec![false; len],
+            seen: vec![0; len],
             hit: 0,
         })
     }
 
     /// Notes the counters hit so far; true when one was hit for the first time.
     fn update(&mut self) -> bool {
+        // SAFETY: the counters of the loaded section, which lives as long as the
+        // program; only the instrumented code on this thread writes them, and
+        // none of it runs while this slice is alive.
+        let counters = unsafe { std::slice::from_raw_parts(self.counters, self.seen.len()) };
         let mut new = false;
-        for (i, seen) in self.seen.iter_mut().enumerate() {
-            // SAFETY: i < the number of counters in the loaded section, which lives as long
-            // as the program; the instrumented code on this thread writes them,
-            // and nothing else runs while this reads.
-            if !*seen && unsafe { std::ptr::read_volatile(self.counters.add(i)) } != 0 {
-                *seen = true;
-                self.hit += 1;
-                new = true;
+        for (c, s) in counters.chunks(64).zip(self.seen.chunks_mut(64)) {
+            // Fast path: no counter of the chunk is both hit and unseen.
+            if c.iter().zip(s.iter()).fold(0, |a, (c, s)| a | (c & !s)) == 0 {
+                continue;
+            }
+            for (c, s) in c.iter().zip(s.iter_mut()) {
+                if *c != 0 && *s == 0 {
+                    *s = u64::MAX;
+                    self.hit += 1;
+                    new = true;
+                }
             }
         }
         new
