@@ -20,7 +20,7 @@ which=${2:-all}
 export XDG_CACHE_HOME="$PWD/target/xdg-cache"
 # An instrumented build (FUZZ_COVERAGE=1) would write a profile at every exit.
 export LLVM_PROFILE_FILE=/dev/null
-work="$PWD/target/fuzz-work"
+work="${FUZZ_WORK:-$PWD/target/fuzz-work}"
 # FUZZ_COVERAGE=1: instrument reader and trampolines for coverage feedback
 # (stable rustc, see fuzz-rustc.sh), in a target directory of its own so the
 # flag does not rebuild the rest of the workspace.

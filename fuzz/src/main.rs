@@ -90,6 +90,13 @@ fn reserve(n: usize) -> bool {
     let live = LIVE.fetch_add(n, Ordering::Relaxed) + n;
     if live > CAP.load(Ordering::Relaxed) {
         LIVE.fetch_sub(n, Ordering::Relaxed);
+        // Lift the cap (this process aborts next) so that the backtrace naming
+        // the allocation's site can itself allocate.
+        CAP.store(usize::MAX, Ordering::Relaxed);
+        eprintln!(
+            "argstash-fuzz: allocation of {n} bytes over the cap, at\n{}",
+            std::backtrace::Backtrace::force_capture()
+        );
         let shared = SHARED.load(Ordering::Relaxed);
         if !shared.is_null() {
             // SAFETY: SHARED points at the header of the child's live shared mapping.
@@ -278,7 +285,12 @@ fn exec(t: &Target, files: &[String]) -> ExitCode {
             return ExitCode::FAILURE;
         };
         let start = Instant::now();
+        CAP.store(
+            LIVE.load(Ordering::Relaxed) + (256 << 20),
+            Ordering::Relaxed,
+        );
         let ok = std::panic::catch_unwind(|| (t.run)(&data)).is_ok();
+        CAP.store(usize::MAX, Ordering::Relaxed);
         println!(
             "{f}: {} in {:.3} s",
             if ok { "ok" } else { "PANIC" },
@@ -603,7 +615,8 @@ fn fuzz_target(t: &Target, opts: &RunOpts) -> std::io::Result<Tally> {
     let work = opts.findings.join(".work");
     std::fs::create_dir_all(&work)?;
     let shm_path = work.join(format!("{}-{}.shm", t.name, std::process::id()));
-    let exe = std::env::current_exe()?;
+    // The running binary itself, even if a rebuild replaced its file meanwhile.
+    let exe = PathBuf::from("/proc/self/exe");
     let start = Instant::now();
     let total = Duration::from_secs_f64(opts.seconds);
     let mut tally = Tally {

@@ -226,3 +226,20 @@ fn a_relocated_prologue_unwinds_as_the_original_bytes() {
     let f = states[0].as_ref().unwrap();
     assert_eq!((f.pc, f.cfa), (F + 1, Some(STACK + 16)));
 }
+
+#[test]
+fn a_trampoline_stop_with_the_stack_at_the_top_of_memory_does_not_panic() {
+    // Found by the fuzzer (the `unwind` target): rsp near u64::MAX while
+    // stopped inside a trampoline overflowed the step's `rsp + 16`.
+    let s = process(true);
+    let mut regs = [None; 17];
+    regs[16] = Some(TRAMPOLINE + 2);
+    regs[7] = Some(u64::MAX - 7);
+    regs[6] = Some(0x4444);
+    let (frames, _, _) = walk::<X86_64>(&s, &regs, &Mem::default(), false);
+    assert_eq!(
+        pcs(&frames),
+        [TRAMPOLINE + 2],
+        "nothing readable there: the walk ends at the thread's own frame"
+    );
+}
