@@ -12,7 +12,8 @@
 # fuzz/regressions. Findings go to target/fuzz-work/findings; the exit status is 1
 # when there is one. FUZZ_RELEASE=1 builds optimised with overflow checks kept
 # (the `fuzz` profile; several times more executions per second); FUZZ_COVERAGE=1
-# adds coverage feedback (inputs reaching new code join the corpus).
+# adds coverage feedback (inputs reaching new code join the corpus); FUZZ_WORK
+# names another work directory (default target/fuzz-work).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-25}

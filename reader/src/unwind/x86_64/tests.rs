@@ -243,3 +243,21 @@ fn a_trampoline_stop_with_the_stack_at_the_top_of_memory_does_not_panic() {
         "nothing readable there: the walk ends at the thread's own frame"
     );
 }
+
+#[test]
+fn a_stack_pointer_at_the_top_of_memory_stops_the_cfi_step() {
+    // Found by the fuzzer (the `unwind` target): with rsp near u64::MAX the CFA
+    // (rsp + 8) wrapped, and framehop's `cfa - 8` overflowed where a frame's
+    // CFI has no return-address rule. This synthetic module's CIE has one, so
+    // this checks the outcome of the guard; the inputs that reach framehop's
+    // path are fuzz/regressions/unwind/panic-652e…, panic-f88b… (replayed by
+    // `argstash-fuzz exec unwind`, which runs without ASLR as they were found).
+    let s = process(false);
+    let mut regs = [None; 17];
+    regs[16] = Some(F);
+    regs[7] = Some(u64::MAX - 4);
+    regs[6] = Some(0);
+    let (frames, _, stop) = walk::<X86_64>(&s, &regs, &Mem::default(), false);
+    assert_eq!(pcs(&frames), [F]);
+    assert_eq!(stop, Some(StopReason::Overflow));
+}
