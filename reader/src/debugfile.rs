@@ -348,7 +348,8 @@ impl ElfSections {
             (le_u64(data, 8)?, 24)
         };
         let size = usize::try_from(size).ok()?;
-        (size <= MAX_DECOMPRESSED).then_some((size, data.get(payload..)?))
+        let stream = data.get(payload..)?;
+        plausible_inflated_size(size, stream.len()).then_some((size, stream))
     }
 
     /// The first `len` bytes of section `name` (all of it when shorter), inflating
@@ -605,6 +606,18 @@ fn mismatch(
     }
 }
 
+/// Most bytes deflate can give per compressed byte: its longest match (258
+/// bytes) costs at least two bits.
+const MAX_INFLATE_RATIO: usize = 1032;
+
+/// True when a compressed section's stated size is one its `stream_len` bytes
+/// of zlib stream can inflate to: within [`MAX_DECOMPRESSED`] and deflate's
+/// ratio. The buffer is allocated at the stated size before inflating, so a
+/// small hostile file claiming gigabytes must not get that far.
+fn plausible_inflated_size(size: usize, stream_len: usize) -> bool {
+    size <= MAX_DECOMPRESSED && size <= stream_len.saturating_mul(MAX_INFLATE_RATIO)
+}
+
 /// A byte sink that refuses to grow past [`MAX_DECOMPRESSED`].
 pub(crate) struct BoundedSink(pub(crate) Vec<u8>);
 
@@ -619,5 +632,21 @@ impl std::io::Write for BoundedSink {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compressed_sections_size_must_be_one_its_stream_can_inflate_to() {
+        // Found by the fuzzer (elf, dwarf): a 20 KiB file whose section header
+        // claimed 900 MB made the reader allocate that much before inflating.
+        assert!(plausible_inflated_size(1032 * 100, 100));
+        assert!(!plausible_inflated_size(1032 * 100 + 1, 100));
+        assert!(!plausible_inflated_size(922_747_784, 20_000));
+        assert!(!plausible_inflated_size(MAX_DECOMPRESSED + 1, usize::MAX));
+        assert!(plausible_inflated_size(0, 0));
     }
 }

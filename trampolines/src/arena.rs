@@ -472,7 +472,7 @@ impl HookRecord {
         let map = (0..map_len.min(MAX_MAP))
             .map(|i| (b[96 + 4 * i], u16_at(b, 96 + 4 * i + 2)))
             .collect();
-        Ok(HookRecord {
+        let record = HookRecord {
             state,
             endbr64: flags & 1 == 1,
             xmm,
@@ -497,7 +497,25 @@ impl HookRecord {
             installed_ns: u64_at(b, 160),
             name: text_field(b, 192, 196, MAX_NAME)?,
             module: text_field(b, 194, 324, MAX_MODULE)?,
-        })
+        };
+        if state != HookState::Free && !record.ranges_fit() {
+            return Err(FormatError::Corrupt("address range past the end of memory"));
+        }
+        Ok(record)
+    }
+
+    /// True when every address the record's methods compute (trampoline,
+    /// after-call, relocated code, patch, map entries) stays below 2^64; a record
+    /// read from a target whose ranges wrap is corrupt.
+    fn ranges_fit(&self) -> bool {
+        let max_map = |f: fn(&(u8, u16)) -> u64| self.map.iter().map(f).max().unwrap_or(0);
+        let fits = |base: u64, len: u64| base.checked_add(len).is_some();
+        fits(self.trampoline, u64::from(self.trampoline_len))
+            && fits(self.trampoline, u64::from(self.offsets.after_call))
+            && fits(self.relocated, u64::from(self.relocated_len))
+            && fits(self.relocated, max_map(|m| u64::from(m.1)))
+            && fits(self.patch_addr, self.patch_len() as u64)
+            && fits(self.patch_addr, max_map(|m| u64::from(m.0)))
     }
 }
 
@@ -631,6 +649,36 @@ mod tests {
             name: "bar".into(),
             module: "/opt/app/prog".into(),
         }
+    }
+
+    #[test]
+    fn records_whose_ranges_wrap_are_corrupt() {
+        // Found by the fuzzer (fuzz/regressions/arena): a record read from a target
+        // with its trampoline or relocated code at the top of the address space made
+        // `in_trampoline` and `original_to_relocated` overflow.
+        for corrupt in [
+            HookRecord {
+                trampoline: u64::MAX - 10,
+                ..sample()
+            },
+            HookRecord {
+                relocated: u64::MAX - 3,
+                ..sample()
+            },
+            HookRecord {
+                patch_addr: u64::MAX - 2,
+                ..sample()
+            },
+        ] {
+            let bytes = corrupt.encode().unwrap();
+            assert_eq!(
+                HookRecord::decode(&bytes),
+                Err(FormatError::Corrupt("address range past the end of memory")),
+                "{corrupt:?}"
+            );
+        }
+        let fine = sample();
+        assert_eq!(HookRecord::decode(&fine.encode().unwrap()).unwrap(), fine);
     }
 
     #[test]

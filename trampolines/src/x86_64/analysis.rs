@@ -275,9 +275,15 @@ fn table_targets(insns: &[Instruction], at: usize, read: ReadFile) -> Result<Opt
             return Err(());
         }
         let max = bound_before(insns, k, i.memory_index()).ok_or(())?;
-        read_entries(read, i.memory_displacement64(), max + 1, 8)
-            .map(Some)
-            .ok_or(())
+        // `cmp idx, -1; ja`: a bound of 2^64 entries is no bound.
+        read_entries(
+            read,
+            i.memory_displacement64(),
+            max.checked_add(1).ok_or(())?,
+            8,
+        )
+        .map(Some)
+        .ok_or(())
     };
     if jmp.op0_kind() == OpKind::Memory {
         if jmp.memory_index() == Register::None {
@@ -330,7 +336,8 @@ fn table_targets(insns: &[Instruction], at: usize, read: ReadFile) -> Result<Opt
             return Err(());
         }
         let max = bound_before(insns, reads_index, index).ok_or(())?;
-        let entries = read_entries(read, table, max + 1, 4).ok_or(())?;
+        let count = max.checked_add(1).ok_or(())?;
+        let entries = read_entries(read, table, count, 4).ok_or(())?;
         return Ok(Some(
             entries.into_iter().map(|e| table.wrapping_add(e)).collect(),
         ));
@@ -462,6 +469,29 @@ mod tests {
         // jmp [rip+x]: through the GOT.
         let code = [0xff, 0x25, 0, 0, 0, 0];
         assert!(indirect_jumps(F, &code, &read).is_empty());
+    }
+
+    #[test]
+    fn a_bound_of_minus_one_is_no_bound() {
+        // Found by the fuzzer (prologue_x86_64): `cmp rdi,-1; ja` bounds the index
+        // by u64::MAX, and the entry count (bound + 1) overflowed.
+        let mut code = vec![
+            0x48, 0x83, 0xff, 0xff, 0x77, 0x08, 0xff, 0x24, 0xfd, 0x00, 0x20, 0x00, 0x00,
+        ];
+        code.resize(0x20, 0xc3);
+        let read = |_: u64, _: usize| -> Option<Vec<u8>> { panic!("must not read") };
+        assert_eq!(indirect_jumps(F, &code, &read)[0].targets, None);
+        // The same with a PIC table: `cmp rdi,-1; ja`, then the movsxd/add pair.
+        let mut code = vec![
+            0x48, 0x83, 0xff, 0xff, // 0: cmp rdi,-1
+            0x77, 0x10, // 4: ja +0x10
+            0x48, 0x8d, 0x15, 0xf3, 0x00, 0x00, 0x00, // 6: lea rdx,[rip+0xf3] -> 0x100
+            0x48, 0x63, 0x04, 0xba, // d: movsxd rax,[rdx+rdi*4]
+            0x48, 0x01, 0xd0, // 11: add rax,rdx
+            0xff, 0xe0, // 14: jmp rax
+        ];
+        code.resize(0x30, 0xc3);
+        assert_eq!(indirect_jumps(F, &code, &read)[0].targets, None);
     }
 
     #[test]

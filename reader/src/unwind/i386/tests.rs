@@ -184,3 +184,20 @@ fn a_thread_stopped_before_the_trampolines_push_returns_by_esp() {
         "stepped by position: a guess"
     );
 }
+
+#[test]
+fn a_hook_record_with_an_impossible_after_call_offset_does_not_panic() {
+    // Found by the fuzzer (the `unwind` target): a record read from the target
+    // with `after_call` near u32::MAX overflowed the epilogue offset.
+    let mut mem = Mem::default();
+    mem.words32(STACK, &[IN_G as u32, 0]);
+    let mut h = hook("f", F, TRAMPOLINE);
+    h.offsets.after_call = u32::MAX - 3;
+    let s = scope(Vec::new(), vec![arena(vec![h])]);
+    let (frames, _, _) = walk::<I386>(&s, &at(TRAMPOLINE + 10, STACK, 0x1234), &mem, false);
+    assert_eq!(
+        pcs(&frames).first(),
+        Some(&(TRAMPOLINE + 10)),
+        "the thread's own frame is still shown"
+    );
+}

@@ -59,7 +59,9 @@ pub(super) fn step_in_trampoline(
     let sp = u64::from(r.esp);
     let bp = u64::from(r.ebp);
     let word = |a: u64| read_u32(mem, a);
-    let pop_eax = o.after_call + EPILOGUE_POP_EAX;
+    // A hook record read from a hostile target can hold any offset: one past
+    // u32 names no instruction of the trampoline, so the step is unknown.
+    let pop_eax = o.after_call.checked_add(EPILOGUE_POP_EAX)?;
     let (eip, esp, ebp) = if off < o.after_push_rbp || off >= o.ret {
         (word(sp)?, sp + 4, r.ebp)
     } else if off < o.after_mov_rbp {

@@ -85,6 +85,12 @@ impl X86_64 {
                 None => return Ok(None),
             },
         };
+        // framehop computes the CFA from the stack pointer and subtracts from it
+        // unchecked; a stack pointer in the upper half of the address space (never
+        // a user stack, but a core or a hostile process can say so) would wrap.
+        if regs.framehop.sp() >= 1 << 63 {
+            return Err(StopReason::Overflow);
+        }
         let mut framehop = regs.framehop;
         let mut read_stack = |addr: u64| mem.read_u64(addr).map_err(|_| ());
         let ret = self.unwinder.unwind_frame(

@@ -303,3 +303,38 @@ fn a_rule_that_needs_the_unknown_rbp_stops_with_its_name() {
     let (frames, _, _) = walk::<X86_64>(&s, &regs, &mem, false);
     assert_eq!(pcs(&frames)[..2], [BASE + 0x1210, IN_G]);
 }
+
+#[test]
+fn a_trampoline_stop_with_the_stack_at_the_top_of_memory_does_not_panic() {
+    // Found by the fuzzer (the `unwind` target): rsp near u64::MAX while
+    // stopped inside a trampoline overflowed the step's `rsp + 16`.
+    let s = process(true);
+    let mut regs = [None; 17];
+    regs[16] = Some(TRAMPOLINE + 2);
+    regs[7] = Some(u64::MAX - 7);
+    regs[6] = Some(0x4444);
+    let (frames, _, _) = walk::<X86_64>(&s, &regs, &Mem::default(), false);
+    assert_eq!(
+        pcs(&frames),
+        [TRAMPOLINE + 2],
+        "nothing readable there: the walk ends at the thread's own frame"
+    );
+}
+
+#[test]
+fn a_stack_pointer_at_the_top_of_memory_stops_the_cfi_step() {
+    // Found by the fuzzer (the `unwind` target): with rsp near u64::MAX the CFA
+    // (rsp + 8) wrapped, and framehop's `cfa - 8` overflowed where a frame's
+    // CFI has no return-address rule. This synthetic module's CIE has one, so
+    // this checks the outcome of the guard; the inputs that reach framehop's
+    // path are fuzz/regressions/unwind/panic-652e…, panic-f88b… (replayed by
+    // `argstash-fuzz exec unwind`, which runs without ASLR as they were found).
+    let s = process(false);
+    let mut regs = [None; 17];
+    regs[16] = Some(F);
+    regs[7] = Some(u64::MAX - 4);
+    regs[6] = Some(0);
+    let (frames, _, stop) = walk::<X86_64>(&s, &regs, &Mem::default(), false);
+    assert_eq!(pcs(&frames), [F]);
+    assert_eq!(stop, Some(StopReason::Overflow));
+}

@@ -62,12 +62,15 @@ pub(super) fn step_in_trampoline(
     let sp = regs.framehop.sp();
     let bp = regs.framehop.bp();
     let word = |a: u64| mem.read_u64(a).unwrap_or(0);
+    // Registers from a core or a hostile target can sit at the top of the
+    // address space: a wrapped caller stack pointer is below this one, and the
+    // walk stops there as for any stack that does not grow.
     let (ret, sp, bp) = if off < o.after_push_rbp || off >= o.ret {
-        (word(sp), sp + 8, bp)
+        (word(sp), sp.wrapping_add(8), bp)
     } else if off < o.after_mov_rbp {
-        (word(sp + 8), sp + 16, word(sp))
+        (word(sp.wrapping_add(8)), sp.wrapping_add(16), word(sp))
     } else {
-        (word(bp + 8), bp + 16, word(bp))
+        (word(bp.wrapping_add(8)), bp.wrapping_add(16), word(bp))
     };
     Stepped {
         caller: regs.caller(ret, sp, bp, &regs.known),
