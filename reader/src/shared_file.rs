@@ -187,11 +187,17 @@ const SAFE_FLAGS: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK;
 
 /// Opens `path` for reading and checks it; `Ok(None)` when there is no such file.
 pub fn open_read(path: &Path, owners: &[u32]) -> Result<Option<File>, SharedFileError> {
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(SAFE_FLAGS)
-        .open(path)
-    {
+    open_existing(path, owners, OpenOptions::new().read(true))
+}
+
+/// Opens an existing `path` with `options` plus [`SAFE_FLAGS`] and checks it on the
+/// descriptor; `Ok(None)` when there is no such file.
+fn open_existing(
+    path: &Path,
+    owners: &[u32],
+    options: &mut OpenOptions,
+) -> Result<Option<File>, SharedFileError> {
+    let file = match options.custom_flags(SAFE_FLAGS).open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(open_error(path, e)),
@@ -223,18 +229,7 @@ fn read_checked(path: &Path, file: File, max: u64) -> Result<Vec<u8>, SharedFile
 /// Opens an existing `path` to append to it, after the checks of [`open_read`];
 /// `Ok(None)` when there is no such file.
 pub fn open_append(path: &Path, owners: &[u32]) -> Result<Option<File>, SharedFileError> {
-    let file = match OpenOptions::new()
-        .append(true)
-        .custom_flags(SAFE_FLAGS)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(open_error(path, e)),
-    };
-    let meta = file.metadata().map_err(io(path))?;
-    check(path, &meta, owners)?;
-    Ok(Some(file))
+    open_existing(path, owners, OpenOptions::new().append(true))
 }
 
 /// Creates `path` with `mode`, failing if any file (or link) is there already.

@@ -25,6 +25,29 @@ pub fn try_read_mem(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Thread `tid`'s XSAVE image (`PTRACE_GETREGSET NT_X86_XSTATE`); the calling thread
+/// must be its tracer, with the thread in a ptrace-stop.
+pub fn xstate(tid: i32) -> Vec<u8> {
+    // Larger than any XSAVE area (AMX tile data included, 11,008 bytes).
+    let mut buf = vec![0u8; 1 << 15];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: the kernel writes at most iov_len bytes into buf, alive for the call.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETREGSET,
+            tid,
+            0x202usize as *mut libc::c_void,
+            &mut iov as *mut libc::iovec as *mut libc::c_void,
+        )
+    };
+    assert_eq!(r, 0, "PTRACE_GETREGSET NT_X86_XSTATE");
+    buf.truncate(iov.iov_len);
+    buf
+}
+
 /// Thread ids of process `pid`, sorted (empty if the process is gone).
 pub fn thread_ids(pid: i32) -> Vec<i32> {
     let mut v: Vec<i32> = fs::read_dir(format!("/proc/{pid}/task"))

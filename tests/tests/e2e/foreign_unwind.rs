@@ -608,24 +608,3 @@ fn runtime_addr_in(pid: i32, module: &str, name: &str) -> u64 {
         .unwrap_or_else(|e| panic!("{module}!{name}: {e}"))
         .addr
 }
-
-/// The thread's XSAVE area (`PTRACE_GETREGSET NT_X86_XSTATE`; this thread is its tracer).
-fn xstate(tid: i32) -> Vec<u8> {
-    let mut buf = vec![0u8; 1 << 14];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: the kernel writes at most iov_len bytes into buf, alive for the call.
-    let r = unsafe {
-        libc::ptrace(
-            libc::PTRACE_GETREGSET,
-            tid,
-            0x202usize as *mut libc::c_void,
-            &mut iov as *mut libc::iovec as *mut libc::c_void,
-        )
-    };
-    assert_eq!(r, 0, "PTRACE_GETREGSET NT_X86_XSTATE");
-    buf.truncate(iov.iov_len);
-    buf
-}

@@ -158,27 +158,6 @@ fn in_read(pid: i32, tid: i32) -> bool {
     syscall_of(pid, tid).as_deref() == Some("0")
 }
 
-/// The thread's XSAVE image (`PTRACE_GETREGSET NT_X86_XSTATE`; this thread traces it).
-fn xstate(tid: i32) -> Vec<u8> {
-    let mut buf = vec![0u8; 1 << 15];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: the kernel writes at most iov_len bytes into buf, alive for the call.
-    let r = unsafe {
-        libc::ptrace(
-            libc::PTRACE_GETREGSET,
-            tid,
-            0x202usize as *mut libc::c_void,
-            &mut iov as *mut libc::iovec as *mut libc::c_void,
-        )
-    };
-    assert_eq!(r, 0, "PTRACE_GETREGSET NT_X86_XSTATE");
-    buf.truncate(iov.iov_len);
-    buf
-}
-
 /// Asserts two XSAVE images are equal, naming the differing byte offsets.
 #[track_caller]
 fn assert_same_xstate(before: &[u8], after: &[u8], what: &str) {
