@@ -37,7 +37,9 @@ pub fn error(pid: i32, e: injector::Error) -> Error {
             SymbolError::NotFound { .. }
             | SymbolError::ModuleNotFound { .. }
             | SymbolError::AddressNotInFunction { .. } => ErrorKind::FunctionNotFound,
-            SymbolError::Ambiguous { .. } => ErrorKind::Ambiguous,
+            SymbolError::Ambiguous { .. } | SymbolError::AmbiguousName { .. } => {
+                ErrorKind::Ambiguous
+            }
             SymbolError::ZeroSize { .. } => ErrorKind::Unsafe,
             _ => ErrorKind::Failed,
         },

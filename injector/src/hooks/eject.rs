@@ -15,7 +15,7 @@ use crate::hooks::undo::{ThreadMove, Transaction};
 use crate::hooks::{EjectWhat, HookInfo, RipCensus};
 use crate::memory::{Memory, WriteMemory};
 use crate::ptrace::session::Session;
-use reader::symbols::{FuncSpec, ModuleMatch};
+use reader::symbols::{FuncSpec, ModuleMatch, NameMatch};
 
 /// The hooks one eject removes, chosen before the stop.
 pub(crate) struct Ejection {
@@ -70,7 +70,7 @@ impl Ejection {
                 let mut chosen = Vec::new();
                 let mut sonames = Vec::new();
                 for spec in specs {
-                    let matched: Vec<((usize, u32), ModuleMatch)> = active
+                    let matched: Vec<((usize, u32), (NameMatch, ModuleMatch))> = active
                         .iter()
                         .filter_map(|h| {
                             Some((*h, spec_match(pid, spec, record(*h), &mut sonames)?))
@@ -273,19 +273,19 @@ impl Ejection {
 /// How well `spec` names the hooked function of `r`, `None` if it does not; the
 /// module of a `MODULE!NAME` is matched as symbol resolution matches it (path,
 /// file name or soname, prefix at a name boundary), and only the best-matching
-/// hooks count, so `libz.so.1!f` picks the module whose soname it is.
+/// hooks count, so `libz.so.1!f` picks the module whose soname it is. The name
+/// is matched as [`reader::symbols::name_match`] says (the symbol's own name
+/// first, then its demangled path, then a suffix of that path).
 fn spec_match(
     pid: i32,
     spec: &FuncSpec,
     r: &HookRecord,
     sonames: &mut Vec<(String, Option<String>)>,
-) -> Option<ModuleMatch> {
+) -> Option<(NameMatch, ModuleMatch)> {
     match spec {
-        FuncSpec::Name(n) => (r.name == *n).then_some(ModuleMatch::Path),
+        FuncSpec::Name(n) => Some((reader::symbols::name_match(n, &r.name)?, ModuleMatch::Path)),
         FuncSpec::Qualified { module, name } => {
-            if r.name != *name {
-                return None;
-            }
+            let by_name = reader::symbols::name_match(name, &r.name)?;
             let soname = match sonames.iter().find(|(p, _)| *p == r.module) {
                 Some((_, so)) => so.clone(),
                 None => {
@@ -294,11 +294,13 @@ fn spec_match(
                     so
                 }
             };
-            reader::symbols::module_match(&r.module, soname.as_deref(), module).or_else(|| {
-                (module.contains('/') && reader::symbols::same_file_in(pid, module, &r.module))
-                    .then_some(ModuleMatch::Path)
-            })
+            reader::symbols::module_match(&r.module, soname.as_deref(), module)
+                .or_else(|| {
+                    (module.contains('/') && reader::symbols::same_file_in(pid, module, &r.module))
+                        .then_some(ModuleMatch::Path)
+                })
+                .map(|how| (by_name, how))
         }
-        FuncSpec::Addr(a) => (r.function == *a).then_some(ModuleMatch::Path),
+        FuncSpec::Addr(a) => (r.function == *a).then_some((NameMatch::Exact, ModuleMatch::Path)),
     }
 }

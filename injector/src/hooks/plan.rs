@@ -261,8 +261,14 @@ fn analyse(
     user: Option<&Signature>,
     opts: &InstallOptions,
 ) -> Result<PlannedHook, Error> {
+    // `parse(long, long)` names a C++ overload when no symbol is called `parse`:
+    // its list is then part of the name, not a C signature.
+    let (resolved, user) =
+        match user.and_then(|sig| symbols.resolve_with_parameter_list(spec, sig.text())) {
+            Some(found) => (found?, None),
+            None => (symbols.resolve_for_hook(spec, mem)?, user),
+        };
     let signature = user.map(|s| s.text().to_string()).unwrap_or_default();
-    let resolved = symbols.resolve_for_hook(spec, mem)?;
     let label = format!("{} in {}", resolved.name, resolved.module_path);
     if !seen.insert(resolved.addr) {
         return Err(Error::Duplicate { function: label });

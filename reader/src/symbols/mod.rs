@@ -43,7 +43,10 @@ use crate::hint::Hint;
 use crate::memory::Memory;
 use crate::procfs::{self, MapEntry};
 
+mod demangled;
 mod view;
+pub use demangled::{demangle_parts, NameProblem};
+use demangled::{Demangled, Query};
 use view::{ElfView, SymbolSection};
 
 /// Mask that rounds an address or file offset down to its 4 KiB page.
@@ -149,6 +152,26 @@ pub enum SymbolError {
         /// What it resolved to in this process, as the GOT slots say (empty when
         /// not looked up, or when no slot shows it).
         targets: Vec<IfuncTarget>,
+    },
+    /// A name with `::`, `<` or `(` that cannot be a demangled function name.
+    #[error(
+        "`{name}` is not a function name as C++ or Rust write it: {problem} \
+         (write it as the demangler does, e.g. `ns::Parser::parse(long, long)`, or give \
+         the mangled name)"
+    )]
+    BadName {
+        /// The name as written.
+        name: String,
+        /// What is wrong with it.
+        problem: NameProblem,
+    },
+    /// Several functions have that demangled name.
+    #[error("{}", ambiguous_name_message(.name, .candidates))]
+    AmbiguousName {
+        /// The name as written.
+        name: String,
+        /// Each candidate rendered as `DEMANGLED in /path (0xADDR): write `SPELLING``.
+        candidates: Vec<String>,
     },
     /// The file is not mapped in the process.
     #[error("{path} is not mapped in the process")]
@@ -300,6 +323,18 @@ fn ambiguous_message(name: &str, candidates: &[String]) -> String {
     msg
 }
 
+fn ambiguous_name_message(name: &str, candidates: &[String]) -> String {
+    let mut msg = format!(
+        "`{name}` is ambiguous, {} functions have that name:",
+        candidates.len()
+    );
+    for c in candidates {
+        msg.push_str("\n  ");
+        msg.push_str(c);
+    }
+    msg
+}
+
 /// What the user asked to hook: `NAME`, `MODULE!NAME`, or an address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FuncSpec {
@@ -318,6 +353,11 @@ pub enum FuncSpec {
 
 impl FuncSpec {
     /// Parses `0x1234` as an address, `MODULE!NAME` as qualified, anything else as a name.
+    ///
+    /// The `!` of `MODULE!NAME` is the first one that is not part of a C++ name: a `!`
+    /// after a `::`, `<` or `(`, or in `operator!`/`operator!=`, belongs to the name
+    /// (`ns::operator!=(A, B)`, `f<(!0)>`); such a name is written with its module as
+    /// `MODULE!ns::operator!=(A, B)`.
     pub fn parse(s: &str) -> FuncSpec {
         let s = s.trim();
         if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
@@ -325,7 +365,7 @@ impl FuncSpec {
                 return FuncSpec::Addr(addr);
             }
         }
-        match s.split_once('!') {
+        match module_separator(s).map(|i| (&s[..i], &s[i + 1..])) {
             Some((module, name)) if !module.is_empty() && !name.is_empty() => FuncSpec::Qualified {
                 module: module.to_string(),
                 name: name.to_string(),
@@ -333,6 +373,15 @@ impl FuncSpec {
             _ => FuncSpec::Name(s.to_string()),
         }
     }
+}
+
+/// Byte offset of the `!` that ends the `MODULE` of `MODULE!NAME`, if there is one.
+fn module_separator(s: &str) -> Option<usize> {
+    let i = s.find('!')?;
+    let head = &s[..i];
+    let operator = head.trim_end().ends_with("operator");
+    let in_name = head.contains("::") || head.contains('<') || head.contains('(');
+    (!operator && !in_name).then_some(i)
 }
 
 impl fmt::Display for FuncSpec {
@@ -456,6 +505,8 @@ pub struct Module {
     data: FileData,
     /// Function symbols of the separate debug file's `.symtab`, read on first use.
     separate: std::sync::OnceLock<Vec<Symbol>>,
+    /// Demangled names of the C++ and Rust function symbols, made on first use.
+    demangled: std::sync::OnceLock<Vec<Demangled>>,
 }
 
 impl fmt::Debug for Module {
@@ -567,6 +618,7 @@ impl Module {
             loads: parsed.loads,
             data,
             separate: std::sync::OnceLock::new(),
+            demangled: std::sync::OnceLock::new(),
         })
     }
 
@@ -682,6 +734,18 @@ impl Module {
     /// Function symbols with exactly this name (one per address).
     pub fn symbols_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
         self.table().symbols.iter().filter(move |s| s.name == name)
+    }
+
+    /// The demangled names of the module's C++ and Rust function symbols, made
+    /// on first use and kept.
+    fn demangled(&self) -> &[Demangled] {
+        self.demangled.get_or_init(|| {
+            self.symbols()
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| Demangled::new(i, &s.name))
+                .collect()
+        })
     }
 
     /// True when `name` is one of the module's GNU indirect functions.
@@ -1309,6 +1373,32 @@ impl ProcessSymbols {
         }
     }
 
+    /// For a hook written `NAME(PARAMS)` whose list also parses as a C signature:
+    /// the C++ function whose demangled name with parameter list this is, when no
+    /// symbol is called `NAME` exactly (a C function `NAME` takes `PARAMS` as its
+    /// signature). `None` when there is no such C++ function.
+    pub fn resolve_with_parameter_list(
+        &self,
+        spec: &FuncSpec,
+        params: &str,
+    ) -> Option<Result<Resolved, SymbolError>> {
+        let (modules, name): (Vec<&Module>, &str) = match spec {
+            FuncSpec::Name(n) => (self.modules.iter().filter(|m| m.path != VDSO).collect(), n),
+            FuncSpec::Qualified { module, name } => (self.modules_matching(module), name),
+            FuncSpec::Addr(_) => return None,
+        };
+        if modules
+            .iter()
+            .any(|m| m.symbols_named(name).next().is_some() || m.is_ifunc(name))
+        {
+            return None;
+        }
+        match resolve_demangled(&format!("{name}({params})"), &modules)? {
+            Err(SymbolError::BadName { .. }) => None,
+            found => Some(found),
+        }
+    }
+
     /// Modules named by `module` (the `MODULE` of `MODULE!NAME`), those of the best
     /// [`ModuleMatch`] only: its path (or another path of the same file, such as the
     /// symlink `ldd` prints), else its file name or `DT_SONAME` (`libz.so.1`), else a
@@ -1521,6 +1611,9 @@ fn resolve_name_with(
                     targets: Vec::new(),
                 });
             }
+            if let Some(found) = resolve_demangled(name, modules) {
+                return found;
+            }
             Err(SymbolError::NotFound {
                 name: name.to_string(),
                 suggestions: if suggest {
@@ -1541,6 +1634,136 @@ fn resolve_name_with(
                 .map(|(m, s)| format!("{} in {} ({:#x})", s.name, m.path, s.addr))
                 .collect(),
         }),
+    }
+}
+
+/// How a name as written matches a function symbol's name ([`name_match`]); the
+/// smaller the better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NameMatch {
+    /// The symbol's own (mangled or C) name.
+    Exact,
+    /// The whole demangled path (`ns::Parser::parse`, `crashy::parse_record`).
+    Path,
+    /// A suffix of the demangled path after a `::` (`parse`, `Parser::parse`).
+    Suffix,
+}
+
+/// How `written` (a name as the user wrote it) names the function symbol `symbol`,
+/// by the rules [`ProcessSymbols::resolve`] uses; `None` when it does not.
+pub fn name_match(written: &str, symbol: &str) -> Option<NameMatch> {
+    if written == symbol {
+        return Some(NameMatch::Exact);
+    }
+    let q = Query::parse(written).ok()?;
+    match Demangled::new(0, symbol)?.matches(&q)? {
+        demangled::Tier::Path => Some(NameMatch::Path),
+        demangled::Tier::Suffix => Some(NameMatch::Suffix),
+    }
+}
+
+/// The function(s) whose demangled name `name` is, in `modules`: `None` when none
+/// is, else the one function or why there is not exactly one.
+fn resolve_demangled(name: &str, modules: &[&Module]) -> Option<Result<Resolved, SymbolError>> {
+    let q = match Query::parse(name) {
+        Ok(q) => q,
+        Err(problem) => {
+            return Some(Err(SymbolError::BadName {
+                name: name.to_string(),
+                problem,
+            }))
+        }
+    };
+    let mut hits: Vec<(demangled::Tier, &Module, &Demangled)> = modules
+        .iter()
+        .flat_map(|m| {
+            let q = &q;
+            m.demangled()
+                .iter()
+                .filter_map(move |d| Some((d.matches(q)?, *m, d)))
+        })
+        .collect();
+    let best = hits.iter().map(|(tier, _, _)| *tier).min()?;
+    hits.retain(|(tier, _, _)| *tier == best);
+    let found = distinct_functions(hits.into_iter().map(|(_, m, d)| (m, d)));
+    match found.as_slice() {
+        [] => None,
+        [(m, d)] => {
+            let s = &m.symbols()[d.index];
+            Some(if s.size == 0 {
+                Err(SymbolError::ZeroSize {
+                    name: s.name.clone(),
+                })
+            } else {
+                Ok(resolved(m, s))
+            })
+        }
+        many => Some(Err(SymbolError::AmbiguousName {
+            name: name.to_string(),
+            candidates: many
+                .iter()
+                .map(|(m, d)| {
+                    format!(
+                        "{} in {} ({:#x}): write `{}`",
+                        d.shown(),
+                        m.path,
+                        m.symbols()[d.index].addr,
+                        alone_spelling(m, d, modules)
+                    )
+                })
+                .collect(),
+        })),
+    }
+}
+
+/// One entry per function (module and address): aliases at one address, such as
+/// a C++ constructor's complete and base object symbols, count once.
+fn distinct_functions<'a>(
+    found: impl Iterator<Item = (&'a Module, &'a Demangled)>,
+) -> Vec<(&'a Module, &'a Demangled)> {
+    let mut out: Vec<(&Module, &Demangled)> = Vec::new();
+    for (m, d) in found {
+        let addr = m.symbols()[d.index].addr;
+        if !out
+            .iter()
+            .any(|(x, e)| std::ptr::eq(*x, m) && x.symbols()[e.index].addr == addr)
+        {
+            out.push((m, d));
+        }
+    }
+    out
+}
+
+/// The shortest way to write the function `d` of `m` that names it alone among
+/// `modules`: its demangled path, its name with parameter list, its mangled name,
+/// or `MODULE!MANGLED`.
+fn alone_spelling(m: &Module, d: &Demangled, modules: &[&Module]) -> String {
+    let count = |same: &dyn Fn(&Demangled) -> bool| {
+        distinct_functions(modules.iter().flat_map(|x| {
+            x.demangled()
+                .iter()
+                .filter(|e| same(e))
+                .map(move |e| (*x, e))
+        }))
+        .len()
+    };
+    if count(&|e| e.same_path(d)) == 1 {
+        return d.path.clone();
+    }
+    if let Some(full) = &d.full {
+        if count(&|e| e.same_full(d)) == 1 {
+            return full.clone();
+        }
+    }
+    let mangled = &m.symbols()[d.index].name;
+    let defining = modules
+        .iter()
+        .filter(|x| x.symbols_named(mangled).next().is_some())
+        .count();
+    if defining == 1 {
+        mangled.clone()
+    } else {
+        format!("{}!{mangled}", m.file_name())
     }
 }
 
@@ -1798,6 +2021,8 @@ pub fn separate_symbols(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    mod names;
 
     /// A live process's memory read through `/proc/PID/mem` (the tests' own backend).
     struct ProcMem(std::fs::File);
