@@ -255,7 +255,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Inject(a) => {
             let mut targets: Vec<HookTarget> = Vec::new();
             for f in &a.funcs {
-                let (name, signature) = injector::reader::args::split_signature(f)?;
+                let (name, signature) = injector::reader::args::split_function(f)?;
                 targets.push(HookTarget {
                     function: FuncSpec::parse(name),
                     signature,

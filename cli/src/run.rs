@@ -189,7 +189,7 @@ fn exit_like(status: std::process::ExitStatus) -> ! {
 pub fn main(a: RunArgs) -> i32 {
     let mut targets: Vec<HookTarget> = Vec::new();
     for f in &a.funcs {
-        match injector::reader::args::split_signature(f) {
+        match injector::reader::args::split_function(f) {
             Ok((name, signature)) => targets.push(HookTarget {
                 function: FuncSpec::parse(name),
                 signature,

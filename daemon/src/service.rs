@@ -12,7 +12,7 @@ use argstash_dbus::{OPT_ALWAYS_STOP, OPT_PYTHON};
 use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS};
 use async_io::{Async, Timer};
 use futures_lite::future;
-use injector::reader::args::{parse_params, split_signature, Signature};
+use injector::reader::args::{parse_params, split_function, Signature};
 use injector::reader::symbols::FuncSpec;
 use injector::reader::unwind::BacktraceOptions;
 use injector::SessionError;
@@ -683,7 +683,7 @@ fn inject_specs(
     let mut specs = Vec::new();
     let mut sigs = Vec::new();
     for f in functions {
-        let (name, inline) = split_signature(f).map_err(|e| invalid(e.to_string()))?;
+        let (name, inline) = split_function(f).map_err(|e| invalid(e.to_string()))?;
         let sig = match (inline, signatures.remove(name)) {
             (Some(_), Some(_)) => {
                 return Err(invalid(format!(

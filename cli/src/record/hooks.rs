@@ -39,7 +39,7 @@ impl Hooks {
     pub fn new(pid: Pid, funcs: &[String], python: bool, spawned: bool) -> Result<Hooks> {
         let mut pending = Vec::new();
         for f in funcs {
-            let (name, signature) = injector::reader::args::split_signature(f)?;
+            let (name, signature) = injector::reader::args::split_function(f)?;
             pending.push(HookTarget {
                 function: FuncSpec::parse(name),
                 signature,

@@ -39,8 +39,8 @@ pub mod x86_64;
 pub use dwarf::{call_value, dwarf_values, function_info, wants_entry_values};
 pub use format::{format_value, gdb_float, MAX_STRING};
 pub use signature::{
-    parse_params, split_signature, Expected, Found, Signature, SignatureError, SyntaxError,
-    SyntaxReason, TYPEDEFS,
+    parse_params, split_function, split_signature, Expected, Found, Signature, SignatureError,
+    SyntaxError, SyntaxReason, TYPEDEFS,
 };
 pub use types::{
     ArgSource, ArgValue, FrameState, FunctionInfo, Location, Member, Param, TypeDesc, TypeKind,

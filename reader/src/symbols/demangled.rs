@@ -165,10 +165,27 @@ impl fmt::Display for Query {
 }
 
 /// Byte offset of the `(` that opens the parameter list: the first one outside
-/// `<...>`.
+/// `<...>` and not part of an operator's name (`operator()`, `operator<`).
 fn params_start(text: &str) -> Option<usize> {
     let mut depth = 0usize;
+    let mut skip_to = 0;
     for (i, ch) in text.char_indices() {
+        if i < skip_to {
+            continue;
+        }
+        if let Some(rest) = text[i..].strip_prefix("operator") {
+            let symbol = rest.trim_start();
+            let after = text.len() - symbol.len();
+            skip_to = if symbol.starts_with("()") {
+                after + 2
+            } else {
+                after
+                    + symbol
+                        .find(|c: char| !"<>=!+-*/%^&|~[],".contains(c))
+                        .unwrap_or(symbol.len())
+            };
+            continue;
+        }
         match ch {
             '<' => depth += 1,
             '>' => depth = depth.saturating_sub(1),
@@ -275,6 +292,16 @@ mod tests {
                 close: ')'
             })
         );
+        // Operators' names are not brackets.
+        let lt = "_ZN2nsltERKNS_6ParserES2_";
+        assert_eq!(
+            m(lt, "ns::operator<(ns::Parser const&, ns::Parser const&)"),
+            Some(Tier::Path)
+        );
+        assert_eq!(m(lt, "operator<"), Some(Tier::Suffix));
+        let call = "_ZN2ns1FclEi";
+        assert_eq!(m(call, "ns::F::operator()(int)"), Some(Tier::Path));
+        assert_eq!(m(call, "F::operator()"), Some(Tier::Suffix));
         // `(` inside template arguments does not start the parameter list.
         let q = Query::parse("f<void (*)(int)>(int)").unwrap();
         assert_eq!(q.to_string(), "f<void(*)(int)>(int)");

@@ -26,6 +26,7 @@ mod job_control;
 mod jump_tables;
 mod lifecycle;
 mod many_args;
+mod names;
 mod python;
 mod record;
 mod riprel;

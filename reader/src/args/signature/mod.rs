@@ -180,6 +180,18 @@ pub fn split_signature(spec: &str) -> Result<(&str, Option<Signature>), Signatur
     Ok((name, Some(Signature::new(list.params, list.variadic))))
 }
 
+/// [`split_signature`] for `--func`, which also takes C++ names as demangled: a
+/// spec whose list is no C parameter list but whose name or list has C++ syntax in
+/// it (`::`, `<`, `&`: `ns::f(std::string const&)`, `f<void (*)(int)>(int)`) is
+/// returned whole as the name, with no signature, for the symbol lookup to match
+/// against demangled names. Other refusals stand.
+pub fn split_function(spec: &str) -> Result<(&str, Option<Signature>), SignatureError> {
+    match split_signature(spec) {
+        Err(_) if ["::", "<", "&"].iter().any(|c| spec.contains(c)) => Ok((spec.trim(), None)),
+        other => other,
+    }
+}
+
 /// Parses a bare C parameter list such as `int n, const char *s, ...` (positions
 /// are byte offsets in `list`).
 pub fn parse_params(list: &str) -> Result<Signature, SyntaxError> {

@@ -390,3 +390,21 @@ fn no_parameters_and_arrays_follow_c() {
     // Pointers to incomplete types, and the element of an array of pointers, are fine.
     accepted("f(struct s *a[3], void *v[2])");
 }
+
+#[test]
+fn split_function_keeps_cpp_lists_the_c_grammar_refuses_as_names() {
+    // A C++ list: the whole text is the name, for the demangled-name lookup.
+    for spec in [
+        "ns::operator!=(ns::Parser const&, ns::Parser const&)",
+        "f<void (*)(int)>(int)",
+        "parse(std::string const&)",
+    ] {
+        assert_eq!(split_function(spec).unwrap(), (spec, None), "{spec}");
+    }
+    // A list C reads stays a signature (the lookup decides whether it is C++'s).
+    let (name, sig) = split_function("ns::Parser::parse(long, long)").unwrap();
+    assert_eq!(name, "ns::Parser::parse");
+    assert_eq!(sig.unwrap().text(), "long, long");
+    // C mistakes are still refused.
+    assert!(split_function("bar(int a[)").is_err());
+}
