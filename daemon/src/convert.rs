@@ -41,6 +41,7 @@ pub fn error(pid: i32, e: injector::Error) -> Error {
                 ErrorKind::Ambiguous
             }
             SymbolError::ZeroSize { .. } => ErrorKind::Unsafe,
+            SymbolError::BadName { .. } => ErrorKind::InvalidArgs,
             _ => ErrorKind::Failed,
         },
         E::Plan { .. } | E::Codegen { .. } | E::Changed { .. } | E::ThreadInPatch { .. } => {

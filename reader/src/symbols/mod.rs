@@ -1835,6 +1835,34 @@ fn suggestions(name: &str, modules: &[&Module]) -> Vec<String> {
             scored.push((score, &s.name, &m.path));
         }
     }
+    // A C++ or Rust name is compared with the demangled paths too, with as many
+    // `::` components as it has (`Parser::pars` with `Parser::parse` of
+    // `ns::Parser::parse`).
+    let bare = name.split('(').next().unwrap_or(name).trim();
+    if bare.contains("::") {
+        let parts = bare.matches("::").count() + 1;
+        for m in modules {
+            for d in m.demangled() {
+                let tail = match d.path.rmatch_indices("::").nth(parts - 1) {
+                    Some((i, _)) => &d.path[i + 2..],
+                    None => d.path.as_str(),
+                };
+                if let Some(score) = bounded_levenshtein(bare, tail, limit) {
+                    scored.push((score, d.shown(), &m.path));
+                }
+            }
+        }
+    }
+    // A C++ or Rust name is compared with the demangled paths too.
+    if name.contains("::") {
+        for m in modules {
+            for d in m.demangled() {
+                if let Some(score) = bounded_levenshtein(name, &d.path, limit) {
+                    scored.push((score, d.shown(), &m.path));
+                }
+            }
+        }
+    }
     scored.sort_unstable();
     scored.dedup();
     scored

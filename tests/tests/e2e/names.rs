@@ -192,7 +192,10 @@ fn cpp_functions_are_hooked_and_ejected_by_demangled_name() {
     listed(pid, "ns::Parser::parse(int)");
     listed(pid, "ns::twice<int>(int)");
     // `parse` alone matches two hooks: eject lists them.
-    expect_fail(&["eject", "--pid", &p, "--func", "parse"], 1, "ambiguous");
+    let out = expect_fail(&["eject", "--pid", &p, "--func", "parse"], 1, "ambiguous");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ns::Parser::parse(long, long) in "), "{err}");
+    assert!(err.contains("ns::Parser::parse(int) in "), "{err}");
     run_ok(&[
         "eject",
         "--pid",

@@ -218,6 +218,16 @@ fn cpp_functions_are_found_by_qualified_name_parameters_and_suffix() {
         at("arser::parse"),
         Err(SymbolError::NotFound { .. })
     ));
+    // A misspelt path suggests the demangled names close to it.
+    match at("Parser::pars") {
+        Err(SymbolError::NotFound { suggestions, .. }) => assert!(
+            suggestions
+                .iter()
+                .any(|s| s == &format!("ns::Parser::parse(int) (in {exe})")),
+            "{suggestions:?}"
+        ),
+        other => panic!("misspelt: {other:?}"),
+    }
 }
 
 #[test]
