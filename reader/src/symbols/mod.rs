@@ -1247,8 +1247,8 @@ impl ProcessSymbols {
     }
 
     /// The one function called `name` in any module, as [`ProcessSymbols::resolve`]
-    /// finds it, when a program (not a person) asks: no similar names are looked
-    /// for when there is none.
+    /// finds it, when a program (not a person) asks: by its symbol name only (no
+    /// demangled names), and no similar names are looked for when there is none.
     pub fn find_function(&self, name: &str) -> Option<Resolved> {
         self.resolve_unqualified(name, false).ok()
     }
@@ -1591,7 +1591,8 @@ fn resolve_name(name: &str, modules: &[&Module]) -> Result<Resolved, SymbolError
     resolve_name_with(name, modules, true)
 }
 
-/// [`resolve_name`]; `suggest`: look for similar names when none matches (a pass
+/// [`resolve_name`]; `suggest`: a person asks, so C++ and Rust names are also
+/// matched demangled, and similar names are looked for when none matches (a pass
 /// over every symbol of every module, for an error a person reads).
 fn resolve_name_with(
     name: &str,
@@ -1611,8 +1612,12 @@ fn resolve_name_with(
                     targets: Vec::new(),
                 });
             }
-            if let Some(found) = resolve_demangled(name, modules) {
-                return found;
+            // Demangled names are for people: a program's lookup of a C name
+            // (`__cxa_throw`) does not demangle every symbol when it is absent.
+            if suggest {
+                if let Some(found) = resolve_demangled(name, modules) {
+                    return found;
+                }
             }
             Err(SymbolError::NotFound {
                 name: name.to_string(),
