@@ -191,6 +191,11 @@ fn cpp_functions_are_hooked_and_ejected_by_demangled_name() {
     ]);
     listed(pid, "ns::Parser::parse(int)");
     listed(pid, "ns::twice<int>(int)");
+    // A list the C grammar refuses (`const&`) and a `!` that is no module separator.
+    let neq = "ns::operator!=(ns::Parser const&, ns::Parser const&)";
+    run_ok(&["inject", "--pid", &p, "--func", neq]);
+    listed(pid, neq);
+    run_ok(&["eject", "--pid", &p, "--func", neq]);
     // `parse` alone matches two hooks: eject lists them.
     let out = expect_fail(&["eject", "--pid", &p, "--func", "parse"], 1, "ambiguous");
     let err = String::from_utf8_lossy(&out.stderr);
