@@ -18,7 +18,9 @@
 //! incomplete types, bit-fields, `_Float128`, complex numbers, and C++ class
 //! types (which may be passed by invisible reference).
 
-use trampolines::x86_64::{analyse_stack_reads, ArgPlacement, StackReads, MAX_STACK_WORDS};
+use trampolines::x86_64::{
+    analyse_stack_reads_with_parts, ArgPlacement, StackReads, MAX_STACK_WORDS,
+};
 
 use crate::error::UnsureWindow;
 use crate::memory::Memory;
@@ -112,10 +114,10 @@ pub fn analyse_code(
             // An unreadable tail-call target is skipped like an unnamed one.
             Err(_) => continue,
         };
-        let reads = analyse_stack_reads(addr, &code);
         let name = symbols
             .lookup(addr)
             .map_or_else(|| format!("0x{addr:x}"), |(_, s, _)| s.name.clone());
+        let reads = analyse_with_cold_parts(mem, symbols, addr, &code, &name);
         if addr == entry {
             merged.variadic = reads.variadic;
             merged.indirect_jumps = reads.indirect_jumps;
@@ -148,6 +150,48 @@ pub fn analyse_code(
         reads: merged,
         unsure,
     })
+}
+
+/// How many `.cold` parts of one function [`analyse_with_cold_parts`] follows.
+const MAX_COLD_PARTS: usize = 4;
+
+/// Analyses the function `name` at `addr`, walking the `NAME.cold` parts it jumps
+/// into (g++ and gcc move unlikely paths there) as its continuation, with the
+/// stack state of the jump, instead of as tail calls entered with a fresh frame.
+fn analyse_with_cold_parts(
+    mem: &dyn Memory,
+    symbols: &ProcessSymbols,
+    addr: u64,
+    code: &[u8],
+    name: &str,
+) -> StackReads {
+    let cold = format!("{name}.cold");
+    let mut parts: Vec<(u64, Vec<u8>)> = Vec::new();
+    loop {
+        let borrowed: Vec<(u64, &[u8])> = parts.iter().map(|(a, c)| (*a, c.as_slice())).collect();
+        let reads = analyse_stack_reads_with_parts(addr, code, &borrowed);
+        if parts.len() >= MAX_COLD_PARTS {
+            return reads;
+        }
+        let new_part = reads.tail_calls.iter().find_map(|&target| {
+            let (_, s, off) = symbols.lookup(target)?;
+            let is_cold = s.name == cold
+                || s.name
+                    .strip_prefix(&cold)
+                    .is_some_and(|rest| rest.starts_with('.'));
+            let start = target - off;
+            (is_cold && s.size > 0 && s.size <= MAX_BODY && !parts.iter().any(|(a, _)| *a == start))
+                .then_some((start, s.size))
+        });
+        let Some((start, size)) = new_part else {
+            return reads;
+        };
+        match mem.read_vec(start, size as usize) {
+            Ok(bytes) => parts.push((start, bytes)),
+            // An unreadable part stays a tail call (analysed, or skipped, as before).
+            Err(_) => return reads,
+        }
+    }
 }
 
 /// Why no window could be decided.

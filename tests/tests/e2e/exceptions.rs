@@ -7,7 +7,8 @@
 //! and let it exit. A death (std::terminate: an unwinder that could not get
 //! through a hooked frame) or a wrong result fails the test.
 //!
-//! Shapes: the hooked function throws itself, from its `.cold` part; a callee
+//! Shapes: the hooked function throws itself, from its `.cold` part (one whose
+//! `.cold` part also works in the hot part's frame: hooked without `--stack-args`); a callee
 //! throws and the exception is caught above the hooked function; four threads at
 //! once; a program that spends most of its time in libgcc's unwinder, each
 //! exception crossing 40 hooked frames.
@@ -120,6 +121,32 @@ fn thrown_by_the_hooked_function_from_its_cold_part() {
         "g++ -O2 no longer splits risky into a .cold part: the test lost its shape"
     );
     rounds_of("self", 1, "_Z5riskyi");
+}
+
+/// `parse`'s `.cold` part addresses locals of the hot part's frame (`lea rdi, [rsp+N]`),
+/// which, analysed as a function entered on its own, looked like code taking the address
+/// of an incoming stack argument: the hook was refused without `--stack-args`.
+#[test]
+fn a_cold_part_addressing_the_hot_frame_is_hooked_without_stack_args() {
+    let exe = build_cpp("exceptions");
+    assert!(
+        symbol(&exe, "_Z5parsell.cold").is_some(),
+        "g++ -O2 no longer splits parse into a .cold part: the test lost its shape"
+    );
+    let mut t = Target::spawn_with_args(&exe, &["parse", "1"]);
+    let pid = t.pid().to_string();
+    let before = let_exceptions_fly(&mut t, 0, 10);
+    let out = run(&["inject", "--pid", &pid, "--func", "_Z5parsell"]);
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("stack window 0 words from code"), "{text}");
+    let during = let_exceptions_fly(&mut t, before.1, 200);
+    assert_eq!(during.2, 0, "wrong results while hooked: {during:?}");
+    let out = run(&["eject", "--pid", &pid, "--all"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    t.write_stdin("quit\n");
+    assert_eq!(t.wait_exit(LINE).and_then(|s| s.code()), Some(0));
+    rounds_of("parse", 1, "_Z5parsell");
 }
 
 #[test]

@@ -155,6 +155,8 @@ impl State {
 struct Walker<'a> {
     entry: u64,
     code: &'a [u8],
+    /// Further parts of the same function (`NAME.cold`), walked as its continuation.
+    parts: &'a [(u64, &'a [u8])],
     info: InstructionInfoFactory,
     words: u64,
     unsure: Option<Unsure>,
@@ -163,13 +165,21 @@ struct Walker<'a> {
 }
 
 impl Walker<'_> {
+    /// The part of the function (its body or a further part) that holds `addr`.
+    fn region(&self, addr: u64) -> Option<(u64, &[u8])> {
+        std::iter::once((self.entry, self.code))
+            .chain(self.parts.iter().copied())
+            .find(|(start, code)| addr >= *start && addr - start < code.len() as u64)
+    }
+
     fn contains(&self, addr: u64) -> bool {
-        addr >= self.entry && addr - self.entry < self.code.len() as u64
+        self.region(addr).is_some()
     }
 
     fn decode(&self, addr: u64) -> Option<Instruction> {
-        let off = usize::try_from(addr.checked_sub(self.entry)?).ok()?;
-        let mut d = Decoder::with_ip(64, self.code.get(off..)?, addr, DecoderOptions::NONE);
+        let (start, code) = self.region(addr)?;
+        let off = usize::try_from(addr - start).ok()?;
+        let mut d = Decoder::with_ip(64, code.get(off..)?, addr, DecoderOptions::NONE);
         let ins = d.decode();
         (!ins.is_invalid()).then_some(ins)
     }
@@ -497,9 +507,21 @@ fn has_integer_save_area(instructions: &BTreeMap<u64, Instruction>) -> bool {
 
 /// Analyses the function whose code (its symbol's bytes) starts at `entry`.
 pub fn analyse_stack_reads(entry: u64, code: &[u8]) -> StackReads {
+    analyse_stack_reads_with_parts(entry, code, &[])
+}
+
+/// Analyses the function at `entry` together with its further `parts` (`(address,
+/// bytes)` of `NAME.cold` and the like): a jump into a part continues the walk
+/// there with the state of the jump, rather than counting as a tail call.
+pub fn analyse_stack_reads_with_parts(
+    entry: u64,
+    code: &[u8],
+    parts: &[(u64, &[u8])],
+) -> StackReads {
     let mut w = Walker {
         entry,
         code,
+        parts,
         info: InstructionInfoFactory::new(),
         words: 0,
         unsure: None,
@@ -729,6 +751,42 @@ mod tests {
             analyse_stack_reads(AT, &incoming).unsure,
             Some(Unsure::Indexed { .. })
         ));
+    }
+
+    #[test]
+    fn a_cold_part_continues_with_the_state_of_the_jump() {
+        const COLD: u64 = 0x40_2000;
+        let hot = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; push rbx
+                ; sub rsp, 0x20
+                ; test edi, edi
+                ; jz extern COLD as usize
+                ; add rsp, 0x20
+                ; pop rbx
+                ; ret
+            )
+        });
+        // In the cold part rsp is 0x28 below the entry rsp: [rsp + 0x10] is a local,
+        // [rsp + 0x30] is incoming word 0.
+        let mut ops = VecAssembler::<X64Relocation>::new(COLD as usize);
+        dynasm!(ops ; .arch x64
+            ; lea rdi, [rsp + 0x10]
+            ; mov rax, [rsp + 0x30]
+            ; add rsp, 0x20
+            ; pop rbx
+            ; ret
+        );
+        let cold = ops.finalize().unwrap();
+        // Alone, the cold part looks like code taking the address of an incoming word.
+        let alone = analyse_stack_reads(COLD, &cold);
+        assert_eq!(alone.unsure, Some(Unsure::AddressTaken { at: COLD }));
+        // As a tail call, the hot part lists it; as a part, it is walked in place.
+        assert_eq!(analyse_stack_reads(AT, &hot).tail_calls, vec![COLD]);
+        let r = analyse_stack_reads_with_parts(AT, &hot, &[(COLD, &cold)]);
+        assert_eq!(r.unsure, None, "{r:?}");
+        assert_eq!(r.words, 1, "{r:?}");
+        assert!(r.tail_calls.is_empty(), "{r:?}");
     }
 
     #[test]
