@@ -192,13 +192,14 @@ mod tests {
             reason: UnsureWindow {
                 tail_called: Some("inner".into()),
                 why: Unsure::AddressTaken { at: 0x401000 },
+                instruction: Some("lea rax,[rsp+8]".into()),
             },
         };
         assert_eq!(
             printed(unknown),
             "cannot hook quad_ref in /prog: how many stack words to copy for it is unknown \
              (inner, which it tail-calls: the instruction at 0x401000 takes the address of an \
-             incoming stack argument); give the window yourself with `--stack-args N` (N \
+             incoming stack argument: `lea rax,[rsp+8]`); give the window yourself with `--stack-args N` (N \
              incoming 8-byte stack words, at most 16)"
         );
         let unsupported = injector::Error::Unsupported32Bit {

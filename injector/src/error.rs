@@ -390,13 +390,19 @@ pub struct UnsureWindow {
     pub tail_called: Option<String>,
     /// What the analysis met.
     pub why: Unsure,
+    /// The instruction at `why`'s address in NASM syntax, when it could be read and decoded.
+    pub instruction: Option<String>,
 }
 
 impl std::fmt::Display for UnsureWindow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.tail_called {
-            None => write!(f, "{}", self.why),
-            Some(name) => write!(f, "{name}, which it tail-calls: {}", self.why),
+            None => write!(f, "{}", self.why)?,
+            Some(name) => write!(f, "{name}, which it tail-calls: {}", self.why)?,
+        }
+        match &self.instruction {
+            Some(ins) => write!(f, ": `{ins}`"),
+            None => Ok(()),
         }
     }
 }

@@ -19,7 +19,7 @@
 //! types (which may be passed by invisible reference).
 
 use trampolines::x86_64::{
-    analyse_stack_reads_with_parts, ArgPlacement, StackReads, MAX_STACK_WORDS,
+    analyse_stack_reads_with_parts, disassemble_one, ArgPlacement, StackReads, MAX_STACK_WORDS,
 };
 
 use crate::error::UnsureWindow;
@@ -128,6 +128,7 @@ pub fn analyse_code(
                 unsure = Some(UnsureWindow {
                     tail_called: (addr != entry).then(|| name.clone()),
                     why: why.clone(),
+                    instruction: instruction_at(mem, why.at()),
                 });
             }
         }
@@ -150,6 +151,16 @@ pub fn analyse_code(
         reads: merged,
         unsure,
     })
+}
+
+/// The instruction at `at` in NASM syntax, for a refusal that names it.
+fn instruction_at(mem: &dyn Memory, at: u64) -> Option<String> {
+    // An instruction is at most 15 bytes; near the end of a mapping fewer may be readable.
+    (1..=15usize)
+        .rev()
+        .step_by(7)
+        .find_map(|len| mem.read_vec(at, len).ok())
+        .and_then(|code| disassemble_one(at, &code))
 }
 
 /// How many `.cold` parts of one function [`analyse_with_cold_parts`] follows.
@@ -258,6 +269,7 @@ mod tests {
             unsure: unsure.then_some(UnsureWindow {
                 tail_called: None,
                 why: Unsure::AddressTaken { at: 0x10 },
+                instruction: None,
             }),
         }
     }
@@ -276,7 +288,8 @@ mod tests {
             decide_window(None, None, &verdict(0, false, true), false),
             Err(WindowRefusal::Unsure(UnsureWindow {
                 tail_called: None,
-                why: Unsure::AddressTaken { at: 0x10 }
+                why: Unsure::AddressTaken { at: 0x10 },
+                instruction: None,
             }))
         );
         assert_eq!(

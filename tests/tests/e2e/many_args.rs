@@ -303,10 +303,16 @@ fn unbounded_window_is_refused_until_given() {
     // Stripped: no signature, so only the code can bound the window.
     let mut t = Target::start("abiargs", Variant::new(Opt::O2, true));
     let p = t.pid().to_string();
-    expect_fail(
+    let out = expect_fail(
         &["inject", "--pid", &p, "--func", "quad_ref"],
         1,
         "--stack-args N",
+    );
+    // The refusal names the instruction that forced it: address and disassembly.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("takes the address of an incoming stack argument: `lea "),
+        "{err}"
     );
     t.assert_function_pristine("quad_ref");
     assert!(list_hooks(t.pid()).is_empty());

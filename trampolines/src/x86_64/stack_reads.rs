@@ -62,6 +62,30 @@ pub enum Unsure {
     },
 }
 
+impl Unsure {
+    /// Address of the instruction (or bytes) the analysis met.
+    pub fn at(&self) -> u64 {
+        match *self {
+            Unsure::AddressTaken { at }
+            | Unsure::UnknownHeight { at }
+            | Unsure::Indexed { at }
+            | Unsure::Undecodable { at } => at,
+        }
+    }
+}
+
+/// The first instruction of `code` (at `addr`) in NASM syntax, if it decodes.
+pub fn disassemble_one(addr: u64, code: &[u8]) -> Option<String> {
+    use iced_x86::{Formatter, NasmFormatter};
+    let ins = Decoder::with_ip(64, code, addr, DecoderOptions::NONE).decode();
+    if ins.is_invalid() {
+        return None;
+    }
+    let mut text = String::new();
+    NasmFormatter::new().format(&ins, &mut text);
+    Some(text)
+}
+
 impl fmt::Display for Unsure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -751,6 +775,23 @@ mod tests {
             analyse_stack_reads(AT, &incoming).unsure,
             Some(Unsure::Indexed { .. })
         ));
+    }
+
+    #[test]
+    fn refusals_can_show_their_instruction() {
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; lea rdi, [rsp + 0x10]
+                ; ret
+            )
+        });
+        let why = analyse_stack_reads(AT, &code).unsure.unwrap();
+        assert_eq!(why.at(), AT);
+        assert_eq!(
+            disassemble_one(why.at(), &code).as_deref(),
+            Some("lea rdi,[rsp+10h]")
+        );
+        assert_eq!(disassemble_one(AT, &[0x0f, 0x0b][..1]), None);
     }
 
     #[test]
