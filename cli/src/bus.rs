@@ -276,7 +276,17 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             if a.stash.float_args {
                 opts.insert(OPT_FLOAT_ARGS, Value::from(true));
             }
-            if let Some(n) = a.stash.stack_args {
+            if a.stash
+                .stack_args
+                .iter()
+                .any(|s| matches!(s, crate::StackArgs::Function(..)))
+            {
+                anyhow::bail!(
+                    "--stack-args NAME=N is not carried over D-Bus yet: argstashd takes one \
+                     window for all functions; run argstash without --bus, or give --stack-args N"
+                );
+            }
+            if let Some(n) = a.stash.global_window() {
                 opts.insert(OPT_STACK_ARGS, Value::from(n));
             }
             if a.python > 0 {

@@ -99,10 +99,12 @@ struct EjectArgs {
 /// How each hook stashes (`inject`, `run`).
 #[derive(Args)]
 struct StashArgs {
-    /// Incoming 8-byte stack words to copy (arguments beyond the registers). Default: found
-    /// from each function's code; variadic functions get 8. Give it when argstash cannot tell.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=16))]
-    stack_args: Option<u16>,
+    /// Incoming 8-byte stack words to copy (arguments beyond the registers), 0-16: `N` for
+    /// every function, `NAME=N` for the --func NAME alone (repeatable; wins over `N`).
+    /// Default: found from each function's code; variadic functions get 8. Give it when
+    /// argstash cannot tell.
+    #[arg(long, value_name = "[NAME=]N", value_parser = parse_stack_args)]
+    stack_args: Vec<StackArgs>,
     /// Also stash xmm0-xmm7 (float and double arguments); `bt` shows them as doubles.
     #[arg(long)]
     float_args: bool,
@@ -111,12 +113,74 @@ struct StashArgs {
     calls: CallArgs,
 }
 
+/// One `--stack-args` value: for every function, or for one `--func` name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum StackArgs {
+    /// `N`.
+    All(u16),
+    /// `NAME=N`.
+    Function(String, u16),
+}
+
+fn parse_stack_args(s: &str) -> Result<StackArgs, String> {
+    let words = |n: &str| match n.trim().parse::<u16>() {
+        Ok(n) if n <= 16 => Ok(n),
+        _ => Err(format!(
+            "`{n}` is not a number of stack words from 0 to 16 (write N or NAME=N)"
+        )),
+    };
+    match s.rsplit_once('=') {
+        None => words(s).map(StackArgs::All),
+        Some((name, _)) if name.trim().is_empty() => {
+            Err("write NAME=N, with the --func name before the `=`".to_string())
+        }
+        Some((name, n)) => Ok(StackArgs::Function(name.trim().to_string(), words(n)?)),
+    }
+}
+
 impl StashArgs {
+    /// The window for every function (`--stack-args N`), if given.
+    fn global_window(&self) -> Option<u16> {
+        self.stack_args.iter().rev().find_map(|s| match s {
+            StackArgs::All(n) => Some(*n),
+            StackArgs::Function(..) => None,
+        })
+    }
+
+    /// The `--stack-args NAME=N` windows by name; refuses a NAME that is not one of
+    /// the `--func` names (`funcs`, their parameter lists left out) and a name given twice.
+    fn function_windows(&self, funcs: &[&str]) -> Result<Vec<(String, u16)>> {
+        let mut out: Vec<(String, u16)> = Vec::new();
+        for s in &self.stack_args {
+            let StackArgs::Function(name, n) = s else {
+                continue;
+            };
+            if !funcs.contains(&name.as_str()) {
+                anyhow::bail!(
+                    "--stack-args {name}={n}: no --func names `{name}` (the --func names: {}); \
+                     write NAME as it is given to --func, without its parameter list, or \
+                     add --func '{name}'",
+                    if funcs.is_empty() {
+                        "none".to_string()
+                    } else {
+                        funcs.join(", ")
+                    }
+                );
+            }
+            if out.iter().any(|(m, _)| m == name) {
+                anyhow::bail!("--stack-args gives `{name}` a window twice; give it once");
+            }
+            out.push((name.clone(), *n));
+        }
+        Ok(out)
+    }
+
     /// The library's install options for these flags.
     fn install_options(&self) -> InstallOptions {
+        let global = self.global_window();
         InstallOptions {
-            stack_words: self.stack_args.unwrap_or(0),
-            force_stack_words: self.stack_args.is_some(),
+            stack_words: global.unwrap_or(0),
+            force_stack_words: global.is_some(),
             float_args: self.float_args,
             calls: self.calls.policy(),
         }
@@ -254,12 +318,20 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inject(a) => {
             let mut targets: Vec<HookTarget> = Vec::new();
+            let mut names = Vec::new();
             for f in &a.funcs {
                 let (name, signature) = injector::reader::args::split_function(f)?;
+                names.push(name);
                 targets.push(HookTarget {
                     function: FuncSpec::parse(name),
                     signature,
+                    stack_words: None,
                 });
+            }
+            for (name, n) in a.stash.function_windows(&names)? {
+                for (t, _) in targets.iter_mut().zip(&names).filter(|(_, m)| **m == name) {
+                    t.stack_words = Some(n);
+                }
             }
             targets.extend(a.addr.iter().map(|x| HookTarget::new(FuncSpec::Addr(*x))));
             if a.python > 0 {

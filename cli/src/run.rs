@@ -188,16 +188,34 @@ fn exit_like(status: std::process::ExitStatus) -> ! {
 /// Runs `argstash run`; returns only when argstash fails before the child starts.
 pub fn main(a: RunArgs) -> i32 {
     let mut targets: Vec<HookTarget> = Vec::new();
+    let mut names = Vec::new();
     for f in &a.funcs {
         match injector::reader::args::split_function(f) {
-            Ok((name, signature)) => targets.push(HookTarget {
-                function: FuncSpec::parse(name),
-                signature,
-            }),
+            Ok((name, signature)) => {
+                names.push(name);
+                targets.push(HookTarget {
+                    function: FuncSpec::parse(name),
+                    signature,
+                    stack_words: None,
+                });
+            }
             Err(e) => {
                 eprintln!("argstash: {}", crate::errors::error_text(&e.into()));
                 return 1;
             }
+        }
+    }
+    match a.stash.function_windows(&names) {
+        Ok(windows) => {
+            for (name, n) in windows {
+                for (t, _) in targets.iter_mut().zip(&names).filter(|(_, m)| **m == name) {
+                    t.stack_words = Some(n);
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("argstash: {e}");
+            return 1;
         }
     }
     let program = a.command[0].to_string_lossy().into_owned();

@@ -558,6 +558,7 @@ impl Shared {
             .map(|(function, signature)| HookTarget {
                 function,
                 signature,
+                stack_words: None,
             })
             .collect();
         let (res, listed) = self

@@ -236,6 +236,7 @@ fn targets_of(funcs: &Bound<'_, PyAny>) -> PyResult<Vec<HookTarget>> {
         targets.push(HookTarget {
             function: FuncSpec::parse(name),
             signature,
+            stack_words: None,
         });
     }
     Ok(targets)

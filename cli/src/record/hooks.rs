@@ -43,6 +43,7 @@ impl Hooks {
             pending.push(HookTarget {
                 function: FuncSpec::parse(name),
                 signature,
+                stack_words: None,
             });
         }
         Ok(Hooks {

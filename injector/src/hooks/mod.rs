@@ -209,6 +209,9 @@ pub struct HookTarget {
     /// stored with the hook so that a later backtrace types the stashed values
     /// without DWARF.
     pub signature: Option<reader::args::Signature>,
+    /// Incoming stack words to copy for this function alone (`--stack-args NAME=N`),
+    /// over [`InstallOptions::stack_words`] and the analysis.
+    pub stack_words: Option<u16>,
 }
 
 impl HookTarget {
@@ -217,6 +220,7 @@ impl HookTarget {
         HookTarget {
             function,
             signature: None,
+            stack_words: None,
         }
     }
 
@@ -258,7 +262,8 @@ pub fn install<T: Clone + Into<HookTarget>>(
         targets.iter().map(|t| t.signature.clone()).collect();
     // Entries an earlier, failed operation on this process left behind.
     drop(take_journal(pid));
-    let report = install_inner(pid, &specs, &signatures, opts);
+    let windows: Vec<Option<u16>> = targets.iter().map(|t| t.stack_words).collect();
+    let report = install_inner(pid, &specs, &signatures, &windows, opts);
     let signals = take_journal(pid);
     report
         .map(|r| InstallReport { signals, ..r })
@@ -269,6 +274,7 @@ fn install_inner(
     pid: i32,
     specs: &[FuncSpec],
     signatures: &[Option<reader::args::Signature>],
+    windows: &[Option<u16>],
     opts: &InstallOptions,
 ) -> Result<InstallReport, Error> {
     for sig in signatures.iter().flatten() {
@@ -282,7 +288,7 @@ fn install_inner(
     }
     let mut ctx = ProcessInfo::read(pid, Access::Stop)?;
     let mem = ProcessMemory::open(pid)?;
-    let mut prepared = Plan::new(&ctx, &mem, specs, signatures, opts)?.prepare(now_ns())?;
+    let mut prepared = Plan::new(&ctx, &mem, specs, signatures, windows, opts)?.prepare(now_ns())?;
     let protection = Protection::decide(ctx.arch, &prepared.unwinders, opts.calls);
     if let Protection::Impossible { raiser, reason } = &protection {
         if opts.calls.unprotected == UnprotectedHooks::Refuse {

@@ -134,13 +134,14 @@ pub(crate) fn arena_header(
 
 impl Plan {
     /// Resolves and analyses every function of `specs` (with the user's
-    /// `signatures[i]` for `specs[i]`) in the process `ctx`, reading its memory
-    /// through `mem`, and gives each a slot.
+    /// `signatures[i]` and stack window `windows[i]` for `specs[i]`) in the process
+    /// `ctx`, reading its memory through `mem`, and gives each a slot.
     pub(crate) fn new(
         ctx: &ProcessInfo,
         mem: &dyn Memory,
         specs: &[FuncSpec],
         signatures: &[Option<Signature>],
+        windows: &[Option<u16>],
         opts: &InstallOptions,
     ) -> Result<Plan, Error> {
         let pid = ctx.pid;
@@ -168,8 +169,14 @@ impl Plan {
         let mut seen = HashSet::new();
         for (i, spec) in specs.iter().enumerate() {
             let user = signatures.get(i).and_then(|s| s.as_ref());
+            // A window given for this function alone wins over the global one.
+            let mut own = *opts;
+            if let Some(n) = windows.get(i).copied().flatten() {
+                own.stack_words = n;
+                own.force_stack_words = true;
+            }
             let hook = analyse(
-                &symbols, mem, &arenas, &mut debug, &mut seen, arch, spec, user, opts,
+                &symbols, mem, &arenas, &mut debug, &mut seen, arch, spec, user, &own,
             )?;
             hooks.push(hook);
         }

@@ -82,10 +82,17 @@ fn install_through_every_failure(pid: i32) -> (commit::Committed, usize) {
     for fail_at in 0.. {
         let ctx = ProcessInfo::read(pid, Access::Stop).unwrap();
         let mem = ProcessMemory::open(pid).unwrap();
-        let mut prepared = Plan::new(&ctx, &mem, &work_spec(), &[], &InstallOptions::default())
-            .unwrap()
-            .prepare(now_ns())
-            .unwrap();
+        let mut prepared = Plan::new(
+            &ctx,
+            &mem,
+            &work_spec(),
+            &[],
+            &[],
+            &InstallOptions::default(),
+        )
+        .unwrap()
+        .prepare(now_ns())
+        .unwrap();
         let mut session = ctx.stop_all().unwrap();
         let failing = FailingWrite::new(&mem, fail_at);
         let result = prepared.commit(&mut session, &failing);
@@ -198,7 +205,15 @@ fn a_plan_stops_nothing_and_places_the_hook_near_its_module() {
     wait_all_blocked(pid);
     let ctx = ProcessInfo::read(pid, Access::Stop).unwrap();
     let mem = ProcessMemory::open(pid).unwrap();
-    let plan = Plan::new(&ctx, &mem, &work_spec(), &[], &InstallOptions::default()).unwrap();
+    let plan = Plan::new(
+        &ctx,
+        &mem,
+        &work_spec(),
+        &[],
+        &[],
+        &InstallOptions::default(),
+    )
+    .unwrap();
     for tid in reader::procfs::read_task_ids(pid).unwrap() {
         assert_eq!(thread_state(pid, tid).1, 0, "no tracer while planning");
     }
@@ -225,7 +240,7 @@ fn a_plan_stops_nothing_and_places_the_hook_near_its_module() {
 
     // A function named twice is refused while planning.
     let twice = [FuncSpec::parse("work"), FuncSpec::parse("work")];
-    let e = Plan::new(&ctx, &mem, &twice, &[], &InstallOptions::default())
+    let e = Plan::new(&ctx, &mem, &twice, &[], &[], &InstallOptions::default())
         .err()
         .unwrap();
     assert!(matches!(e, Error::Duplicate { .. }), "{e}");
@@ -237,9 +252,16 @@ fn a_plan_stops_nothing_and_places_the_hook_near_its_module() {
     )
     .unwrap();
     let ctx = ProcessInfo::read(pid, Access::Stop).unwrap();
-    let e = Plan::new(&ctx, &mem, &work_spec(), &[], &InstallOptions::default())
-        .err()
-        .unwrap();
+    let e = Plan::new(
+        &ctx,
+        &mem,
+        &work_spec(),
+        &[],
+        &[],
+        &InstallOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(matches!(e, Error::AlreadyHooked { .. }), "{e}");
     eject(Pid::from_raw(pid), &EjectOptions::all()).unwrap();
 }

@@ -833,6 +833,64 @@ fn usage_errors() {
     t.assert_function_pristine("bar");
 }
 
+#[test]
+fn a_per_function_stack_window_for_a_function_not_named() {
+    let mut t = Target::start("seed", Variant::O2G);
+    let p = t.pid().to_string();
+    let err = refused(
+        &mut t,
+        &[
+            "inject",
+            "--pid",
+            &p,
+            "--func",
+            "bar",
+            "--stack-args",
+            "baz=2",
+        ],
+        1,
+        "--stack-args baz=2: no --func names `baz` (the --func names: bar)",
+    );
+    assert!(err.contains("add --func 'baz'"), "{err}");
+    for (args, needle) in [
+        (
+            &[
+                "inject",
+                "--pid",
+                &p,
+                "--func",
+                "bar",
+                "--stack-args",
+                "bar=17",
+            ][..],
+            "`17` is not a number of stack words from 0 to 16",
+        ),
+        (
+            &["inject", "--pid", &p, "--func", "bar", "--stack-args", "=2"],
+            "with the --func name before the `=`",
+        ),
+    ] {
+        refused(&mut t, args, 2, needle);
+    }
+    refused(
+        &mut t,
+        &[
+            "inject",
+            "--pid",
+            &p,
+            "--func",
+            "bar",
+            "--stack-args",
+            "bar=1",
+            "--stack-args",
+            "bar=2",
+        ],
+        1,
+        "--stack-args gives `bar` a window twice",
+    );
+    t.assert_function_pristine("bar");
+}
+
 // ---------------------------------------------------------------------------
 // Failures after the target was stopped, and foreign patches
 // ---------------------------------------------------------------------------

@@ -90,3 +90,58 @@ fn two_stack_words() {
 fn sixteen_stack_words() {
     stack_window(16);
 }
+
+/// `--stack-args NAME=N` gives one function its window; the others keep theirs
+/// (here found from the code), where a global `--stack-args N` would force N on all.
+#[test]
+fn a_window_for_one_function_leaves_the_others_to_the_analysis() {
+    // Stripped: no signature; quad_ref's code takes the address of its incoming words.
+    let mut t = Target::start("abiargs", Variant::new(Opt::O2, true));
+    let p = t.pid().to_string();
+    let out = run_ok(&[
+        "inject",
+        "--pid",
+        &p,
+        "--func",
+        "quad_ref",
+        "--func",
+        "ten",
+        "--stack-args",
+        "quad_ref=5",
+    ]);
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("hooked {name} ")))
+            .unwrap_or_else(|| panic!("no line for {name}: {out}"))
+            .to_string()
+    };
+    assert!(
+        line("quad_ref").contains("stack window 5 words from user"),
+        "{out}"
+    );
+    // ten(a, ..., j) passes g, h, i and j on the stack.
+    assert!(
+        line("ten").contains("stack window 4 words from code"),
+        "{out}"
+    );
+    let hooks = list_hooks(t.pid());
+    for (name, words) in [("quad_ref", 5), ("ten", 4)] {
+        let h = hooks_named(&hooks, name, "active");
+        assert_eq!(h.len(), 1, "{hooks:#?}");
+        assert_eq!(h[0]["stack_words"].as_u64(), Some(words), "{name}");
+    }
+    // ten's results stay right while hooked.
+    t.drain_lines();
+    let mut seen = 0;
+    while seen < 2 {
+        let line = t.expect_line(SOON);
+        if line.starts_with("ok ten") {
+            seen += 1;
+        }
+        assert!(!line.contains("WRONG"), "{line}");
+    }
+    run_ok(&["eject", "--pid", &p, "--all"]);
+    t.assert_function_pristine("quad_ref");
+    t.assert_function_pristine("ten");
+    t.assert_healthy();
+}
