@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use argstash_dbus::{HookEntry, Injector1ProxyBlocking, Param};
-use argstash_dbus::{OPT_ALWAYS_STOP, OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS};
+use argstash_dbus::{
+    OPT_ALWAYS_STOP, OPT_FLOAT_ARGS, OPT_FUNCTION_STACK_ARGS, OPT_SHOW_TRAMPOLINES, OPT_STACK_ARGS,
+};
 use injector::reader::args::{ArgSource, ArgValue};
 use injector::{
     Backtrace, Capture, Frame, FrameKind, InlinedFrame, StashedArgs, StopReason, ThreadBacktrace,
@@ -276,15 +278,17 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
             if a.stash.float_args {
                 opts.insert(OPT_FLOAT_ARGS, Value::from(true));
             }
-            if a.stash
-                .stack_args
+            let func_names: Vec<&str> = a
+                .funcs
                 .iter()
-                .any(|s| matches!(s, crate::StackArgs::Function(..)))
-            {
-                anyhow::bail!(
-                    "--stack-args NAME=N is not carried over D-Bus yet: argstashd takes one \
-                     window for all functions; run argstash without --bus, or give --stack-args N"
-                );
+                .map(|f| {
+                    injector::reader::args::split_function(f).map_or(f.as_str(), |(name, _)| name)
+                })
+                .collect();
+            let windows: HashMap<String, u16> =
+                a.stash.function_windows(&func_names)?.into_iter().collect();
+            if !windows.is_empty() {
+                opts.insert(OPT_FUNCTION_STACK_ARGS, Value::from(windows));
             }
             if let Some(n) = a.stash.global_window() {
                 opts.insert(OPT_STACK_ARGS, Value::from(n));

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use argstash_dbus::{Error, ErrorKind, HookEntry, Thread, MANAGER_PATH};
 use argstash_dbus::{OPT_ALWAYS_STOP, OPT_PYTHON};
-use argstash_dbus::{OPT_FLOAT_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS};
+use argstash_dbus::{
+    OPT_FLOAT_ARGS, OPT_FUNCTION_STACK_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS,
+};
 use async_io::{Async, Timer};
 use futures_lite::future;
 use injector::reader::args::{parse_params, split_function, Signature};
@@ -545,6 +547,7 @@ impl Shared {
             opts,
             signatures,
             python,
+            mut windows,
         } = inject_options(&options)?;
         if functions.is_empty() && !python {
             return Err(invalid(format!(
@@ -552,15 +555,21 @@ impl Shared {
             )));
         }
         let (specs, signatures) = inject_specs(&functions, signatures)?;
-        let mut targets: Vec<HookTarget> = specs
-            .into_iter()
-            .zip(signatures)
-            .map(|(function, signature)| HookTarget {
+        let mut targets: Vec<HookTarget> = Vec::new();
+        for ((function, signature), f) in specs.into_iter().zip(signatures).zip(&functions) {
+            let name = split_function(f).map_or(f.as_str(), |(name, _)| name);
+            targets.push(HookTarget {
                 function,
                 signature,
-                stack_words: None,
-            })
-            .collect();
+                stack_words: windows.remove(name),
+            });
+        }
+        if let Some(extra) = windows.keys().next() {
+            return Err(invalid(format!(
+                "option {OPT_FUNCTION_STACK_ARGS} names `{extra}`, which is not among the \
+                 functions to hook"
+            )));
+        }
         let (res, listed) = self
             .workers
             .run(pid, "Inject", move || {
@@ -599,12 +608,15 @@ struct InjectRequest {
     signatures: HashMap<String, String>,
     /// `python` option: also hook CPython's frame evaluator.
     python: bool,
+    /// `function-stack-args` option: stack window by function name, as given.
+    windows: HashMap<String, u16>,
 }
 
 fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InjectRequest, Error> {
     let mut opts = InstallOptions::default();
     let mut signatures = HashMap::new();
     let mut python = false;
+    let mut windows = HashMap::new();
     for (k, v) in options {
         match k.as_str() {
             OPT_STACK_ARGS => {
@@ -660,10 +672,29 @@ fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InjectRequest
                     ))
                 })?;
             }
+            OPT_FUNCTION_STACK_ARGS => {
+                windows = HashMap::<String, u16>::try_from(
+                    v.try_clone()
+                        .map_err(|e| invalid(format!("option {OPT_FUNCTION_STACK_ARGS}: {e}")))?,
+                )
+                .map_err(|_| {
+                    invalid(format!(
+                        "option {OPT_FUNCTION_STACK_ARGS} must map function names to stack \
+                         words (a{{sq}}, e.g. {{\"bar\": 2}}), not {}",
+                        v.value_signature()
+                    ))
+                })?;
+                if let Some((name, n)) = windows.iter().find(|(_, n)| **n > 16) {
+                    return Err(invalid(format!(
+                        "option {OPT_FUNCTION_STACK_ARGS} gives `{name}` {n} stack words; \
+                         give 0 to 16"
+                    )));
+                }
+            }
             other => {
                 return Err(invalid(format!(
-                    "unknown Inject option `{other}` (known: {OPT_STACK_ARGS}, {OPT_FLOAT_ARGS}, \
-                     {OPT_SIGNATURES}, {OPT_PYTHON})"
+                    "unknown Inject option `{other}` (known: {OPT_STACK_ARGS}, \
+                     {OPT_FUNCTION_STACK_ARGS}, {OPT_FLOAT_ARGS}, {OPT_SIGNATURES}, {OPT_PYTHON})"
                 )))
             }
         }
@@ -672,6 +703,7 @@ fn inject_options(options: &HashMap<String, OwnedValue>) -> Result<InjectRequest
         opts,
         signatures,
         python,
+        windows,
     })
 }
 

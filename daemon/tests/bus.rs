@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use argstash_dbus::{
     ErrorKind, Hook1ProxyBlocking, HookEntry, Thread, BUS_NAME, HOOKS_PATH, MANAGER_PATH,
-    OPT_FLOAT_ARGS, OPT_SIGNATURES, OPT_STACK_ARGS,
+    OPT_FLOAT_ARGS, OPT_FUNCTION_STACK_ARGS, OPT_SIGNATURES, OPT_STACK_ARGS,
 };
 use argstash_tests::{Opt, Target, Variant};
 use common::{build_local, text, Bus, SHORT_TIMEOUT_MS};
@@ -1595,5 +1595,64 @@ fn hostile_files_at_the_targets_tmp_paths_are_noted_and_left_alone() {
     }
     assert_eq!(rdi_of_bar(&bus, pid as u32), 28);
     assert_eq!(proxy.eject_all(pid as u32).unwrap(), 1);
+    t.assert_healthy();
+}
+
+#[test]
+fn a_stack_window_for_one_function_crosses_the_bus() {
+    let bus = Bus::start();
+    let mut t = Target::start("seed", Variant::new(Opt::O2, true));
+    let pid = t.pid() as u32;
+    let proxy = bus.proxy();
+    for (opts, why) in [
+        (
+            HashMap::from([(OPT_FUNCTION_STACK_ARGS, Value::from(2u16))]),
+            "must map function names to stack words",
+        ),
+        (
+            HashMap::from([(
+                OPT_FUNCTION_STACK_ARGS,
+                Value::from(HashMap::from([("foo", 2u16)])),
+            )]),
+            "names `foo`, which is not among the functions",
+        ),
+        (
+            HashMap::from([(
+                OPT_FUNCTION_STACK_ARGS,
+                Value::from(HashMap::from([("bar", 17u16)])),
+            )]),
+            "gives `bar` 17 stack words",
+        ),
+    ] {
+        let err = proxy.inject(pid, &["bar"], opts).unwrap_err();
+        assert_eq!(err.kind(), Some(ErrorKind::InvalidArgs), "{err}");
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    assert!(proxy.list_hooks(pid).unwrap().is_empty());
+    t.assert_function_pristine("bar");
+
+    // The CLI's --stack-args NAME=N over the bus: bar gets 3 words, foo keeps its own.
+    let p = t.pid().to_string();
+    let out = cli(
+        Some(&bus),
+        &[
+            "inject",
+            "--pid",
+            &p,
+            "--func",
+            "bar",
+            "--func",
+            "foo",
+            "--stack-args",
+            "bar=3",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let hooks = proxy.list_hooks(pid).unwrap();
+    let by_name = |n: &str| hooks.iter().find(|h| h.function == n).unwrap().clone();
+    assert_eq!(by_name("bar").stack_words, 3, "{hooks:?}");
+    assert_eq!(by_name("foo").stack_words, 0, "{hooks:?}");
+    run_ok_eject(&bus, &p);
+    t.assert_function_pristine("bar");
     t.assert_healthy();
 }

@@ -35,6 +35,10 @@ pub const ERROR_PREFIX: &str = "org.argstash.Error";
 /// `Inject` option: incoming stack words to copy (`q`, `u` or `i`; 0 to 16); like
 /// the CLI's `--stack-args N`, it overrides the window argstash would choose, 0 included.
 pub const OPT_STACK_ARGS: &str = "stack-args";
+/// `Inject` option: incoming stack words to copy by function (`a{sq}`, 0 to 16 each,
+/// e.g. `{"ngx_http_process_request": 0}`), the CLI's `--stack-args NAME=N`; it wins
+/// over `stack-args` for that function, and every name must be among the functions.
+pub const OPT_FUNCTION_STACK_ARGS: &str = "function-stack-args";
 /// `Inject` option: also stash xmm0-xmm7 (`b`), the CLI's `--float-args`.
 pub const OPT_FLOAT_ARGS: &str = "float-args";
 /// `Inject` option: C parameter lists by function (`a{ss}`, e.g. `{"bar": "int n, const char *s"}`),
