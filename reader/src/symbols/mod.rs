@@ -311,14 +311,7 @@ fn ifunc_message(name: &str, module: &str, targets: &[IfuncTarget]) -> String {
 }
 
 fn ambiguous_message(name: &str, candidates: &[String]) -> String {
-    let mut msg = format!(
-        "`{name}` is ambiguous, {} functions have that name:",
-        candidates.len()
-    );
-    for c in candidates {
-        msg.push_str("\n  ");
-        msg.push_str(c);
-    }
+    let mut msg = ambiguous_name_message(name, candidates);
     msg.push_str("\n  write MODULE!NAME to pick a module (e.g. `libc.so.6!write`)");
     msg
 }
