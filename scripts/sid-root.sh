@@ -18,7 +18,7 @@
 #                                     (the tests then need ARGSTASH_SID_ROOT=DIR/root)
 #
 # Facts about the root as built on 2026-11-26 (checked; re-check: sid moves):
-# - debootstrap --variant=minbase with the packages below: 55 s, 788 MB; a second
+# - debootstrap --variant=minbase with the packages below: 55-115 s, 924 MB; a second
 #   run finds the stamp and returns in ~5 ms.
 # - glibc 2.43 (`chroot ROOT ldd --version`); libc.so.6 is stripped to `.dynsym`
 #   (+ .gnu_debuglink): a thread in time.sleep/sleep_for stops at the pc after the
@@ -36,7 +36,9 @@
 #   (/var/cache/argstash-sid/root/usr/lib/...), /proc/PID/root links to the root.
 set -euo pipefail
 
-PACKAGES=python3.13,python3.14,python3.15,libpython3.13,libpython3.14,libpython3.15,g++,libstdc++6
+# -dev: Python.h and python3.1X-config, to build the pep523 extension and programs that
+# embed libpython3.1X.so; python3-pytest: the extension's pytest suite under each of them.
+PACKAGES=python3.13,python3.14,python3.15,libpython3.13,libpython3.14,libpython3.15,python3.13-dev,python3.14-dev,python3.15-dev,python3-pytest,g++,libstdc++6
 DIR=${ARGSTASH_SID_DIR:-/var/cache/argstash-sid}
 ROOT=$DIR/root
 STAMP=.argstash-sid-root   # inside the root: written before the rename, so it is atomic with it
