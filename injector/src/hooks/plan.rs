@@ -271,7 +271,7 @@ fn analyse(
     // `parse(long, long)` names a C++ overload when no symbol is called `parse`:
     // its list is then part of the name, not a C signature.
     let (resolved, user) =
-        match user.and_then(|sig| symbols.resolve_with_parameter_list(spec, sig.text())) {
+        match user.and_then(|sig| symbols.resolve_with_parameter_list(spec, &sig.types_text())) {
             Some(found) => (found?, None),
             None => (symbols.resolve_for_hook(spec, mem)?, user),
         };

@@ -6,8 +6,10 @@
 //! list; the list (with any trailing qualifier such as `const`) must equal the
 //! demangled one, and the path must equal the demangled path or be a suffix of it
 //! that starts at a `::`. Whitespace is ignored on both sides, so `parse(long,long)`
-//! finds `parse(long, long)`. Types are written as the demangler writes them
-//! (`char const*`, not `const char *`).
+//! finds `parse(long, long)`. Both parameter lists are brought to one spelling
+//! first ([`canonical_params`]), so the common equivalent ways to write a type
+//! match the demangler's: `const char *` is `char const*`, `unsigned long int` is
+//! `unsigned long`, `unsigned` is `unsigned int`, `(void)` is `()`.
 
 use std::fmt;
 
@@ -32,8 +34,10 @@ impl Demangled {
         let (path, full) = demangle_parts(mangled)?;
         let path_key = squeeze(&path);
         let params_key = full.as_deref().and_then(|f| {
-            let key = squeeze(f);
-            key.strip_prefix(path_key.as_str()).map(str::to_string)
+            let params = f
+                .strip_prefix(path.as_str())
+                .or_else(|| params_start(f).map(|i| &f[i..]))?;
+            Some(canonical_params(params))
         });
         Some(Demangled {
             index,
@@ -94,7 +98,7 @@ pub(crate) enum Tier {
 pub(crate) struct Query {
     /// The path without whitespace and without a leading `::`.
     path_key: String,
-    /// The parameter list from its `(` on, without whitespace.
+    /// The parameter list from its `(` on, as [`canonical_params`] spells it.
     params_key: Option<String>,
 }
 
@@ -149,7 +153,16 @@ impl Query {
         }
         Ok(Query {
             path_key: squeeze(path),
-            params_key: params.map(squeeze),
+            params_key: params.map(canonical_params),
+        })
+    }
+
+    /// The same query without its parameter list (`parse` of `parse(int)`).
+    pub fn without_params(&self) -> Option<Query> {
+        self.params_key.as_ref()?;
+        Some(Query {
+            path_key: self.path_key.clone(),
+            params_key: None,
         })
     }
 }
@@ -210,6 +223,269 @@ fn balanced(text: &str, open: char, close: char) -> bool {
         }
     }
     depth == 0
+}
+
+/// One token of a parameter list: a word (`unsigned`, `std`, `4ul`) or one
+/// punctuation mark (`*`, `::`, `<`, `...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok<'a> {
+    Word(&'a str),
+    Punct(&'a str),
+}
+
+impl Tok<'_> {
+    fn is(&self, text: &str) -> bool {
+        matches!(self, Tok::Word(w) | Tok::Punct(w) if *w == text)
+    }
+
+    fn is_cv(&self) -> bool {
+        self.is("const") || self.is("volatile")
+    }
+
+    /// A keyword of a built-in arithmetic type that combines with others
+    /// (`unsigned long int`), or a cv-qualifier inside such a run.
+    fn is_builtin_part(&self) -> bool {
+        matches!(self, Tok::Word(w) if INT_WORDS.contains(w)) || self.is_cv()
+    }
+}
+
+/// Words that combine into one built-in type in any order (`long unsigned int`).
+const INT_WORDS: &[&str] = &[
+    "signed", "unsigned", "short", "long", "int", "char", "double", "__int128",
+];
+
+/// Splits a parameter list into tokens; whitespace only separates them.
+fn tokens(text: &str) -> Vec<Tok<'_>> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if c.is_whitespace() {
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        let word_len = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+            .unwrap_or(rest.len());
+        let len = if word_len > 0 {
+            word_len
+        } else if rest.starts_with("...") {
+            3
+        } else if rest.starts_with("::") {
+            2
+        } else {
+            c.len_utf8()
+        };
+        let (tok, tail) = rest.split_at(len);
+        out.push(if word_len > 0 {
+            Tok::Word(tok)
+        } else {
+            Tok::Punct(tok)
+        });
+        rest = tail;
+    }
+    out
+}
+
+/// A parameter list (`(char const*, unsigned long) const`) in one spelling of
+/// its equivalent spellings, the one the demangler uses: cv-qualifiers after
+/// the type they qualify (`const char *` is `char const*`), built-in types by
+/// their shortest name (`long int` and `signed long` are `long`, `unsigned` is
+/// `unsigned int`, `short int` is `short`), `const volatile` in that order,
+/// `(void)` as `()`, and one space only between two words. Template arguments
+/// and the parameters of function types inside are spelled the same way.
+pub(crate) fn canonical_params(text: &str) -> String {
+    let toks = tokens(text);
+    let toks = canonical_seq(&toks);
+    let mut out = String::with_capacity(text.len());
+    let mut prev_word = false;
+    for t in &toks {
+        let (word, s) = match t {
+            Tok::Word(w) => (true, *w),
+            Tok::Punct(p) => (false, *p),
+        };
+        if word && prev_word {
+            out.push(' ');
+        }
+        out.push_str(s);
+        prev_word = word;
+    }
+    out
+}
+
+/// The closing bracket of `open`, for the brackets that group tokens.
+fn closing(open: &str) -> Option<&'static str> {
+    match open {
+        "(" => Some(")"),
+        "<" => Some(">"),
+        "[" => Some("]"),
+        _ => None,
+    }
+}
+
+/// Index just past the bracket that closes the group opened at `toks[at]`
+/// (the end when it is never closed).
+fn group_end(toks: &[Tok<'_>], at: usize) -> usize {
+    let mut stack: Vec<&str> = Vec::new();
+    for (i, t) in toks.iter().enumerate().skip(at) {
+        if let Tok::Punct(p) = t {
+            if let Some(c) = closing(p) {
+                stack.push(c);
+            } else if stack.last() == Some(p) {
+                stack.pop();
+                if stack.is_empty() {
+                    return i + 1;
+                }
+            }
+        }
+    }
+    toks.len()
+}
+
+/// [`canonical_params`] on tokens: each comma-separated item on its own, the
+/// insides of brackets first.
+fn canonical_seq<'a>(toks: &[Tok<'a>]) -> Vec<Tok<'a>> {
+    let mut out = Vec::with_capacity(toks.len());
+    let mut item: Vec<Tok<'a>> = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i] {
+            Tok::Punct(",") => {
+                out.extend(canonical_item(std::mem::take(&mut item)));
+                out.push(toks[i].clone());
+                i += 1;
+            }
+            Tok::Punct(p) if closing(p).is_some() => {
+                let end = group_end(toks, i);
+                let close = closing(p).filter(|c| end > i + 1 && toks[end - 1].is(c));
+                let inner_end = if close.is_some() { end - 1 } else { end };
+                let inner = canonical_seq(&toks[i + 1..inner_end]);
+                item.push(toks[i].clone());
+                // `(void)` is `()`; `<void>` stays a template argument.
+                if !(*p == "(" && inner == [Tok::Word("void")]) {
+                    item.extend(inner);
+                }
+                if close.is_some() {
+                    item.push(toks[end - 1].clone());
+                }
+                i = end;
+            }
+            t => {
+                item.push(t.clone());
+                i += 1;
+            }
+        }
+    }
+    out.extend(canonical_item(item));
+    out
+}
+
+/// One type (or a qualifier list such as `const &` after the parameters), its
+/// brackets' insides already canonical: built-in type runs in one spelling,
+/// and leading cv-qualifiers moved after the type name they qualify.
+fn canonical_item(toks: Vec<Tok<'_>>) -> Vec<Tok<'_>> {
+    let mut out: Vec<Tok<'_>> = Vec::with_capacity(toks.len());
+    let mut i = 0;
+    while i < toks.len() {
+        if !toks[i].is_builtin_part() {
+            out.push(toks[i].clone());
+            i += 1;
+            continue;
+        }
+        let run_end = toks[i..]
+            .iter()
+            .position(|t| !t.is_builtin_part())
+            .map_or(toks.len(), |n| i + n);
+        let run = &toks[i..run_end];
+        let cv: Vec<Tok<'_>> = ["const", "volatile"]
+            .into_iter()
+            .filter(|q| run.iter().any(|t| t.is(q)))
+            .map(Tok::Word)
+            .collect();
+        let builtin = builtin_spelling(run);
+        if builtin.is_empty() {
+            // Only qualifiers: before a named type (`const std::string&`) they go
+            // after it; elsewhere (`* const`, `) const`) they stay, ordered.
+            let name_end = type_name_end(&toks, run_end);
+            if i == 0 && name_end > run_end {
+                out.extend(toks[run_end..name_end].iter().cloned());
+                out.extend(cv);
+                i = name_end;
+                continue;
+            }
+            out.extend(cv);
+        } else {
+            out.extend(builtin.into_iter().map(Tok::Word));
+            out.extend(cv);
+        }
+        i = run_end;
+    }
+    out
+}
+
+/// The end of the (possibly qualified, possibly templated) type name that
+/// starts at `toks[at]`: `ns::Foo<int>::Bar`; `at` when there is none there.
+fn type_name_end(toks: &[Tok<'_>], at: usize) -> usize {
+    let mut i = at;
+    if toks.get(i).is_some_and(|t| t.is("::")) {
+        i += 1;
+    }
+    loop {
+        match toks.get(i) {
+            Some(Tok::Word(w)) if !matches!(*w, "const" | "volatile") => i += 1,
+            _ => return at,
+        }
+        if toks.get(i).is_some_and(|t| t.is("<")) {
+            i = group_end(toks, i);
+        }
+        if toks.get(i).is_some_and(|t| t.is("::")) {
+            i += 1;
+        } else {
+            return i;
+        }
+    }
+}
+
+/// The built-in type a run of type keywords spells (without its cv-qualifiers),
+/// as the demangler writes it; empty when the run has no type keyword.
+fn builtin_spelling(run: &[Tok<'_>]) -> Vec<&'static str> {
+    let count = |w: &str| run.iter().filter(|t| t.is(w)).count();
+    let (unsigned, signed) = (count("unsigned") > 0, count("signed") > 0);
+    let (short, long) = (count("short") > 0, count("long"));
+    if count("char") > 0 {
+        return match (unsigned, signed) {
+            (true, _) => vec!["unsigned", "char"],
+            (_, true) => vec!["signed", "char"],
+            _ => vec!["char"],
+        };
+    }
+    if count("__int128") > 0 {
+        return if unsigned {
+            vec!["unsigned", "__int128"]
+        } else {
+            vec!["__int128"]
+        };
+    }
+    if count("double") > 0 {
+        return if long > 0 {
+            vec!["long", "double"]
+        } else {
+            vec!["double"]
+        };
+    }
+    if !unsigned && !signed && !short && long == 0 && count("int") == 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(3);
+    if unsigned {
+        out.push("unsigned");
+    }
+    match (short, long) {
+        (true, _) => out.push("short"),
+        (_, 0) => out.push("int"),
+        (_, 1) => out.push("long"),
+        _ => out.extend(["long", "long"]),
+    }
+    out
 }
 
 /// `text` without whitespace.
@@ -305,5 +581,99 @@ mod tests {
         // `(` inside template arguments does not start the parameter list.
         let q = Query::parse("f<void (*)(int)>(int)").unwrap();
         assert_eq!(q.to_string(), "f<void(*)(int)>(int)");
+    }
+
+    #[test]
+    fn equivalent_spellings_of_a_parameter_list_are_one() {
+        let c = canonical_params;
+        assert_eq!(c("(const char *)"), "(char const*)");
+        assert_eq!(c("( char  const * )"), "(char const*)");
+        assert_eq!(c("(const char*) const"), "(char const*)const");
+        assert_eq!(c("(unsigned long int, long int)"), "(unsigned long,long)");
+        assert_eq!(
+            c("(long unsigned, unsigned)"),
+            "(unsigned long,unsigned int)"
+        );
+        assert_eq!(
+            c("(signed, short int, signed long long int)"),
+            "(int,short,long long)"
+        );
+        assert_eq!(
+            c("(signed char, unsigned char, char)"),
+            "(signed char,unsigned char,char)"
+        );
+        assert_eq!(
+            c("(long double, unsigned __int128)"),
+            "(long double,unsigned __int128)"
+        );
+        assert_eq!(c("(void)"), "()");
+        assert_eq!(c("(const std::string &)"), "(std::string const&)");
+        assert_eq!(
+            c("(const ::ns::Foo<int>::Bar *const*)"),
+            "(::ns::Foo<int>::Bar const*const*)"
+        );
+        assert_eq!(c("(volatile const int&&)"), "(int const volatile&&)");
+        assert_eq!(
+            c("(std::vector<const char*, std::allocator<const char *> > const&)"),
+            "(std::vector<char const*,std::allocator<char const*>>const&)"
+        );
+        assert_eq!(
+            c("(void (*)(const void*, unsigned))"),
+            "(void(*)(void const*,unsigned int))"
+        );
+        assert_eq!(c("(char const*, ...)"), "(char const*,...)");
+        assert_eq!(c("(std::array<int, 4ul>)"), "(std::array<int,4ul>)");
+    }
+
+    #[test]
+    fn people_s_spellings_find_the_demangled_function() {
+        // std::_Hash_bytes(void const*, unsigned long, unsigned long)
+        let hash = "_ZSt11_Hash_bytesPKvmm";
+        assert_eq!(
+            m(
+                hash,
+                "std::_Hash_bytes(const void *, unsigned long int, unsigned long int)"
+            ),
+            Some(Tier::Path)
+        );
+        assert_eq!(
+            m(
+                hash,
+                "_Hash_bytes(const void*, unsigned long, unsigned long)"
+            ),
+            Some(Tier::Suffix)
+        );
+        assert_eq!(
+            m(hash, "_Hash_bytes(const void*, unsigned, unsigned long)"),
+            None
+        );
+        // std::__throw_out_of_range_fmt(char const*, ...)
+        let fmt = "_ZSt24__throw_out_of_range_fmtPKcz";
+        assert_eq!(
+            m(fmt, "__throw_out_of_range_fmt(const char *, ...)"),
+            Some(Tier::Suffix)
+        );
+        // basic_string<char>::compare(char const*) const
+        let cmp = "_ZNKSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE7compareEPKc";
+        assert_eq!(
+            m(
+                cmp,
+                "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char>>::compare(const char *) const"
+            ),
+            Some(Tier::Path)
+        );
+        assert_eq!(m(cmp, "compare(const char*) const"), Some(Tier::Suffix));
+        assert_eq!(
+            m(cmp, "compare(const char*)"),
+            None,
+            "the const qualifier counts"
+        );
+        // std::chrono::_V2::steady_clock::now()
+        let now = "_ZNSt6chrono3_V212steady_clock3nowEv";
+        assert_eq!(m(now, "steady_clock::now(void)"), Some(Tier::Suffix));
+        assert_eq!(
+            m(now, "std::chrono::_V2::steady_clock::now()"),
+            Some(Tier::Path)
+        );
     }
 }

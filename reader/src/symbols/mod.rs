@@ -1821,6 +1821,17 @@ fn got_slots(x: &Module, name: &str, irelative: Option<u64>) -> Vec<u64> {
 fn suggestions(name: &str, modules: &[&Module]) -> Vec<String> {
     let limit = (name.chars().count() / 2).clamp(1, 3);
     let mut scored: Vec<(usize, &str, &str)> = Vec::new();
+    // A C++ name whose path is right but whose parameter list names no function:
+    // the functions of that path, with their lists as the demangler spells them.
+    if let Some(path_only) = Query::parse(name).ok().and_then(|q| q.without_params()) {
+        for m in modules {
+            for d in m.demangled() {
+                if d.full.is_some() && d.matches(&path_only).is_some() {
+                    scored.push((0, d.shown(), &m.path));
+                }
+            }
+        }
+    }
     for m in modules {
         for s in m.symbols() {
             let distance = bounded_levenshtein(name, &s.name, limit);

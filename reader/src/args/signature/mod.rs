@@ -87,6 +87,16 @@ impl Signature {
         &self.text
     }
 
+    /// The parameters' types without their names, `, ` between them and a final
+    /// `...` when variadic (`const char *, ...`): a C++ parameter list to match.
+    pub fn types_text(&self) -> String {
+        let mut types: Vec<&str> = self.params.iter().map(|p| p.ty.name.as_str()).collect();
+        if self.variadic {
+            types.push("...");
+        }
+        types.join(", ")
+    }
+
     /// The parameters (arrays adjusted to pointers).
     pub fn params(&self) -> &[Param] {
         &self.params
@@ -188,8 +198,19 @@ pub fn split_signature(spec: &str) -> Result<(&str, Option<Signature>), Signatur
 pub fn split_function(spec: &str) -> Result<(&str, Option<Signature>), SignatureError> {
     match split_signature(spec) {
         Err(_) if ["::", "<", "&"].iter().any(|c| spec.contains(c)) => Ok((spec.trim(), None)),
+        Err(_) if method_qualifiers_follow(spec) => Ok((spec.trim(), None)),
         other => other,
     }
+}
+
+/// True when only C++ method qualifiers follow the last `)` of `spec`
+/// (`compare(const char*) const`): a demangled member function, not C.
+fn method_qualifiers_follow(spec: &str) -> bool {
+    let Some(close) = spec.rfind(')') else {
+        return false;
+    };
+    let mut words = spec[close + 1..].split_whitespace().peekable();
+    words.peek().is_some() && words.all(|w| w == "const" || w == "volatile")
 }
 
 /// Parses a bare C parameter list such as `int n, const char *s, ...` (positions

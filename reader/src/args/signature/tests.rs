@@ -398,6 +398,8 @@ fn split_function_keeps_cpp_lists_the_c_grammar_refuses_as_names() {
         "ns::operator!=(ns::Parser const&, ns::Parser const&)",
         "f<void (*)(int)>(int)",
         "parse(std::string const&)",
+        "compare(const char *) const",
+        "size() const volatile",
     ] {
         assert_eq!(split_function(spec).unwrap(), (spec, None), "{spec}");
     }
@@ -405,6 +407,13 @@ fn split_function_keeps_cpp_lists_the_c_grammar_refuses_as_names() {
     let (name, sig) = split_function("ns::Parser::parse(long, long)").unwrap();
     assert_eq!(name, "ns::Parser::parse");
     assert_eq!(sig.unwrap().text(), "long, long");
+    // The types alone are the C++ list to match, whatever the names.
+    let (_, sig) = split_function("hash(const void *p, unsigned long n, ...)").unwrap();
+    assert_eq!(
+        sig.unwrap().types_text(),
+        "const void *, unsigned long, ..."
+    );
     // C mistakes are still refused.
     assert!(split_function("bar(int a[)").is_err());
+    assert!(split_function("bar(int) static").is_err());
 }

@@ -210,10 +210,28 @@ fn cpp_functions_are_found_by_qualified_name_parameters_and_suffix() {
             other => panic!("{bad}: {other:?}"),
         }
     }
-    assert!(matches!(
-        at("ns::Parser::parse(char)"),
-        Err(SymbolError::NotFound { .. })
-    ));
+    // People's spellings of the list: `long int`, `const T &`, spaces anywhere.
+    assert_eq!(
+        at("ns::Parser::parse(long int, signed long)").unwrap(),
+        ll.addr
+    );
+    assert_eq!(
+        at("ns::operator!=(const ns::Parser &, const ns::Parser&)").unwrap(),
+        neq.addr
+    );
+    // A list that names no overload suggests the overloads as the demangler
+    // spells them.
+    match at("ns::Parser::parse(char)") {
+        Err(SymbolError::NotFound { suggestions, .. }) => {
+            for shown in ["ns::Parser::parse(long, long)", "ns::Parser::parse(int)"] {
+                assert!(
+                    suggestions.contains(&format!("{shown} (in {exe})")),
+                    "{shown}: {suggestions:?}"
+                );
+            }
+        }
+        other => panic!("no parse(char): {other:?}"),
+    }
     assert!(matches!(
         at("arser::parse"),
         Err(SymbolError::NotFound { .. })
@@ -247,6 +265,15 @@ fn a_parameter_list_is_a_cpp_overload_only_when_no_c_symbol_has_the_name() {
     assert!(ps
         .resolve_with_parameter_list(&FuncSpec::parse("main"), "int")
         .is_none());
+    // The list as C writes it (what the signature parser renders) finds it too.
+    let found = ps
+        .resolve_with_parameter_list(&FuncSpec::parse("Parser::parse"), "long int, long")
+        .expect("a C++ overload")
+        .unwrap();
+    assert_eq!(
+        found.addr,
+        mangled_of(prog, "ns::Parser::parse(long, long)").addr
+    );
     // No overload takes `char`: the list stays a C signature (and `parse` then
     // fails to resolve as a name on its own).
     assert!(ps
