@@ -24,6 +24,9 @@ pub(crate) struct Demangled {
     pub full: Option<String>,
     /// `path` without whitespace.
     path_key: String,
+    /// `path_key` without its generic (template) arguments, when it has some
+    /// (`crashy::sum` of `crashy::sum::<u32>`, `ns::twice` of `ns::twice<int>`).
+    bare_key: Option<String>,
     /// What follows the path in `full` (`(long,long)`, `()const`), without whitespace.
     params_key: Option<String>,
 }
@@ -43,6 +46,7 @@ impl Demangled {
             index,
             path,
             full,
+            bare_key: without_generic_args(&path_key),
             path_key,
             params_key,
         })
@@ -55,16 +59,26 @@ impl Demangled {
                 return None;
             }
         }
+        let suffix = |key: &str| {
+            key.strip_suffix(q.path_key.as_str())
+                .is_some_and(|head| head.ends_with("::"))
+        };
         if self.path_key == q.path_key {
             Some(Tier::Path)
-        } else if self
-            .path_key
-            .strip_suffix(q.path_key.as_str())
-            .is_some_and(|head| head.ends_with("::"))
-        {
+        } else if suffix(&self.path_key) {
             Some(Tier::Suffix)
-        } else {
+        } else if q.path_key.contains('<') {
             None
+        } else {
+            // A name without generic arguments names every instance.
+            let bare = self.bare_key.as_deref()?;
+            if bare == q.path_key {
+                Some(Tier::BarePath)
+            } else if suffix(bare) {
+                Some(Tier::BareSuffix)
+            } else {
+                None
+            }
         }
     }
 
@@ -91,6 +105,53 @@ pub(crate) enum Tier {
     Path,
     /// A suffix of the path starting after a `::`.
     Suffix,
+    /// The whole path without its generic arguments (`crashy::sum` for
+    /// `crashy::sum::<u32>`).
+    BarePath,
+    /// A suffix of the path without its generic arguments.
+    BareSuffix,
+}
+
+/// `key` (a path without whitespace) without the generic or template argument
+/// lists that follow a name (`sum::<u32>`, `twice<int>`, `vector<int>::at`);
+/// `None` when it has none. A `<` that starts the path or follows `::` without
+/// a name (`<Foo as Parse>::parse`) opens no argument list and stays, as do
+/// operators' names.
+fn without_generic_args(key: &str) -> Option<String> {
+    if !key.contains('<') || key.contains("operator") {
+        return None;
+    }
+    let mut out = String::with_capacity(key.len());
+    let mut depth = 0usize;
+    let mut removed = false;
+    let mut prev = None;
+    for ch in key.chars() {
+        if depth > 0 {
+            match ch {
+                '<' => depth += 1,
+                '>' => depth -= 1,
+                _ => {}
+            }
+            continue;
+        }
+        let after_name = prev.is_some_and(|p: char| p.is_alphanumeric() || p == '_')
+            || (out.ends_with("::") && out.len() > 2 && {
+                let head = &out[..out.len() - 2];
+                head.ends_with(|p: char| p.is_alphanumeric() || p == '_' || p == '>')
+            });
+        if ch == '<' && after_name {
+            depth = 1;
+            removed = true;
+            continue;
+        }
+        out.push(ch);
+        prev = Some(ch);
+    }
+    if !removed || depth != 0 {
+        return None;
+    }
+    let out = out.replace("::::", "::");
+    Some(out.strip_suffix("::").unwrap_or(&out).to_string())
 }
 
 /// A name as the user wrote it, split into path and parameter list.
@@ -675,5 +736,38 @@ mod tests {
             m(now, "std::chrono::_V2::steady_clock::now()"),
             Some(Tier::Path)
         );
+    }
+
+    #[test]
+    fn a_name_without_generic_arguments_names_every_instance() {
+        assert_eq!(
+            without_generic_args("crashy::sum::<u32>").as_deref(),
+            Some("crashy::sum")
+        );
+        assert_eq!(
+            without_generic_args("ns::twice<int>").as_deref(),
+            Some("ns::twice")
+        );
+        assert_eq!(
+            without_generic_args("std::vector<std::pair<int,int>>::at").as_deref(),
+            Some("std::vector::at")
+        );
+        assert_eq!(
+            without_generic_args("a::<T>::b::<U>").as_deref(),
+            Some("a::b")
+        );
+        assert_eq!(
+            without_generic_args("<crashy::Fooascrashy::Parse>::parse"),
+            None
+        );
+        assert_eq!(without_generic_args("crashy::sum"), None);
+        assert_eq!(without_generic_args("ns::operator<"), None);
+        // C++ template instance: the exact form wins, the bare one still names it.
+        let twice = "_ZN2ns5twiceIiEET_S1_";
+        assert_eq!(m(twice, "ns::twice<int>"), Some(Tier::Path));
+        assert_eq!(m(twice, "ns::twice"), Some(Tier::BarePath));
+        assert_eq!(m(twice, "twice(int)"), Some(Tier::BareSuffix));
+        assert_eq!(m(twice, "twice<long>"), None);
+        assert!(Tier::Suffix < Tier::BarePath);
     }
 }

@@ -1656,7 +1656,9 @@ pub fn name_match(written: &str, symbol: &str) -> Option<NameMatch> {
     let q = Query::parse(written).ok()?;
     match Demangled::new(0, symbol)?.matches(&q)? {
         demangled::Tier::Path => Some(NameMatch::Path),
-        demangled::Tier::Suffix => Some(NameMatch::Suffix),
+        demangled::Tier::Suffix | demangled::Tier::BarePath | demangled::Tier::BareSuffix => {
+            Some(NameMatch::Suffix)
+        }
     }
 }
 
