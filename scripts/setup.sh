@@ -17,6 +17,7 @@ NEEDS=(
     "binutils strip"       # the stripped (-O2, no debug info) fixture variant
     "binutils nm"          # symbol addresses and sizes
     "gdb gdb"              # cross-checking backtraces
+    "cmake cmake"          # a C++ program from Debian's archive (tests/tests/e2e/real_code.rs)
     "xz-utils xz"          # MiniDebugInfo fixtures (.gnu_debugdata)
     "python3 python3"
     "dbus-daemon dbus-daemon"  # private buses for the argstashd tests

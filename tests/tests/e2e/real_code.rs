@@ -599,3 +599,133 @@ fn rust_release_crate_by_path_legacy_mangling_with_a_panic_through_the_hook() {
 fn rust_release_crate_by_path_v0_mangling_with_a_panic_through_the_hook() {
     rust_release_crate(true);
 }
+
+/// Characters before the needle in the CMake script's haystack.
+const HAY: usize = 200_000;
+/// `string(FIND)` calls per round of the script.
+const FINDS: usize = 50;
+const NEEDLE: &str = "needle";
+
+/// The rounds CMake has printed since the last call: `(round, total)`.
+fn cmake_rounds(t: &mut Target, want: usize) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    while out.len() < want {
+        let line = t.wait_for_line(LINE, |l| l.starts_with("-- round "));
+        let mut it = line
+            .split_whitespace()
+            .filter_map(|w| w.parse::<u64>().ok());
+        out.push((it.next().unwrap(), it.next().unwrap()));
+    }
+    out
+}
+
+/// A C++ program from Debian's archive: CMake (`cmake -P`, stripped: its own
+/// functions have no names), whose calls into libstdc++ are hooked by their
+/// demangled names, with `MODULE!NAME`. Its script searches a needle in a
+/// haystack it builds, round after round; every round's total is the same
+/// with and without the hook, and `bt` shows the needle's length and start
+/// position the script passes to `std::string::find`.
+#[test]
+fn cmake_from_debian_calls_libstdcxx_through_a_hook() {
+    let dir = fixture_cache_dir().join(format!("real_code-cmake-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("loop.cmake");
+    fs::write(
+        &script,
+        format!(
+            "string(REPEAT \"a\" {HAY} hay)\n\
+             string(APPEND hay \"{NEEDLE}\")\n\
+             set(round 0)\n\
+             while(1)\n\
+               set(total 0)\n\
+               foreach(i RANGE 1 {FINDS})\n\
+                 string(FIND \"${{hay}}\" \"{NEEDLE}\" pos)\n\
+                 math(EXPR total \"${{total}} + ${{pos}}\")\n\
+               endforeach()\n\
+               math(EXPR round \"${{round}} + 1\")\n\
+               message(STATUS \"round ${{round}} total ${{total}}\")\n\
+             endwhile()\n"
+        ),
+    )
+    .unwrap();
+    // The shell prints the pid CMake keeps when the shell execs it.
+    let mut t = Target::spawn_with_args(
+        Path::new("/bin/sh"),
+        &[
+            "-c",
+            &format!("echo ready $$; exec cmake -P {}", script.display()),
+        ],
+    );
+    let pid = t.pid();
+    let p = pid.to_string();
+    let expected = (HAY * FINDS) as u64;
+    for (_, total) in cmake_rounds(&mut t, 1) {
+        assert_eq!(total, expected, "CMake's own result before any hook");
+    }
+    let lib = maps(pid)
+        .into_iter()
+        .find(|m| m.path.contains("/libstdc++.so"))
+        .expect("cmake maps libstdc++")
+        .path;
+    let exe = fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let exe = exe.to_str().unwrap().to_string();
+    assert!(exe.ends_with("/cmake"), "{exe}");
+    let all = nm_functions(&lib);
+    let find = one(
+        &all,
+        "find(char const*, unsigned long, unsigned long) const",
+        |n| {
+            n.starts_with("std::__cxx11::basic_string<char,")
+                && n.ends_with("::find(char const*, unsigned long, unsigned long) const")
+        },
+    );
+    let lib_code = code_of(pid, &lib);
+    let exe_code = code_of(pid, &exe);
+
+    let soname = Path::new(&lib).file_name().unwrap().to_str().unwrap();
+    let soname = &soname[..soname.find(".so").unwrap() + 5]; // libstdc++.so.6
+    let name = format!("{soname}!{}", as_people_write(&find.name));
+    run_ok(&["inject", "--pid", &p, "--func", &name]);
+    let hooks = list_hooks(pid);
+    assert_eq!(hooks.len(), 1, "{hooks:#?}");
+    assert_eq!(
+        squeeze(hooks[0]["demangled"].as_str().unwrap()),
+        squeeze(&find.name)
+    );
+    let mangled = hooks[0]["function"].as_str().unwrap().to_string();
+    // The script's call: this string, the needle, from position 0, its length;
+    // CMake's own frames (unnamed) below the hooked one.
+    let bt = wait_bt(pid, Some(pid), CATCH, |bt| {
+        thread_frames(&bt["threads"][0]).iter().any(|f| {
+            f["hook"] == mangled.as_str()
+                && frame_arg(f, "rdx") == Some(0)
+                && frame_arg(f, "rcx") == Some(NEEDLE.len() as u64)
+        })
+    });
+    let frames = thread_frames(&bt["threads"][0]);
+    let at = frames
+        .iter()
+        .position(|f| f["hook"] == mangled.as_str())
+        .unwrap();
+    assert!(
+        frames[at + 1..].iter().any(|f| f["module"] == exe.as_str()),
+        "CMake's frames below the hook: {bt:#}"
+    );
+    for (_, total) in cmake_rounds(&mut t, 2) {
+        assert_eq!(total, expected, "CMake's result with the hook");
+    }
+    run_ok(&["eject", "--pid", &p, "--func", &name]);
+    assert!(list_hooks(pid).iter().all(|h| h["state"] != "active"));
+    assert!(
+        code_of(pid, &lib) == lib_code,
+        "libstdc++ differs after eject"
+    );
+    assert!(code_of(pid, &exe) == exe_code, "cmake differs after eject");
+    for (_, total) in cmake_rounds(&mut t, 1) {
+        assert_eq!(total, expected, "CMake's result after eject");
+    }
+    t.assert_healthy();
+    remove_argstash_tmp_files(pid);
+    let _ = fs::remove_dir_all(&dir);
+}
