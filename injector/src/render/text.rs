@@ -78,9 +78,10 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
         (Some(file), Some(line)) => format!(" at {}:{line}", short_file(file)),
         _ => String::new(),
     };
-    // `[stashed by hook NAME]` when the hooked function is not the frame's (a tail call).
+    // `[stashed by hook NAME]` when the hooked function is not the frame's (a tail
+    // call, or an unnamed `.cold` part); NAME demangled as the frames' names are.
     let stashed = match f.foreign_hook() {
-        Some(hook) => format!("stashed by hook {hook}"),
+        Some(hook) => format!("stashed by hook {}", reader::debuginfo::demangle(hook)),
         None => "stashed".to_string(),
     };
     let args = match &f.stash {

@@ -310,6 +310,19 @@ fn libstdcxx_functions_by_demangled_name_with_exceptions_through_the_hook() {
         &[("rdi", a("fmt")), ("rsi", a("a")), ("rdx", a("b"))],
     );
     assert_eq!(frame["variadic"], true, "{frame:#}");
+    // The text names the hook as nm does (its throwing code is an unnamed
+    // `.cold` part here, so the frame itself may have no name).
+    let want = format!("rdi={:#x}, rsi={}, rdx={:#x}", a("fmt"), a("a"), a("b"));
+    let started = Instant::now();
+    let line = loop {
+        let text = run_ok(&["bt", "--pid", &p, "--tid", &p]);
+        if let Some(l) = text.lines().find(|l| l.contains(&want)) {
+            break l.to_string();
+        }
+        assert!(started.elapsed() < CATCH, "no frame with {want}: {text}");
+    };
+    assert!(line.contains(path_of(&throw_fmt.name)), "{line}");
+    assert!(!line.contains(&mangled[3]), "{line}");
 
     // Thousands of exceptions through the hook, every one caught; the same results.
     let hooked = let_it_run(&mut t, before.1, 2000);
