@@ -558,6 +558,17 @@ pub fn fuzz_signature(data: &[u8]) {
         black_box(sig.to_function_info(None));
     }
     black_box(FuncSpec::parse(&text).to_string());
+    // The name as a demangled C++ or Rust name (parameter lists brought to one
+    // spelling, generic arguments dropped) against real symbols of each kind.
+    black_box(reader::args::split_function(&text).ok());
+    for symbol in [
+        "_ZNKSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE7compareEPKc",
+        "_ZSt24__throw_out_of_range_fmtPKcz",
+        "_ZN2ns5twiceIiEET_S1_",
+        "_RINvCs1234_6crashy3summEB2_",
+    ] {
+        black_box(reader::symbols::name_match(&text, symbol));
+    }
     black_box(trampolines::arena::decode_signature(data).ok());
     if let Ok(slot) = trampolines::arena::encode_signature(&text) {
         black_box(trampolines::arena::decode_signature(&slot).ok());

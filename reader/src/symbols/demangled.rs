@@ -770,4 +770,30 @@ mod tests {
         assert_eq!(m(twice, "twice<long>"), None);
         assert!(Tier::Suffix < Tier::BarePath);
     }
+
+    #[test]
+    fn hostile_lists_do_not_panic_and_one_spelling_is_stable() {
+        for text in [
+            "(",
+            ")",
+            "((((",
+            "(<<>>)",
+            "(const)",
+            "(const const volatile)",
+            "(unsigned unsigned long long long)",
+            "(é const*, ünsigned)",
+            "(a<b(c>d)e]f[)",
+            "(::)",
+            "(...,...)",
+            "(const ::)",
+            "(const ns::<int>)",
+            "() const &&",
+            "(std::vector<const char *>::iterator const&, void (*)(void))",
+        ] {
+            let once = canonical_params(text);
+            assert_eq!(canonical_params(&once), once, "{text}");
+            let _ = Query::parse(&format!("f{text}"));
+            let _ = without_generic_args(text);
+        }
+    }
 }
