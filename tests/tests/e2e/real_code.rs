@@ -242,6 +242,16 @@ fn libstdcxx_functions_by_demangled_name_with_exceptions_through_the_hook() {
             r.name
         );
     }
+    // A list that names no function of that path: the functions of the path
+    // are suggested as the demangler spells them.
+    let wrong = format!("{}(std::string const&)", path_of(&hash.name));
+    let out = expect_fail(
+        &["inject", "--pid", &p, "--func", &wrong],
+        1,
+        "did you mean",
+    );
+    let err = squeeze(&String::from_utf8_lossy(&out.stderr));
+    assert!(err.contains(&squeeze(&hash.name)), "{err}");
     assert!(list_hooks(pid).is_empty(), "a refusal hooks nothing");
     assert_eq!(code_of(pid, &lib), code_before, "a refusal changes no code");
 
