@@ -73,6 +73,8 @@ elif ((EUID != 0)); then
     sid_skip "3.13-3.15" "chroot and the private mounts need root"
 elif ! command -v unshare >/dev/null 2>&1; then
     sid_skip "3.13-3.15" "unshare (util-linux) is missing"
+elif ! unshare --mount --propagation private -- mount -t tmpfs tmpfs "$root/tmp" 2>/dev/null; then
+    sid_skip "3.13-3.15" "cannot mount in a private mount namespace here (unshare --mount; a container without CAP_SYS_ADMIN?)"
 else
     for v in ${ARGSTASH_SID_PYTHONS:-3.13 3.14 3.15}; do
         if [[ ! -x $root/usr/bin/python$v ]]; then
