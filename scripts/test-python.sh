@@ -3,6 +3,20 @@
 # maturin, then for each CPython 3.11 build present (the `python3` on PATH, and
 # Debian's static-libpython /usr/bin/python3.11 when it is another interpreter)
 # installs it into a fresh venv under target/ and runs `pytest pep523-ext/tests`.
+#
+# Then the same suite under CPython 3.13, 3.14 and 3.15 of the sid root
+# (scripts/sid-root.sh; ARGSTASH_SID_ROOT overrides its path), each skipped with
+# a printed reason when the root, that interpreter, its headers or pytest are
+# missing. The extension has no abi3 build (private PEP 523 API), so each version
+# gets its own wheel, built on the host without running that interpreter (its
+# glibc is newer than the host's): pyo3 reads a config file written from the
+# root's own pyconfig.h (PYO3_CONFIG_FILE, which maturin honours). A wheel is
+# built once per version and source hash (target/pep523-sid/). Its tests run
+# inside the root, in a private mount namespace (unshare) holding the root's
+# /proc, a tmpfs /tmp and this checkout at /mnt: nothing is mounted or written
+# in the shared root itself. ARGSTASH_SID_PYTHONS="3.14" limits the versions;
+# ARGSTASH_HOST_PYTHON=0 skips the host's 3.11 runs.
+#
 # Exits non-zero if any run fails. Extra arguments go to pytest.
 #
 # Dev profile: the tests need no optimised Rust (the hot path is generated code),
@@ -18,7 +32,7 @@ for candidate in python3 /usr/bin/python3.11; do
     command -v "$candidate" >/dev/null 2>&1 || continue
     real=$("$candidate" -c 'import sys; print(sys.executable if sys.version_info[:2] == (3, 11) else "")') || continue
     if [[ -z $real ]]; then
-        echo "test-python: skipping $candidate (not CPython 3.11, the only version tested)"
+        echo "test-python: skipping $candidate (not CPython 3.11; 3.13-3.15 are tested in the sid root below)"
         continue
     fi
     real=$(readlink -f "$real")
@@ -27,18 +41,108 @@ for candidate in python3 /usr/bin/python3.11; do
     interpreters+=("$real")
 done
 ((${#interpreters[@]})) || { echo "test-python: no CPython 3.11 found (run scripts/setup.sh)" >&2; exit 1; }
-
-wheels=$target/wheels/pep523
-rm -rf "$wheels"
-python3 -m maturin build -m pep523-ext/Cargo.toml -i "${interpreters[0]}" -o "$wheels"
-wheel=$(echo "$wheels"/argstash-*.whl)
+if [[ ${ARGSTASH_HOST_PYTHON:-1} == 0 ]]; then
+    echo "test-python: skipping the host's CPython 3.11 (ARGSTASH_HOST_PYTHON=0)"
+    interpreters=()
+fi
 
 status=0
+if ((${#interpreters[@]})); then
+    wheels=$target/wheels/pep523
+    rm -rf "$wheels"
+    python3 -m maturin build -m pep523-ext/Cargo.toml -i "${interpreters[0]}" -o "$wheels"
+    wheel=$(echo "$wheels"/argstash-*.whl)
+fi
 for py in "${interpreters[@]}"; do
     if [[ $py == /usr/bin/* ]]; then venv=$target/py-venv-debian; else venv=$target/py-venv; fi
     echo "test-python: $py ($("$py" -c 'import sys; print(sys.version.split()[0])')) in $venv"
     "$py" -m venv --clear --system-site-packages "$venv"
     "$venv/bin/python" -m pip install -q --no-index --no-deps "$wheel"
     "$venv/bin/python" -m pytest -q pep523-ext/tests "$@" || status=$?
+done
+
+# ---- CPython 3.13-3.15 in the sid root ----
+root=${ARGSTASH_SID_ROOT:-/var/cache/argstash-sid/root}
+sid_skip() { echo "test-python: skipping CPython $1 of the sid root: $2"; }
+sid_versions=()
+if [[ ${ARGSTASH_SID_ROOT_UNAVAILABLE:-} == 1 ]]; then
+    sid_skip "3.13-3.15" "ARGSTASH_SID_ROOT_UNAVAILABLE=1"
+elif [[ ! -d $root/usr/bin ]]; then
+    sid_skip "3.13-3.15" "no root at $root (scripts/sid-root.sh builds it)"
+elif ((EUID != 0)); then
+    sid_skip "3.13-3.15" "chroot and the private mounts need root"
+elif ! command -v unshare >/dev/null 2>&1; then
+    sid_skip "3.13-3.15" "unshare (util-linux) is missing"
+elif ! unshare --mount --propagation private -- mount -t tmpfs tmpfs "$root/tmp" 2>/dev/null; then
+    sid_skip "3.13-3.15" "cannot mount in a private mount namespace here (unshare --mount; a container without CAP_SYS_ADMIN?)"
+else
+    for v in ${ARGSTASH_SID_PYTHONS:-3.13 3.14 3.15}; do
+        if [[ ! -x $root/usr/bin/python$v ]]; then
+            sid_skip "$v" "$root/usr/bin/python$v is missing"
+        elif [[ ! -f $root/usr/include/python$v/Python.h || ! -f $root/usr/include/x86_64-linux-gnu/python$v/pyconfig.h ]]; then
+            sid_skip "$v" "its headers are missing (python$v-dev; rerun scripts/sid-root.sh)"
+        elif [[ ! -d $root/usr/lib/python3/dist-packages/_pytest ]]; then
+            sid_skip "$v" "pytest is missing in the root (python3-pytest; rerun scripts/sid-root.sh)"
+        else
+            sid_versions+=("$v")
+        fi
+    done
+fi
+
+if ((${#sid_versions[@]})); then
+    # The suite runs the CLI inside the root; a host build runs there (its glibc is newer).
+    cargo build -q -p argstash
+    mkdir -p "$PWD/target"
+    sid=$target/pep523-sid
+    mkdir -p "$sid"
+    # What the extension is built from: its crate, the workspace crates it links, the lock file.
+    hash=$(git ls-files -z --cached --others --exclude-standard -- pep523-ext/src pep523-ext/python pep523-ext/build.rs pep523-ext/Cargo.toml pep523-ext/pyproject.toml \
+        trampolines injector reader Cargo.toml Cargo.lock \
+        | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+fi
+for v in "${sid_versions[@]}"; do
+    pyconfig=$root/usr/include/x86_64-linux-gnu/python$v/pyconfig.h
+    flags=()
+    for flag in Py_DEBUG Py_REF_DEBUG Py_TRACE_REFS Py_GIL_DISABLED; do
+        grep -q "^#define $flag 1" "$pyconfig" && flags+=("$flag")
+    done
+    wheels=$sid/$v-$hash
+    if ! compgen -G "$wheels/argstash-*.whl" >/dev/null; then
+        rm -rf "$sid/$v"-*
+        mkdir -p "$wheels"
+        cfg=$wheels/pyo3.cfg
+        # lib_name/lib_dir stay unset: an extension module does not link libpython.
+        printf '%s\n' implementation=CPython "version=$v" shared=true abi3=false pointer_width=64 \
+            "build_flags=$(IFS=,; echo "${flags[*]}")" suppress_build_script_link_lines=false >"$cfg"
+        echo "test-python: building the extension for CPython $v (pyo3 config from $pyconfig)"
+        if ! PYO3_CONFIG_FILE=$cfg python3 -m maturin build -q -m pep523-ext/Cargo.toml -i "python$v" -o "$wheels"; then
+            echo "test-python: the extension did not build for CPython $v" >&2
+            rm -rf "$wheels"
+            status=1
+            continue
+        fi
+    fi
+    wheel=$(echo "$wheels"/argstash-*.whl)
+    venv=$sid/venv-$v
+    rm -rf "$venv"
+    echo "test-python: $root/usr/bin/python$v ($(chroot "$root" "python$v" -c 'import sys; print(sys.version.split()[0])')) in $venv"
+    # Inside the namespace: the root's own /proc and a private /tmp, this checkout at
+    # /mnt and the target dir at /mnt/target; chroot; a venv of the root's interpreter
+    # (with its pytest) into which the wheel is unpacked (the install: the .pth file
+    # at the top of site-packages, the package, its dist-info with the plugin's entry point).
+    unshare --mount --propagation private -- bash -euo pipefail -c '
+        root=$1 repo=$2 target=$3 venv=$4 wheel=$5 v=$6; shift 6
+        mount -t proc proc "$root/proc"
+        mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+        mount --bind "$repo" "$root/mnt"
+        mount --bind "$target" "$root/mnt/target"
+        inner=/mnt/target/${venv#"$target"/}
+        chroot "$root" "python$v" -m venv --without-pip --system-site-packages "$inner"
+        site=$(chroot "$root" "$inner/bin/python" -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])")
+        python3 -m zipfile -e "$wheel" "$root$site"
+        exec chroot "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 \
+            XDG_CACHE_HOME=/tmp/xdg-cache PYTHONDONTWRITEBYTECODE=1 ARGSTASH_BIN=/mnt/target/debug/argstash \
+            CARGO_TARGET_DIR=/mnt/target "$inner/bin/python" -m pytest -q -rs -p no:cacheprovider /mnt/pep523-ext/tests "$@"
+    ' sid-pytest "$root" "$PWD" "$target" "$venv" "$wheel" "$v" "$@" || status=$?
 done
 exit "$status"

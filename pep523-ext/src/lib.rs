@@ -15,10 +15,13 @@
 //! `argstash.inject`, `eject`, `backtrace`, `run`), which calls the `injector`
 //! crate in this process.
 //!
-//! Only CPython 3.11 was tested (two builds: a shared libpython and Debian's
-//! static one); the module refuses to load on any other version. It uses private
-//! API (`_PyInterpreterState_SetEvalFrameFunc`), so it is built for 3.11's full
-//! ABI, not abi3.
+//! Tested on CPython 3.11 (a shared libpython and Debian's static one) and on
+//! Debian's 3.13, 3.14 and 3.15 (default GIL builds); the module refuses to load on
+//! any other version, and the package refuses free-threaded builds before loading
+//! it (`python/argstash/_support.py`). It uses private API
+//! (`_PyInterpreterState_SetEvalFrameFunc`) and the layout of `PyFrameObject`, so
+//! there is no abi3 build: one build per minor version, each against that
+//! version's full ABI (see `ffi`).
 //!
 //! # Why a workspace member
 //!
@@ -55,8 +58,8 @@ use trampolines::x86_64::HookMeta;
 
 use arena::Hook;
 
-/// The (major, minor) versions this module was tested on.
-pub const TESTED: &[(u8, u8)] = &[(3, 11)];
+/// The (major, minor) versions this module was tested on (3.12: no interpreter could be obtained).
+pub const TESTED: &[(u8, u8)] = &[(3, 11), (3, 13), (3, 14), (3, 15)];
 
 /// Everything that can go wrong, each with what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -327,14 +330,25 @@ fn _frame_address(frame: &Bound<'_, PyAny>) -> PyResult<usize> {
         .ok_or_else(|| PyTypeError::new_err("_frame_address() takes a frame object"))
 }
 
-/// Stash frames for every Python eval call, readable by `argstash bt` (CPython 3.11).
+/// Stash frames for every Python eval call, readable by `argstash bt` (CPython 3.11, 3.13-3.15).
 #[pymodule(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let v = m.py().version_info();
-    if !TESTED.contains(&(v.major, v.minor)) {
+    // A module built for one minor version never loads into another (the file name
+    // carries the version tag), but a hand-copied one could: refuse it by name.
+    if !TESTED.contains(&(v.major, v.minor)) || format!("{}.{}", v.major, v.minor) != ffi::BUILT_FOR
+    {
         return Err(PyImportError::new_err(format!(
-            "argstash's PEP 523 hook was tested on CPython 3.11 only; this is {}.{}.{}",
-            v.major, v.minor, v.patch
+            "this argstash._native was built for CPython {}; this is {}.{}.{} (tested: {})",
+            ffi::BUILT_FOR,
+            v.major,
+            v.minor,
+            v.patch,
+            TESTED
+                .iter()
+                .map(|(major, minor)| format!("{major}.{minor}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         )));
     }
     m.add_function(wrap_pyfunction!(install, m)?)?;

@@ -96,13 +96,17 @@ def test_cycles_reuse_one_arena_that_stays_mapped_and_is_never_writable_and_exec
     )
 
 
-def test_version_is_pinned():
+def test_this_version_is_tested_and_the_module_was_built_for_it():
     import sys
+    import sysconfig
 
     import argstash
+    from argstash import _support
 
-    assert (3, 11) in argstash.TESTED_VERSIONS
-    assert sys.version_info[:2] == (3, 11)
+    assert sys.version_info[:2] in _support.TESTED
+    assert [tuple(v) for v in argstash.TESTED_VERSIONS] == list(_support.TESTED)
+    # One build per minor version: the loaded file carries this interpreter's tag.
+    assert argstash._native.__file__.endswith(sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 def test_import_refuses_an_untested_version(run_py):
@@ -118,4 +122,43 @@ def test_import_refuses_an_untested_version(run_py):
             raise AssertionError("imported on a faked 3.12")
         """
     )
-    assert "tested on CPython 3.11 only" in p.stdout
+    assert "tested on CPython 3.11, 3.13, 3.14, 3.15 only; this is CPython 3.12.0" in p.stdout
+
+
+# Free-threaded CPython: no such build is packaged where this runs, so the refusal is
+# tested on descriptions of one (the decision function) and on a faked sys.abiflags.
+
+
+def test_free_threaded_builds_are_refused_by_name():
+    from argstash._support import refusal
+
+    for abiflags, gil_disabled in (("t", 1), ("t", None), ("", 1), ("td", 1)):
+        reason = refusal("cpython", (3, 14, 2, "final", 0), abiflags, gil_disabled)
+        assert reason is not None, (abiflags, gil_disabled)
+        assert "free-threaded" in reason and "Py_GIL_DISABLED" in reason and "3.14.2" in reason, reason
+        assert f"abiflags {abiflags!r}" in reason, reason
+    # The default build of each tested version is accepted, with or without abiflags.
+    for version in ((3, 11, 2), (3, 13, 18), (3, 14, 10), (3, 15, 2)):
+        for abiflags, gil_disabled in (("", None), ("", 0), ("d", 0)):
+            assert refusal("cpython", version, abiflags, gil_disabled) is None, (version, abiflags)
+    # A free-threaded 3.12 or 3.16 is named as free-threaded first (the more basic reason).
+    assert "free-threaded" in refusal("cpython", (3, 16, 0), "t", 1)
+    assert "this is pypy 3.11.0" in refusal("pypy", (3, 11, 0), "", None)
+
+
+def test_import_refuses_a_free_threaded_build(run_py):
+    p = run_py(
+        """
+        import sys
+        sys.abiflags = "t"
+        try:
+            import argstash
+        except ImportError as e:
+            print(e)
+        else:
+            raise AssertionError("imported on a faked free-threaded build")
+        assert "argstash._native" not in sys.modules, "refused before loading the native module"
+        """
+    )
+    assert "does not support free-threaded builds of CPython" in p.stdout, p.stdout
+    assert "Py_GIL_DISABLED (abiflags 't')" in p.stdout, p.stdout

@@ -24,19 +24,21 @@ Failures raise argstash.Error (subclasses per kind: NoSuchProcess, NotPermitted,
 AlreadyHooked, NotHooked, SymbolNotFound, ...) with the command line's messages.
 The pytest plugin (argstash.pytest_plugin) is registered by the wheel.
 
-Only CPython 3.11 was tested; importing on anything else raises ImportError.
-Any PEP 523 hook makes call-heavy code slower on 3.11 (the interpreter stops
-inlining Python-to-Python calls while one is set); see README.md.
+Tested on CPython 3.11, 3.13, 3.14 and 3.15 (default GIL builds, one build of
+the native module per version); importing on anything else, free-threaded builds
+included, raises ImportError saying why (argstash._support). Any PEP 523 hook
+makes call-heavy code slower (on 3.11 the interpreter stops inlining
+Python-to-Python calls while one is set); see README.md.
 """
 
 import contextlib as _contextlib
 import sys as _sys
 
-if _sys.implementation.name != "cpython" or _sys.version_info[:2] != (3, 11):
-    raise ImportError(
-        "argstash's PEP 523 hook was tested on CPython 3.11 only; this is "
-        f"{_sys.implementation.name} {_sys.version.split()[0]}"
-    )
+from . import _support
+
+# Before the native module: on an interpreter it was not built for, its import would
+# fail with a loader message (or, on a free-threaded build, not be found at all).
+_support.check()
 
 from . import _native  # noqa: E402
 from ._native import (  # noqa: E402
