@@ -91,6 +91,10 @@ pub struct PyFrame {
     pub first_line: i32,
     /// Whether a C-level call of the evaluator started at this frame.
     pub is_entry: bool,
+    /// 3.12+: the frame that runs no code which that C-level call keeps on its
+    /// own C stack, right after this one in the chain; its address lies inside
+    /// the evaluator's native frame (the key to exact entry-frame pairing).
+    pub entry_frame: Option<u64>,
     /// Who owns the frame.
     pub owner: FrameOwner,
     /// Still being set up: CPython hides such frames (see the module docs).
@@ -169,6 +173,14 @@ pub enum ChainEnd {
         /// The frame seen twice.
         addr: u64,
     },
+    /// 3.15+: the chain ended (`previous` null) at `last`, which is not the
+    /// thread's base frame: the thread changed its frames while they were read.
+    NoBase {
+        /// The last frame of the chain.
+        last: u64,
+        /// The thread's base frame.
+        base: u64,
+    },
     /// The frame at `addr` could not be read.
     Corrupt {
         /// The frame.
@@ -186,6 +198,10 @@ impl fmt::Display for ChainEnd {
             ChainEnd::Loop { addr } => {
                 write!(f, "the frame chain loops back to 0x{addr:x}")
             }
+            ChainEnd::NoBase { last, base } => write!(
+                f,
+                "the frame chain ends at 0x{last:x}, not at the thread's base frame 0x{base:x} (the thread changed its frames while read; frames may be missing)"
+            ),
             ChainEnd::Corrupt { addr, reason } => {
                 write!(f, "Python frame at 0x{addr:x} is unreadable: {reason}")
             }
@@ -200,6 +216,17 @@ pub struct FrameChain {
     pub frames: Vec<PyFrame>,
     /// Why no more frames follow.
     pub end: ChainEnd,
+}
+
+/// One frame read: a frame running code, or one that runs none.
+enum Read {
+    /// A frame running a code object, and its `previous`.
+    Code(Box<PyFrame>, u64),
+    /// A frame that runs no code (an entry frame on the C stack, a base frame).
+    NoCode {
+        /// Its `previous`.
+        previous: u64,
+    },
 }
 
 /// What a code object says, decoded once per chain.
@@ -235,23 +262,50 @@ impl<'a> FrameReader<'a> {
     /// Reads the chain from `frame` outward, at most `limit` frames (and never
     /// more than [`MAX_FRAMES`]).
     pub fn chain(&mut self, frame: u64, limit: usize) -> FrameChain {
+        self.chain_to(frame, None, limit)
+    }
+
+    /// As [`FrameReader::chain`], for a thread whose chain must end at its base
+    /// frame `base` (3.15+); ending elsewhere is [`ChainEnd::NoBase`].
+    ///
+    /// Frames that run no code (3.12+: each C-level evaluator call's entry
+    /// frame, 3.15's base frame) are not in the chain: each marks the frame
+    /// before it as an entry frame ([`PyFrame::entry_frame`]).
+    pub fn chain_to(&mut self, frame: u64, base: Option<u64>, limit: usize) -> FrameChain {
         let limit = limit.min(MAX_FRAMES);
-        let mut frames = Vec::new();
+        let mut frames: Vec<PyFrame> = Vec::new();
         let mut seen = HashSet::new();
         let mut at = frame;
+        let mut last = 0;
+        let mut after_code = false;
         let end = loop {
             if at == 0 {
-                break ChainEnd::Root;
+                match base {
+                    Some(base) if last != base => break ChainEnd::NoBase { last, base },
+                    _ => break ChainEnd::Root,
+                }
             }
-            if frames.len() >= limit {
+            // Frames without code count too, so that a hostile chain of them ends.
+            if frames.len() >= limit || seen.len() >= limit.saturating_mul(2).saturating_add(2) {
                 break ChainEnd::Limit { limit, next: at };
             }
             if !seen.insert(at) {
                 break ChainEnd::Loop { addr: at };
             }
             match self.frame(at) {
-                Ok((f, previous)) => {
-                    frames.push(f);
+                Ok(Read::Code(f, previous)) => {
+                    frames.push(*f);
+                    after_code = true;
+                    last = at;
+                    at = previous;
+                }
+                Ok(Read::NoCode { previous }) => {
+                    if let Some(inner) = frames.last_mut().filter(|_| after_code) {
+                        inner.is_entry = true;
+                        inner.entry_frame = Some(at);
+                    }
+                    after_code = false;
+                    last = at;
                     at = previous;
                 }
                 Err(reason) => break ChainEnd::Corrupt { addr: at, reason },
@@ -260,8 +314,18 @@ impl<'a> FrameReader<'a> {
         FrameChain { frames, end }
     }
 
+    /// The object a `_PyStackRef` (or, before 3.14, a `PyObject*`) refers to, or
+    /// the small int it holds itself.
+    fn untag(&self, raw: u64) -> Result<u64, i64> {
+        let fl = &self.layout.frame;
+        match fl.stackref_int_tag {
+            Some(tag) if raw & fl.stackref_tag_bits == tag => Err((raw as i64) >> 2),
+            _ => Ok(raw & !fl.stackref_tag_bits),
+        }
+    }
+
     /// Reads the frame at `addr` and its `previous` pointer.
-    fn frame(&mut self, addr: u64) -> Result<(PyFrame, u64), CorruptReason> {
+    fn frame(&mut self, addr: u64) -> Result<Read, CorruptReason> {
         let fl = &self.layout.frame;
         let head_len = fl.localsplus as usize;
         let head = self
@@ -275,10 +339,13 @@ impl<'a> FrameReader<'a> {
                 .map_or(0, u64::from_le_bytes)
         };
         let byte = |off: u64| head.get(off as usize).copied().unwrap_or(0);
-        let code = word(fl.f_code);
         let previous = word(fl.previous);
+        if fl.no_code_owner.is_some_and(|o| byte(fl.owner) >= o) {
+            return Ok(Read::NoCode { previous });
+        }
+        let code = self.untag(word(fl.f_code)).unwrap_or(0);
         let prev_instr = word(fl.prev_instr);
-        let is_entry = byte(fl.is_entry) != 0;
+        let is_entry = fl.is_entry.is_some_and(|o| byte(o) != 0);
         let owner = match byte(fl.owner) {
             0 => FrameOwner::Thread,
             o if o == fl.owned_by_generator => FrameOwner::Generator,
@@ -304,12 +371,13 @@ impl<'a> FrameReader<'a> {
             line,
             first_line: info.first_line,
             is_entry,
+            entry_frame: None,
             owner,
             incomplete,
             params,
             params_note,
         };
-        Ok((frame, previous))
+        Ok(Read::Code(Box::new(frame), previous))
     }
 
     /// The values of the parameters `names` in the frame at `addr`.
@@ -325,12 +393,16 @@ impl<'a> FrameReader<'a> {
                     .and_then(|s| s.get(i * 8..i * 8 + 8))
                     .and_then(|b| b.try_into().ok())
                     .map(u64::from_le_bytes);
-                let value = match obj {
+                let value = match obj.map(|raw| self.untag(raw)) {
                     None => PyValue {
                         type_name: "?".into(),
                         display: "<unreadable>".into(),
                     },
-                    Some(obj) => {
+                    Some(Err(small)) => PyValue {
+                        type_name: "int".into(),
+                        display: small.to_string(),
+                    },
+                    Some(Ok(obj)) => {
                         let obj = if *cell && obj != 0 {
                             self.objects.deref_cell(obj).unwrap_or(obj)
                         } else {

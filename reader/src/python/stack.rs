@@ -119,7 +119,9 @@ impl StackReader<'_> {
             .map(|p| format!("thread state 0x{:x}: {}", p.addr, p.reason))
             .collect();
         ThreadRead {
-            chain: ts.current_frame.map(|f| frames.chain(f, STACK_LIMIT)),
+            chain: ts
+                .current_frame
+                .map(|f| frames.chain_to(f, ts.base_frame, STACK_LIMIT)),
             notes,
         }
     }
@@ -243,6 +245,7 @@ mod tests {
             line: Some(1),
             first_line: 1,
             is_entry,
+            entry_frame: None,
             owner: FrameOwner::Thread,
             incomplete,
             params: Vec::new(),

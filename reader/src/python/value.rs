@@ -11,7 +11,7 @@
 
 use crate::memory::Memory;
 
-use super::layout::Layout;
+use super::layout::{Layout, LongFormat};
 use super::version::BuiltinTypes;
 
 /// The most code points of a `str` shown before `...`.
@@ -275,8 +275,22 @@ impl<'a> Objects<'a> {
     /// The decimal digits of an `int` (with `-`), or a note when it is too big.
     fn int_value(&self, obj: u64) -> Result<String, ObjectProblem> {
         let o = &self.layout.object;
-        let size = self.i64_at(obj.wrapping_add(o.ob_size))?;
-        let ndigits = usize::try_from(size.unsigned_abs()).map_err(|_| ObjectProblem::Malformed)?;
+        let (negative, ndigits) = match o.long_format {
+            LongFormat::ObSize => {
+                let size = self.i64_at(obj.wrapping_add(o.ob_size))?;
+                (size < 0, size.unsigned_abs())
+            }
+            LongFormat::LvTag { offset } => {
+                let tag = self.u64_at(obj.wrapping_add(offset))?;
+                match tag & 3 {
+                    0 => (false, tag >> 3),
+                    1 => (false, 0),
+                    2 => (true, tag >> 3),
+                    _ => return Err(ObjectProblem::Malformed),
+                }
+            }
+        };
+        let ndigits = usize::try_from(ndigits).map_err(|_| ObjectProblem::Malformed)?;
         let bits = o.long_digit_bits as usize;
         // Decimal digits are at least (ndigits - 1) * bits * log10(2).
         if ndigits
@@ -306,7 +320,7 @@ impl<'a> Objects<'a> {
         if s.len() > MAX_INT_DECIMAL_DIGITS {
             return Ok(format!("<int of {} decimal digits at 0x{obj:x}>", s.len()));
         }
-        if size < 0 && s != "0" {
+        if negative && s != "0" {
             s.insert(0, '-');
         }
         Ok(s)
@@ -391,7 +405,8 @@ impl<'a> Objects<'a> {
         let kind = (state & o.str_kind_mask) >> o.str_kind_mask.trailing_zeros();
         let compact = state & o.str_compact_bit != 0;
         let ascii = state & o.str_ascii_bit != 0;
-        let ready = state & o.str_ready_bit != 0;
+        // 3.12+ have no `ready` bit (the layout says 0): every string is ready.
+        let ready = o.str_ready_bit == 0 || state & o.str_ready_bit != 0;
         if !ready || !matches!(kind, 1 | 2 | 4) || (ascii && kind != 1) {
             return Err(ObjectProblem::Malformed);
         }
