@@ -739,4 +739,184 @@ mod tests {
             }
         ));
     }
+
+    /// 3.13+ frames as Debian's 3.13.18 lays them out (from its own
+    /// `_Py_DebugOffsets`), with 3.14's `_PyStackRef` tags when `tagged`.
+    fn layout_313(tagged: bool) -> Layout {
+        use super::super::debug_offsets::tests::{image, DEBIAN_313};
+        use super::super::layout::layout_for;
+        use super::super::version::PythonVersion;
+        let mut m = FakeMem::default();
+        m.put(0x100, &image(DEBIAN_313));
+        let v = PythonVersion::from_hex(0x030d12f0);
+        let mut l = layout_for(&m, 0x100, v, true).unwrap();
+        if tagged {
+            l.frame.stackref_tag_bits = 3;
+            l.frame.stackref_int_tag = Some(3);
+        }
+        l
+    }
+
+    /// `def f(a, *rest)` (`C.f` in `/f.py`, line 11) laid out as 3.13 does.
+    fn mem_313(l: &Layout) -> FakeMem {
+        let mut m = FakeMem::default();
+        let str_obj = |m: &mut FakeMem, at: u64, s: &str| {
+            object(m, at, STR_T, s.len() as u64);
+            m.put_u64(at + 24, 0); // hash
+            m.put_u32(at + l.object.str_state, 0x40 | 0x20 | (1 << 2));
+            m.put(at + l.object.str_ascii_data, s.as_bytes());
+            at
+        };
+        let c = &l.code;
+        m.put(CODE, &[0; 0xd0]);
+        object(&mut m, CODE, CODE_T, 8);
+        m.put_u32(CODE + c.co_flags, 0x4);
+        m.put_u32(CODE + c.co_argcount, 1);
+        m.put_u32(CODE + c.co_firstlineno, 10);
+        m.put_u32(CODE + c.co_nlocalsplus, 3);
+        let names = 0x30000;
+        object(&mut m, names, TUPLE_T, 3);
+        for (i, n) in ["a", "rest", "x"].iter().enumerate() {
+            let s = str_obj(&mut m, 0x31000 + 0x100 * i as u64, n);
+            m.put_u64(names + l.object.tuple_items + 8 * i as u64, s);
+        }
+        m.put_u64(CODE + c.co_localsplusnames, names);
+        object(&mut m, 0x32000, BYTES_T, 3);
+        m.put(0x32000 + l.object.bytes_data, &[0x26, 0x26, 0x20]);
+        m.put_u64(CODE + c.co_localspluskinds, 0x32000);
+        let p = str_obj(&mut m, 0x33000, "/f.py");
+        m.put_u64(CODE + c.co_filename, p);
+        let p = str_obj(&mut m, 0x35000, "C.f");
+        m.put_u64(CODE + c.co_qualname, p);
+        object(&mut m, 0x36000, BYTES_T, 2);
+        m.put(0x36000 + l.object.bytes_data, &[0x80 | (13 << 3) | 7, 2]);
+        m.put_u64(CODE + c.co_linetable, 0x36000);
+        // int 5: one digit, lv_tag = 1 << 3.
+        object(&mut m, 0x40000, INT_T, 1 << 3);
+        m.put_u32(0x40000 + l.object.long_digits, 5);
+        for (t, name) in [(STR_T, "str"), (TUPLE_T, "tuple"), (INT_T, "int")] {
+            m.put_u64(t + 24, t + 0x80);
+            m.put(t + 0x80, format!("{name}\0").as_bytes());
+        }
+        m
+    }
+
+    /// A 3.13+ frame: code (tagged with `tag`), `previous`, owner and locals.
+    fn frame_313(
+        m: &mut FakeMem,
+        l: &Layout,
+        at: u64,
+        code: u64,
+        previous: u64,
+        owner: u8,
+        locals: &[u64],
+    ) {
+        let f = &l.frame;
+        m.put(at, &vec![0; f.localsplus as usize]);
+        m.put_u64(at + f.f_code, code);
+        m.put_u64(at + f.previous, previous);
+        m.put_u64(at + f.prev_instr, CODE + l.code.co_code_adaptive + 2);
+        m.put(at + f.owner, &[owner]);
+        for (i, v) in locals.iter().enumerate() {
+            m.put_u64(at + f.localsplus + 8 * i as u64, *v);
+        }
+    }
+
+    #[test]
+    fn entry_frames_without_code_mark_the_frame_before_them() {
+        let l = layout_313(false);
+        let mut m = mem_313(&l);
+        let (s1, s2, base) = (0x7000_0000, 0x7000_1000, 0x7000_2000);
+        // A runs first in one evaluator call (entry S1), B in the outer one (entry
+        // S2), then the thread's base frame.
+        frame_313(&mut m, &l, A, CODE, s1, 0, &[0x40000, 0x40000]);
+        frame_313(&mut m, &l, s1, 0x9999, B, 3, &[]);
+        frame_313(&mut m, &l, B, CODE, s2, 0, &[0x40000, 0]);
+        frame_313(&mut m, &l, s2, 0x9999, base, 3, &[]);
+        frame_313(&mut m, &l, base, 0x9999, 0, 3, &[]);
+        let t = types();
+        let mut r = FrameReader::new(&m, &l, Objects::new(&m, &l, &t));
+        let c = r.chain_to(A, Some(base), 10);
+        assert_eq!(c.end, ChainEnd::Root);
+        let got: Vec<_> = c
+            .frames
+            .iter()
+            .map(|f| (f.addr, f.is_entry, f.entry_frame))
+            .collect();
+        assert_eq!(got, vec![(A, true, Some(s1)), (B, true, Some(s2))]);
+        assert_eq!(c.frames[0].params[0].value.display, "5");
+        assert_eq!(c.frames[1].params[1].value.display, "<unbound>");
+        // A chain that stops short of the thread's base frame says so.
+        let c = r.chain_to(A, Some(0x7000_9000), 10);
+        assert_eq!(c.frames.len(), 2);
+        assert_eq!(
+            c.end,
+            ChainEnd::NoBase {
+                last: base,
+                base: 0x7000_9000
+            }
+        );
+        assert!(c.end.to_string().contains("base frame"), "{}", c.end);
+        // Loops through frames without code, and chains of nothing but them, end.
+        drop(r);
+        frame_313(&mut m, &l, s2, 0x9999, s1, 3, &[]);
+        frame_313(&mut m, &l, s1, 0x9999, s2, 3, &[]);
+        let mut r = FrameReader::new(&m, &l, Objects::new(&m, &l, &t));
+        assert_eq!(r.chain(s1, 10).end, ChainEnd::Loop { addr: s1 });
+        drop(r);
+        for i in 0..100u64 {
+            let at = 0x6000_0000 + i * 0x100;
+            frame_313(&mut m, &l, at, 0, at + 0x100, 3, &[]);
+        }
+        let mut r = FrameReader::new(&m, &l, Objects::new(&m, &l, &t));
+        let c = r.chain(0x6000_0000, 10);
+        assert!(c.frames.is_empty());
+        assert!(
+            matches!(c.end, ChainEnd::Limit { limit: 10, .. }),
+            "{:?}",
+            c.end
+        );
+    }
+
+    #[test]
+    fn stack_refs_are_untagged_and_small_ints_shown() {
+        let l = layout_313(true);
+        let mut m = mem_313(&l);
+        // f_executable and `a` carry the deferred-reference tag; `rest` holds a
+        // tagged small int (-3 << 2 | 3).
+        frame_313(
+            &mut m,
+            &l,
+            A,
+            CODE | 1,
+            0,
+            0,
+            &[0x40000 | 1, ((-3i64 << 2) | 3) as u64],
+        );
+        let t = types();
+        let c = FrameReader::new(&m, &l, Objects::new(&m, &l, &t)).chain(A, 10);
+        assert_eq!(c.end, ChainEnd::Root);
+        let shown: Vec<_> = c.frames[0]
+            .params
+            .iter()
+            .map(|p| p.value.display.as_str())
+            .collect();
+        assert_eq!(shown, vec!["5", "-3"]);
+        assert_eq!(c.frames[0].qualname, "C.f");
+        assert_eq!(c.frames[0].line, Some(11));
+        // A code pointer tagged as an int is no code object.
+        frame_313(&mut m, &l, A, CODE | 3, 0, 0, &[]);
+        let c = FrameReader::new(&m, &l, Objects::new(&m, &l, &t)).chain(A, 10);
+        assert!(
+            matches!(
+                c.end,
+                ChainEnd::Corrupt {
+                    reason: CorruptReason::NullCode,
+                    ..
+                }
+            ),
+            "{:?}",
+            c.end
+        );
+    }
 }

@@ -524,7 +524,9 @@ impl Layout {
                 str_ascii_bit: 0x40,
                 str_ready_bit: 0,
                 str_ascii_data: ascii_size,
-                str_compact_data: ascii_size.saturating_add(facts.str_compact_after_ascii),
+                str_compact_data: o
+                    .get("unicode_object", "compactunicodeobject_size")
+                    .unwrap_or(ascii_size.saturating_add(facts.str_compact_after_ascii)),
                 // The data pointer is the last member of PyUnicodeObject.
                 str_legacy_data: at("unicode_object", "size").saturating_sub(8),
                 bytes_data: at("bytes_object", "ob_sval"),

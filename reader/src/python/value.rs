@@ -846,4 +846,42 @@ mod tests {
         object(&mut m, 0x200, FOO_T, 0);
         assert_eq!(show(&m, 0x200), "<unreadable object at 0x200>");
     }
+
+    #[test]
+    fn ints_with_lv_tag_and_strings_without_a_ready_bit() {
+        // 3.12+: digit count << 3 and the sign in lv_tag (immortal bit 2 as in
+        // 3.14's small ints); the state word has no ready bit.
+        let mut l = PY311;
+        l.object.long_format = LongFormat::LvTag { offset: 16 };
+        l.object.str_ready_bit = 0;
+        let mut m = mem();
+        let tagged = |m: &mut FakeMem, at: u64, tag: u64, digits: &[u32]| {
+            object(m, at, INT_T, tag as i64);
+            for (i, d) in digits.iter().enumerate() {
+                m.put_u32(at + 24 + 4 * i as u64, *d);
+            }
+        };
+        tagged(&mut m, 0x100, 1 | 4, &[0]);
+        tagged(&mut m, 0x200, (1 << 3) | 4, &[1]);
+        tagged(&mut m, 0x300, (1 << 3) | 2, &[7]);
+        // -(2**100 + 7): digits of 30 bits, least significant first.
+        tagged(&mut m, 0x400, (4 << 3) | 2, &[7, 0, 0, 1 << 10]);
+        tagged(&mut m, 0x500, 3, &[]);
+        object(&mut m, 0x600, STR_T, 2);
+        m.put_u64(0x600 + 24, 0);
+        m.put_u32(0x600 + 32, 0x40 | 0x20 | (1 << 2));
+        m.put(0x600 + 48, b"ok");
+        let t = types();
+        let o = Objects::new(&m, &l, &t);
+        let shown: Vec<_> = [0x100, 0x200, 0x300, 0x400, 0x500, 0x600]
+            .iter()
+            .map(|&a| o.value(a).display)
+            .collect();
+        assert_eq!(
+            shown[..4],
+            ["0", "1", "-7", "-1267650600228229401496703205383"]
+        );
+        assert!(shown[4].starts_with("<malformed int"), "{}", shown[4]);
+        assert_eq!(shown[5], "'ok'");
+    }
 }
