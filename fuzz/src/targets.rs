@@ -324,7 +324,7 @@ pub fn fuzz_unwind(data: &[u8]) {
 }
 
 /// Header words of the Python target: `_PyRuntime`, a frame, then the 14 builtin type addresses.
-const PYTHON_WORDS: usize = 16;
+pub const PYTHON_WORDS: usize = 16;
 
 /// CPython 3.11's thread walk from `_PyRuntime`, each thread's frame chain (code
 /// objects, line tables, arguments) and its pairing, over memory from the input.
