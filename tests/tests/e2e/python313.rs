@@ -486,3 +486,48 @@ fn a_fake_316_publishing_debug_offsets_is_refused_by_name() {
         .any(|f| f["function"] == "_PyEval_EvalFrameDefault"));
     t.assert_healthy();
 }
+
+/// Starts and ends short-lived threads without pause while the main thread
+/// blocks in `wait_here(tag)` reading stdin.
+const CHURN: &str = "import os, sys, threading\n\
+def short(i):\n    return sum(range(i % 50))\n\
+def churn():\n    i = 0\n    while True:\n        ts = [threading.Thread(target=short, args=(i + k,)) for k in range(4)]\n        for t in ts: t.start()\n        for t in ts: t.join()\n        i += 1\n\
+def wait_here(tag):\n    print('ready %d' % os.getpid(), flush=True)\n    sys.stdin.readline()\n\
+threading.Thread(target=churn, daemon=True).start()\n\
+wait_here('churning')\n";
+
+#[test]
+fn thread_states_torn_down_while_read_never_fail_the_backtrace() {
+    let Some(root) = sid_root("thread_states_torn_down_while_read_never_fail_the_backtrace") else {
+        return;
+    };
+    let dir = RootDir::new(&root, "churn");
+    fs::write(dir.host.join("churn.py"), CHURN).unwrap();
+    let script = format!("{}/churn.py", dir.inside);
+    for minor in MINORS {
+        let exe = format!("/usr/bin/python3.{minor}");
+        let mut t = dir.spawn(&[&exe, &script]);
+        let pid = t.pid();
+        wait_blocked(pid);
+        let pid_s = pid.to_string();
+        for round in 0..30 {
+            let out = run(&["bt", "--pid", &pid_s, "--json"]);
+            assert!(
+                out.status.success(),
+                "3.{minor} round {round}: {}",
+                output_text(&out)
+            );
+            let bt: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let main = python_frames(thread_frames(main_thread(&bt, pid)));
+            let names: Vec<&str> = main.iter().map(|s| s.function.as_str()).collect();
+            assert_eq!(names, ["wait_here", "<module>"], "3.{minor} round {round}");
+            assert_eq!(
+                main[0].params,
+                [("tag".to_string(), "'churning'".to_string())]
+            );
+        }
+        t.assert_healthy();
+        t.write_stdin("\n");
+        assert!(t.wait_exit(LINE).is_some(), "3.{minor}");
+    }
+}
