@@ -287,45 +287,66 @@ fn bt_core_shows_the_python_frames() {
         return;
     };
     let dir = RootDir::new(&root, "core");
+    let script = dir.script();
     for minor in MINORS {
-        let cores = format!("{}/cores3{minor}", dir.inside);
-        let cores_host = dir.host.join(format!("cores3{minor}"));
-        fs::create_dir_all(&cores_host).unwrap();
-        let mut t = dir.python(minor, &["crash", &cores]);
-        let pid = t.pid();
-        let unlimited = libc::rlimit {
-            rlim_cur: libc::RLIM_INFINITY,
-            rlim_max: libc::RLIM_INFINITY,
-        };
-        // SAFETY: prlimit only reads `unlimited` (old limit pointer null).
-        let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_CORE, &unlimited, std::ptr::null_mut()) };
-        assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
-        let seen = go(&mut t);
-        let status = t.wait_exit(LINE).unwrap_or_else(|| t.fail("did not abort"));
-        assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}");
-        let candidates = [
-            cores_host.join(&pattern),
-            cores_host.join(format!("{pattern}.{pid}")),
-        ];
-        let mut core = None;
-        wait_until(Duration::from_secs(30), || {
-            core = candidates.iter().find(|p| p.is_file()).cloned();
-            core.is_some()
-        });
-        let core = core.unwrap_or_else(|| panic!("3.{minor}: no core among {candidates:?}"));
-        let core_s = core.to_str().unwrap();
-        let root_s = root.to_str().unwrap();
-        let bt = run_json(&["bt", "--core", core_s, "--sysroot", root_s, "--json"]);
-        let thread = main_thread(&bt, pid);
-        assert_eq!(
-            python_frames(thread_frames(thread)),
-            seen,
-            "3.{minor}: {thread:#}"
-        );
-        let text = run_ok(&["bt", "--core", core_s, "--sysroot", root_s, "--python"]);
-        let line = text_of(&seen[0], &[]);
-        assert!(text.contains(&line), "3.{minor}: no {line:?} in\n{text}");
+        let python = format!("/usr/bin/python3.{minor}");
+        let mut runs = vec![(format!("python3.{minor}"), vec![python, script.clone()])];
+        match dir.embedder(minor) {
+            Ok(exe) => runs.push((format!("embedded 3.{minor}"), vec![exe, script.clone()])),
+            Err(why) => println!("SKIPPED the core of embedded 3.{minor}: {why}"),
+        }
+        for (i, (what, argv)) in runs.into_iter().enumerate() {
+            core_case(&dir, &pattern, &format!("cores3{minor}-{i}"), &argv, &what);
+        }
     }
+}
+
+/// Runs `argv` (the fixture, given its mode after) in `crash` mode with its core
+/// written to directory `name`, and checks `bt --core` against its report.
+fn core_case(dir: &RootDir, pattern: &str, name: &str, argv: &[String], what: &str) {
+    let cores = format!("{}/{name}", dir.inside);
+    let cores_host = dir.host.join(name);
+    fs::create_dir_all(&cores_host).unwrap();
+    let mut all: Vec<&str> = argv.iter().map(String::as_str).collect();
+    all.extend(["crash", cores.as_str()]);
+    let mut t = dir.spawn(&all);
+    let pid = t.pid();
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: prlimit only reads `unlimited` (old limit pointer null).
+    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_CORE, &unlimited, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let seen = go(&mut t);
+    let status = t.wait_exit(LINE).unwrap_or_else(|| t.fail("did not abort"));
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{what}: {status:?}");
+    let candidates = [
+        cores_host.join(pattern),
+        cores_host.join(format!("{pattern}.{pid}")),
+    ];
+    let mut core = None;
+    wait_until(Duration::from_secs(30), || {
+        core = candidates.iter().find(|p| p.is_file()).cloned();
+        core.is_some()
+    });
+    let core = core.unwrap_or_else(|| panic!("{what}: no core among {candidates:?}"));
+    let core_s = core.to_str().unwrap();
+    let root_s = dir.root.to_str().unwrap();
+    let bt = run_json(&["bt", "--core", core_s, "--sysroot", root_s, "--json"]);
+    let thread = main_thread(&bt, pid);
+    assert_eq!(
+        python_frames(thread_frames(thread)),
+        seen,
+        "{what}: {thread:#}"
+    );
+    let text = run_ok(&["bt", "--core", core_s, "--sysroot", root_s, "--python"]);
+    let line = text_of(&seen[0], &[]);
+    assert!(text.contains(&line), "{what}: no {line:?} in\n{text}");
+    println!(
+        "bt --core of {what}: {} Python frames as reported",
+        seen.len()
+    );
 }
 
 #[test]
