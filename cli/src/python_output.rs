@@ -36,6 +36,7 @@ pub fn from_wire(t: &argstash_dbus::Thread) -> Option<PythonStack> {
                 line: (f.line != 0).then_some(f.line),
                 first_line: 0,
                 is_entry: f.entry,
+                entry_frame: None,
                 owner: FrameOwner::Thread,
                 incomplete: false,
                 params: f

@@ -76,7 +76,46 @@ pub fn generate(dir: &Path, src: &Sources) -> io::Result<Vec<(&'static str, usiz
         None => Vec::new(),
     };
     out("python", python)?;
+    out("python_offsets", debug_offsets_seeds())?;
     Ok(counts)
+}
+
+/// The `_Py_DebugOffsets` of the Debian sid root's interpreters (3.13, 3.14,
+/// 3.15; `scripts/sid-root.sh`), as written in their `.PyRuntime` sections, each
+/// at its own address with word 0 pointing at it; none without the root.
+fn debug_offsets_seeds() -> Vec<(String, Vec<u8>)> {
+    let root = std::env::var_os("ARGSTASH_SID_ROOT").map_or_else(
+        || PathBuf::from("/var/cache/argstash-sid/root"),
+        PathBuf::from,
+    );
+    let mut seeds = Vec::new();
+    for minor in [13, 14, 15] {
+        let path = root.join(format!("usr/bin/python3.{minor}"));
+        let Ok(data) = std::fs::read(&path) else {
+            continue;
+        };
+        let Ok(elf) = goblin::elf::Elf::parse(&data) else {
+            continue;
+        };
+        let Some(sh) = elf
+            .section_headers
+            .iter()
+            .find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(".PyRuntime"))
+        else {
+            continue;
+        };
+        let start = sh.sh_offset as usize;
+        let len = (sh.sh_size as usize).min(reader::python::debug_offsets::MAX_LEN);
+        let Some(bytes) = data.get(start..start + len) else {
+            continue;
+        };
+        let mut regions = BTreeMap::new();
+        regions.insert(sh.sh_addr, bytes.to_vec());
+        let mut words = vec![0u64; crate::targets::PYTHON_WORDS];
+        words[0] = sh.sh_addr;
+        seeds.push((format!("python3.{minor}"), Image::encode(&words, &regions)));
+    }
+    seeds
 }
 
 fn file_name(p: &Path) -> String {

@@ -15,10 +15,11 @@ use reader::debuginfo::{EntryDebug, ModuleDebug};
 use reader::dwarf_cache::{DiskCache, EntryKey};
 use reader::memory::Memory;
 use reader::procfs::{MapEntry, Perms};
-use reader::python::layout::layout_for;
+use reader::python::debug_offsets::{self, DebugOffsets};
+use reader::python::layout::{facts_for, Layout, PY311};
 use reader::python::value::Objects;
 use reader::python::version::BuiltinTypes;
-use reader::python::{FrameReader, NativeEval, PythonVersion};
+use reader::python::{FrameReader, NativeEval};
 use reader::symbols::{FuncSpec, Module, ProcessSymbols};
 use reader::unwind::{Arch, BacktraceOptions, Unwinder};
 
@@ -42,6 +43,7 @@ pub const TARGETS: &[Target] = &[
     Target { name: "arena", about: "arenas and hook records found in target memory (arena::discover)", run: fuzz_arena },
     Target { name: "unwind", about: "the x86-64 and i386 unwinders with stash frames over hostile stack memory", run: fuzz_unwind },
     Target { name: "python", about: "CPython 3.11 thread states, frames, code and argument objects over hostile memory", run: fuzz_python },
+    Target { name: "python_offsets", about: "CPython 3.13+ _Py_DebugOffsets (parse and checks for each known shape), then threads and frames with the layout they give", run: fuzz_python_offsets },
     Target { name: "dwarf_cache", about: "on-disk DWARF cache entries (DiskCache::load)", run: fuzz_dwarf_cache },
     Target { name: "answers", about: "on-disk answers cache entries (answers::Saved::parse and lookups)", run: fuzz_answers },
     Target { name: "signature", about: "user signatures (split_signature, parse_params) and arena signature slots", run: fuzz_signature },
@@ -322,12 +324,45 @@ pub fn fuzz_unwind(data: &[u8]) {
 }
 
 /// Header words of the Python target: `_PyRuntime`, a frame, then the 14 builtin type addresses.
-const PYTHON_WORDS: usize = 16;
+pub const PYTHON_WORDS: usize = 16;
 
 /// CPython 3.11's thread walk from `_PyRuntime`, each thread's frame chain (code
 /// objects, line tables, arguments) and its pairing, over memory from the input.
 pub fn fuzz_python(data: &[u8]) {
     let image = Image::decode(data, PYTHON_WORDS);
+    python_over(&image, &PY311);
+}
+
+/// `_Py_DebugOffsets` from the input's memory at word 0 (`_PyRuntime`), parsed
+/// with the shape of 3.13, 3.14 and 3.15; each that passes the checks makes a
+/// layout, with which the threads and frames are read as [`fuzz_python`] does.
+pub fn fuzz_python_offsets(data: &[u8]) {
+    let image = Image::decode(data, PYTHON_WORDS);
+    let runtime = image.word(0);
+    black_box(debug_offsets::probe(&image, runtime));
+    for minor in [13, 14, 15] {
+        let Some(facts) = facts_for(minor) else {
+            continue;
+        };
+        match DebugOffsets::read(&image, runtime, minor) {
+            Ok(offsets) => {
+                let layout = Layout::from_debug_offsets(&offsets, facts);
+                if show() {
+                    eprintln!("python_offsets: 3.{minor}: {layout:?}");
+                }
+                python_over(&image, &layout);
+            }
+            Err(e) => {
+                if show() {
+                    eprintln!("python_offsets: 3.{minor}: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// The thread walk, frame chains and pairing of [`fuzz_python`] with `layout`.
+fn python_over(image: &Image, layout: &Layout) {
     let w = |i| image.word(i);
     let types = BuiltinTypes {
         code: w(2),
@@ -345,17 +380,21 @@ pub fn fuzz_python(data: &[u8]) {
         true_obj: w(14),
         false_obj: w(15),
     };
-    let version = PythonVersion::from_hex(0x030b07f0);
-    let layout = layout_for(version, None).expect("3.11 has a layout");
-    let mem: &dyn Memory = &image;
+    let mem: &dyn Memory = image;
     let mut frames = FrameReader::new(mem, layout, Objects::new(mem, layout, &types));
     let mut starts = vec![w(1)];
+    let mut bases = vec![None];
     if let Ok(walk) = reader::python::threads::walk_threads(mem, layout, w(0)) {
         black_box(walk.for_tid(1));
-        starts.extend(walk.threads.iter().filter_map(|t| t.current_frame));
+        for t in &walk.threads {
+            if let Some(f) = t.current_frame {
+                starts.push(f);
+                bases.push(t.base_frame);
+            }
+        }
     }
-    for frame in starts.into_iter().take(8) {
-        let chain = frames.chain(frame, 64);
+    for (frame, base) in starts.into_iter().zip(bases).take(8) {
+        let chain = frames.chain_to(frame, base, 64);
         let native = [
             NativeEval {
                 is_eval: true,

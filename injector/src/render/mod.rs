@@ -122,6 +122,7 @@ mod tests {
                 line: Some(27),
                 first_line: 20,
                 is_entry: true,
+                entry_frame: None,
                 owner: FrameOwner::Thread,
                 incomplete: false,
                 params: vec![PyParam {

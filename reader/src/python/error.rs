@@ -4,6 +4,8 @@ use thiserror::Error;
 
 use crate::memory::MemoryError;
 
+use super::debug_offsets::OffsetsProblem;
+use super::layout::KNOWN_VERSIONS;
 use super::version::PythonVersion;
 
 /// Why a process's CPython state cannot be read.
@@ -42,9 +44,19 @@ pub enum PythonError {
     NoLayout {
         /// The version found.
         version: PythonVersion,
-        /// The interpreter publishes `_Py_DebugOffsets` (3.13+), which a future
-        /// reader can use instead of a table.
+        /// The interpreter publishes `_Py_DebugOffsets`, but the order of their
+        /// fields in this version is not known (it is never guessed).
         debug_offsets: bool,
+    },
+    /// The interpreter's `_Py_DebugOffsets` (3.13+) cannot be used.
+    #[error("CPython {version}: its _Py_DebugOffsets (at _PyRuntime, 0x{runtime:x}) cannot be used: {problem}; only native frames can be shown")]
+    DebugOffsets {
+        /// The version found (from `Py_Version` or the file name).
+        version: PythonVersion,
+        /// Address of `_PyRuntime`.
+        runtime: u64,
+        /// What is wrong.
+        problem: OffsetsProblem,
     },
     /// Reading the interpreter's global state failed.
     #[error("cannot read CPython's runtime state: {0}")]
@@ -53,12 +65,10 @@ pub enum PythonError {
 
 fn no_layout_message(version: &PythonVersion, debug_offsets: bool) -> String {
     let mut s = format!(
-        "CPython {version} has no known memory layout (tested: 3.11); only native frames can be shown"
+        "CPython {version} has no known memory layout (known: {KNOWN_VERSIONS}); only native frames can be shown"
     );
     if debug_offsets {
-        s.push_str(
-            " (it publishes _Py_DebugOffsets, which this reader detects but does not read yet)",
-        );
+        s.push_str(" (it publishes _Py_DebugOffsets, but their order of fields in this version is not known here, and is never guessed)");
     }
     s
 }

@@ -91,6 +91,10 @@ pub struct PyFrame {
     pub first_line: i32,
     /// Whether a C-level call of the evaluator started at this frame.
     pub is_entry: bool,
+    /// 3.12+: the frame that runs no code which that C-level call keeps on its
+    /// own C stack, right after this one in the chain; its address lies inside
+    /// the evaluator's native frame (the key to exact entry-frame pairing).
+    pub entry_frame: Option<u64>,
     /// Who owns the frame.
     pub owner: FrameOwner,
     /// Still being set up: CPython hides such frames (see the module docs).
@@ -169,6 +173,14 @@ pub enum ChainEnd {
         /// The frame seen twice.
         addr: u64,
     },
+    /// 3.15+: the chain ended (`previous` null) at `last`, which is not the
+    /// thread's base frame: the thread changed its frames while they were read.
+    NoBase {
+        /// The last frame of the chain.
+        last: u64,
+        /// The thread's base frame.
+        base: u64,
+    },
     /// The frame at `addr` could not be read.
     Corrupt {
         /// The frame.
@@ -186,6 +198,10 @@ impl fmt::Display for ChainEnd {
             ChainEnd::Loop { addr } => {
                 write!(f, "the frame chain loops back to 0x{addr:x}")
             }
+            ChainEnd::NoBase { last, base } => write!(
+                f,
+                "the frame chain ends at 0x{last:x}, not at the thread's base frame 0x{base:x} (the thread changed its frames while read; frames may be missing)"
+            ),
             ChainEnd::Corrupt { addr, reason } => {
                 write!(f, "Python frame at 0x{addr:x} is unreadable: {reason}")
             }
@@ -200,6 +216,17 @@ pub struct FrameChain {
     pub frames: Vec<PyFrame>,
     /// Why no more frames follow.
     pub end: ChainEnd,
+}
+
+/// One frame read: a frame running code, or one that runs none.
+enum Read {
+    /// A frame running a code object, and its `previous`.
+    Code(Box<PyFrame>, u64),
+    /// A frame that runs no code (an entry frame on the C stack, a base frame).
+    NoCode {
+        /// Its `previous`.
+        previous: u64,
+    },
 }
 
 /// What a code object says, decoded once per chain.
@@ -235,23 +262,50 @@ impl<'a> FrameReader<'a> {
     /// Reads the chain from `frame` outward, at most `limit` frames (and never
     /// more than [`MAX_FRAMES`]).
     pub fn chain(&mut self, frame: u64, limit: usize) -> FrameChain {
+        self.chain_to(frame, None, limit)
+    }
+
+    /// As [`FrameReader::chain`], for a thread whose chain must end at its base
+    /// frame `base` (3.15+); ending elsewhere is [`ChainEnd::NoBase`].
+    ///
+    /// Frames that run no code (3.12+: each C-level evaluator call's entry
+    /// frame, 3.15's base frame) are not in the chain: each marks the frame
+    /// before it as an entry frame ([`PyFrame::entry_frame`]).
+    pub fn chain_to(&mut self, frame: u64, base: Option<u64>, limit: usize) -> FrameChain {
         let limit = limit.min(MAX_FRAMES);
-        let mut frames = Vec::new();
+        let mut frames: Vec<PyFrame> = Vec::new();
         let mut seen = HashSet::new();
         let mut at = frame;
+        let mut last = 0;
+        let mut after_code = false;
         let end = loop {
             if at == 0 {
-                break ChainEnd::Root;
+                match base {
+                    Some(base) if last != base => break ChainEnd::NoBase { last, base },
+                    _ => break ChainEnd::Root,
+                }
             }
-            if frames.len() >= limit {
+            // Frames without code count too, so that a hostile chain of them ends.
+            if frames.len() >= limit || seen.len() >= limit.saturating_mul(2).saturating_add(2) {
                 break ChainEnd::Limit { limit, next: at };
             }
             if !seen.insert(at) {
                 break ChainEnd::Loop { addr: at };
             }
             match self.frame(at) {
-                Ok((f, previous)) => {
-                    frames.push(f);
+                Ok(Read::Code(f, previous)) => {
+                    frames.push(*f);
+                    after_code = true;
+                    last = at;
+                    at = previous;
+                }
+                Ok(Read::NoCode { previous }) => {
+                    if let Some(inner) = frames.last_mut().filter(|_| after_code) {
+                        inner.is_entry = true;
+                        inner.entry_frame = Some(at);
+                    }
+                    after_code = false;
+                    last = at;
                     at = previous;
                 }
                 Err(reason) => break ChainEnd::Corrupt { addr: at, reason },
@@ -260,8 +314,18 @@ impl<'a> FrameReader<'a> {
         FrameChain { frames, end }
     }
 
+    /// The object a `_PyStackRef` (or, before 3.14, a `PyObject*`) refers to, or
+    /// the small int it holds itself.
+    fn untag(&self, raw: u64) -> Result<u64, i64> {
+        let fl = &self.layout.frame;
+        match fl.stackref_int_tag {
+            Some(tag) if raw & fl.stackref_tag_bits == tag => Err((raw as i64) >> 2),
+            _ => Ok(raw & !fl.stackref_tag_bits),
+        }
+    }
+
     /// Reads the frame at `addr` and its `previous` pointer.
-    fn frame(&mut self, addr: u64) -> Result<(PyFrame, u64), CorruptReason> {
+    fn frame(&mut self, addr: u64) -> Result<Read, CorruptReason> {
         let fl = &self.layout.frame;
         let head_len = fl.localsplus as usize;
         let head = self
@@ -275,10 +339,13 @@ impl<'a> FrameReader<'a> {
                 .map_or(0, u64::from_le_bytes)
         };
         let byte = |off: u64| head.get(off as usize).copied().unwrap_or(0);
-        let code = word(fl.f_code);
         let previous = word(fl.previous);
+        if fl.no_code_owner.is_some_and(|o| byte(fl.owner) >= o) {
+            return Ok(Read::NoCode { previous });
+        }
+        let code = self.untag(word(fl.f_code)).unwrap_or(0);
         let prev_instr = word(fl.prev_instr);
-        let is_entry = byte(fl.is_entry) != 0;
+        let is_entry = fl.is_entry.is_some_and(|o| byte(o) != 0);
         let owner = match byte(fl.owner) {
             0 => FrameOwner::Thread,
             o if o == fl.owned_by_generator => FrameOwner::Generator,
@@ -304,12 +371,13 @@ impl<'a> FrameReader<'a> {
             line,
             first_line: info.first_line,
             is_entry,
+            entry_frame: None,
             owner,
             incomplete,
             params,
             params_note,
         };
-        Ok((frame, previous))
+        Ok(Read::Code(Box::new(frame), previous))
     }
 
     /// The values of the parameters `names` in the frame at `addr`.
@@ -325,12 +393,16 @@ impl<'a> FrameReader<'a> {
                     .and_then(|s| s.get(i * 8..i * 8 + 8))
                     .and_then(|b| b.try_into().ok())
                     .map(u64::from_le_bytes);
-                let value = match obj {
+                let value = match obj.map(|raw| self.untag(raw)) {
                     None => PyValue {
                         type_name: "?".into(),
                         display: "<unreadable>".into(),
                     },
-                    Some(obj) => {
+                    Some(Err(small)) => PyValue {
+                        type_name: "int".into(),
+                        display: small.to_string(),
+                    },
+                    Some(Ok(obj)) => {
                         let obj = if *cell && obj != 0 {
                             self.objects.deref_cell(obj).unwrap_or(obj)
                         } else {
@@ -666,5 +738,185 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// 3.13+ frames as Debian's 3.13.18 lays them out (from its own
+    /// `_Py_DebugOffsets`), with 3.14's `_PyStackRef` tags when `tagged`.
+    fn layout_313(tagged: bool) -> Layout {
+        use super::super::debug_offsets::tests::{image, DEBIAN_313};
+        use super::super::layout::layout_for;
+        use super::super::version::PythonVersion;
+        let mut m = FakeMem::default();
+        m.put(0x100, &image(DEBIAN_313));
+        let v = PythonVersion::from_hex(0x030d12f0);
+        let mut l = layout_for(&m, 0x100, v, true).unwrap();
+        if tagged {
+            l.frame.stackref_tag_bits = 3;
+            l.frame.stackref_int_tag = Some(3);
+        }
+        l
+    }
+
+    /// `def f(a, *rest)` (`C.f` in `/f.py`, line 11) laid out as 3.13 does.
+    fn mem_313(l: &Layout) -> FakeMem {
+        let mut m = FakeMem::default();
+        let str_obj = |m: &mut FakeMem, at: u64, s: &str| {
+            object(m, at, STR_T, s.len() as u64);
+            m.put_u64(at + 24, 0); // hash
+            m.put_u32(at + l.object.str_state, 0x40 | 0x20 | (1 << 2));
+            m.put(at + l.object.str_ascii_data, s.as_bytes());
+            at
+        };
+        let c = &l.code;
+        m.put(CODE, &[0; 0xd0]);
+        object(&mut m, CODE, CODE_T, 8);
+        m.put_u32(CODE + c.co_flags, 0x4);
+        m.put_u32(CODE + c.co_argcount, 1);
+        m.put_u32(CODE + c.co_firstlineno, 10);
+        m.put_u32(CODE + c.co_nlocalsplus, 3);
+        let names = 0x30000;
+        object(&mut m, names, TUPLE_T, 3);
+        for (i, n) in ["a", "rest", "x"].iter().enumerate() {
+            let s = str_obj(&mut m, 0x31000 + 0x100 * i as u64, n);
+            m.put_u64(names + l.object.tuple_items + 8 * i as u64, s);
+        }
+        m.put_u64(CODE + c.co_localsplusnames, names);
+        object(&mut m, 0x32000, BYTES_T, 3);
+        m.put(0x32000 + l.object.bytes_data, &[0x26, 0x26, 0x20]);
+        m.put_u64(CODE + c.co_localspluskinds, 0x32000);
+        let p = str_obj(&mut m, 0x33000, "/f.py");
+        m.put_u64(CODE + c.co_filename, p);
+        let p = str_obj(&mut m, 0x35000, "C.f");
+        m.put_u64(CODE + c.co_qualname, p);
+        object(&mut m, 0x36000, BYTES_T, 2);
+        m.put(0x36000 + l.object.bytes_data, &[0x80 | (13 << 3) | 7, 2]);
+        m.put_u64(CODE + c.co_linetable, 0x36000);
+        // int 5: one digit, lv_tag = 1 << 3.
+        object(&mut m, 0x40000, INT_T, 1 << 3);
+        m.put_u32(0x40000 + l.object.long_digits, 5);
+        for (t, name) in [(STR_T, "str"), (TUPLE_T, "tuple"), (INT_T, "int")] {
+            m.put_u64(t + 24, t + 0x80);
+            m.put(t + 0x80, format!("{name}\0").as_bytes());
+        }
+        m
+    }
+
+    /// A 3.13+ frame: code (tagged with `tag`), `previous`, owner and locals.
+    fn frame_313(
+        m: &mut FakeMem,
+        l: &Layout,
+        at: u64,
+        code: u64,
+        previous: u64,
+        owner: u8,
+        locals: &[u64],
+    ) {
+        let f = &l.frame;
+        m.put(at, &vec![0; f.localsplus as usize]);
+        m.put_u64(at + f.f_code, code);
+        m.put_u64(at + f.previous, previous);
+        m.put_u64(at + f.prev_instr, CODE + l.code.co_code_adaptive + 2);
+        m.put(at + f.owner, &[owner]);
+        for (i, v) in locals.iter().enumerate() {
+            m.put_u64(at + f.localsplus + 8 * i as u64, *v);
+        }
+    }
+
+    #[test]
+    fn entry_frames_without_code_mark_the_frame_before_them() {
+        let l = layout_313(false);
+        let mut m = mem_313(&l);
+        let (s1, s2, base) = (0x7000_0000, 0x7000_1000, 0x7000_2000);
+        // A runs first in one evaluator call (entry S1), B in the outer one (entry
+        // S2), then the thread's base frame.
+        frame_313(&mut m, &l, A, CODE, s1, 0, &[0x40000, 0x40000]);
+        frame_313(&mut m, &l, s1, 0x9999, B, 3, &[]);
+        frame_313(&mut m, &l, B, CODE, s2, 0, &[0x40000, 0]);
+        frame_313(&mut m, &l, s2, 0x9999, base, 3, &[]);
+        frame_313(&mut m, &l, base, 0x9999, 0, 3, &[]);
+        let t = types();
+        let mut r = FrameReader::new(&m, &l, Objects::new(&m, &l, &t));
+        let c = r.chain_to(A, Some(base), 10);
+        assert_eq!(c.end, ChainEnd::Root);
+        let got: Vec<_> = c
+            .frames
+            .iter()
+            .map(|f| (f.addr, f.is_entry, f.entry_frame))
+            .collect();
+        assert_eq!(got, vec![(A, true, Some(s1)), (B, true, Some(s2))]);
+        assert_eq!(c.frames[0].params[0].value.display, "5");
+        assert_eq!(c.frames[1].params[1].value.display, "<unbound>");
+        // A chain that stops short of the thread's base frame says so.
+        let c = r.chain_to(A, Some(0x7000_9000), 10);
+        assert_eq!(c.frames.len(), 2);
+        assert_eq!(
+            c.end,
+            ChainEnd::NoBase {
+                last: base,
+                base: 0x7000_9000
+            }
+        );
+        assert!(c.end.to_string().contains("base frame"), "{}", c.end);
+        // Loops through frames without code, and chains of nothing but them, end.
+        drop(r);
+        frame_313(&mut m, &l, s2, 0x9999, s1, 3, &[]);
+        frame_313(&mut m, &l, s1, 0x9999, s2, 3, &[]);
+        let mut r = FrameReader::new(&m, &l, Objects::new(&m, &l, &t));
+        assert_eq!(r.chain(s1, 10).end, ChainEnd::Loop { addr: s1 });
+        drop(r);
+        for i in 0..100u64 {
+            let at = 0x6000_0000 + i * 0x100;
+            frame_313(&mut m, &l, at, 0, at + 0x100, 3, &[]);
+        }
+        let mut r = FrameReader::new(&m, &l, Objects::new(&m, &l, &t));
+        let c = r.chain(0x6000_0000, 10);
+        assert!(c.frames.is_empty());
+        assert!(
+            matches!(c.end, ChainEnd::Limit { limit: 10, .. }),
+            "{:?}",
+            c.end
+        );
+    }
+
+    #[test]
+    fn stack_refs_are_untagged_and_small_ints_shown() {
+        let l = layout_313(true);
+        let mut m = mem_313(&l);
+        // f_executable and `a` carry the deferred-reference tag; `rest` holds a
+        // tagged small int (-3 << 2 | 3).
+        frame_313(
+            &mut m,
+            &l,
+            A,
+            CODE | 1,
+            0,
+            0,
+            &[0x40000 | 1, ((-3i64 << 2) | 3) as u64],
+        );
+        let t = types();
+        let c = FrameReader::new(&m, &l, Objects::new(&m, &l, &t)).chain(A, 10);
+        assert_eq!(c.end, ChainEnd::Root);
+        let shown: Vec<_> = c.frames[0]
+            .params
+            .iter()
+            .map(|p| p.value.display.as_str())
+            .collect();
+        assert_eq!(shown, vec!["5", "-3"]);
+        assert_eq!(c.frames[0].qualname, "C.f");
+        assert_eq!(c.frames[0].line, Some(11));
+        // A code pointer tagged as an int is no code object.
+        frame_313(&mut m, &l, A, CODE | 3, 0, 0, &[]);
+        let c = FrameReader::new(&m, &l, Objects::new(&m, &l, &t)).chain(A, 10);
+        assert!(
+            matches!(
+                c.end,
+                ChainEnd::Corrupt {
+                    reason: CorruptReason::NullCode,
+                    ..
+                }
+            ),
+            "{:?}",
+            c.end
+        );
     }
 }

@@ -7,8 +7,10 @@
 //!
 //! - [`version`]: which module is the interpreter (libpython or the executable),
 //!   its version, `_PyRuntime` and the builtin type objects.
-//! - [`layout`]: every layout fact, one table per minor version (3.11 only; 3.13+
-//!   `_Py_DebugOffsets` is detected).
+//! - [`debug_offsets`]: the interpreter's own `_Py_DebugOffsets` (3.13+), parsed
+//!   and checked.
+//! - [`layout`]: every layout fact: a whole table for 3.11; for 3.13, 3.14 and
+//!   3.15 the debug offsets plus a small table of what they do not carry.
 //! - [`threads`]: interpreters and thread states, each with its OS thread id and
 //!   innermost frame.
 //! - [`frames`]: a frame chain outward, with names, files, lines ([`linetable`])
@@ -37,6 +39,7 @@
 //! [`EVAL_FRAME_FUNCTION`]; a hook's stash of it holds `(tstate, frame,
 //! throwflag)`, so the `frame` pointer is stashed argument [`EVAL_FRAME_ARG`].
 
+pub mod debug_offsets;
 pub mod error;
 pub mod frames;
 pub mod layout;
@@ -73,7 +76,7 @@ pub const EVAL_FRAME_ARG: usize = 1;
 #[derive(Debug, Clone)]
 pub struct Interpreter {
     located: Located,
-    layout: &'static Layout,
+    layout: Box<Layout>,
 }
 
 impl Interpreter {
@@ -81,12 +84,16 @@ impl Interpreter {
     ///
     /// Fails with [`PythonError::NotPython`] when no module has CPython's
     /// evaluator, [`PythonError::NoLayout`] (naming the version) when the version
-    /// has no table.
+    /// has no table, [`PythonError::DebugOffsets`] when a 3.13+ interpreter's own
+    /// offsets are missing, disagree with its version, or fail a check.
     pub fn attach(symbols: &ProcessSymbols, mem: &dyn Memory) -> Result<Interpreter, PythonError> {
         let located = version::locate(symbols, mem)?;
-        let debug = layout::probe_debug_offsets(mem, located.runtime);
-        let layout = layout::layout_for(located.version, debug)?;
-        Ok(Interpreter { located, layout })
+        let exact = located.version_source == version::VersionSource::PyVersion;
+        let layout = layout::layout_for(mem, located.runtime, located.version, exact)?;
+        Ok(Interpreter {
+            located,
+            layout: Box::new(layout),
+        })
     }
 
     /// The interpreter's version.
@@ -109,21 +116,21 @@ impl Interpreter {
         &self.located
     }
 
-    /// The layout table in use.
-    pub fn layout(&self) -> &'static Layout {
-        self.layout
+    /// The layout in use.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     /// Every interpreter's thread states, with their OS thread ids and innermost frames.
     pub fn threads(&self, mem: &dyn Memory) -> Result<ThreadWalk, PythonError> {
-        threads::walk_threads(mem, self.layout, self.located.runtime)
+        threads::walk_threads(mem, &self.layout, self.located.runtime)
     }
 
     /// A frame reader for `mem`; keep it for all threads of one backtrace (it
     /// decodes each code object once).
     pub fn frame_reader<'a>(&'a self, mem: &'a dyn Memory) -> FrameReader<'a> {
-        let objects = Objects::new(mem, self.layout, &self.located.types);
-        FrameReader::new(mem, self.layout, objects)
+        let objects = Objects::new(mem, &self.layout, &self.located.types);
+        FrameReader::new(mem, &self.layout, objects)
     }
 
     /// Reads the frame chain from `frame` outward, at most `limit` frames.
@@ -133,7 +140,7 @@ impl Interpreter {
 
     /// Shows the object at `obj` as Python's `repr` would (within limits).
     pub fn value(&self, mem: &dyn Memory, obj: u64) -> PyValue {
-        Objects::new(mem, self.layout, &self.located.types).value(obj)
+        Objects::new(mem, &self.layout, &self.located.types).value(obj)
     }
 }
 

@@ -84,6 +84,7 @@ impl StackReader<'_> {
                 return ThreadRead {
                     chain: None,
                     notes: vec![why.clone()],
+                    unreadable: true,
                 }
             }
             (ProcessPython::Found(i), Some(f)) => (i, f),
@@ -95,6 +96,7 @@ impl StackReader<'_> {
                 return ThreadRead {
                     chain: None,
                     notes: vec![format!("cannot read CPython's thread states: {e}")],
+                    unreadable: false,
                 }
             }
         };
@@ -110,7 +112,11 @@ impl StackReader<'_> {
                     )
                 })
                 .collect();
-            return ThreadRead { chain: None, notes };
+            return ThreadRead {
+                chain: None,
+                notes,
+                unreadable: false,
+            };
         };
         let notes = walk
             .problems
@@ -119,8 +125,11 @@ impl StackReader<'_> {
             .map(|p| format!("thread state 0x{:x}: {}", p.addr, p.reason))
             .collect();
         ThreadRead {
-            chain: ts.current_frame.map(|f| frames.chain(f, STACK_LIMIT)),
+            chain: ts
+                .current_frame
+                .map(|f| frames.chain_to(f, ts.base_frame, STACK_LIMIT)),
             notes,
+            unreadable: false,
         }
     }
 }
@@ -132,6 +141,11 @@ pub struct ThreadRead {
     pub chain: Option<FrameChain>,
     /// What went wrong finding it.
     pub notes: Vec<String>,
+    /// The process is a CPython whose state cannot be read at all (a version
+    /// without a layout, damaged debug offsets): the note is shown on every
+    /// thread, since the evaluator's native frames may not be named (3.13+
+    /// builds keep its body in unnamed code).
+    pub unreadable: bool,
 }
 
 impl ThreadRead {
@@ -141,9 +155,11 @@ impl ThreadRead {
     pub fn assemble(self, native: &[NativeEval]) -> Option<PythonStack> {
         let evaluates = native.iter().any(|n| n.is_eval);
         let Some(chain) = self.chain else {
-            return (evaluates && !self.notes.is_empty()).then(|| PythonStack {
-                frames: Vec::new(),
-                notes: self.notes,
+            return ((evaluates || self.unreadable) && !self.notes.is_empty()).then(|| {
+                PythonStack {
+                    frames: Vec::new(),
+                    notes: self.notes,
+                }
             });
         };
         let pairing = chain.pair_with(native);
@@ -243,6 +259,7 @@ mod tests {
             line: Some(1),
             first_line: 1,
             is_entry,
+            entry_frame: None,
             owner: FrameOwner::Thread,
             incomplete,
             params: Vec::new(),
@@ -267,6 +284,7 @@ mod tests {
                 end: ChainEnd::Root,
             }),
             notes: Vec::new(),
+            unreadable: false,
         };
         let stashed = NativeEval {
             is_eval: true,
@@ -315,17 +333,22 @@ mod tests {
                 end: ChainEnd::Loop { addr: 0x100 },
             }),
             notes: Vec::new(),
+            unreadable: false,
         };
         let stack = read.assemble(&[eval]).unwrap();
         assert_eq!(stack.frames.len(), 1);
         assert!(stack.notes[0].contains("loops"), "{:?}", stack.notes);
-        // No chain: a note only where Python is evaluated.
-        let unreadable = ThreadRead {
+        // No chain: a note only where Python is evaluated...
+        let mut unreadable = ThreadRead {
             chain: None,
-            notes: vec!["CPython 3.14.0 has no known memory layout".into()],
+            notes: vec!["cannot read CPython's thread states".into()],
+            unreadable: false,
         };
         assert!(unreadable.clone().assemble(&[C]).is_none());
-        assert_eq!(unreadable.assemble(&[eval]).unwrap().notes.len(), 1);
+        assert_eq!(unreadable.clone().assemble(&[eval]).unwrap().notes.len(), 1);
+        // ...unless the whole interpreter cannot be read: then on every thread.
+        unreadable.unreadable = true;
+        assert_eq!(unreadable.assemble(&[C]).unwrap().notes.len(), 1);
         assert!(ThreadRead::default().assemble(&[eval]).is_none());
     }
 

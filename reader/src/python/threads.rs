@@ -30,6 +30,9 @@ pub struct ThreadState {
     /// The innermost `_PyInterpreterFrame*`, `None` when the thread runs no Python
     /// code (or its frame pointer could not be read; see the walk's problems).
     pub current_frame: Option<u64>,
+    /// 3.15+: the thread's base frame, where its chain must end; `None` before
+    /// 3.15 or when unreadable.
+    pub base_frame: Option<u64>,
 }
 
 /// Why a list of the walk ended early or a thread state is incomplete.
@@ -179,11 +182,16 @@ fn walk_one(
                 None
             }
         };
+        let base_frame = t
+            .base_frame
+            .and_then(|off| field(off).ok())
+            .filter(|&b| b != 0);
         walk.threads.push(ThreadState {
             addr: ts,
             interp,
             native_thread_id: tid,
             current_frame,
+            base_frame,
         });
         ts = next;
     }

@@ -11,7 +11,7 @@
 
 use crate::memory::Memory;
 
-use super::layout::Layout;
+use super::layout::{Layout, LongFormat};
 use super::version::BuiltinTypes;
 
 /// The most code points of a `str` shown before `...`.
@@ -275,8 +275,22 @@ impl<'a> Objects<'a> {
     /// The decimal digits of an `int` (with `-`), or a note when it is too big.
     fn int_value(&self, obj: u64) -> Result<String, ObjectProblem> {
         let o = &self.layout.object;
-        let size = self.i64_at(obj.wrapping_add(o.ob_size))?;
-        let ndigits = usize::try_from(size.unsigned_abs()).map_err(|_| ObjectProblem::Malformed)?;
+        let (negative, ndigits) = match o.long_format {
+            LongFormat::ObSize => {
+                let size = self.i64_at(obj.wrapping_add(o.ob_size))?;
+                (size < 0, size.unsigned_abs())
+            }
+            LongFormat::LvTag { offset } => {
+                let tag = self.u64_at(obj.wrapping_add(offset))?;
+                match tag & 3 {
+                    0 => (false, tag >> 3),
+                    1 => (false, 0),
+                    2 => (true, tag >> 3),
+                    _ => return Err(ObjectProblem::Malformed),
+                }
+            }
+        };
+        let ndigits = usize::try_from(ndigits).map_err(|_| ObjectProblem::Malformed)?;
         let bits = o.long_digit_bits as usize;
         // Decimal digits are at least (ndigits - 1) * bits * log10(2).
         if ndigits
@@ -306,7 +320,7 @@ impl<'a> Objects<'a> {
         if s.len() > MAX_INT_DECIMAL_DIGITS {
             return Ok(format!("<int of {} decimal digits at 0x{obj:x}>", s.len()));
         }
-        if size < 0 && s != "0" {
+        if negative && s != "0" {
             s.insert(0, '-');
         }
         Ok(s)
@@ -391,7 +405,8 @@ impl<'a> Objects<'a> {
         let kind = (state & o.str_kind_mask) >> o.str_kind_mask.trailing_zeros();
         let compact = state & o.str_compact_bit != 0;
         let ascii = state & o.str_ascii_bit != 0;
-        let ready = state & o.str_ready_bit != 0;
+        // 3.12+ have no `ready` bit (the layout says 0): every string is ready.
+        let ready = o.str_ready_bit == 0 || state & o.str_ready_bit != 0;
         if !ready || !matches!(kind, 1 | 2 | 4) || (ascii && kind != 1) {
             return Err(ObjectProblem::Malformed);
         }
@@ -830,5 +845,43 @@ mod tests {
         m.put(0x9000, &[b'a'; 200]);
         object(&mut m, 0x200, FOO_T, 0);
         assert_eq!(show(&m, 0x200), "<unreadable object at 0x200>");
+    }
+
+    #[test]
+    fn ints_with_lv_tag_and_strings_without_a_ready_bit() {
+        // 3.12+: digit count << 3 and the sign in lv_tag (immortal bit 2 as in
+        // 3.14's small ints); the state word has no ready bit.
+        let mut l = PY311;
+        l.object.long_format = LongFormat::LvTag { offset: 16 };
+        l.object.str_ready_bit = 0;
+        let mut m = mem();
+        let tagged = |m: &mut FakeMem, at: u64, tag: u64, digits: &[u32]| {
+            object(m, at, INT_T, tag as i64);
+            for (i, d) in digits.iter().enumerate() {
+                m.put_u32(at + 24 + 4 * i as u64, *d);
+            }
+        };
+        tagged(&mut m, 0x100, 1 | 4, &[0]);
+        tagged(&mut m, 0x200, (1 << 3) | 4, &[1]);
+        tagged(&mut m, 0x300, (1 << 3) | 2, &[7]);
+        // -(2**100 + 7): digits of 30 bits, least significant first.
+        tagged(&mut m, 0x400, (4 << 3) | 2, &[7, 0, 0, 1 << 10]);
+        tagged(&mut m, 0x500, 3, &[]);
+        object(&mut m, 0x600, STR_T, 2);
+        m.put_u64(0x600 + 24, 0);
+        m.put_u32(0x600 + 32, 0x40 | 0x20 | (1 << 2));
+        m.put(0x600 + 48, b"ok");
+        let t = types();
+        let o = Objects::new(&m, &l, &t);
+        let shown: Vec<_> = [0x100, 0x200, 0x300, 0x400, 0x500, 0x600]
+            .iter()
+            .map(|&a| o.value(a).display)
+            .collect();
+        assert_eq!(
+            shown[..4],
+            ["0", "1", "-7", "-1267650600228229401496703205383"]
+        );
+        assert!(shown[4].starts_with("<malformed int"), "{}", shown[4]);
+        assert_eq!(shown[5], "'ok'");
     }
 }

@@ -6,9 +6,11 @@
 //! when libpython is linked statically. Data symbols (`_PyRuntime`, `Py_Version`,
 //! `PyLong_Type`, ...) are read from that module's `.dynsym` (then `.symtab`),
 //! which [`crate::symbols::Module`] keeps mapped, so a libpython deleted or
-//! replaced on disk still reads as the process mapped it. The version comes from
-//! the `Py_Version` constant in memory (exported since 3.11), else from the file
-//! name (`libpython3.10.so.1.0`, `python3.10`).
+//! replaced on disk still reads as the process mapped it; without a
+//! `_PyRuntime` symbol, the `.PyRuntime` section (3.14+) locates it. The version
+//! comes from the `Py_Version` constant in memory (exported since 3.11), else
+//! from the file name (`libpython3.10.so.1.0`, `python3.10`); for 3.13+ the
+//! layout then checks it against `_Py_DebugOffsets`' own.
 
 use std::fmt;
 
@@ -16,6 +18,9 @@ use crate::memory::Memory;
 use crate::symbols::{Module, ProcessSymbols};
 
 use super::error::PythonError;
+
+/// The ELF section CPython 3.14+ puts `_PyRuntime` in (`_Py_DebugOffsets` first).
+pub const PYRUNTIME_SECTION: &str = ".PyRuntime";
 
 /// The function every C-level evaluation of Python code runs in.
 pub const EVAL_FRAME_FUNCTION: &str = "_PyEval_EvalFrameDefault";
@@ -162,8 +167,15 @@ pub fn locate(symbols: &ProcessSymbols, mem: &dyn Memory) -> Result<Located, Pyt
         });
     }
     let data = DataSymbols::of(module);
+    // 3.14+ (and Debian's 3.13) also place `_PyRuntime` in a section of its own,
+    // which a module stripped of the symbol still has.
     let runtime = data
         .get("_PyRuntime")
+        .or_else(|| {
+            module
+                .section(PYRUNTIME_SECTION)
+                .map(|(svma, _)| svma.start.wrapping_add(module.bias))
+        })
         .ok_or_else(|| PythonError::MissingSymbol {
             module: module.path.clone(),
             symbol: "_PyRuntime",

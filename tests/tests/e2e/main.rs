@@ -28,6 +28,7 @@ mod lifecycle;
 mod many_args;
 mod names;
 mod python;
+mod python313;
 mod real_code;
 mod record;
 mod riprel;

@@ -1,0 +1,554 @@
+//! End-to-end: CPython 3.13, 3.14 and 3.15 read through their own
+//! `_Py_DebugOffsets` (issue 22): `bt` (live and `--core`) and `bt --python`
+//! show the Python frames, with names, files, lines and arguments, of Debian's
+//! static interpreters and of a C program embedding `libpython3.1X.so`; damaged
+//! offsets, a fake 3.16 and a 10,000-deep recursion each end in a clear note.
+//!
+//! Targets run chrooted in the Debian sid root of `scripts/sid-root.sh`
+//! (`/var/cache/argstash-sid/root`, or `ARGSTASH_SID_ROOT`). The fixture
+//! (`tests/fixtures/python/offsets_app.py`) prints its own frames as Python sees
+//! them; every check compares with that report. Skipped, with the reason
+//! printed, without the root (or, for embedding, without `python3.1X-config`).
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use argstash_tests::*;
+use serde_json::Value;
+
+const LINE: Duration = Duration::from_secs(30);
+/// The minor versions the root carries.
+const MINORS: [u8; 3] = [13, 14, 15];
+
+/// The sid root, or `None` (with the reason printed) when tests cannot use it.
+fn sid_root(test: &str) -> Option<PathBuf> {
+    let root = std::env::var_os("ARGSTASH_SID_ROOT").map_or_else(
+        || PathBuf::from("/var/cache/argstash-sid/root"),
+        PathBuf::from,
+    );
+    if !root.join(".argstash-sid-root").is_file() {
+        println!(
+            "SKIPPED {test}: no Debian sid root at {} (built by scripts/sid-root.sh)",
+            root.display()
+        );
+        return None;
+    }
+    Some(root)
+}
+
+/// A directory of this test inside the root, with the fixtures copied in;
+/// removed on drop.
+struct RootDir {
+    root: PathBuf,
+    host: PathBuf,
+    inside: String,
+}
+
+impl RootDir {
+    fn new(root: &Path, what: &str) -> RootDir {
+        let inside = format!("/tmp/argstash-e2e-{}-py-{what}", std::process::id());
+        let host = root.join(inside.trim_start_matches('/'));
+        let _ = fs::remove_dir_all(&host);
+        fs::create_dir_all(&host).unwrap_or_else(|e| panic!("mkdir {}: {e}", host.display()));
+        for f in ["offsets_app.py", "embed.c"] {
+            fs::copy(fixtures_dir().join("python").join(f), host.join(f))
+                .unwrap_or_else(|e| panic!("copy {f}: {e}"));
+        }
+        RootDir {
+            root: root.to_path_buf(),
+            host,
+            inside,
+        }
+    }
+
+    /// The fixture script as the chrooted process sees it.
+    fn script(&self) -> String {
+        format!("{}/offsets_app.py", self.inside)
+    }
+
+    /// Runs `argv` chrooted in the root.
+    fn spawn(&self, argv: &[&str]) -> Target {
+        let mut all = vec![self.root.to_str().expect("UTF-8 root")];
+        all.extend_from_slice(argv);
+        Target::spawn_with_args(Path::new("chroot"), &all)
+    }
+
+    /// The static interpreter 3.`minor` running the fixture in `mode`.
+    fn python(&self, minor: u8, mode: &[&str]) -> Target {
+        let exe = format!("/usr/bin/python3.{minor}");
+        let script = self.script();
+        let mut argv = vec![exe.as_str(), script.as_str()];
+        argv.extend_from_slice(mode);
+        self.spawn(&argv)
+    }
+
+    /// `embed.c` built in the root against libpython3.`minor`, or why not.
+    fn embedder(&self, minor: u8) -> Result<String, String> {
+        let config = format!("/usr/bin/python3.{minor}-config");
+        if !self.root.join(config.trim_start_matches('/')).exists() {
+            return Err(format!("no {config} in the root (python3.{minor}-dev)"));
+        }
+        let exe = format!("{}/embed3{minor}", self.inside);
+        let cmd = format!(
+            "gcc -O1 -o {exe} {dir}/embed.c $({config} --cflags --ldflags --embed)",
+            dir = self.inside
+        );
+        let out = run_command(
+            Command::new("chroot")
+                .arg(&self.root)
+                .args(["sh", "-c", &cmd]),
+            Duration::from_secs(120),
+        );
+        if !out.status.success() {
+            return Err(format!("{cmd}: {}", output_text(&out)));
+        }
+        Ok(exe)
+    }
+}
+
+impl Drop for RootDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.host);
+    }
+}
+
+/// One frame as the script reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    function: String,
+    file: String,
+    line: i64,
+    params: Vec<(String, String)>,
+}
+
+/// Reads the fixture's report, up to its `end` line.
+fn report(t: &mut Target) -> Vec<Seen> {
+    let mut frames: Vec<Seen> = Vec::new();
+    loop {
+        let line = t.expect_line(LINE);
+        let f: Vec<&str> = line.split('\t').collect();
+        match f.as_slice() {
+            ["frame", q, file, l] => frames.push(Seen {
+                function: q.to_string(),
+                file: file.to_string(),
+                line: l.parse().unwrap(),
+                params: Vec::new(),
+            }),
+            ["param", n, d] => frames
+                .last_mut()
+                .unwrap()
+                .params
+                .push((n.to_string(), d.to_string())),
+            ["end"] => return frames,
+            _ => t.fail(&format!("unexpected report line {line:?}")),
+        }
+    }
+}
+
+/// Waits until the main thread blocks in `read` (syscall 0).
+fn wait_blocked(pid: i32) {
+    let blocked = wait_until(Duration::from_secs(10), || {
+        fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
+            .is_ok_and(|s| s.split(' ').next() == Some("0"))
+    });
+    assert!(blocked, "pid {pid} did not block reading stdin");
+}
+
+/// The Python frames of a `bt --json` thread, as the script reports frames.
+fn python_frames(frames: &[Value]) -> Vec<Seen> {
+    frames
+        .iter()
+        .filter(|f| f["kind"] == "python")
+        .map(|f| Seen {
+            function: f["function"].as_str().unwrap().to_string(),
+            file: f["file"].as_str().unwrap().to_string(),
+            line: f["line"].as_i64().unwrap_or(-1),
+            params: f["params"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    (
+                        p["name"].as_str().unwrap().to_string(),
+                        p["display"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// `[py] NAME (a=1, *b=...) at FILE:LINE` as the text backtrace prints a reported frame.
+fn text_of(s: &Seen, stars: &[(&str, &str)]) -> String {
+    let params: Vec<String> = s
+        .params
+        .iter()
+        .map(|(n, d)| {
+            let star = stars.iter().find(|(name, _)| name == n).map_or("", |s| s.1);
+            format!("{star}{n}={d}")
+        })
+        .collect();
+    format!(
+        "[py] {} ({}) at {}:{}",
+        s.function,
+        params.join(", "),
+        s.file,
+        s.line
+    )
+}
+
+fn main_thread(bt: &Value, pid: i32) -> &Value {
+    bt_thread(bt, pid).unwrap_or_else(|| panic!("no thread {pid} in {bt}"))
+}
+
+/// Lets `t` (past its `ready` line) build its stack, and returns its report.
+fn go(t: &mut Target) -> Vec<Seen> {
+    t.write_stdin("go\n");
+    report(t)
+}
+
+/// Checks live `bt --json` and `bt --python` of a blocked fixture against its report.
+fn check_live(t: &mut Target, what: &str) {
+    let seen = go(t);
+    let pid = t.pid();
+    wait_blocked(pid);
+    assert_eq!(seen[0].function, "innermost", "{what}: {seen:?}");
+    assert!(seen.iter().any(|s| s.function == "Outer.method"), "{what}");
+    let bt = bt_json(pid, None);
+    let thread = main_thread(&bt, pid);
+    assert_eq!(
+        python_frames(thread_frames(thread)),
+        seen,
+        "{what}: {thread:#}"
+    );
+    let notes = thread["python_notes"].to_string();
+    assert!(!notes.contains("end early"), "{what}: {notes}");
+    let text = run_ok(&["bt", "--pid", &pid.to_string(), "--python"]);
+    let method = seen.iter().find(|s| s.function == "Outer.method").unwrap();
+    for s in [&seen[0], method] {
+        let line = text_of(s, &[("rest", "*"), ("kw", "**")]);
+        assert!(text.contains(&line), "{what}: no {line:?} in\n{text}");
+    }
+    t.assert_healthy();
+    t.write_stdin("\n");
+    assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "{what}");
+}
+
+#[test]
+fn bt_shows_the_python_frames_of_the_static_interpreters() {
+    let Some(root) = sid_root("bt_shows_the_python_frames_of_the_static_interpreters") else {
+        return;
+    };
+    let dir = RootDir::new(&root, "static");
+    for minor in MINORS {
+        let mut t = dir.python(minor, &["block"]);
+        check_live(&mut t, &format!("python3.{minor}"));
+    }
+}
+
+#[test]
+fn bt_shows_the_python_frames_of_programs_embedding_libpython() {
+    let Some(root) = sid_root("bt_shows_the_python_frames_of_programs_embedding_libpython") else {
+        return;
+    };
+    let dir = RootDir::new(&root, "embed");
+    for minor in MINORS {
+        let exe = match dir.embedder(minor) {
+            Ok(exe) => exe,
+            Err(why) => {
+                println!("SKIPPED embedding 3.{minor}: {why}");
+                continue;
+            }
+        };
+        let script = dir.script();
+        let mut t = dir.spawn(&[&exe, &script, "block"]);
+        check_live(&mut t, &format!("embedded libpython3.{minor}"));
+    }
+}
+
+/// The core file name pattern, when it is a plain name (written to the cwd).
+fn core_file_name() -> Option<String> {
+    let pattern = fs::read_to_string("/proc/sys/kernel/core_pattern").ok()?;
+    let pattern = pattern.trim();
+    (!pattern.is_empty() && !pattern.contains(['/', '%', '|'])).then(|| pattern.to_string())
+}
+
+#[test]
+fn bt_core_shows_the_python_frames() {
+    let Some(root) = sid_root("bt_core_shows_the_python_frames") else {
+        return;
+    };
+    let Some(pattern) = core_file_name() else {
+        println!("SKIPPED bt_core_shows_the_python_frames: core_pattern is not a plain file name (sysctl kernel.core_pattern=core)");
+        return;
+    };
+    let dir = RootDir::new(&root, "core");
+    let script = dir.script();
+    for minor in MINORS {
+        let python = format!("/usr/bin/python3.{minor}");
+        let mut runs = vec![(format!("python3.{minor}"), vec![python, script.clone()])];
+        match dir.embedder(minor) {
+            Ok(exe) => runs.push((format!("embedded 3.{minor}"), vec![exe, script.clone()])),
+            Err(why) => println!("SKIPPED the core of embedded 3.{minor}: {why}"),
+        }
+        for (i, (what, argv)) in runs.into_iter().enumerate() {
+            core_case(&dir, &pattern, &format!("cores3{minor}-{i}"), &argv, &what);
+        }
+    }
+}
+
+/// Runs `argv` (the fixture, given its mode after) in `crash` mode with its core
+/// written to directory `name`, and checks `bt --core` against its report.
+fn core_case(dir: &RootDir, pattern: &str, name: &str, argv: &[String], what: &str) {
+    let cores = format!("{}/{name}", dir.inside);
+    let cores_host = dir.host.join(name);
+    fs::create_dir_all(&cores_host).unwrap();
+    let mut all: Vec<&str> = argv.iter().map(String::as_str).collect();
+    all.extend(["crash", cores.as_str()]);
+    let mut t = dir.spawn(&all);
+    let pid = t.pid();
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: prlimit only reads `unlimited` (old limit pointer null).
+    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_CORE, &unlimited, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let seen = go(&mut t);
+    let status = t.wait_exit(LINE).unwrap_or_else(|| t.fail("did not abort"));
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{what}: {status:?}");
+    let candidates = [
+        cores_host.join(pattern),
+        cores_host.join(format!("{pattern}.{pid}")),
+    ];
+    let mut core = None;
+    wait_until(Duration::from_secs(30), || {
+        core = candidates.iter().find(|p| p.is_file()).cloned();
+        core.is_some()
+    });
+    let core = core.unwrap_or_else(|| panic!("{what}: no core among {candidates:?}"));
+    let core_s = core.to_str().unwrap();
+    let root_s = dir.root.to_str().unwrap();
+    let bt = run_json(&["bt", "--core", core_s, "--sysroot", root_s, "--json"]);
+    let thread = main_thread(&bt, pid);
+    assert_eq!(
+        python_frames(thread_frames(thread)),
+        seen,
+        "{what}: {thread:#}"
+    );
+    let text = run_ok(&["bt", "--core", core_s, "--sysroot", root_s, "--python"]);
+    let line = text_of(&seen[0], &[]);
+    assert!(text.contains(&line), "{what}: no {line:?} in\n{text}");
+    println!(
+        "bt --core of {what}: {} Python frames as reported",
+        seen.len()
+    );
+}
+
+#[test]
+fn ten_thousand_deep_recursion_stops_at_the_frame_limit_with_a_note() {
+    let Some(root) = sid_root("ten_thousand_deep_recursion_stops_at_the_frame_limit_with_a_note")
+    else {
+        return;
+    };
+    let dir = RootDir::new(&root, "deep");
+    for minor in MINORS {
+        let mut t = dir.python(minor, &["deep"]);
+        t.write_stdin("go\n");
+        t.wait_for_line(LINE, |l| l == "bottom");
+        let pid = t.pid();
+        wait_blocked(pid);
+        let bt = bt_json(pid, None);
+        let thread = main_thread(&bt, pid);
+        let py: Vec<&Value> = thread_frames(thread)
+            .iter()
+            .filter(|f| f["kind"] == "python")
+            .collect();
+        // Innermost first, cut at the limit with a note, never a failure.
+        assert!(
+            py.len() >= 100 && py.len() < 10_000,
+            "3.{minor}: {} frames",
+            py.len()
+        );
+        for (i, f) in py.iter().take(100).enumerate() {
+            assert_eq!(f["function"], "deep", "3.{minor}");
+            assert_eq!(f["params"][0]["display"], i.to_string(), "3.{minor}");
+        }
+        let notes = thread["python_notes"].to_string();
+        assert!(notes.contains("limit"), "3.{minor}: {notes}");
+        t.assert_healthy();
+        t.write_stdin("\n");
+        assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "3.{minor}");
+    }
+}
+
+/// Runtime address of `_PyRuntime` in `pid`, whose executable is `exe` (host path).
+fn runtime_addr(pid: i32, exe: &Path) -> u64 {
+    let sym = symbol(exe, "_PyRuntime").expect("_PyRuntime in .dynsym");
+    let lowest = elf_load_segments(exe)
+        .iter()
+        .map(|s| s.vaddr & !0xfff)
+        .min()
+        .unwrap();
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let name = exe.file_name().unwrap().to_str().unwrap();
+    let start = maps
+        .lines()
+        .find(|l| l.ends_with(name) && l.split_whitespace().nth(2) == Some("00000000"))
+        .and_then(|l| l.split('-').next())
+        .map(|s| u64::from_str_radix(s, 16).unwrap())
+        .unwrap_or_else(|| panic!("{name} not mapped in\n{maps}"));
+    sym.addr + (start - lowest)
+}
+
+/// Writes `bytes` at `addr` of `pid` (the test damaging its target on purpose).
+fn poke(pid: i32, addr: u64, bytes: &[u8]) -> Vec<u8> {
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .unwrap();
+    let mut old = vec![0; bytes.len()];
+    f.seek(SeekFrom::Start(addr)).unwrap();
+    f.read_exact(&mut old).unwrap();
+    f.seek(SeekFrom::Start(addr)).unwrap();
+    f.write_all(bytes).unwrap();
+    old
+}
+
+#[test]
+fn damaged_debug_offsets_are_refused_by_name_and_native_frames_shown() {
+    let Some(root) = sid_root("damaged_debug_offsets_are_refused_by_name_and_native_frames_shown")
+    else {
+        return;
+    };
+    let dir = RootDir::new(&root, "damaged");
+    for minor in MINORS {
+        let mut t = dir.python(minor, &["block"]);
+        let pid = t.pid();
+        wait_blocked(pid);
+        let exe = root.join(format!("usr/bin/python3.{minor}"));
+        let runtime = runtime_addr(pid, &exe);
+        let pid_s = pid.to_string();
+        // (offset in _Py_DebugOffsets, new bytes, what the note must say)
+        let version_hex = 0x0300_00f0u64 | (u64::from(minor) << 16);
+        let cases: [(u64, Vec<u8>, &str); 4] = [
+            (0, b"ydebugpy".to_vec(), "cookie is missing"),
+            (
+                8,
+                version_hex.to_le_bytes().to_vec(),
+                "but the interpreter is",
+            ),
+            (16, 1u64.to_le_bytes().to_vec(), "free-threaded"),
+            // runtime_state.size
+            (24, 0u64.to_le_bytes().to_vec(), "runtime_state.size is 0"),
+        ];
+        for (off, bytes, needle) in cases {
+            let old = poke(pid, runtime + off, &bytes);
+            let bt = bt_json(pid, None);
+            let thread = main_thread(&bt, pid);
+            let notes = thread["python_notes"].to_string();
+            assert!(notes.contains(needle), "3.{minor} {needle}: {notes}");
+            assert!(notes.contains("_Py_DebugOffsets"), "3.{minor}: {notes}");
+            assert!(notes.contains("only native frames"), "3.{minor}: {notes}");
+            let frames = thread_frames(thread);
+            assert!(frames.iter().all(|f| f["kind"] == "native"), "3.{minor}");
+            assert!(frames.len() > 3, "3.{minor}: {frames:#?}");
+            let text = run_ok(&["bt", "--pid", &pid_s]);
+            assert!(text.contains(needle), "3.{minor}: {text}");
+            poke(pid, runtime + off, &old);
+        }
+        // Restored: read again, and the process never noticed.
+        let seen = go(&mut t);
+        wait_blocked(pid);
+        let bt = bt_json(pid, None);
+        assert_eq!(python_frames(thread_frames(main_thread(&bt, pid))), seen);
+        t.assert_healthy();
+        t.write_stdin("\n");
+        assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "3.{minor}");
+    }
+}
+
+#[test]
+fn a_fake_316_publishing_debug_offsets_is_refused_by_name() {
+    let src = fixtures_dir().join("python/fake_cpython.c");
+    let out = fixture_cache_dir().join(format!("fake-cpython-316-{}", std::process::id()));
+    if !out.exists() {
+        compile_c(
+            &src,
+            &out,
+            &[
+                "-O0",
+                "-g",
+                "-rdynamic",
+                "-DDEBUG_OFFSETS",
+                "-DFAKE_VERSION=0x031000F0",
+            ],
+        );
+    }
+    let mut t = Target::spawn(&out);
+    let pid = t.pid();
+    let bt = bt_json(pid, None);
+    let thread = main_thread(&bt, pid);
+    let notes = thread["python_notes"].to_string();
+    assert!(
+        notes.contains("CPython 3.16.0 has no known memory layout"),
+        "{notes}"
+    );
+    assert!(notes.contains("never guessed"), "{notes}");
+    let frames = thread_frames(thread);
+    assert!(frames.iter().all(|f| f["kind"] == "native"), "{frames:#?}");
+    assert!(frames
+        .iter()
+        .any(|f| f["function"] == "_PyEval_EvalFrameDefault"));
+    t.assert_healthy();
+}
+
+/// Starts and ends short-lived threads without pause while the main thread
+/// blocks in `wait_here(tag)` reading stdin.
+const CHURN: &str = "import os, sys, threading\n\
+def short(i):\n    return sum(range(i % 50))\n\
+def churn():\n    i = 0\n    while True:\n        ts = [threading.Thread(target=short, args=(i + k,)) for k in range(4)]\n        for t in ts: t.start()\n        for t in ts: t.join()\n        i += 1\n\
+def wait_here(tag):\n    print('ready %d' % os.getpid(), flush=True)\n    sys.stdin.readline()\n\
+threading.Thread(target=churn, daemon=True).start()\n\
+wait_here('churning')\n";
+
+#[test]
+fn thread_states_torn_down_while_read_never_fail_the_backtrace() {
+    let Some(root) = sid_root("thread_states_torn_down_while_read_never_fail_the_backtrace") else {
+        return;
+    };
+    let dir = RootDir::new(&root, "churn");
+    fs::write(dir.host.join("churn.py"), CHURN).unwrap();
+    let script = format!("{}/churn.py", dir.inside);
+    for minor in MINORS {
+        let exe = format!("/usr/bin/python3.{minor}");
+        let mut t = dir.spawn(&[&exe, &script]);
+        let pid = t.pid();
+        wait_blocked(pid);
+        let pid_s = pid.to_string();
+        for round in 0..30 {
+            let out = run(&["bt", "--pid", &pid_s, "--json"]);
+            assert!(
+                out.status.success(),
+                "3.{minor} round {round}: {}",
+                output_text(&out)
+            );
+            let bt: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let main = python_frames(thread_frames(main_thread(&bt, pid)));
+            let names: Vec<&str> = main.iter().map(|s| s.function.as_str()).collect();
+            assert_eq!(names, ["wait_here", "<module>"], "3.{minor} round {round}");
+            assert_eq!(
+                main[0].params,
+                [("tag".to_string(), "'churning'".to_string())]
+            );
+        }
+        t.assert_healthy();
+        t.write_stdin("\n");
+        assert!(t.wait_exit(LINE).is_some(), "3.{minor}");
+    }
+}
