@@ -6,8 +6,11 @@
 //! [`trampolines::x86_64::place_arguments`]), raised to what the code provably
 //! reads when that is more (a tail call passing more on); or from the function's
 //! code ([`trampolines::x86_64::analyse_stack_reads`], following direct tail
-//! calls into functions the symbol tables name). When neither signature nor
-//! code bounds the window, [`decide_window`] refuses and names `--stack-args N`.
+//! calls into functions the symbol tables name, and `.cold` parts found by symbol
+//! or by the module's call-frame information). A function reaching a variadic
+//! function by tail calls, without a signature, gets the variadic default: it may
+//! forward its own stack arguments untouched. When neither signature nor code
+//! bounds the window, [`decide_window`] refuses and names `--stack-args N`.
 //! The xmm area is stashed with `--float-args` or when the signature puts a
 //! parameter in an xmm register.
 //!
