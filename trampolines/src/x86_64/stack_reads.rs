@@ -1090,6 +1090,50 @@ mod tests {
     }
 
     #[test]
+    fn a_cold_part_reading_stack_arguments_and_jumping_back_is_counted() {
+        // coldwide.c's shape: the hot part never touches g and h; its cold part
+        // reads them with the frame allocated and jumps back to the epilogue.
+        const COLD: u64 = 0x40_2000;
+        let mut ops = VecAssembler::<X64Relocation>::new(AT as usize);
+        dynasm!(ops ; .arch x64
+            ; push rbx
+            ; sub rsp, 0x30
+            ; test rdi, rdi
+            ; js extern COLD as usize
+            ; xor eax, eax
+            ; add rsp, 0x30
+            ; pop rbx
+            ; ret
+        );
+        let hot = ops.finalize().unwrap();
+        // push (1) + sub (4) + test (3) + js rel32 (6) + xor (2).
+        let back = AT + 16;
+        assert_eq!(
+            disassemble_one(back, &hot[16..]).as_deref(),
+            Some("add rsp,30h")
+        );
+        let mut ops = VecAssembler::<X64Relocation>::new(COLD as usize);
+        dynasm!(ops ; .arch x64
+            ; mov rsi, [rsp + 0x40]     // g: entry rsp + 8
+            ; mov rdx, [rsp + 0x48]     // h
+            ; jmp extern back as usize
+        );
+        let cold = ops.finalize().unwrap();
+        let alone = analyse_stack_reads(AT, &hot);
+        assert_eq!(alone.words, 0);
+        let exit = alone.exits[0];
+        assert_eq!((exit.to, exit.rsp), (COLD, Some(-0x38)));
+        // gcc's FDE for such a part: CFA = rsp + 0x40.
+        assert_eq!(
+            classify_exit(&exit, true, Some(TargetCfa::Rsp(0x40))),
+            ExitKind::Continuation
+        );
+        let r = analyse_stack_reads_with_parts(AT, &hot, &[(COLD, &cold)]);
+        assert_eq!((r.words, r.unsure.clone()), (2, None), "{r:?}");
+        assert!(r.exits.is_empty(), "{r:?}");
+    }
+
+    #[test]
     fn exits_are_classified_by_the_cfa_at_their_target() {
         let exit = |rsp: Option<i64>, rbp: Option<i64>| Exit {
             from: AT,
