@@ -10,8 +10,9 @@
 //! cases, is walked with the state of that jump) and tracks where `rsp` and `rbp`
 //! point relative to the entry `rsp`: through `push`/`pop`, `sub`/`add rsp, imm`,
 //! `lea rsp, [...]`, `mov rbp, rsp`, `mov rsp, rbp` and `leave`. `and rsp, imm`
-//! (stack realignment) and paths that meet with different heights keep only an
-//! upper bound. Every explicit memory operand based on `rsp` (or on `rbp` while it
+//! (stack realignment), `sub rsp, reg` (`alloca`, variable-length arrays: a size
+//! the code computed, never negative) and paths that meet with different heights
+//! keep only an upper bound. Every explicit memory operand based on `rsp` (or on `rbp` while it
 //! is a frame pointer) is then placed exactly; an access above the return address
 //! marks words `0..n` as read (word 0 is at entry `rsp + 8`).
 //!
@@ -418,6 +419,15 @@ impl Walker<'_> {
                 next.rbp = None;
                 rsp_done = true;
                 rbp_done = true;
+            }
+            Mnemonic::Sub if r0 == Register::RSP && r1 != Register::None && r1.is_gpr64() => {
+                // alloca / a variable-length array: rsp goes down by a size the code
+                // computed; keep the old value as an upper bound.
+                next.rsp = st.rsp.map(|p| StackPtr {
+                    off: p.off,
+                    exact: false,
+                });
+                rsp_done = true;
             }
             Mnemonic::Sub | Mnemonic::Add if r0 == Register::RSP => {
                 if let Some(v) = imm() {
@@ -871,6 +881,37 @@ mod tests {
             dynasm!(ops ; .arch x64
                 ; and rsp, -32
                 ; mov rax, [rsp + 0x100]
+                ; ret
+            )
+        });
+        assert!(matches!(
+            analyse_stack_reads(AT, &far).unsure,
+            Some(Unsure::UnknownHeight { .. })
+        ));
+    }
+
+    #[test]
+    fn alloca_keeps_an_upper_bound() {
+        // A variable-length array below a frame pointer: addresses of the array
+        // are locals; a later possible incoming read through rsp is not placed.
+        let local = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; push rbp
+                ; mov rbp, rsp
+                ; sub rsp, 0x48
+                ; sub rsp, rax
+                ; lea r12, [rsp + 4]
+                ; mov rax, [rbp + 0x10]
+                ; leave
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &local);
+        assert_eq!((r.words, r.unsure.clone()), (1, None), "{r:?}");
+        let far = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; sub rsp, rax
+                ; mov rax, [rsp + 0x10]
                 ; ret
             )
         });
