@@ -36,6 +36,8 @@ pub const FIXTURES: &[&str] = &[
     "busy_printf",
     "pause_workers",
     "profsplit",
+    "vartail",
+    "coldwide",
 ];
 
 /// Extra flags that turn on CET instrumentation (`endbr64` at function entry).
@@ -394,21 +396,38 @@ pub fn compile_c(src: &Path, out: &Path, flags: &[&str]) -> PathBuf {
 /// Compiles `tests/fixtures/NAME.cpp` at `-O2` (no debug info) with `c++ -pthread`,
 /// once per content: the result is cached under [`fixture_cache_dir`].
 pub fn build_cpp(name: &str) -> PathBuf {
+    build_cpp_with(name, &[])
+}
+
+/// [`build_cpp`] with `extra` flags after `-O2 -pthread` (e.g. `-rdynamic`), cached
+/// per content and flags.
+pub fn build_cpp_with(name: &str, extra: &[&str]) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let memo_key = format!("{name} {}", extra.join(" "));
     let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
-    if let Some(p) = built.get(name) {
+    if let Some(p) = built.get(&memo_key) {
         return p.clone();
     }
     let src = fixtures_dir().join(format!("{name}.cpp"));
     let text = fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
-    let hash = text.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-    });
+    let flags_text = extra.join(" ");
+    let hash = text
+        .iter()
+        .chain(if extra.is_empty() {
+            &[][..]
+        } else {
+            flags_text.as_bytes()
+        })
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+        });
     let out = fixture_cache_dir().join(format!("{name}-O2-{hash:016x}"));
     if !out.is_file() {
         let tmp = out.with_extension(format!("tmp{}", std::process::id()));
         let status = Command::new("c++")
-            .args(["-O2", "-pthread", "-o"])
+            .args(["-O2", "-pthread"])
+            .args(extra)
+            .arg("-o")
             .arg(&tmp)
             .arg(&src)
             .status()
@@ -419,7 +438,40 @@ pub fn build_cpp(name: &str) -> PathBuf {
             let _ = fs::remove_file(&tmp);
         }
     }
-    built.insert(name.to_string(), out.clone());
+    built.insert(memo_key, out.clone());
+    out
+}
+
+/// A copy of the built executable `exe` with every symbol table but `.dynsym`
+/// removed (`strip --strip-all`), cached beside it as `EXE-stripped`.
+pub fn strip_all(exe: &Path) -> PathBuf {
+    let out = exe.with_file_name(format!(
+        "{}-stripped",
+        exe.file_name().expect("file name").to_string_lossy()
+    ));
+    if out.is_file() {
+        return out;
+    }
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let tmp = out.with_extension(format!(
+        "tmp{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    check_tool(
+        Command::new("strip")
+            .arg("--strip-all")
+            .arg("-o")
+            .arg(&tmp)
+            .arg(exe),
+        &format!("strip --strip-all {}", exe.display()),
+    );
+    if out.is_file() {
+        let _ = fs::remove_file(&tmp);
+    } else {
+        fs::rename(&tmp, &out)
+            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
+    }
     out
 }
 

@@ -6,8 +6,11 @@
 //! [`trampolines::x86_64::place_arguments`]), raised to what the code provably
 //! reads when that is more (a tail call passing more on); or from the function's
 //! code ([`trampolines::x86_64::analyse_stack_reads`], following direct tail
-//! calls into functions the symbol tables name). When neither signature nor
-//! code bounds the window, [`decide_window`] refuses and names `--stack-args N`.
+//! calls into functions the symbol tables name, and `.cold` parts found by symbol
+//! or by the module's call-frame information). A function reaching a variadic
+//! function by tail calls, without a signature, gets the variadic default: it may
+//! forward its own stack arguments untouched. When neither signature nor code
+//! bounds the window, [`decide_window`] refuses and names `--stack-args N`.
 //! The xmm area is stashed with `--float-args` or when the signature puts a
 //! parameter in an xmm register.
 //!
@@ -18,8 +21,12 @@
 //! incomplete types, bit-fields, `_Float128`, complex numbers, and C++ class
 //! types (which may be passed by invisible reference).
 
+use std::ops::Range;
+
+use reader::unwind::cfa::ModuleCfa;
 use trampolines::x86_64::{
-    analyse_stack_reads_with_parts, disassemble_one, ArgPlacement, StackReads, MAX_STACK_WORDS,
+    analyse_stack_reads_with_parts, classify_exit, disassemble_one, ArgPlacement, ExitKind,
+    StackReads, TargetCfa, Unsure, MAX_STACK_WORDS,
 };
 
 use crate::error::UnsureWindow;
@@ -94,6 +101,9 @@ pub struct CodeVerdict {
     pub reads: StackReads,
     /// Why the window is unknown, naming the function where it was found.
     pub unsure: Option<UnsureWindow>,
+    /// A variadic function the hooked one reaches by tail calls (its name): it reads
+    /// whatever the hooked function passes on the stack, which the code cannot count.
+    pub variadic_tail: Option<String>,
 }
 
 /// Analyses the code of the function at `entry` (`size` bytes) and of the functions it tail-calls.
@@ -105,6 +115,7 @@ pub fn analyse_code(
 ) -> Result<CodeVerdict, crate::memory::MemoryError> {
     let mut merged = StackReads::default();
     let mut unsure = None;
+    let mut variadic_tail = None;
     let mut seen = vec![entry];
     let mut queue = vec![(entry, size, 0usize)];
     while let Some((addr, len, depth)) = queue.pop() {
@@ -121,6 +132,8 @@ pub fn analyse_code(
         if addr == entry {
             merged.variadic = reads.variadic;
             merged.indirect_jumps = reads.indirect_jumps;
+        } else if reads.variadic && variadic_tail.is_none() {
+            variadic_tail = Some(name.clone());
         }
         merged.words = merged.words.max(reads.words);
         if unsure.is_none() {
@@ -150,6 +163,7 @@ pub fn analyse_code(
     Ok(CodeVerdict {
         reads: merged,
         unsure,
+        variadic_tail,
     })
 }
 
@@ -166,9 +180,19 @@ fn instruction_at(mem: &dyn Memory, at: u64) -> Option<String> {
 /// How many `.cold` parts of one function [`analyse_with_cold_parts`] follows.
 const MAX_COLD_PARTS: usize = 4;
 
-/// Analyses the function `name` at `addr`, walking the `NAME.cold` parts it jumps
-/// into (g++ and gcc move unlikely paths there) as its continuation, with the
-/// stack state of the jump, instead of as tail calls entered with a fresh frame.
+/// DWARF register numbers of rsp and rbp.
+const DWARF_RSP: u16 = 7;
+const DWARF_RBP: u16 = 6;
+
+/// Analyses the function `name` at `addr`, walking the further parts of it that it
+/// jumps into (gcc and g++ move unlikely paths to `.cold` blocks) as its
+/// continuation, with the stack state of the jump, instead of as tail calls entered
+/// with a fresh frame. A part is found by its symbol (`NAME.cold`, `NAME.cold.N`),
+/// or, where no symbol names the target (stripped modules), by the module's
+/// call-frame information: the FDE covering the target gives the part's extent, and
+/// its CFA there must agree with the stack at the jump ([`classify_exit`]). A jump
+/// that is shown to be neither a tail call nor a part makes the analysis unsure,
+/// naming the jump.
 fn analyse_with_cold_parts(
     mem: &dyn Memory,
     symbols: &ProcessSymbols,
@@ -177,31 +201,130 @@ fn analyse_with_cold_parts(
     name: &str,
 ) -> StackReads {
     let cold = format!("{name}.cold");
+    let mut frames = PartFinder::new(symbols, addr);
     let mut parts: Vec<(u64, Vec<u8>)> = Vec::new();
     loop {
         let borrowed: Vec<(u64, &[u8])> = parts.iter().map(|(a, c)| (*a, c.as_slice())).collect();
-        let reads = analyse_stack_reads_with_parts(addr, code, &borrowed);
-        if parts.len() >= MAX_COLD_PARTS {
-            return reads;
-        }
-        let new_part = reads.tail_calls.iter().find_map(|&target| {
+        let mut reads = analyse_stack_reads_with_parts(addr, code, &borrowed);
+        let known = |start: u64| parts.iter().any(|(a, _)| *a == start);
+        let by_symbol = reads.tail_calls.iter().find_map(|&target| {
             let (_, s, off) = symbols.lookup(target)?;
             let is_cold = s.name == cold
                 || s.name
                     .strip_prefix(&cold)
                     .is_some_and(|rest| rest.starts_with('.'));
             let start = target - off;
-            (is_cold && s.size > 0 && s.size <= MAX_BODY && !parts.iter().any(|(a, _)| *a == start))
+            (is_cold && s.size > 0 && s.size <= MAX_BODY && !known(start))
                 .then_some((start, s.size))
         });
-        let Some((start, size)) = new_part else {
+        let mut by_frame = None;
+        if by_symbol.is_none() {
+            for exit in &reads.exits {
+                // A jump to a function's start is a tail call (analysed by the caller).
+                if matches!(symbols.lookup(exit.to), Some((_, _, 0))) {
+                    continue;
+                }
+                let (in_text, cfa) = frames.at(exit.to);
+                match classify_exit(exit, in_text, cfa) {
+                    ExitKind::TailCall => {}
+                    ExitKind::Continuation => match frames.extent(exit.to) {
+                        Some(r) if !known(r.start) => {
+                            by_frame = Some((r.start, r.end - r.start));
+                            break;
+                        }
+                        // Already a part (cannot happen: it would contain the target).
+                        Some(_) => {}
+                        None => {
+                            reads
+                                .unsure
+                                .get_or_insert(Unsure::UnknownJump { at: exit.from });
+                        }
+                    },
+                    ExitKind::Unknown => {
+                        reads
+                            .unsure
+                            .get_or_insert(Unsure::UnknownJump { at: exit.from });
+                    }
+                }
+            }
+        }
+        let Some((start, size)) = by_symbol.or(by_frame) else {
             return reads;
         };
+        if parts.len() >= MAX_COLD_PARTS {
+            if by_frame.is_some() {
+                let at = reads
+                    .exits
+                    .iter()
+                    .find(|e| e.to >= start && e.to - start < size);
+                if let Some(e) = at {
+                    reads
+                        .unsure
+                        .get_or_insert(Unsure::UnknownJump { at: e.from });
+                }
+            }
+            return reads;
+        }
         match mem.read_vec(start, size as usize) {
             Ok(bytes) => parts.push((start, bytes)),
             // An unreadable part stays a tail call (analysed, or skipped, as before).
             Err(_) => return reads,
         }
+    }
+}
+
+/// The call-frame information of the hooked function's module, asked about the
+/// targets of jumps out of it.
+struct PartFinder<'a> {
+    module: Option<&'a reader::symbols::Module>,
+    /// The module's `.text` (runtime addresses).
+    text: Option<Range<u64>>,
+    /// Indexed on first use (most functions jump nowhere unnamed).
+    cfa: Option<Option<ModuleCfa>>,
+}
+
+impl<'a> PartFinder<'a> {
+    fn new(symbols: &'a ProcessSymbols, addr: u64) -> PartFinder<'a> {
+        let module = symbols.module_for(addr).filter(|m| m.is_64);
+        PartFinder {
+            module,
+            text: module.and_then(|m| {
+                let (r, _) = m.section(".text")?;
+                Some(r.start.wrapping_add(m.bias)..r.end.wrapping_add(m.bias))
+            }),
+            cfa: None,
+        }
+    }
+
+    fn cfa(&mut self) -> Option<&mut ModuleCfa> {
+        let module = self.module;
+        self.cfa
+            .get_or_insert_with(|| module.and_then(ModuleCfa::new))
+            .as_mut()
+    }
+
+    /// Whether `to` lies in the module's `.text`, and the CFA rule there.
+    fn at(&mut self, to: u64) -> (bool, Option<TargetCfa>) {
+        let in_text = self.text.as_ref().is_some_and(|r| r.contains(&to));
+        let cfa = if in_text {
+            self.cfa()
+                .and_then(|c| c.rule(to))
+                .and_then(|r| match r.register {
+                    DWARF_RSP => Some(TargetCfa::Rsp(r.offset)),
+                    DWARF_RBP => Some(TargetCfa::Rbp(r.offset)),
+                    _ => None,
+                })
+        } else {
+            None
+        };
+        (in_text, cfa)
+    }
+
+    /// The FDE range holding `to`, when it lies in `.text` and is not too large.
+    fn extent(&mut self, to: u64) -> Option<Range<u64>> {
+        let r = self.cfa()?.fde_range(to)?;
+        let text = self.text.as_ref()?;
+        (text.contains(&r.start) && r.end <= text.end && r.end - r.start <= MAX_BODY).then_some(r)
     }
 }
 
@@ -237,6 +360,13 @@ pub fn decide_window(
         }
         (None, None) => match &code.unsure {
             Some(why) => return Err(WindowRefusal::Unsure(why.clone())),
+            // A tail call into a variadic function passes it the hooked function's own
+            // stack arguments, which the code may never touch (`f(long double x)`
+            // ending in `jmp vlog` with x in place): the variadic default.
+            None if code.variadic_tail.is_some() => (
+                code.reads.words.max(DEFAULT_VARIADIC_WORDS),
+                WindowSource::VariadicDefault,
+            ),
             None => (code.reads.words, WindowSource::Code),
         },
     };
@@ -254,7 +384,7 @@ pub fn decide_window(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trampolines::x86_64::{place_arguments, ParamType, Signature, Unsure};
+    use trampolines::x86_64::{place_arguments, ParamType, Signature};
 
     use reader::args::parse_params;
 
@@ -271,7 +401,39 @@ mod tests {
                 why: Unsure::AddressTaken { at: 0x10 },
                 instruction: None,
             }),
+            variadic_tail: None,
         }
+    }
+
+    #[test]
+    fn a_tail_call_into_a_variadic_function_gets_the_variadic_default_without_a_signature() {
+        let mut v = verdict(0, false, false);
+        v.variadic_tail = Some("vlog".into());
+        let p = decide_window(None, None, &v, false).unwrap();
+        assert_eq!(
+            (p.words, p.variadic, p.source),
+            (DEFAULT_VARIADIC_WORDS, false, WindowSource::VariadicDefault)
+        );
+        // Words the code provably touches beyond the default still count.
+        v.reads.words = 11;
+        assert_eq!(decide_window(None, None, &v, false).unwrap().words, 11);
+        // The signature bounds what the caller passes (a sibling call's stack
+        // arguments fit in the caller's own incoming area).
+        let sig = place_arguments(&Signature {
+            ret: None,
+            params: vec![ParamType::Int { size: 8 }; 8],
+            variadic: false,
+        });
+        v.reads.words = 0;
+        let p = decide_window(None, Some(&sig), &v, false).unwrap();
+        assert_eq!((p.words, p.source), (2, WindowSource::Signature));
+        // Another reason to be unsure still refuses.
+        let mut u = verdict(0, false, true);
+        u.variadic_tail = Some("vlog".into());
+        assert!(matches!(
+            decide_window(None, None, &u, false),
+            Err(WindowRefusal::Unsure(_))
+        ));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The CFA rule at chosen addresses of one module, for callers outside the
 //! unwinder (an install proving that an indirect jump cannot land inside a
 //! patch: a `jmp` keeps the stack pointer, so its target has the same
-//! stack-pointer-relative CFA as its source).
+//! stack-pointer-relative CFA as its source; the stack-window analysis matching a
+//! jump out of a function with the frame of the code it lands in).
 
 use gimli::CfaRule as GimliCfa;
 
@@ -45,5 +46,11 @@ impl ModuleCfa {
             }),
             GimliCfa::Expression(_) => None,
         }
+    }
+
+    /// The runtime address range of the FDE covering `pc` (one function, or one
+    /// part of a function such as gcc's `.cold` block); `None` where none does.
+    pub fn fde_range(&self, pc: u64) -> Option<std::ops::Range<u64>> {
+        self.cfi.fde_range(pc)
     }
 }

@@ -127,6 +127,31 @@ impl ModuleCfi {
         out
     }
 
+    /// The runtime address range of the FDE that covers runtime address `pc`.
+    pub(crate) fn fde_range(&self, pc: u64) -> Option<Range<u64>> {
+        let svma = pc.wrapping_sub(self.bias);
+        let section = self.section();
+        let (start, end) = match &self.index {
+            FdeIndex::Hdr(h) => {
+                let hdr = EhFrameHdr::new(&h.data, LittleEndian)
+                    .parse(&self.bases, self.address_size)
+                    .ok()?;
+                let fde = hdr
+                    .table()?
+                    .fde_for_address(&section, &self.bases, svma, EhFrame::cie_from_offset)
+                    .ok()?;
+                (fde.initial_address(), fde.end_address())
+            }
+            FdeIndex::Sorted(fdes) => {
+                let i = fdes.partition_point(|(start, _, _)| *start <= svma);
+                let (start, end, _) = *fdes.get(i.checked_sub(1)?)?;
+                (start, end)
+            }
+        };
+        (start <= svma && svma < end)
+            .then(|| start.wrapping_add(self.bias)..end.wrapping_add(self.bias))
+    }
+
     /// The rule row for runtime address `pc`, if an FDE covers it.
     pub(crate) fn row(&self, pc: u64, scratch: &mut Scratch) -> Option<Row> {
         let svma = pc.wrapping_sub(self.bias);

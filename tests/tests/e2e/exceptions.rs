@@ -149,6 +149,41 @@ fn a_cold_part_addressing_the_hot_frame_is_hooked_without_stack_args() {
     rounds_of("parse", 1, "_Z5parsell");
 }
 
+/// The same `parse` with only `.dynsym` left (`-rdynamic`, `strip --strip-all`):
+/// no symbol names its cold part, so the jump into it is matched with the cold
+/// part's call-frame information, walked as the same function, and the hook
+/// still needs no `--stack-args`.
+#[test]
+fn a_cold_part_no_symbol_names_is_followed_in_a_stripped_build() {
+    let exe = build_cpp_with("exceptions", &["-rdynamic"]);
+    let cold = symbol(&exe, "_Z5parsell.cold")
+        .expect("g++ -O2 no longer splits parse into a .cold part: the test lost its shape")
+        .addr;
+    assert!(
+        disassemble(&exe, "_Z5parsell")
+            .iter()
+            .any(|i| i.branch_target() == Some(cold)),
+        "parse never jumps into its .cold part"
+    );
+    let exe = strip_all(&exe);
+    let names: Vec<String> = symbols(&exe).into_iter().map(|s| s.name).collect();
+    assert!(names.iter().any(|n| n == "_Z5parsell"), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains(".cold")), "{names:?}");
+    let mut t = Target::spawn_with_args(&exe, &["parse", "1"]);
+    let pid = t.pid().to_string();
+    let before = let_exceptions_fly(&mut t, 0, 10);
+    let out = run(&["inject", "--pid", &pid, "--func", "_Z5parsell"]);
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("stack window 0 words from code"), "{text}");
+    let during = let_exceptions_fly(&mut t, before.1, 200);
+    assert_eq!(during.2, 0, "wrong results while hooked: {during:?}");
+    let out = run(&["eject", "--pid", &pid, "--all"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    t.write_stdin("quit\n");
+    assert_eq!(t.wait_exit(LINE).and_then(|s| s.code()), Some(0));
+}
+
 #[test]
 fn thrown_by_a_callee_and_caught_above_the_hooked_function() {
     rounds_of("callee", 1, "_Z5relayi");

@@ -13,6 +13,7 @@
 mod bad_input;
 mod blocked;
 mod busy_targets;
+mod cold_parts;
 mod concurrency;
 mod core;
 mod dwarf;
@@ -42,5 +43,6 @@ mod stress;
 mod symbols;
 mod tail_call;
 mod threads;
+mod variadic_tail;
 mod vdso;
 mod vector_state;

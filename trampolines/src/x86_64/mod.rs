@@ -27,7 +27,8 @@ pub mod hook;
 pub use hook::{build_hook, HookCode, HookMeta, RELOCATED_OFFSET};
 pub mod unwind;
 pub use stack_reads::{
-    analyse_stack_reads, analyse_stack_reads_with_parts, disassemble_one, StackReads, Unsure,
+    analyse_stack_reads, analyse_stack_reads_with_parts, classify_exit, disassemble_one, Exit,
+    ExitKind, StackReads, TargetCfa, Unsure,
 };
 pub use sysv::{place_arguments, ArgLocation, ArgPlacement, Field, ParamType, Signature};
 pub use unwind::{hook_eh_frame, HookCodeRanges, HookUnwind};

@@ -10,8 +10,9 @@
 //! cases, is walked with the state of that jump) and tracks where `rsp` and `rbp`
 //! point relative to the entry `rsp`: through `push`/`pop`, `sub`/`add rsp, imm`,
 //! `lea rsp, [...]`, `mov rbp, rsp`, `mov rsp, rbp` and `leave`. `and rsp, imm`
-//! (stack realignment) and paths that meet with different heights keep only an
-//! upper bound. Every explicit memory operand based on `rsp` (or on `rbp` while it
+//! (stack realignment), `sub rsp, reg` (`alloca`, variable-length arrays: a size
+//! the code computed, never negative) and paths that meet with different heights
+//! keep only an upper bound. Every explicit memory operand based on `rsp` (or on `rbp` while it
 //! is a frame pointer) is then placed exactly; an access above the return address
 //! marks words `0..n` as read (word 0 is at entry `rsp + 8`).
 //!
@@ -22,9 +23,20 @@
 //! cannot be decoded. Callers then refuse unless the user gives a window.
 //!
 //! It also recognises the register-save prologue of variadic functions (`test al,
-//! al` and stores of all of `xmm0`-`xmm7`), whose stack reads depend on the call,
-//! and it lists direct tail calls (jumps out of the function), whose targets read
-//! the same incoming words and must be analysed too.
+//! al` and stores of all of `xmm0`-`xmm7`, or `va_start`'s integer save area). In
+//! such a function, taking the address of an incoming word is `va_start` setting
+//! up its overflow area: the function then reads what its caller passes on the
+//! stack, no more (an ABI-conforming caller), which is recorded
+//! ([`StackReads::va_area`]) instead of making the analysis unsure, so that a
+//! function tail-calling it can be bounded by what *it* passes.
+//!
+//! It lists every jump out of the function with the stack state at the jump
+//! ([`StackReads::exits`]) and the direct tail calls among them. A jump out with
+//! the frame still allocated cannot be a tail call (the callee would not find its
+//! return address at `rsp`): it goes to a further part of the same function (gcc's
+//! `.cold` blocks). [`classify_exit`] decides from the call-frame information at
+//! the target, which must agree with the state at the jump, whether the target
+//! continues the function, is a tail call, or cannot be told.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -60,6 +72,12 @@ pub enum Unsure {
         /// Address of the bytes.
         at: u64,
     },
+    /// A jump leaves the function to code that neither a symbol nor call-frame
+    /// information shows to be a tail call or a part of the function.
+    UnknownJump {
+        /// Address of the jump.
+        at: u64,
+    },
 }
 
 impl Unsure {
@@ -69,7 +87,8 @@ impl Unsure {
             Unsure::AddressTaken { at }
             | Unsure::UnknownHeight { at }
             | Unsure::Indexed { at }
-            | Unsure::Undecodable { at } => at,
+            | Unsure::Undecodable { at }
+            | Unsure::UnknownJump { at } => at,
         }
     }
 }
@@ -104,6 +123,11 @@ impl fmt::Display for Unsure {
             Unsure::Undecodable { at } => {
                 write!(f, "the bytes at 0x{at:x} do not decode as an instruction")
             }
+            Unsure::UnknownJump { at } => write!(
+                f,
+                "the instruction at 0x{at:x} jumps out of the function to code that no symbol \
+                 or unwind information shows to be a tail call or a part of the function"
+            ),
         }
     }
 }
@@ -119,8 +143,84 @@ pub struct StackReads {
     pub unsure: Option<Unsure>,
     /// Targets of jumps that leave the function (tail calls): they see the same incoming words.
     pub tail_calls: Vec<u64>,
+    /// Every jump that leaves the function, with the stack state at the jump.
+    pub exits: Vec<Exit>,
     /// The function has indirect jumps (switch tables or indirect tail calls).
     pub indirect_jumps: bool,
+    /// In a variadic function, the first instruction taking the address of its
+    /// incoming stack words (`va_start`'s overflow area): it may read every word
+    /// its caller passes on the stack.
+    pub va_area: Option<u64>,
+}
+
+/// A jump that leaves the function's known bytes, with the stack state at the jump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// Address of the jump.
+    pub from: u64,
+    /// Its target.
+    pub to: u64,
+    /// `rsp` at the jump relative to the entry `rsp`, when known exactly.
+    pub rsp: Option<i64>,
+    /// `rbp` relative to the entry `rsp` when it is an exactly known frame pointer.
+    pub rbp: Option<i64>,
+}
+
+impl Exit {
+    /// True when the stack is as at the entry (`rsp` back at the return address,
+    /// `rbp` not a frame pointer): the state of a tail call.
+    pub fn at_entry_state(&self) -> bool {
+        self.rsp == Some(0) && self.rbp.is_none()
+    }
+}
+
+/// The canonical frame address rule at an exit's target, from the module's call-frame
+/// information (the CFA is the entry `rsp` + 8 of the function the code belongs to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetCfa {
+    /// CFA = `rsp` + offset.
+    Rsp(i64),
+    /// CFA = `rbp` + offset.
+    Rbp(i64),
+}
+
+/// What a jump out of a function's known bytes is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    /// It continues the function (a `.cold` part, or code run in the same frame):
+    /// the target is walked with the stack state of the jump.
+    Continuation,
+    /// A tail call: the target is a function entered with the same incoming words.
+    TailCall,
+    /// Neither can be shown.
+    Unknown,
+}
+
+/// Classifies a jump to a target that no symbol names as a function start.
+/// `in_text` is true when the target lies in the module's `.text` section (PLT
+/// stubs do not); `cfa` is the CFA rule at the target, when call-frame
+/// information covers it with a register rule.
+///
+/// The target's CFA must agree with the state at the jump: CFA = `rsp + N` means
+/// `rsp` is at entry offset `8 - N` there, CFA = `rbp + K` that `rbp` is at `8 - K`.
+/// Agreement makes it a continuation (for a jump in the entry state and CFA
+/// `rsp + 8` this also covers a tail call to an unnamed function, walked exactly
+/// as its own entry would be). A jump in the entry state out of `.text` (a PLT
+/// stub) is a tail call. Anything else is unknown.
+pub fn classify_exit(exit: &Exit, in_text: bool, cfa: Option<TargetCfa>) -> ExitKind {
+    if exit.at_entry_state() && !in_text {
+        return ExitKind::TailCall;
+    }
+    let agrees = match cfa {
+        Some(TargetCfa::Rsp(n)) => exit.rsp == Some(FIRST_WORD.wrapping_sub(n)),
+        Some(TargetCfa::Rbp(k)) => exit.rbp == Some(FIRST_WORD.wrapping_sub(k)),
+        None => false,
+    };
+    if agrees {
+        ExitKind::Continuation
+    } else {
+        ExitKind::Unknown
+    }
 }
 
 /// A stack address as an offset from the entry `rsp`: exact, or an upper bound.
@@ -185,7 +285,12 @@ struct Walker<'a> {
     words: u64,
     unsure: Option<Unsure>,
     tail_calls: Vec<u64>,
+    exits: Vec<Exit>,
     indirect: Option<State>,
+    /// The function has a variadic register-save area: taking an incoming word's
+    /// address is `va_start` (recorded in `va_area`), not a reason to be unsure.
+    variadic_prologue: bool,
+    va_area: Option<u64>,
 }
 
 impl Walker<'_> {
@@ -247,7 +352,11 @@ impl Walker<'_> {
         if lea {
             let dest = ins.op0_register();
             if dest != Register::RSP && dest != Register::RBP && addr.off >= FIRST_WORD {
-                self.unsure(Unsure::AddressTaken { at });
+                if self.variadic_prologue && addr.exact {
+                    self.va_area.get_or_insert(at);
+                } else {
+                    self.unsure(Unsure::AddressTaken { at });
+                }
             }
             return;
         }
@@ -310,6 +419,15 @@ impl Walker<'_> {
                 next.rbp = None;
                 rsp_done = true;
                 rbp_done = true;
+            }
+            Mnemonic::Sub if r0 == Register::RSP && r1 != Register::None && r1.is_gpr64() => {
+                // alloca / a variable-length array: rsp goes down by a size the code
+                // computed; keep the old value as an upper bound.
+                next.rsp = st.rsp.map(|p| StackPtr {
+                    off: p.off,
+                    exact: false,
+                });
+                rsp_done = true;
             }
             Mnemonic::Sub | Mnemonic::Add if r0 == Register::RSP => {
                 if let Some(v) = imm() {
@@ -408,8 +526,20 @@ impl Walker<'_> {
             let mut branch_to = |target: u64, work: &mut Vec<(u64, State)>| {
                 if self.contains(target) {
                     work.push((target, next));
-                } else if !self.tail_calls.contains(&target) {
+                    return;
+                }
+                if !self.tail_calls.contains(&target) {
                     self.tail_calls.push(target);
+                }
+                let exact = |p: Option<StackPtr>| p.filter(|p| p.exact).map(|p| p.off);
+                let exit = Exit {
+                    from: ins.ip(),
+                    to: target,
+                    rsp: exact(next.rsp),
+                    rbp: exact(next.rbp),
+                };
+                if !self.exits.contains(&exit) {
+                    self.exits.push(exit);
                 }
             };
             let falls_through = match ins.flow_control() {
@@ -542,6 +672,9 @@ pub fn analyse_stack_reads_with_parts(
     code: &[u8],
     parts: &[(u64, &[u8])],
 ) -> StackReads {
+    let instructions = linear(entry, code);
+    let variadic_save = has_variadic_save(&instructions);
+    let integer_save = has_integer_save_area(&instructions);
     let mut w = Walker {
         entry,
         code,
@@ -550,11 +683,13 @@ pub fn analyse_stack_reads_with_parts(
         words: 0,
         unsure: None,
         tail_calls: Vec::new(),
+        exits: Vec::new(),
         indirect: None,
+        variadic_prologue: variadic_save || integer_save,
+        va_area: None,
     };
     let mut seen = HashMap::new();
     w.walk(entry, State::ENTRY, &mut seen);
-    let instructions = linear(entry, code);
     let indirect_jumps = w.indirect.is_some();
     // Code only an indirect jump reaches (switch cases) runs with that jump's state.
     while let Some(state) = w.indirect {
@@ -567,15 +702,16 @@ pub fn analyse_stack_reads_with_parts(
         };
         w.walk(start, state, &mut seen);
     }
+    // An integer save area alone counts only with va_start's overflow-area `lea`.
+    let variadic = variadic_save || (integer_save && w.va_area.is_some());
     StackReads {
         words: u16::try_from(w.words).unwrap_or(u16::MAX),
-        // va_start also takes the address of the incoming words (overflow_arg_area).
-        variadic: has_variadic_save(&instructions)
-            || (matches!(w.unsure, Some(Unsure::AddressTaken { .. }))
-                && has_integer_save_area(&instructions)),
+        variadic,
         unsure: w.unsure,
         tail_calls: w.tail_calls,
+        exits: w.exits,
         indirect_jumps,
+        va_area: w.va_area.filter(|_| variadic),
     }
 }
 
@@ -755,6 +891,37 @@ mod tests {
     }
 
     #[test]
+    fn alloca_keeps_an_upper_bound() {
+        // A variable-length array below a frame pointer: addresses of the array
+        // are locals; a later possible incoming read through rsp is not placed.
+        let local = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; push rbp
+                ; mov rbp, rsp
+                ; sub rsp, 0x48
+                ; sub rsp, rax
+                ; lea r12, [rsp + 4]
+                ; mov rax, [rbp + 0x10]
+                ; leave
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &local);
+        assert_eq!((r.words, r.unsure.clone()), (1, None), "{r:?}");
+        let far = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; sub rsp, rax
+                ; mov rax, [rsp + 0x10]
+                ; ret
+            )
+        });
+        assert!(matches!(
+            analyse_stack_reads(AT, &far).unsure,
+            Some(Unsure::UnknownHeight { .. })
+        ));
+    }
+
+    #[test]
     fn indexed_incoming_access_is_unsure_but_locals_are_fine() {
         let local = asm(|ops| {
             dynasm!(ops ; .arch x64
@@ -887,7 +1054,181 @@ mod tests {
         });
         let r = analyse_stack_reads(AT, &code);
         assert!(r.variadic, "{r:?}");
-        assert!(matches!(r.unsure, Some(Unsure::AddressTaken { .. })));
+        // va_start's overflow area: reads what the caller passes, not a reason to be unsure.
+        assert_eq!(r.unsure, None, "{r:?}");
+        let va = r.va_area.expect("va_start's lea") - AT;
+        assert_eq!(
+            disassemble_one(AT + va, &code[va as usize..]).as_deref(),
+            Some("lea rax,[rsp+0E0h]")
+        );
+    }
+
+    #[test]
+    fn a_variadic_function_keeps_its_other_reasons_to_be_unsure() {
+        // Named stack reads are still counted; an indexed access into the incoming
+        // area is still unsure (it is not va_start).
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; sub rsp, 0x58
+                ; mov [rsp + 0x28], rsi
+                ; mov [rsp + 0x30], rdx
+                ; mov [rsp + 0x38], rcx
+                ; mov [rsp + 0x40], r8
+                ; mov [rsp + 0x48], r9
+                ; lea rax, [rsp + 0x60]
+                ; mov rdx, [rsp + 0x68]
+                ; add rsp, 0x58
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert!(r.variadic, "{r:?}");
+        assert_eq!((r.words, r.unsure.clone()), (2, None), "{r:?}");
+        assert!(r.va_area.is_some(), "{r:?}");
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; sub rsp, 0x58
+                ; mov [rsp + 0x40], r8
+                ; mov [rsp + 0x48], r9
+                ; lea rax, [rsp + 0x60]
+                ; mov rdx, [rsp + rdi * 8 + 0x60]
+                ; add rsp, 0x58
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        assert!(r.variadic, "{r:?}");
+        assert!(matches!(r.unsure, Some(Unsure::Indexed { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn exits_carry_the_stack_state_of_the_jump() {
+        const OUT: u64 = 0x40_2000;
+        const TAIL: u64 = 0x40_3000;
+        let code = asm(|ops| {
+            dynasm!(ops ; .arch x64
+                ; test edi, edi
+                ; jz extern TAIL as usize     // entry state: a tail call's
+                ; push rbp
+                ; mov rbp, rsp
+                ; push rbx
+                ; sub rsp, 0x18
+                ; test esi, esi
+                ; jnz extern OUT as usize      // frame in use
+                ; add rsp, 0x18
+                ; pop rbx
+                ; pop rbp
+                ; ret
+            )
+        });
+        let r = analyse_stack_reads(AT, &code);
+        let tail = r.exits.iter().find(|e| e.to == TAIL).expect("tail exit");
+        assert!(tail.at_entry_state(), "{r:?}");
+        let out = r.exits.iter().find(|e| e.to == OUT).expect("frame exit");
+        assert_eq!((out.rsp, out.rbp), (Some(-0x28), Some(-8)), "{r:?}");
+        assert!(!out.at_entry_state());
+        assert_eq!(r.tail_calls, vec![TAIL, OUT]);
+    }
+
+    #[test]
+    fn a_cold_part_reading_stack_arguments_and_jumping_back_is_counted() {
+        // coldwide.c's shape: the hot part never touches g and h; its cold part
+        // reads them with the frame allocated and jumps back to the epilogue.
+        const COLD: u64 = 0x40_2000;
+        let mut ops = VecAssembler::<X64Relocation>::new(AT as usize);
+        dynasm!(ops ; .arch x64
+            ; push rbx
+            ; sub rsp, 0x30
+            ; test rdi, rdi
+            ; js extern COLD as usize
+            ; xor eax, eax
+            ; add rsp, 0x30
+            ; pop rbx
+            ; ret
+        );
+        let hot = ops.finalize().unwrap();
+        // push (1) + sub (4) + test (3) + js rel32 (6) + xor (2).
+        let back = AT + 16;
+        assert_eq!(
+            disassemble_one(back, &hot[16..]).as_deref(),
+            Some("add rsp,30h")
+        );
+        let mut ops = VecAssembler::<X64Relocation>::new(COLD as usize);
+        dynasm!(ops ; .arch x64
+            ; mov rsi, [rsp + 0x40]     // g: entry rsp + 8
+            ; mov rdx, [rsp + 0x48]     // h
+            ; jmp extern back as usize
+        );
+        let cold = ops.finalize().unwrap();
+        let alone = analyse_stack_reads(AT, &hot);
+        assert_eq!(alone.words, 0);
+        let exit = alone.exits[0];
+        assert_eq!((exit.to, exit.rsp), (COLD, Some(-0x38)));
+        // gcc's FDE for such a part: CFA = rsp + 0x40.
+        assert_eq!(
+            classify_exit(&exit, true, Some(TargetCfa::Rsp(0x40))),
+            ExitKind::Continuation
+        );
+        let r = analyse_stack_reads_with_parts(AT, &hot, &[(COLD, &cold)]);
+        assert_eq!((r.words, r.unsure.clone()), (2, None), "{r:?}");
+        assert!(r.exits.is_empty(), "{r:?}");
+    }
+
+    #[test]
+    fn exits_are_classified_by_the_cfa_at_their_target() {
+        let exit = |rsp: Option<i64>, rbp: Option<i64>| Exit {
+            from: AT,
+            to: 0x40_2000,
+            rsp,
+            rbp,
+        };
+        // A cold part: six pushes and `sub rsp, 0x58` before the jump; gcc's FDE
+        // for the part starts with CFA = rsp + 144.
+        let cold = exit(Some(8 - 144), None);
+        assert_eq!(
+            classify_exit(&cold, true, Some(TargetCfa::Rsp(144))),
+            ExitKind::Continuation
+        );
+        // A CFA that disagrees with the jump, none at all, or an inexact height: unknown.
+        assert_eq!(
+            classify_exit(&cold, true, Some(TargetCfa::Rsp(136))),
+            ExitKind::Unknown
+        );
+        assert_eq!(classify_exit(&cold, true, None), ExitKind::Unknown);
+        assert_eq!(
+            classify_exit(&exit(None, None), true, Some(TargetCfa::Rsp(144))),
+            ExitKind::Unknown
+        );
+        // Frame-pointer code: CFA = rbp + 16 with rbp at entry - 8.
+        let fp = exit(None, Some(-8));
+        assert_eq!(
+            classify_exit(&fp, true, Some(TargetCfa::Rbp(16))),
+            ExitKind::Continuation
+        );
+        assert_eq!(
+            classify_exit(&fp, true, Some(TargetCfa::Rsp(16))),
+            ExitKind::Unknown
+        );
+        // The entry state: a tail call out of .text (a PLT stub) whatever the CFA;
+        // into .text, unnamed code whose CFA is that of an entry is walked in place
+        // (exactly as its own entry would be); other CFAs are unknown.
+        let tail = exit(Some(0), None);
+        assert_eq!(classify_exit(&tail, false, None), ExitKind::TailCall);
+        assert_eq!(
+            classify_exit(&tail, true, Some(TargetCfa::Rsp(8))),
+            ExitKind::Continuation
+        );
+        assert_eq!(classify_exit(&tail, true, None), ExitKind::Unknown);
+        assert_eq!(
+            classify_exit(&tail, true, Some(TargetCfa::Rsp(48))),
+            ExitKind::Unknown
+        );
+        let why = Unsure::UnknownJump { at: AT };
+        assert_eq!(why.at(), AT);
+        assert!(
+            why.to_string().contains("jumps out of the function"),
+            "{why}"
+        );
     }
 
     #[test]
