@@ -5,8 +5,7 @@ use thiserror::Error;
 use crate::memory::MemoryError;
 
 use super::debug_offsets::OffsetsProblem;
-use super::layout::KNOWN_VERSIONS;
-use super::version::PythonVersion;
+use super::release::PythonVersion;
 
 /// Why a process's CPython state cannot be read.
 #[derive(Debug, Error)]
@@ -40,10 +39,12 @@ pub enum PythonError {
         module: String,
     },
     /// The version has no layout table.
-    #[error("{}", no_layout_message(.version, *.debug_offsets))]
+    #[error("{}", no_layout_message(.version, .known, *.debug_offsets))]
     NoLayout {
         /// The version found.
         version: PythonVersion,
+        /// The versions whose layouts this reader knows (`3.11, 3.13, ...`).
+        known: &'static str,
         /// The interpreter publishes `_Py_DebugOffsets`, but the order of their
         /// fields in this version is not known (it is never guessed).
         debug_offsets: bool,
@@ -63,9 +64,9 @@ pub enum PythonError {
     Memory(#[from] MemoryError),
 }
 
-fn no_layout_message(version: &PythonVersion, debug_offsets: bool) -> String {
+fn no_layout_message(version: &PythonVersion, known: &str, debug_offsets: bool) -> String {
     let mut s = format!(
-        "CPython {version} has no known memory layout (known: {KNOWN_VERSIONS}); only native frames can be shown"
+        "CPython {version} has no known memory layout (known: {known}); only native frames can be shown"
     );
     if debug_offsets {
         s.push_str(" (it publishes _Py_DebugOffsets, but their order of fields in this version is not known here, and is never guessed)");

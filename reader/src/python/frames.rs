@@ -745,7 +745,7 @@ mod tests {
     fn layout_313(tagged: bool) -> Layout {
         use super::super::debug_offsets::tests::{image, DEBIAN_313};
         use super::super::layout::layout_for;
-        use super::super::version::PythonVersion;
+        use super::super::release::PythonVersion;
         let mut m = FakeMem::default();
         m.put(0x100, &image(DEBIAN_313));
         let v = PythonVersion::from_hex(0x030d12f0);

@@ -19,7 +19,7 @@ use crate::memory::Memory;
 
 use super::debug_offsets::{self, DebugOffsets, OffsetsProblem, Probe};
 use super::error::PythonError;
-use super::version::PythonVersion;
+use super::release::PythonVersion;
 
 /// Offsets in `_PyRuntimeState` (the `_PyRuntime` global).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -412,6 +412,7 @@ pub fn layout_for(
         None => {
             return Err(PythonError::NoLayout {
                 version,
+                known: KNOWN_VERSIONS,
                 debug_offsets: matches!(probe, Probe::Found(_)),
             })
         }

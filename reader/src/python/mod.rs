@@ -45,6 +45,7 @@ pub mod frames;
 pub mod layout;
 pub mod linetable;
 pub mod pair;
+pub mod release;
 pub mod stack;
 pub mod threads;
 pub mod value;
