@@ -7,8 +7,8 @@ path that starts with a child module of the file's own module (`call::remote`),
 and every leaf of a `use` tree (`use crate::ptrace::{call::X, syscall::{a, b}}`).
 A path is resolved to the deepest module it names; when it goes on to name an item
 that module only re-exports (`pub use x::Item;`), the use goes to the file the item
-comes from, so a facade's `pub use` lines are not themselves uses (a parent that
-re-exports its children is not in a cycle with them). A glob (`use super::*`) uses
+comes from (a re-export is itself a use of that file, but a parent re-exporting its
+children is never part of a check: see `check`). A glob (`use super::*`) uses
 the module's file. Comments, strings, doc links and `$crate` are ignored.
 
 Uses inside `#[cfg(test)]` code (inline `mod tests {...}`, or files declared
@@ -337,10 +337,6 @@ class Crate:
         out = {}
         for f in self.files:
             for segs, scope, line, test, glob in f.uses:
-                # A facade's own `pub use` is an export, not a use: its users are
-                # resolved through it. Private `use` lines are real uses.
-                if not test and any(s == scope and segs and (e == segs) for s, _, e in f.exports):
-                    continue
                 target = self.resolve(segs, scope)
                 if target is None or target is f:
                     continue
@@ -505,13 +501,35 @@ def design_block():
         label = entry if entry == name else f"{entry} ({name})"
         lines.append(f"  {label:<24} -> {', '.join(deps) if deps else '(no workspace crate)'}")
     for entry in ("trampolines", "reader", "injector"):
-        _, _, mod_adj, modules = check_quiet(os.path.join(ROOT, entry))
+        _, crate, mod_adj, modules = check_quiet(os.path.join(ROOT, entry))
         lines.append("")
         lines.append(f"{entry}: top-level modules in layers (each uses only the layers above it)")
+        width = max(len(m) for m in modules)
         for k, layer in enumerate(layers(mod_adj, modules)):
-            lines.append(f"  {k}  {'  '.join(layer)}")
+            for j, m in enumerate(layer):
+                lines.append(f"  {k if j == 0 else ' '}  {m:<{width}}  {module_summary(crate, m)}".rstrip())
     lines.append("```")
     return "\n".join(lines)
+
+
+def module_summary(crate, module):
+    """The first sentence of a top-level module's `//!` doc, cut to one line."""
+    f = crate.module_file.get((module,))
+    if f is None:
+        return ""
+    with open(f.path, encoding="utf-8") as fh:
+        doc = []
+        for line in fh:
+            if not line.startswith("//!"):
+                break
+            text = line[3:].strip()
+            if not text:
+                break
+            doc.append(text)
+    sentence = " ".join(doc)
+    m = re.match(r"(.+?\.)(\s|$)", sentence)
+    sentence = (m.group(1) if m else sentence).rstrip(".:;")
+    return sentence if len(sentence) <= 72 else sentence[:69].rstrip() + "..."
 
 
 def check_quiet(crate_dir):
