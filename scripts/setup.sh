@@ -110,6 +110,16 @@ for sub in fmt clippy; do
     cargo "$sub" --version >/dev/null 2>&1 || echo "setup: warning: cargo $sub is not available" >&2
 done
 
+# cargo-machete (crates.io): .ci/run fails on a dependency that no code of its crate
+# uses. Built from source once (~3 min on 2 cores); skipped when present.
+MACHETE_VERSION=0.9.2
+if cargo machete --version >/dev/null 2>&1; then
+    echo "setup: ok       cargo-machete"
+else
+    echo "setup: cargo install cargo-machete@$MACHETE_VERSION"
+    cargo install -q --locked "cargo-machete@$MACHETE_VERSION"
+fi
+
 # ptrace permission: informative only (tests attach to their own children).
 if [[ -r /proc/sys/kernel/yama/ptrace_scope ]] && [[ $(cat /proc/sys/kernel/yama/ptrace_scope) == 3 ]]; then
     echo "setup: warning: kernel.yama.ptrace_scope=3 forbids ptrace; argstash tests will fail" >&2

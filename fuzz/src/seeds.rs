@@ -252,7 +252,7 @@ fn answers_entries(elfs: &[&PathBuf]) -> Vec<(String, Vec<u8>)> {
             continue;
         };
         let md = ModuleDebug::load_cached(path, 0, &search, &DwarfCache::new());
-        let mut answers = reader::answers::Answers::default();
+        let mut answers = reader::debuginfo::answers::Answers::default();
         let Ok(elf) = goblin::elf::Elf::parse(&bytes) else {
             continue;
         };
@@ -271,7 +271,7 @@ fn answers_entries(elfs: &[&PathBuf]) -> Vec<(String, Vec<u8>)> {
                 .call_sites
                 .insert((s.st_value + 8, s.st_value + 13), sites);
         }
-        let entry = reader::answers::encode(&cache_key(), 0, None, &answers);
+        let entry = reader::debuginfo::answers::encode(&cache_key(), 0, None, &answers);
         seeds.push((format!("answers-{i}"), entry));
     }
     seeds

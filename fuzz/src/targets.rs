@@ -572,7 +572,8 @@ pub fn fuzz_answers(data: &[u8]) {
 fn answers_once(data: &[u8]) {
     let key = cache_key();
     for bias in [0, 0x5555_5555_4000] {
-        let Some(saved) = reader::answers::Saved::parse(data.to_vec(), &key, bias) else {
+        let Some(saved) = reader::debuginfo::answers::Saved::parse(data.to_vec(), &key, bias)
+        else {
             return;
         };
         if show() {

@@ -47,6 +47,9 @@ const MAGIC: &[u8; 8] = b"ARGSTDWC";
 const VERSION: u32 = 1;
 const SUFFIX: &str = ".dwarf";
 const TMP_SUFFIX: &str = ".tmp";
+/// Suffix of the symbolization answers saved beside the DWARF entries
+/// ([`crate::debuginfo::answers`]): the cache bounds and evicts both kinds.
+pub(crate) const ANSWERS_SUFFIX: &str = ".answers";
 /// Bytes of the fixed part of the header.
 const FIXED: usize = 120;
 const MAX_BUILD_ID: usize = 64;
@@ -412,7 +415,7 @@ impl DiskCache {
                 {
                     let _ = fs::remove_file(e.path());
                 }
-            } else if name.ends_with(SUFFIX) || name.ends_with(crate::answers::SUFFIX) {
+            } else if name.ends_with(SUFFIX) || name.ends_with(ANSWERS_SUFFIX) {
                 entries.push((modified, meta.len(), e.path()));
             }
         }

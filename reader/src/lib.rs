@@ -21,7 +21,6 @@
 
 #![deny(missing_docs)]
 
-pub mod answers;
 pub mod arena;
 pub mod args;
 pub mod core;

@@ -9,8 +9,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Once;
 use std::time::Duration;
 
+use crate::command::{check_tool, run_command, wait_until, Background};
 use crate::fixtures::{profile_dir, workspace_root};
-use crate::process::{check_tool, run_command, wait_until};
 
 /// Default timeout of [`run`] and friends for one `argstash` invocation.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -203,6 +203,13 @@ pub fn remove_argstash_tmp_files(pid: i32) {
         format!("/tmp/argstash-{pid}.elf"),
     ] {
         let _ = fs::remove_file(f);
+    }
+}
+
+impl Background {
+    /// Start `argstash args...`.
+    pub fn argstash(args: &[&str]) -> Background {
+        Background::spawn(&mut argstash_cmd(args))
     }
 }
 

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::process::check_tool;
+use crate::command::check_tool;
 
 /// A `PT_LOAD` program header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,7 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cli::remove_argstash_tmp_files;
-use crate::process::{wait_until, Background, Target};
+use crate::command::{wait_until, Background};
+use crate::process::Target;
 use crate::procfs::{
     blocked_syscall, proc_state, proc_status_field, thread_ids, thread_state, traced_threads,
 };

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::process::check_tool;
+use crate::command::check_tool;
 
 /// Names of all fixtures (`tests/fixtures/<name>.c`).
 pub const FIXTURES: &[&str] = &[

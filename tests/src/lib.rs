@@ -36,6 +36,7 @@
 
 pub mod checks;
 pub mod cli;
+pub mod command;
 pub mod consts;
 pub mod elf;
 pub mod faults;
@@ -47,6 +48,7 @@ pub mod profile;
 
 pub use checks::*;
 pub use cli::*;
+pub use command::*;
 pub use elf::*;
 pub use faults::*;
 pub use fixtures::*;

@@ -7,8 +7,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::command::wait_until;
 use crate::elf::{elf_load_segments, symbol};
-use crate::process::wait_until;
 
 /// Read `len` bytes at `addr` of process `pid` through `/proc/PID/mem`.
 #[track_caller]

@@ -59,6 +59,13 @@ const FLAG_XMM: u32 = 1;
 /// Record flags bit: the hooked function is variadic.
 const FLAG_VARIADIC: u32 = 2;
 
+/// Version of the stash-frame layout, stored in every hook record (the emitters'
+/// `LAYOUT_VERSION`s are this number).
+pub const STASH_LAYOUT_VERSION: u16 = 1;
+
+/// Layout version of frames that also stash xmm0-xmm7 (version 1 plus the xmm area).
+pub const STASH_LAYOUT_VERSION_XMM: u16 = 2;
+
 /// Lifecycle of a hook record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookState {
@@ -250,7 +257,7 @@ impl ArenaHeader {
 /// `argstash` Python extension) instead of a patched entry, and `function` is
 /// what the trampoline calls. Its stash frames read like any other; there is
 /// nothing to restore in code, only the pointer's owner can remove it
-/// (see [`HookRecord::is_call_through`] and `x86_64::call_through`).
+/// (see [`HookRecord::is_call_through`] and the emitters' call-through hooks).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookRecord {
     /// Lifecycle state.
@@ -265,7 +272,7 @@ pub struct HookRecord {
     pub patch_addr: u64,
     /// The original bytes at `patch_addr` (their length is the patch length).
     pub original: Vec<u8>,
-    /// Stash layout version ([`crate::x86_64::LAYOUT_VERSION`]).
+    /// Stash layout version ([`STASH_LAYOUT_VERSION`] or [`STASH_LAYOUT_VERSION_XMM`]).
     pub layout_version: u16,
     /// Copied stack words.
     pub stack_words: u16,
@@ -278,7 +285,7 @@ pub struct HookRecord {
     /// Trampoline length in bytes.
     pub trampoline_len: u32,
     /// Offsets of the trampoline's instruction boundaries.
-    pub offsets: crate::x86_64::TrampolineOffsets,
+    pub offsets: crate::trampoline::TrampolineOffsets,
     /// Relocated prologue address.
     pub relocated: u64,
     /// Relocated prologue length in bytes.
@@ -349,11 +356,6 @@ impl HookRecord {
     /// The trampoline's after-call address: the return address that marks a stash frame.
     pub fn after_call(&self) -> u64 {
         self.trampoline + u64::from(self.offsets.after_call)
-    }
-
-    /// The stash layout the trampoline uses.
-    pub fn layout(&self) -> crate::x86_64::StashLayout {
-        crate::x86_64::StashLayout::new(self.stack_words).with_xmm(self.xmm)
     }
 
     /// True when `addr` lies in the trampoline.
@@ -461,9 +463,9 @@ impl HookRecord {
         let layout_version = u16_at(b, 36);
         // Records written before the xmm area existed carry version 1 and no xmm flag.
         let expected = if xmm {
-            crate::x86_64::frame::LAYOUT_VERSION_XMM
+            STASH_LAYOUT_VERSION_XMM
         } else {
-            crate::x86_64::frame::LAYOUT_VERSION
+            STASH_LAYOUT_VERSION
         };
         if state != HookState::Free && layout_version != expected {
             return Err(FormatError::Corrupt("stash layout version"));
@@ -485,7 +487,7 @@ impl HookRecord {
             layout_version,
             trampoline: u64_at(b, 64),
             trampoline_len: u32_at(b, 72),
-            offsets: crate::x86_64::TrampolineOffsets {
+            offsets: crate::trampoline::TrampolineOffsets {
                 after_push_rbp: u32::from(b[92]),
                 after_mov_rbp: u32::from(b[93]),
                 after_call: u32_at(b, 76),
@@ -636,7 +638,7 @@ mod tests {
             variadic: false,
             trampoline: 0x5555_1000_0000,
             trampoline_len: 77,
-            offsets: crate::x86_64::TrampolineOffsets {
+            offsets: crate::trampoline::TrampolineOffsets {
                 after_push_rbp: 5,
                 after_mov_rbp: 8,
                 after_call: 70,
@@ -721,7 +723,7 @@ mod tests {
         let mut r = sample();
         r.xmm = true;
         r.variadic = true;
-        r.layout_version = crate::x86_64::frame::LAYOUT_VERSION_XMM;
+        r.layout_version = STASH_LAYOUT_VERSION_XMM;
         let back = HookRecord::decode(&r.encode().unwrap()).unwrap();
         assert_eq!(back, r);
         assert!(back.layout().xmm);

@@ -72,6 +72,7 @@ pub mod arena;
 pub mod error;
 pub mod i386;
 pub mod symbol_file;
+pub mod trampoline;
 pub mod unwind_area;
 pub mod x86_64;
 

@@ -589,7 +589,7 @@ mod tests {
 
     fn sample_eh_frame(at: u64) -> Vec<u8> {
         // A trampoline-like range: push rbp; mov rbp, rsp; ...; call; leave; ret.
-        let offsets = trampolines::x86_64::emit::TrampolineOffsets {
+        let offsets = trampolines::trampoline::TrampolineOffsets {
             after_push_rbp: 1,
             after_mov_rbp: 4,
             after_call: 40,

@@ -27,8 +27,10 @@ use nix::sys::ptrace;
 use nix::unistd::Pid;
 use thiserror::Error;
 
+use crate::ptrace::regs::{
+    get_fpregs, get_sigmask, get_xstate, set_fpregs, set_sigmask, set_xstate, sigbit,
+};
 use crate::ptrace::session::{wait_tid, Current, Session, SessionError, UnexpectedState, Waited};
-use crate::ptrace::syscall::{get_sigmask, set_sigmask, sigbit};
 
 /// The user code segment selector of 64-bit code on Linux x86-64.
 const USER_CS_64: u64 = 0x33;
@@ -83,87 +85,6 @@ pub enum RemoteCallError {
 /// Read fresh before each call: the program may change its SIGSEGV disposition at any time.
 fn segv_ignored(pid: i32) -> bool {
     reader::procfs::read_status(pid).is_ok_and(|st| st.ignores(libc::SIGSEGV))
-}
-
-/// `PTRACE_GETFPREGS`: x87, MXCSR and the SSE registers.
-pub(crate) fn get_fpregs(tid: i32) -> Result<libc::user_fpregs_struct, nix::errno::Errno> {
-    let mut fp = std::mem::MaybeUninit::<libc::user_fpregs_struct>::zeroed();
-    // SAFETY: the kernel writes exactly sizeof(user_fpregs_struct) bytes through `data`,
-    // which points to a live, zero-initialised struct of that type.
-    let r = unsafe {
-        libc::ptrace(
-            libc::PTRACE_GETFPREGS,
-            tid,
-            std::ptr::null_mut::<libc::c_void>(),
-            fp.as_mut_ptr(),
-        )
-    };
-    nix::errno::Errno::result(r)?;
-    // SAFETY: zero-initialised and then filled by the kernel; every bit pattern is valid.
-    Ok(unsafe { fp.assume_init() })
-}
-
-/// `PTRACE_SETFPREGS`.
-fn set_fpregs(tid: i32, fp: &libc::user_fpregs_struct) -> Result<(), nix::errno::Errno> {
-    // SAFETY: the kernel reads sizeof(user_fpregs_struct) bytes through `data`, which
-    // points to a live struct of that type.
-    let r = unsafe {
-        libc::ptrace(
-            libc::PTRACE_SETFPREGS,
-            tid,
-            std::ptr::null_mut::<libc::c_void>(),
-            fp as *const libc::user_fpregs_struct as *mut libc::c_void,
-        )
-    };
-    nix::errno::Errno::result(r).map(drop)
-}
-
-/// `NT_X86_XSTATE`: the XSAVE area (AVX upper halves and beyond).
-const NT_X86_XSTATE: libc::c_int = 0x202;
-
-/// `PTRACE_GETREGSET(NT_X86_XSTATE)`: the thread's whole extended state, if the kernel gives it.
-pub(crate) fn get_xstate(tid: i32) -> Option<Vec<u8>> {
-    // The kernel hands out an image for every enabled feature (11008 bytes with AMX);
-    // room for at least that, whatever the layout says.
-    let room = crate::ptrace::xsave::XsaveLayout::host().map_or(0, |l| l.max_size());
-    let mut buf = vec![0u8; room.max(1 << 14)];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: the kernel writes at most `iov_len` bytes into `buf` (alive for the call)
-    // and updates `iov_len` to the size written.
-    let r = unsafe {
-        libc::ptrace(
-            libc::PTRACE_GETREGSET,
-            tid,
-            NT_X86_XSTATE as usize as *mut libc::c_void,
-            &mut iov as *mut libc::iovec as *mut libc::c_void,
-        )
-    };
-    (r == 0).then(|| {
-        buf.truncate(iov.iov_len);
-        buf
-    })
-}
-
-/// `PTRACE_SETREGSET(NT_X86_XSTATE)` with a buffer from [`get_xstate`]: the kernel
-/// takes back every component and the header's `XSTATE_BV` as they were read.
-fn set_xstate(tid: i32, state: &[u8]) -> Result<(), nix::errno::Errno> {
-    let mut iov = libc::iovec {
-        iov_base: state.as_ptr() as *mut libc::c_void,
-        iov_len: state.len(),
-    };
-    // SAFETY: the kernel reads `iov_len` bytes from `state`, alive for the call.
-    let r = unsafe {
-        libc::ptrace(
-            libc::PTRACE_SETREGSET,
-            tid,
-            NT_X86_XSTATE as usize as *mut libc::c_void,
-            &mut iov as *mut libc::iovec as *mut libc::c_void,
-        )
-    };
-    nix::errno::Errno::result(r).map(drop)
 }
 
 /// Non-blocking wait for `tid`: `None` while it runs.

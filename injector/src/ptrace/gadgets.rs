@@ -5,9 +5,9 @@
 //! Searching for them reads the target's code, so it is done before a stop, and
 //! what was found is kept in a [`Gadgets`] cache that belongs to its caller, as
 //! framehop's `Cache` does: an operation creates one for its process, fills it
-//! before stopping ([`Gadgets::find`]), hands it to each [`Session`] it opens
-//! ([`Session::set_gadgets`]) and takes back what a session found
-//! ([`Session::gadgets`]). There is no process-wide state: two operations on the
+//! before stopping ([`Gadgets::find`]), hands it to each [`Session`](super::session::Session) it opens
+//! ([`Session::set_gadgets`](super::session::Session::set_gadgets)) and takes back what a session found
+//! ([`Session::gadgets`](super::session::Session::gadgets)). There is no process-wide state: two operations on the
 //! same process share gadgets only if their caller passes the cache on.
 //!
 //! Only gadgets in libc are kept beyond one session (libc is never unmapped), and
@@ -15,7 +15,6 @@
 
 use crate::arch::Arch;
 use crate::memory::Memory;
-use crate::ptrace::session::Session;
 use crate::ptrace::sigframe::{SigreturnGadgets, RESTORE_RT, SYSCALL_RET};
 use reader::procfs::MapEntry;
 
@@ -50,7 +49,7 @@ impl Gadgets {
 
     /// Searches the target's code for a system-call instruction (and, in a 64-bit
     /// process, libc's sigreturn gadgets) before stopping it; returns the address
-    /// to pass to [`Session::set_syscall_gadget`], in libc if there is one.
+    /// to pass to [`Session::set_syscall_gadget`](super::session::Session::set_syscall_gadget), in libc if there is one.
     ///
     /// What was found in libc is kept, so sessions seeded with this cache skip
     /// the search inside their stop.
@@ -192,20 +191,6 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
         )
     };
     (!at.is_null()).then(|| at as usize - haystack.as_ptr() as usize)
-}
-
-impl Session {
-    /// Uses the gadgets a caller found before (those of another process are ignored).
-    pub fn set_gadgets(&mut self, gadgets: &Gadgets) {
-        if gadgets.owner == (self.pid, self.start_time) {
-            self.gadgets = gadgets.clone();
-        }
-    }
-
-    /// The gadgets this session knows, including those it found: for the caller to keep.
-    pub fn gadgets(&self) -> &Gadgets {
-        &self.gadgets
-    }
 }
 
 #[cfg(test)]

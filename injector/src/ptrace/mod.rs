@@ -8,9 +8,16 @@
 
 pub mod call;
 pub mod gadgets;
+pub mod regs;
 pub mod requeue;
 pub mod safe_point;
 pub mod session;
 pub mod sigframe;
 pub mod syscall;
 pub mod xsave;
+
+/// `EINVAL (Invalid argument)` for errno 22.
+pub(crate) fn errno_text(errno: i32) -> String {
+    let e = nix::errno::Errno::from_raw(errno);
+    format!("{e:?} ({})", e.desc())
+}

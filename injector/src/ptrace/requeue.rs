@@ -98,7 +98,7 @@ impl SignalFate {
             SignalFate::Merged => "merged with the same signal already pending".to_string(),
             SignalFate::Lost { errno } => format!(
                 "lost: the kernel refused to queue it again ({})",
-                crate::ptrace::session::errno_text(errno)
+                crate::ptrace::errno_text(errno)
             ),
         }
     }

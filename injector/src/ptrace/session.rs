@@ -35,6 +35,7 @@ use nix::unistd::Pid;
 
 use crate::arch::Arch;
 use crate::memory::{MemoryError, ProcessMemory};
+use crate::ptrace::errno_text;
 use crate::ptrace::requeue::{SignalFate, SignalOutcome};
 use reader::procfs::{self, Status};
 
@@ -258,12 +259,6 @@ impl fmt::Display for UnexpectedState {
             }
         }
     }
-}
-
-/// `EINVAL (Invalid argument)` for errno 22.
-pub(crate) fn errno_text(errno: i32) -> String {
-    let e = Errno::from_raw(errno);
-    format!("{e:?} ({})", e.desc())
 }
 
 /// How a held thread was found when it stopped.
@@ -1304,6 +1299,21 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         let _ = self.release();
+    }
+}
+
+/// The caller's cache of syscall gadgets ([`Gadgets`](crate::ptrace::gadgets::Gadgets)).
+impl Session {
+    /// Uses the gadgets a caller found before (those of another process are ignored).
+    pub fn set_gadgets(&mut self, gadgets: &crate::ptrace::gadgets::Gadgets) {
+        if gadgets.owner() == (self.pid, self.start_time) {
+            self.gadgets = gadgets.clone();
+        }
+    }
+
+    /// The gadgets this session knows, including those it found: for the caller to keep.
+    pub fn gadgets(&self) -> &crate::ptrace::gadgets::Gadgets {
+        &self.gadgets
     }
 }
 

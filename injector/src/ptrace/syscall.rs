@@ -16,15 +16,13 @@
 //! would reset that disposition to `SIG_DFL`. Its thread runs the instruction between a
 //! syscall-entry and a syscall-exit stop instead, then is sent back to its signal path.
 
-use std::ffi::c_void;
-
-use nix::errno::Errno;
 use nix::sys::ptrace::{self, Options};
 use nix::unistd::Pid;
 
 use crate::arch::{Arch, Syscall};
 use crate::memory::{Memory, WriteMemory};
 use crate::ptrace::gadgets::search_syscall;
+use crate::ptrace::regs::{get_sigmask, set_sigmask, sigbit};
 use crate::ptrace::session::{
     wait_tid, Current, Session, SessionError, ThreadStop, UnexpectedState, Waited, EVENT_STOP,
 };
@@ -32,42 +30,6 @@ use reader::procfs;
 
 /// Single-steps before giving up (each stop on the way is a held signal or a trap).
 const MAX_STEPS: usize = 16;
-
-/// The bit of `sig` in a kernel signal set.
-pub(crate) fn sigbit(sig: i32) -> u64 {
-    1 << (sig - 1)
-}
-
-/// `PTRACE_GETSIGMASK`: the mask in force once the current system call is over.
-pub(crate) fn get_sigmask(tid: i32) -> Result<u64, Errno> {
-    let mut mask: u64 = 0;
-    // SAFETY: the kernel writes exactly `addr` = 8 bytes (sizeof the kernel's sigset_t
-    // on x86-64) through `data`, which points to a live local u64.
-    let r = unsafe {
-        libc::ptrace(
-            libc::PTRACE_GETSIGMASK,
-            tid,
-            std::mem::size_of::<u64>() as *mut c_void,
-            &mut mask as *mut u64 as *mut c_void,
-        )
-    };
-    Errno::result(r).map(|_| mask)
-}
-
-/// `PTRACE_SETSIGMASK` (the kernel never blocks SIGKILL or SIGSTOP).
-pub(crate) fn set_sigmask(tid: i32, mask: u64) -> Result<(), Errno> {
-    // SAFETY: the kernel reads exactly `addr` = 8 bytes through `data`, which points to
-    // a live local u64.
-    let r = unsafe {
-        libc::ptrace(
-            libc::PTRACE_SETSIGMASK,
-            tid,
-            std::mem::size_of::<u64>() as *mut c_void,
-            &mask as *const u64 as *mut c_void,
-        )
-    };
-    Errno::result(r).map(drop)
-}
 
 impl Session {
     /// Uses `addr` (which must hold `0f 05`) for remote system calls, e.g. one found by `find` before stopping.
@@ -122,12 +84,12 @@ impl Session {
         let Some(gadgets) = self.sigreturn_gadgets()? else {
             return Ok(None);
         };
-        let fp = crate::ptrace::call::get_fpregs(tid)
+        let fp = crate::ptrace::regs::get_fpregs(tid)
             .map_err(|e| self.ptrace_error("PTRACE_GETFPREGS", tid, e))?;
         let ctx = crate::ptrace::sigframe::SavedContext {
             regs: *regs,
             fp,
-            xstate: crate::ptrace::call::get_xstate(tid),
+            xstate: crate::ptrace::regs::get_xstate(tid),
             mask,
         };
         let frame = crate::ptrace::sigframe::build(&ctx, &gadgets);
@@ -641,7 +603,7 @@ int main(void) {
         // The extended state too (x87, SSE, AVX, AVX-512...), byte for byte.
         let images = |tids: &[i32]| -> Vec<_> {
             tids.iter()
-                .map(|t| crate::ptrace::call::get_xstate(*t))
+                .map(|t| crate::ptrace::regs::get_xstate(*t))
                 .collect()
         };
         let images_before = images(&tids);
@@ -706,7 +668,7 @@ int main(void) {
                 .map(|t| {
                     (
                         regs_words(&s.regs(*t).unwrap()),
-                        crate::ptrace::call::get_xstate(*t),
+                        crate::ptrace::regs::get_xstate(*t),
                     )
                 })
                 .collect()

@@ -36,6 +36,9 @@ use crate::memory::{Memory, ProcessMemory, WriteMemory};
 
 use super::RunError;
 
+/// `PTRACE_EVENT_STOP`.
+pub(super) const EVENT_STOP: i32 = 128;
+
 /// Bytes written over the entry point while the hooks go in.
 const PARK_LEN: usize = 9;
 
@@ -380,7 +383,7 @@ fn reseize(pid: i32, program: &str, parked: Parked, options: Options) -> Result<
                 status,
             });
         }
-        if status >> 16 == super::supervise::EVENT_STOP {
+        if status >> 16 == EVENT_STOP {
             break;
         }
         // Nothing else can happen to a thread parked in `pause` but a signal

@@ -30,11 +30,8 @@ use crate::error::Error;
 use crate::hooks::HookTarget;
 
 use super::doorbell::Doorbell;
-use super::launch::launch;
+use super::launch::{launch, EVENT_STOP};
 use super::{Report, ReportReason, Request, RunError, RunEvent, RunOptions, Shared, Started};
-
-/// `PTRACE_EVENT_STOP`.
-pub(super) const EVENT_STOP: i32 = 128;
 
 /// Signals whose default action kills with a core, reported as crashes.
 const CRASH_SIGNALS: [i32; 6] = [

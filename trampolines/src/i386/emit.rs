@@ -37,7 +37,7 @@ use dynasmrt::{dynasm, DynasmApi, DynasmLabelApi, VecAssembler};
 
 use super::frame::{StashLayout, MAX_STACK_WORDS, STASHED_REGS, STASH_MARKER};
 use crate::error::CodegenError;
-use crate::x86_64::{Trampoline, TrampolineOffsets};
+use crate::trampoline::{Trampoline, TrampolineOffsets};
 
 /// The `endbr32` instruction bytes.
 pub const ENDBR32: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfb];

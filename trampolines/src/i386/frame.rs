@@ -44,7 +44,7 @@ impl StashedReg {
 pub const STASHED_REGS: [StashedReg; 3] = [StashedReg::Eax, StashedReg::Edx, StashedReg::Ecx];
 
 /// Version of the i386 frame layout, stored in every hook record of a 32-bit target.
-pub const LAYOUT_VERSION: u16 = 1;
+pub const LAYOUT_VERSION: u16 = crate::arena::STASH_LAYOUT_VERSION;
 
 /// Largest stack-argument window (in 4-byte words) a trampoline copies.
 pub const MAX_STACK_WORDS: u16 = 16;

@@ -20,11 +20,12 @@
 //! every hook. The frame stashes the six argument registers; its rax and r10
 //! slots are not written (see [`emit_call_through`]).
 
-use super::emit::{emit_call_through, CallThroughSpec, Trampoline};
+use super::emit::{emit_call_through, CallThroughSpec};
 use super::frame::{StashLayout, STASH_MARKER};
 use super::hook::HookMeta;
 use crate::arena::{ArenaHeader, HookRecord, HookState, SLOT_LEN};
 use crate::error::CodegenError;
+use crate::trampoline::Trampoline;
 
 /// Offset of the 8-byte call target inside the slot (its last word).
 pub const TARGET_OFFSET: usize = SLOT_LEN - 8;

@@ -25,6 +25,7 @@
 //! [`emit_call_through`] builds the same frame for a trampoline reached through a
 //! function pointer, with fewer stores (see there).
 
+use crate::trampoline::{Trampoline, TrampolineOffsets};
 use dynasmrt::x64::X64Relocation;
 use dynasmrt::{dynasm, DynasmApi, DynasmLabelApi, VecAssembler};
 
@@ -49,37 +50,6 @@ pub struct TrampolineSpec {
     pub layout: StashLayout,
     /// Start with `endbr64`.
     pub endbr64: bool,
-}
-
-/// Offsets of the instruction boundaries a reader needs to unwind from inside a trampoline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TrampolineOffsets {
-    /// Offset just after `push rbp`.
-    pub after_push_rbp: u32,
-    /// Offset just after `mov rbp, rsp`.
-    pub after_mov_rbp: u32,
-    /// Offset just after the `call` (the return address of the hooked call).
-    pub after_call: u32,
-    /// Offset of the final `ret` (just after `leave`).
-    pub ret: u32,
-}
-
-/// A generated trampoline.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Trampoline {
-    /// Address the code was assembled for.
-    pub address: u64,
-    /// The machine code.
-    pub code: Vec<u8>,
-    /// Instruction boundaries inside `code`.
-    pub offsets: TrampolineOffsets,
-}
-
-impl Trampoline {
-    /// The absolute return address of the hooked call: identifies stash frames.
-    pub fn after_call(&self) -> u64 {
-        self.address + u64::from(self.offsets.after_call)
-    }
 }
 
 fn fits_rel32(from_end: u64, to: u64) -> bool {

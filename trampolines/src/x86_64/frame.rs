@@ -89,10 +89,17 @@ pub const ARGUMENT_REGS: [StashedReg; 6] = [
 ];
 
 /// Version of the frame layout, stored in every hook record.
-pub const LAYOUT_VERSION: u16 = 1;
+pub const LAYOUT_VERSION: u16 = crate::arena::STASH_LAYOUT_VERSION;
 
 /// Layout version of frames that also stash xmm0-xmm7 (version 1 plus the xmm area).
-pub const LAYOUT_VERSION_XMM: u16 = 2;
+pub const LAYOUT_VERSION_XMM: u16 = crate::arena::STASH_LAYOUT_VERSION_XMM;
+
+impl crate::arena::HookRecord {
+    /// The x86-64 stash layout the record's trampoline uses.
+    pub fn layout(&self) -> StashLayout {
+        StashLayout::new(self.stack_words).with_xmm(self.xmm)
+    }
+}
 
 /// Vector argument registers a trampoline can stash (xmm0-xmm7).
 pub const XMM_ARGS: usize = 8;

@@ -1,11 +1,12 @@
 //! Everything one hook writes into the target, built in one place.
 
-use super::emit::{emit_trampoline, Trampoline, TrampolineSpec};
+use super::emit::{emit_trampoline, TrampolineSpec};
 use super::frame::StashLayout;
 use super::patch::entry_patch;
 use super::relocate::{PatchPlan, RelocatedPrologue};
 use crate::arena::{ArenaHeader, HookRecord, HookState, SLOT_LEN};
 use crate::error::CodegenError;
+use crate::trampoline::Trampoline;
 
 /// Offset of the relocated prologue inside a code slot (the trampoline comes first;
 /// the largest one, 16 stack words plus the xmm area, takes 158 bytes).

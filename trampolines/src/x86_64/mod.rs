@@ -9,10 +9,10 @@ pub mod relocate;
 pub mod stack_reads;
 pub mod sysv;
 
+pub use crate::trampoline::{Trampoline, TrampolineOffsets};
 pub use call_through::{build_call_through, CallThroughCode};
 pub use emit::{
-    emit_call_through, emit_trampoline, jump_patch, CallThroughSpec, Trampoline, TrampolineOffsets,
-    TrampolineSpec, ENDBR64,
+    emit_call_through, emit_trampoline, jump_patch, CallThroughSpec, TrampolineSpec, ENDBR64,
 };
 pub use frame::{
     StashFrame, StashLayout, StashedReg, ARGUMENT_REGS, LAYOUT_VERSION, LAYOUT_VERSION_XMM,

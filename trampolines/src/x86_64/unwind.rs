@@ -33,8 +33,8 @@ use iced_x86::{
     Register as IcedReg,
 };
 
-use super::emit::TrampolineOffsets;
 use crate::error::CodegenError;
+use crate::trampoline::TrampolineOffsets;
 
 /// The code a hook adds to the target, as [`hook_eh_frame`] describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,15 +32,13 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::{CallSiteParam, SourceFrame};
 use crate::args::{FunctionInfo, Location, Member, Param, TypeDesc, TypeKind};
 use crate::debugfile::crc32;
-use crate::debuginfo::{CallSiteParam, SourceFrame};
-use crate::dwarf_cache::{DiskCache, EntryKey, StoreError};
+use crate::dwarf_cache::{DiskCache, EntryKey, StoreError, ANSWERS_SUFFIX as SUFFIX};
 
 const MAGIC: &[u8; 8] = b"ARGSTANS";
 const VERSION: u32 = 1;
-/// File-name suffix of an answers entry.
-pub(crate) const SUFFIX: &str = ".answers";
 /// Deepest type nesting read back (pointers to pointers, arrays of structs).
 pub const MAX_DEPTH: usize = 64;
 /// Largest answers entry read.

@@ -13,6 +13,8 @@
 //! Parsing is lazy: [`ModuleDebug::load`] finds and maps the files and builds the
 //! addr2line context; units and functions are parsed on first lookup and kept.
 
+pub mod answers;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -125,7 +127,7 @@ pub struct ModuleDebug {
     /// key of the debug file they come from ([`crate::answers`]).
     persist: Option<(DiskCache, EntryKey)>,
     /// The answers an earlier run saved, asked before the DWARF.
-    saved: Option<crate::answers::Saved>,
+    saved: Option<answers::Saved>,
 }
 
 impl Drop for ModuleDebug {
@@ -145,7 +147,7 @@ struct Memo {
     frames: std::collections::HashMap<u64, Arc<[SourceFrame]>>,
     call_sites: std::collections::HashMap<(u64, u64), Vec<CallSiteParam>>,
     /// The answers found in the DWARF since the last save.
-    new: crate::answers::Answers,
+    new: answers::Answers,
 }
 
 /// Stores `value` under `key`, emptying `map` first when it is full.
@@ -582,7 +584,7 @@ impl ModuleDebug {
         else {
             return false;
         };
-        self.saved = crate::answers::Saved::load(disk, &key, self.bias);
+        self.saved = answers::Saved::load(disk, &key, self.bias);
         self.persist = Some((disk.clone(), key));
         self.saved.as_ref().is_some_and(|s| !s.is_empty())
     }
@@ -627,7 +629,7 @@ impl ModuleDebug {
             std::mem::take(&mut memo.new)
         };
         // Not saving only costs the next run the DWARF work again.
-        let _ = crate::answers::store(disk, key, self.bias, self.saved.as_ref(), &new);
+        let _ = answers::store(disk, key, self.bias, self.saved.as_ref(), &new);
     }
 
     fn memo(&self) -> std::sync::MutexGuard<'_, Memo> {
