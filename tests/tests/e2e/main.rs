@@ -31,6 +31,7 @@ mod python;
 mod record;
 mod riprel;
 mod run;
+mod runners;
 mod seed;
 mod shared_files;
 mod sid_safe_points;
