@@ -51,17 +51,17 @@ impl Demangled {
                 return None;
             }
         }
-        if self.path_key == q.path_key {
-            Some(Tier::Path)
-        } else if self
-            .path_key
-            .strip_suffix(q.path_key.as_str())
-            .is_some_and(|head| head.ends_with("::"))
-        {
-            Some(Tier::Suffix)
-        } else {
-            None
+        path_tier(&self.path_key, &q.path_key)
+    }
+
+    /// How well `q`, a path without parameter list, names this function's template:
+    /// its path without the template arguments that end it (`ns::call` names
+    /// `ns::call<long (*)(long)>`); `None` for a function that is no template.
+    pub fn matches_template(&self, q: &Query) -> Option<Tier> {
+        if q.params_key.is_some() {
+            return None;
         }
+        path_tier(without_template_args(&self.path_key)?, &q.path_key)
     }
 
     /// True when `o` has the same path.
@@ -78,6 +78,39 @@ impl Demangled {
     pub fn shown(&self) -> &str {
         self.full.as_deref().unwrap_or(&self.path)
     }
+}
+
+/// How the path `wanted` names the path `key` (both without whitespace).
+fn path_tier(key: &str, wanted: &str) -> Option<Tier> {
+    if key == wanted {
+        Some(Tier::Path)
+    } else if key
+        .strip_suffix(wanted)
+        .is_some_and(|head| head.ends_with("::"))
+    {
+        Some(Tier::Suffix)
+    } else {
+        None
+    }
+}
+
+/// `key` without the `<...>` that ends it (`ns::call` of `ns::call<long(*)(long)>`).
+fn without_template_args(key: &str) -> Option<&str> {
+    let mut depth = 0usize;
+    for (i, ch) in key.char_indices().rev() {
+        match ch {
+            '>' => depth += 1,
+            '<' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(&key[..i]);
+                }
+            }
+            _ if depth == 0 => return None,
+            _ => {}
+        }
+    }
+    None
 }
 
 /// How a query matched a demangled name; the better (smaller) tier wins.
@@ -196,6 +229,26 @@ fn params_start(text: &str) -> Option<usize> {
     None
 }
 
+/// What reads as a name in a malformed one: its path before the parameter list,
+/// cut before an unpaired `<` or `>` and a stray `(` or `)`, without empty `::`
+/// components (`parse` of `parse(long`, `ns::Parser` of `ns::Parser::`,
+/// `ns::twice` of `ns::twice<int`); `None` when nothing readable is left.
+pub(crate) fn readable_part(text: &str) -> Option<Query> {
+    let text = text.trim();
+    let mut path = params_start(text).map_or(text, |i| &text[..i]);
+    if !balanced(path, '<', '>') {
+        path = path.find(['<', '>']).map_or(path, |i| &path[..i]);
+    }
+    path = path.find(['(', ')']).map_or(path, |i| &path[..i]);
+    let joined = path
+        .split("::")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect::<Vec<_>>()
+        .join("::");
+    Query::parse(&joined).ok()
+}
+
 /// True when every `close` in `text` pairs with an earlier `open`, and all are closed.
 fn balanced(text: &str, open: char, close: char) -> bool {
     let mut depth = 0usize;
@@ -215,6 +268,17 @@ fn balanced(text: &str, open: char, close: char) -> bool {
 /// `text` without whitespace.
 fn squeeze(text: &str) -> String {
     text.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+/// A function's name as argstash shows a hook's to a person (`list`, `bt`): a C++
+/// name demangled with its parameter list, a Rust path without its hash (both are
+/// what `--func` takes), any other name as it is.
+pub fn shown_name(name: &str) -> String {
+    match demangle_parts(name) {
+        Some((_, Some(full))) => full,
+        Some((path, None)) => path,
+        None => name.to_string(),
+    }
 }
 
 /// The demangled path and, for C++, the name with its parameter list; `None` when
