@@ -243,7 +243,25 @@ fn cargo_run(release: bool) {
         "{}",
         text(&out)
     );
+    // And `cargo run` without the runner ends the same way.
+    let plain = without_runner(&krate, || run_command(&mut cmd, BUILD_TIMEOUT));
+    assert_eq!(
+        plain.status.signal(),
+        out.status.signal(),
+        "{}",
+        text(&plain)
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What `f` gives with the crate's `.cargo/config.toml` moved away.
+fn without_runner<T>(krate: &Path, f: impl FnOnce() -> T) -> T {
+    let config = krate.join(".cargo/config.toml");
+    let aside = krate.join("config.toml.aside");
+    std::fs::rename(&config, &aside).unwrap();
+    let result = f();
+    std::fs::rename(&aside, &config).unwrap();
+    result
 }
 
 #[test]
@@ -261,13 +279,11 @@ fn cargo_test_with_readme_runner_reports_the_crashing_test() {
     let dir = scratch("test");
     let krate = crashy_crate(&dir);
     let (id, len) = record_args();
-    let out = run_command(
-        tool("cargo", &krate)
-            .arg("test")
-            .env("CRASHY_ID", id.to_string())
-            .env("CRASHY_LEN", len.to_string()),
-        BUILD_TIMEOUT,
-    );
+    let mut cmd = tool("cargo", &krate);
+    cmd.arg("test")
+        .env("CRASHY_ID", id.to_string())
+        .env("CRASHY_LEN", len.to_string());
+    let out = run_command(&mut cmd, BUILD_TIMEOUT);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let all = format!("{}{err}", String::from_utf8_lossy(&out.stdout));
     let (pid, plen) = printed_args(&all);
@@ -311,6 +327,18 @@ fn cargo_test_with_readme_runner_reports_the_crashing_test() {
         Some(libc::SIGSEGV),
         "{}",
         text(&direct)
+    );
+    // `cargo test` without the runner: the same status and the same account of it.
+    let plain = without_runner(&krate, || run_command(&mut cmd, BUILD_TIMEOUT));
+    assert_eq!(plain.status.code(), out.status.code(), "{}", text(&plain));
+    let plain_err = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        plain_err.contains(&format!(
+            "process didn't exit successfully: `{}` (signal: 11, SIGSEGV",
+            krate.join(test_bin).display()
+        )),
+        "{}",
+        text(&plain)
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
