@@ -21,6 +21,17 @@ fn hint_text(hint: &Hint) -> String {
         ),
         Hint::PickByAddress => ", or --addr ADDR to pick one function".to_string(),
         Hint::UseEntry { entry } => format!(": use --addr {entry:#x}"),
+        Hint::WriteOneAlone { read_as, names } => {
+            let flags: Vec<String> = names
+                .iter()
+                .map(|n| format!("--func {}", shell_quoted(n)))
+                .collect();
+            match (read_as, names.len()) {
+                (None, _) => format!("\n  hook one alone with {}", or_list(&flags)),
+                (Some(_), 1) => format!("\n  to hook it, write {}", or_list(&flags)),
+                (Some(_), _) => format!("\n  to hook one of them, write {}", or_list(&flags)),
+            }
+        }
         Hint::NameImplementation => "; hook the implementation instead, by its own name (`nm` \
              the module's debug file) or --addr"
             .to_string(),
@@ -65,6 +76,20 @@ fn hint_text(hint: &Hint) -> String {
     }
 }
 
+/// `word` in single quotes for a POSIX shell (a `'` in it as `'\''`).
+fn shell_quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// `a`, `a or b`, `a, b or c`.
+fn or_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
 /// The `inject` flag of a request option.
 fn flag(option: RequestOption) -> &'static str {
     match option {
@@ -76,7 +101,8 @@ fn flag(option: RequestOption) -> &'static str {
 fn from_wire(wire: &ErrorHint) -> Option<Hint> {
     use argstash_dbus::{
         HINT_EJECT_FIRST, HINT_GIVE_STACK_WINDOW, HINT_HOOK_IMPLEMENTATIONS, HINT_LEAVE_OUT,
-        HINT_NAME_IMPLEMENTATION, HINT_PICK_BY_ADDRESS, HINT_USE_ENTRY, OPT_FLOAT_ARGS,
+        HINT_NAME_IMPLEMENTATION, HINT_PICK_BY_ADDRESS, HINT_USE_ENTRY, HINT_WRITE_ONE_ALONE,
+        OPT_FLOAT_ARGS,
     };
     Some(match wire.kind.as_deref()? {
         HINT_EJECT_FIRST => Hint::EjectFirst {
@@ -87,6 +113,10 @@ fn from_wire(wire: &ErrorHint) -> Option<Hint> {
         HINT_GIVE_STACK_WINDOW => Hint::GiveStackWindow { max: wire.max? },
         HINT_PICK_BY_ADDRESS => Hint::PickByAddress,
         HINT_USE_ENTRY => Hint::UseEntry { entry: wire.entry? },
+        HINT_WRITE_ONE_ALONE => Hint::WriteOneAlone {
+            read_as: wire.read_as.clone(),
+            names: wire.functions.clone()?,
+        },
         HINT_NAME_IMPLEMENTATION => Hint::NameImplementation,
         HINT_HOOK_IMPLEMENTATIONS => Hint::HookImplementations {
             functions: wire.functions.clone()?,
@@ -359,5 +389,27 @@ mod tests {
             },
         );
         assert_eq!(printed(newer), "it failed: do the new thing");
+    }
+
+    #[test]
+    fn several_functions_are_offered_as_quoted_flags() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let hint = Hint::WriteOneAlone {
+            read_as: None,
+            names: names(&["ns::f(long, long)", "other::f", "it's"]),
+        };
+        assert_eq!(
+            hint_text(&hint),
+            "\n  hook one alone with --func 'ns::f(long, long)', --func 'other::f' or \
+             --func 'it'\\''s'"
+        );
+        let hint = Hint::WriteOneAlone {
+            read_as: Some("ns::call".into()),
+            names: names(&["ns::call<long (*)(long)>"]),
+        };
+        assert_eq!(
+            hint_text(&hint),
+            "\n  to hook it, write --func 'ns::call<long (*)(long)>'"
+        );
     }
 }

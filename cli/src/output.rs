@@ -152,7 +152,7 @@ pub fn print_eject(r: &EjectReport) {
 fn hook_json(h: &HookInfo) -> Value {
     json!({
         "function": h.name,
-        "demangled": shown_name(&h.name),
+        "demangled": injector::reader::symbols::shown_name(&h.name),
         "module": h.module,
         "address": format!("0x{:x}", h.function),
         "patch_address": format!("0x{:x}", h.patch_addr),
@@ -169,17 +169,6 @@ fn hook_json(h: &HookInfo) -> Value {
         "python": h.is_python(),
         "call_through": h.is_call_through(),
     })
-}
-
-/// A hooked function's name as `list` shows it: a C++ name demangled with its
-/// parameter list, a Rust path without its hash (both are what `--func` takes),
-/// any other name as it is.
-fn shown_name(name: &str) -> String {
-    match injector::reader::symbols::demangle_parts(name) {
-        Some((_, Some(full))) => full,
-        Some((path, None)) => path,
-        None => name.to_string(),
-    }
 }
 
 /// Prints the hooks of a process.
@@ -201,8 +190,8 @@ pub fn print_list(pid: injector::Pid, hooks: &[HookInfo], json: bool) {
     );
     for h in hooks {
         let name = match &h.signature {
-            Some(sig) => format!("{}({sig})", shown_name(&h.name)),
-            None => shown_name(&h.name),
+            Some(sig) => format!("{}({sig})", injector::reader::symbols::shown_name(&h.name)),
+            None => injector::reader::symbols::shown_name(&h.name),
         };
         let kind = match (h.variadic, h.xmm) {
             _ if h.is_call_through() => "pep523-ext",

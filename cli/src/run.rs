@@ -304,6 +304,11 @@ pub fn main(a: RunArgs) -> i32 {
             eprintln!("argstash: {e}");
             return e.exit_code();
         }
+        Err(RunError::Install(e)) => {
+            // With its hint, in command-line syntax, as `inject` prints it.
+            eprintln!("argstash: {}", crate::errors::error_text(&e.into()));
+            return 1;
+        }
         Err(e) => {
             eprintln!("argstash: {e}");
             return e.exit_code();

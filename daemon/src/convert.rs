@@ -92,6 +92,21 @@ fn hint_text(pid: i32, hint: &Hint) -> String {
             ", or give a function's entry address (0xADDR) to pick one function".to_string()
         }
         Hint::UseEntry { entry } => format!(": give {entry:#x} as the function"),
+        Hint::WriteOneAlone { read_as, names } => {
+            let named: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+            let list = match named.as_slice() {
+                [] => String::new(),
+                [one] => one.clone(),
+                [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+            };
+            match (read_as, names.len()) {
+                (None, _) => format!("\n  hook one alone: give as the function {list}"),
+                (Some(_), 1) => format!("\n  to hook it, give as the function {list}"),
+                (Some(_), _) => {
+                    format!("\n  to hook one of them, give as the function {list}")
+                }
+            }
+        }
         Hint::NameImplementation => "; hook the implementation instead, by its own name (`nm` \
              the module's debug file) or its entry address (0xADDR)"
             .to_string(),
@@ -148,7 +163,7 @@ fn option_key(option: RequestOption) -> &'static str {
 fn wire_hint(hint: &Hint, text: String) -> Option<ErrorHint> {
     use argstash_dbus::{
         HINT_EJECT_FIRST, HINT_GIVE_STACK_WINDOW, HINT_HOOK_IMPLEMENTATIONS, HINT_LEAVE_OUT,
-        HINT_NAME_IMPLEMENTATION, HINT_PICK_BY_ADDRESS, HINT_USE_ENTRY,
+        HINT_NAME_IMPLEMENTATION, HINT_PICK_BY_ADDRESS, HINT_USE_ENTRY, HINT_WRITE_ONE_ALONE,
     };
     let mut wire = ErrorHint {
         text: Some(text),
@@ -175,6 +190,11 @@ fn wire_hint(hint: &Hint, text: String) -> Option<ErrorHint> {
             HINT_USE_ENTRY
         }
         Hint::NameImplementation => HINT_NAME_IMPLEMENTATION,
+        Hint::WriteOneAlone { read_as, names } => {
+            wire.read_as = read_as.clone();
+            wire.functions = Some(names.clone());
+            HINT_WRITE_ONE_ALONE
+        }
         Hint::HookImplementations { functions, unnamed } => {
             wire.functions = Some(functions.clone());
             wire.unnamed = Some(*unnamed);
@@ -237,6 +257,7 @@ pub fn hook_entry(pid: i32, h: &HookInfo) -> HookEntry {
         variadic: h.variadic,
         xmm: h.xmm,
         signature: h.signature.clone().unwrap_or_default(),
+        demangled: injector::reader::symbols::shown_name(&h.name),
     }
 }
 

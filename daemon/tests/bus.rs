@@ -1656,3 +1656,153 @@ fn a_stack_window_for_one_function_crosses_the_bus() {
     t.assert_function_pristine("bar");
     t.assert_healthy();
 }
+
+/// Compiles tests/fixtures/cppnames.cpp (C++ names only the symbol table holds) at -O2.
+fn build_cppnames() -> std::path::PathBuf {
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cppnames-bus-{}", std::process::id()));
+    let st = std::process::Command::new("c++")
+        .args(["-O2", "-fcf-protection=none", "-I"])
+        .arg(argstash_tests::fixtures_dir())
+        .arg("-o")
+        .arg(&out)
+        .arg(argstash_tests::fixtures_dir().join("cppnames.cpp"))
+        .status()
+        .expect("c++");
+    assert!(st.success(), "c++ cppnames.cpp failed");
+    out
+}
+
+/// The mangled name of the function `nm -C` shows as `demangled` in `exe`.
+fn mangled_in(exe: &std::path::Path, demangled: &str) -> String {
+    let plain = std::process::Command::new("nm").arg(exe).output().unwrap();
+    let shown = std::process::Command::new("nm")
+        .arg("-C")
+        .arg(exe)
+        .output()
+        .unwrap();
+    let plain = String::from_utf8_lossy(&plain.stdout).into_owned();
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    // Both listings are in the same order: the same line of each.
+    plain
+        .lines()
+        .zip(shown.lines())
+        .find(|(_, s)| {
+            s.ends_with(&format!(" {demangled}")) || s.contains(&format!(" {demangled}("))
+        })
+        .and_then(|(p, _)| p.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("nm -C shows no {demangled}"))
+        .to_string()
+}
+
+#[test]
+fn cpp_names_as_demangled_cross_the_bus_and_refusals_say_how_to_write_one_alone() {
+    let bus = Bus::start();
+    let exe = build_cppnames();
+    let mut t = Target::spawn(&exe);
+    let pid = t.pid() as u32;
+    let p = t.pid().to_string();
+    let proxy = bus.proxy();
+
+    // Several overloads: Ambiguous, each written alone, in D-Bus terms and typed.
+    let err = proxy
+        .inject(pid, &["parse(long, long)"], HashMap::new())
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Ambiguous), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("hook one alone: give as the function `ns::Parser::parse(long, long)` or `other::parse`"),
+        "{msg}"
+    );
+    assert!(!msg.contains("--func"), "no command-line syntax: {msg}");
+    let hint = err.hint().expect("a typed hint");
+    assert_eq!(
+        hint.kind.as_deref(),
+        Some(argstash_dbus::HINT_WRITE_ONE_ALONE)
+    );
+    assert_eq!(
+        hint.functions.as_deref(),
+        Some(
+            &[
+                "ns::Parser::parse(long, long)".to_string(),
+                "other::parse".to_string()
+            ][..]
+        )
+    );
+    assert_eq!(hint.read_as, None);
+    // A malformed name: InvalidArgs, what it could be read as, and its functions.
+    let err = proxy
+        .inject(pid, &["ns::Parser::parse(long"], HashMap::new())
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgs), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("`(` and `)` do not pair up"), "{msg}");
+    assert!(
+        msg.contains("to hook one of them, give as the function `ns::Parser::parse(long, long)` or `ns::Parser::parse(int)`"),
+        "{msg}"
+    );
+    assert_eq!(
+        err.hint().and_then(|h| h.read_as.as_deref()),
+        Some("ns::Parser::parse")
+    );
+    // The CLI through the daemon prints what it prints alone: the hint as flags.
+    for args in [
+        ["inject", "--pid", &p, "--func", "parse(long, long)"],
+        ["inject", "--pid", &p, "--func", "ns::Parser::parse(long"],
+    ] {
+        let alone = cli(None, &args);
+        let via = cli(Some(&bus), &args);
+        assert_eq!(alone.status.code(), Some(1), "{}", text(&alone));
+        assert_eq!(via.status.code(), Some(1), "{}", text(&via));
+        assert_eq!(text(&alone), text(&via), "{args:?}");
+        assert!(
+            text(&via).contains("--func 'ns::Parser::parse(long, long)'"),
+            "{}",
+            text(&via)
+        );
+    }
+    assert!(
+        proxy.list_hooks(pid).unwrap().is_empty(),
+        "refusals hook nothing"
+    );
+
+    // Names as demangled hook; ListHooks shows them as `list` does.
+    let names = ["ns::Parser::parse(long, long)", "ns::call<long (*)(long)>"];
+    proxy.inject(pid, &names, HashMap::new()).unwrap();
+    let hooks = proxy.list_hooks(pid).unwrap();
+    for (written, shown) in [
+        (names[0], "ns::Parser::parse(long, long)"),
+        (names[1], "ns::call<long (*)(long)>(long (*)(long), long)"),
+    ] {
+        let h = hooks
+            .iter()
+            .find(|h| h.demangled == shown)
+            .unwrap_or_else(|| panic!("no hook shown as {shown} for {written}: {hooks:#?}"));
+        assert_eq!(h.function, mangled_in(&exe, shown), "{h:#?}");
+    }
+    // Backtrace: the hooked frame, named as `bt` names it, with the fixture's arguments.
+    let mut found = None;
+    for _ in 0..100 {
+        let threads = proxy.backtrace(pid, 0, HashMap::new()).unwrap();
+        found = threads[0]
+            .frames
+            .iter()
+            .find(|f| f.function == "ns::Parser::parse" && f.hooked)
+            .cloned();
+        if found.is_some() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(7));
+    }
+    let frame = found.expect("ns::Parser::parse hooked on the stack");
+    let arg = |r: &str| frame.args.iter().find(|a| a.register == r).map(|a| a.value);
+    assert_eq!((arg("rsi"), arg("rdx")), (Some(11), Some(22)), "{frame:#?}");
+    assert_eq!(
+        proxy
+            .eject(pid, &["ns::call<long (*)(long)>", "parse(long,long)"])
+            .unwrap(),
+        2
+    );
+    t.assert_healthy();
+    t.kill();
+}

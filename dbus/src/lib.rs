@@ -94,6 +94,9 @@ pub struct HookEntry {
     pub xmm: bool,
     /// The parameter list the hook was installed with, empty when none was given.
     pub signature: String,
+    /// The function's name as `list` shows it: a C++ name demangled with its
+    /// parameter list, a Rust path without its hash, else `function`.
+    pub demangled: String,
 }
 
 /// One stashed argument: an `args[]` element of `bt --json`.
@@ -442,6 +445,10 @@ pub const HINT_NAME_IMPLEMENTATION: &str = "name-implementation";
 /// `ErrorHint::kind`: hook the implementations in `functions` instead (`unnamed`:
 /// some have no symbol, and only debug symbols can name them).
 pub const HINT_HOOK_IMPLEMENTATIONS: &str = "hook-implementations";
+/// `ErrorHint::kind`: several functions go by the name given: give one of
+/// `functions` alone instead (`read-as`: what could be read of a malformed name,
+/// which names those functions).
+pub const HINT_WRITE_ONE_ALONE: &str = "write-one-alone";
 /// `ErrorHint::kind`: leave out the option `option` (an `Inject` option key).
 pub const HINT_LEAVE_OUT: &str = "leave-out";
 
@@ -467,8 +474,10 @@ pub struct ErrorHint {
     pub max: Option<u16>,
     /// A function's entry address.
     pub entry: Option<u64>,
-    /// Functions to give instead, as `MODULE!NAME`.
+    /// Functions to give instead, as `MODULE!NAME` or as names that name them alone.
     pub functions: Option<Vec<String>>,
+    /// What could be read of a malformed function name.
+    pub read_as: Option<String>,
     /// Some of the code has no symbol.
     pub unnamed: Option<bool>,
     /// An option key.
@@ -801,7 +810,7 @@ mod tests {
             Thread::SIGNATURE.to_string(),
             format!("(ustbtsa{frame}ba{py_frame}as)")
         );
-        assert_eq!(HookEntry::SIGNATURE.to_string(), "(oussttuttuqstbbs)");
+        assert_eq!(HookEntry::SIGNATURE.to_string(), "(oussttuttuqstbbss)");
         assert_eq!(
             hook_path(42, 0x7f00, 3).as_str(),
             "/org/argstash/Injector1/hooks/p42_7f00_3"

@@ -127,6 +127,10 @@ fn hint_text(hint: &Hint) -> String {
         ),
         Hint::PickByAddress => ", or give one function's entry address (an int) instead of the name".into(),
         Hint::UseEntry { entry } => format!(": give its entry {entry:#x} instead"),
+        Hint::WriteOneAlone { names, .. } => {
+            let names: Vec<String> = names.iter().map(|f| format!("{f:?}")).collect();
+            format!("\n  to hook one of them, give one of these: [{}]", names.join(", "))
+        }
         Hint::NameImplementation => "; hook the implementation instead, by its own name (`nm` the module's debug file) or its address".into(),
         Hint::HookImplementations { functions, unnamed } => {
             let mut text = String::new();

@@ -31,6 +31,16 @@ pub enum Hint {
     /// Several functions have the name: besides a module, one can be picked by its
     /// entry address.
     PickByAddress,
+    /// Several functions go by the name as written: give one of them alone, written
+    /// as in `names`. For a name that cannot be read (`parse(long`), `read_as` is
+    /// what could be read of it (`parse`) and `names` the functions that names.
+    WriteOneAlone {
+        /// What was read of a malformed name; `None` when the name was read whole.
+        read_as: Option<String>,
+        /// How to write each function alone (a demangled name, path or mangled
+        /// name, or `MODULE!MANGLED`), in the order the message lists them.
+        names: Vec<String>,
+    },
     /// The address is inside a function: hook its entry, at `entry`, instead.
     UseEntry {
         /// The function's entry address.

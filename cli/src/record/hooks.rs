@@ -94,8 +94,21 @@ impl Hooks {
     }
 
     fn retry_or(&mut self, e: Error) -> Result<bool> {
+        use injector::reader::symbols::SymbolError as S;
+        // Code the program has not loaded yet may come; a name that is ambiguous or
+        // malformed stays so, and is refused at once (a short recording would
+        // otherwise end before the retries do, never saying why nothing was hooked).
+        let lasting = matches!(
+            &e,
+            Error::Symbol(
+                S::AmbiguousName { .. }
+                    | S::BadName { .. }
+                    | S::Ambiguous { .. }
+                    | S::AmbiguousModule { .. }
+            )
+        );
         match self.deadline {
-            Some(d) if Instant::now() < d => Ok(false),
+            Some(d) if Instant::now() < d && !lasting => Ok(false),
             _ => Err(e.into()),
         }
     }

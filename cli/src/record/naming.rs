@@ -2,6 +2,7 @@
 //! hooked frame with its arguments under `--with-args`), Python frames as
 //! `[py] NAME` at their exact place among the native ones.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use injector::reader::args::ArgSource;
@@ -20,6 +21,8 @@ pub struct Naming {
     /// Parameter names by stash slot, per hooked function (its entry), learnt
     /// once from an annotated sample: samples are unwound without DWARF.
     params: HashMap<u64, Vec<(String, String)>>,
+    /// C++ and Rust symbol names demangled as `bt` shows them, once each.
+    demangled: RefCell<HashMap<String, String>>,
 }
 
 /// A name that the collapsed-stack format carries intact (no `;`, no line breaks).
@@ -44,6 +47,7 @@ impl Naming {
             with_args,
             only,
             params: HashMap::new(),
+            demangled: RefCell::default(),
         }
     }
 
@@ -107,7 +111,7 @@ impl Naming {
             });
         }
         let base = match (&f.function, &f.module) {
-            (Some(name), _) => name.clone(),
+            (Some(name), _) => self.shown(name),
             (None, Some(m)) => format!("[{}]", basename(m)),
             (None, None) => "[unknown]".to_string(),
         };
@@ -120,6 +124,19 @@ impl Naming {
             file: f.module.clone(),
             origin: FrameOrigin::Native,
         });
+    }
+
+    /// A symbol's name as `bt` shows it: C++ and Rust names demangled (samples
+    /// are unwound without DWARF, whose names `bt` would show).
+    fn shown(&self, name: &str) -> String {
+        if !name.starts_with("_Z") && !name.starts_with("_R") {
+            return name.to_string();
+        }
+        self.demangled
+            .borrow_mut()
+            .entry(name.to_string())
+            .or_insert_with(|| injector::reader::debuginfo::demangle(name))
+            .clone()
     }
 
     /// `name=value` of a hooked frame's stashed arguments: the parameter's

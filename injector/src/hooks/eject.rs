@@ -101,7 +101,7 @@ impl Ejection {
                                     .map(|h| {
                                         format!(
                                             "{} in {} (0x{:x})",
-                                            shown_name(&record(*h).name),
+                                            reader::symbols::shown_name(&record(*h).name),
                                             record(*h).module,
                                             record(*h).function
                                         )
@@ -267,16 +267,6 @@ impl Ejection {
             }
         }
         Ok((census, moves))
-    }
-}
-
-/// A hooked function's name for a person: demangled with its parameter list
-/// (C++) or without its hash (Rust), else as it is.
-fn shown_name(name: &str) -> String {
-    match reader::symbols::demangle_parts(name) {
-        Some((_, Some(full))) => full,
-        Some((path, None)) => path,
-        None => name.to_string(),
     }
 }
 

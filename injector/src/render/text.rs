@@ -81,7 +81,7 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
     // `[stashed by hook NAME]` when the hooked function is not the frame's (a tail
     // call, or an unnamed `.cold` part); NAME demangled as the frames' names are.
     let stashed = match f.foreign_hook() {
-        Some(hook) => format!("stashed by hook {}", reader::debuginfo::demangle(hook)),
+        Some(hook) => format!("stashed by hook {}", reader::symbols::shown_name(hook)),
         None => "stashed".to_string(),
     };
     let args = match &f.stash {

@@ -270,6 +270,26 @@ fn params_start(text: &str) -> Option<usize> {
     None
 }
 
+/// What reads as a name in a malformed one: its path before the parameter list,
+/// cut before an unpaired `<` or `>` and a stray `(` or `)`, without empty `::`
+/// components (`parse` of `parse(long`, `ns::Parser` of `ns::Parser::`,
+/// `ns::twice` of `ns::twice<int`); `None` when nothing readable is left.
+pub(crate) fn readable_part(text: &str) -> Option<Query> {
+    let text = text.trim();
+    let mut path = params_start(text).map_or(text, |i| &text[..i]);
+    if !balanced(path, '<', '>') {
+        path = path.find(['<', '>']).map_or(path, |i| &path[..i]);
+    }
+    path = path.find(['(', ')']).map_or(path, |i| &path[..i]);
+    let joined = path
+        .split("::")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect::<Vec<_>>()
+        .join("::");
+    Query::parse(&joined).ok()
+}
+
 /// True when every `close` in `text` pairs with an earlier `open`, and all are closed.
 fn balanced(text: &str, open: char, close: char) -> bool {
     let mut depth = 0usize;
@@ -552,6 +572,17 @@ fn builtin_spelling(run: &[Tok<'_>]) -> Vec<&'static str> {
 /// `text` without whitespace.
 fn squeeze(text: &str) -> String {
     text.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+/// A function's name as argstash shows a hook's to a person (`list`, `bt`): a C++
+/// name demangled with its parameter list, a Rust path without its hash (both are
+/// what `--func` takes), any other name as it is.
+pub fn shown_name(name: &str) -> String {
+    match demangle_parts(name) {
+        Some((_, Some(full))) => full,
+        Some((path, None)) => path,
+        None => name.to_string(),
+    }
 }
 
 /// The demangled path and, for C++, the name with its parameter list; `None` when

@@ -45,7 +45,7 @@ use crate::procfs::{self, MapEntry};
 
 mod demangled;
 mod view;
-pub use demangled::{demangle_parts, NameProblem};
+pub use demangled::{demangle_parts, shown_name, NameProblem};
 use demangled::{Demangled, Query};
 use view::{ElfView, SymbolSection};
 
@@ -154,24 +154,29 @@ pub enum SymbolError {
         targets: Vec<IfuncTarget>,
     },
     /// A name with `::`, `<` or `(` that cannot be a demangled function name.
-    #[error(
-        "`{name}` is not a function name as C++ or Rust write it: {problem} \
-         (write it as the demangler does, e.g. `ns::Parser::parse(long, long)`, or give \
-         the mangled name)"
-    )]
+    #[error("{}", bad_name_message(.name, .problem, .read_as, .candidates))]
     BadName {
         /// The name as written.
         name: String,
         /// What is wrong with it.
         problem: NameProblem,
+        /// What could be read of it (`parse` of `parse(long`), when that names
+        /// functions: those are `candidates`.
+        read_as: Option<String>,
+        /// The functions `read_as` names, each rendered as `DEMANGLED in /path (0xADDR)`.
+        candidates: Vec<String>,
+        /// How to write each of `candidates` alone (the hint), in the same order.
+        spellings: Vec<String>,
     },
     /// Several functions have that demangled name.
     #[error("{}", ambiguous_name_message(.name, .candidates))]
     AmbiguousName {
         /// The name as written.
         name: String,
-        /// Each candidate rendered as `DEMANGLED in /path (0xADDR): write `SPELLING``.
+        /// Each candidate rendered as `DEMANGLED in /path (0xADDR)`.
         candidates: Vec<String>,
+        /// How to write each candidate alone (the hint), in the same order.
+        spellings: Vec<String>,
     },
     /// The file is not mapped in the process.
     #[error("{path} is not mapped in the process")]
@@ -186,6 +191,18 @@ impl SymbolError {
     pub fn hint(&self) -> Option<Hint> {
         match self {
             SymbolError::Ambiguous { .. } => Some(Hint::PickByAddress),
+            SymbolError::AmbiguousName { spellings, .. } => Some(Hint::WriteOneAlone {
+                read_as: None,
+                names: spellings.clone(),
+            }),
+            SymbolError::BadName {
+                read_as: Some(read),
+                spellings,
+                ..
+            } if !spellings.is_empty() => Some(Hint::WriteOneAlone {
+                read_as: Some(read.clone()),
+                names: spellings.clone(),
+            }),
             SymbolError::AddressNotInFunction {
                 place: AddressPlace::Inside { entry, .. },
                 ..
@@ -313,6 +330,35 @@ fn ifunc_message(name: &str, module: &str, targets: &[IfuncTarget]) -> String {
 fn ambiguous_message(name: &str, candidates: &[String]) -> String {
     let mut msg = ambiguous_name_message(name, candidates);
     msg.push_str("\n  write MODULE!NAME to pick a module (e.g. `libc.so.6!write`)");
+    msg
+}
+
+fn bad_name_message(
+    name: &str,
+    problem: &NameProblem,
+    read_as: &Option<String>,
+    candidates: &[String],
+) -> String {
+    let mut msg = format!(
+        "`{name}` is not a function name as C++ or Rust write it: {problem} (write it as \
+         the demangler does, e.g. `ns::Parser::parse(long, long)`, or give the mangled name)"
+    );
+    if let Some(read) = read_as {
+        if !candidates.is_empty() {
+            msg.push_str(&format!(
+                "\n  `{read}` names {}:",
+                if candidates.len() == 1 {
+                    "1 function".to_string()
+                } else {
+                    format!("{} functions", candidates.len())
+                }
+            ));
+            for c in candidates {
+                msg.push_str("\n  ");
+                msg.push_str(c);
+            }
+        }
+    }
     msg
 }
 
@@ -1668,24 +1714,27 @@ fn resolve_demangled(name: &str, modules: &[&Module]) -> Option<Result<Resolved,
     let q = match Query::parse(name) {
         Ok(q) => q,
         Err(problem) => {
+            let read = demangled::readable_part(name);
+            let found = read
+                .as_ref()
+                // `ns::call` of `ns::call<long (*)(long)`: a path without generic
+                // arguments names every instance.
+                .map(|r| demangled_matches(r, modules, Demangled::matches))
+                .unwrap_or_default();
+            let found = &found[..found.len().min(MAX_READ_AS_CANDIDATES)];
             return Some(Err(SymbolError::BadName {
                 name: name.to_string(),
                 problem,
-            }))
+                read_as: read.map(|r| r.to_string()),
+                candidates: found.iter().map(|(m, d)| candidate_text(m, d)).collect(),
+                spellings: found
+                    .iter()
+                    .map(|(m, d)| alone_spelling(m, d, modules))
+                    .collect(),
+            }));
         }
     };
-    let mut hits: Vec<(demangled::Tier, &Module, &Demangled)> = modules
-        .iter()
-        .flat_map(|m| {
-            let q = &q;
-            m.demangled()
-                .iter()
-                .filter_map(move |d| Some((d.matches(q)?, *m, d)))
-        })
-        .collect();
-    let best = hits.iter().map(|(tier, _, _)| *tier).min()?;
-    hits.retain(|(tier, _, _)| *tier == best);
-    let found = distinct_functions(hits.into_iter().map(|(_, m, d)| (m, d)));
+    let found = demangled_matches(&q, modules, Demangled::matches);
     match found.as_slice() {
         [] => None,
         [(m, d)] => {
@@ -1700,20 +1749,48 @@ fn resolve_demangled(name: &str, modules: &[&Module]) -> Option<Result<Resolved,
         }
         many => Some(Err(SymbolError::AmbiguousName {
             name: name.to_string(),
-            candidates: many
+            candidates: many.iter().map(|(m, d)| candidate_text(m, d)).collect(),
+            spellings: many
                 .iter()
-                .map(|(m, d)| {
-                    format!(
-                        "{} in {} ({:#x}): write `{}`",
-                        d.shown(),
-                        m.path,
-                        m.symbols()[d.index].addr,
-                        alone_spelling(m, d, modules)
-                    )
-                })
+                .map(|(m, d)| alone_spelling(m, d, modules))
                 .collect(),
         })),
     }
+}
+
+/// How many functions a malformed name's readable part lists at most.
+const MAX_READ_AS_CANDIDATES: usize = 12;
+
+/// The functions of `modules` that `q` names by `how` (e.g. [`Demangled::matches`]),
+/// those of the best [`demangled::Tier`] only, one per function.
+fn demangled_matches<'a>(
+    q: &Query,
+    modules: &[&'a Module],
+    how: fn(&Demangled, &Query) -> Option<demangled::Tier>,
+) -> Vec<(&'a Module, &'a Demangled)> {
+    let mut hits: Vec<(demangled::Tier, &Module, &Demangled)> = modules
+        .iter()
+        .flat_map(|m| {
+            m.demangled()
+                .iter()
+                .filter_map(move |d| Some((how(d, q)?, *m, d)))
+        })
+        .collect();
+    let Some(best) = hits.iter().map(|(tier, _, _)| *tier).min() else {
+        return Vec::new();
+    };
+    hits.retain(|(tier, _, _)| *tier == best);
+    distinct_functions(hits.into_iter().map(|(_, m, d)| (m, d)))
+}
+
+/// A candidate as an error lists it: `DEMANGLED in /path (0xADDR)`.
+fn candidate_text(m: &Module, d: &Demangled) -> String {
+    format!(
+        "{} in {} ({:#x})",
+        d.shown(),
+        m.path,
+        m.symbols()[d.index].addr
+    )
 }
 
 /// One entry per function (module and address): aliases at one address, such as

@@ -34,6 +34,7 @@ mod real_code;
 mod record;
 mod riprel;
 mod run;
+mod runners;
 mod seed;
 mod shared_files;
 mod sid_safe_points;

@@ -137,10 +137,11 @@ fn cpp_functions_are_hooked_and_ejected_by_demangled_name() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("write `ns::Parser::parse(long, long)`"),
+        err.contains(
+            "hook one alone with --func 'ns::Parser::parse(long, long)' or --func 'other::parse'"
+        ),
         "{err}"
     );
-    assert!(err.contains("write `other::parse`"), "{err}");
     // Overloads of one method: each listed with its full form.
     let out = expect_fail(
         &["inject", "--pid", &p, "--func", "ns::Parser::parse"],
@@ -148,7 +149,7 @@ fn cpp_functions_are_hooked_and_ejected_by_demangled_name() {
         "2 functions have that name",
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("write `ns::Parser::parse(int)`"), "{err}");
+    assert!(err.contains("--func 'ns::Parser::parse(int)'"), "{err}");
     // A malformed name says why.
     expect_fail(
         &["inject", "--pid", &p, "--func", "ns::Parser::"],
@@ -233,8 +234,12 @@ fn rust_functions(v0: bool) {
         "`parse_record` is ambiguous",
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("write `crashy::parse_record`"), "{err}");
-    assert!(err.contains("write `recordlib::parse_record`"), "{err}");
+    assert!(
+        err.contains(
+            "hook one alone with --func 'crashy::parse_record' or --func 'recordlib::parse_record'"
+        ),
+        "{err}"
+    );
 
     run_ok(&["inject", "--pid", &p, "--func", "crashy::parse_record"]);
     let hook = listed(pid, "crashy::parse_record");
@@ -265,4 +270,299 @@ fn rust_functions_are_hooked_by_path_legacy_mangling() {
 #[test]
 fn rust_functions_are_hooked_by_path_v0_mangling() {
     rust_functions(true);
+}
+
+/// The mangled name of the function `nm -C` shows as `shown` (with or without a
+/// return type before it) in `exe`: an independent demangler.
+fn mangled_by_nm(exe: &Path, shown: &str) -> String {
+    let nm = |demangle: bool| {
+        let mut cmd = Command::new("nm");
+        cmd.arg("--defined-only");
+        if demangle {
+            cmd.arg("-C");
+        }
+        let out = cmd.arg(exe).output().expect("nm (run scripts/setup.sh)");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (plain, demangled) = (nm(false), nm(true));
+    // One symbol per line, in the same order in both listings.
+    plain
+        .lines()
+        .zip(demangled.lines())
+        .find(|(_, d)| {
+            let name = d.splitn(3, ' ').nth(2).unwrap_or("");
+            name == shown || name.ends_with(&format!(" {shown}"))
+        })
+        .and_then(|(p, _)| p.splitn(3, ' ').nth(2))
+        .unwrap_or_else(|| panic!("nm -C shows no {shown} in {}", exe.display()))
+        .to_string()
+}
+
+/// The candidates a refusal lists (`SHOWN in /path (0xADDR)`) and the spellings
+/// its hint gives (`--func 'NAME'`), in order.
+fn listed_and_hinted(err: &str) -> (Vec<(String, u64)>, Vec<String>) {
+    let candidates = err
+        .lines()
+        .filter_map(|l| {
+            let l = l.strip_prefix("  ")?;
+            let (shown, rest) = l.rsplit_once(" in /")?;
+            let addr = rest.rsplit_once(" (0x")?.1.strip_suffix(')')?;
+            Some((shown.to_string(), u64::from_str_radix(addr, 16).ok()?))
+        })
+        .collect();
+    let hint = err
+        .lines()
+        .find(|l| l.contains("--func '"))
+        .unwrap_or_else(|| panic!("no hint with --func: {err}"));
+    let spellings = hint
+        .split("--func '")
+        .skip(1)
+        .map(|s| s.split_once('\'').unwrap().0.to_string())
+        .collect();
+    (candidates, spellings)
+}
+
+#[test]
+fn name_refusals_say_how_to_write_each_function_alone_and_those_spellings_hook_it() {
+    let dir = scratch("hints");
+    let mut t = cpp_program(&dir);
+    let pid = t.pid();
+    let p = pid.to_string();
+    let exe = dir.join("cppnames");
+    // (bad input, what the message says, how many candidates, the hint's opening)
+    let cases = [
+        // Overloads in two namespaces.
+        (
+            "parse(long, long)",
+            "`parse(long, long)` is ambiguous, 2 functions have that name",
+            2,
+            "hook one alone with --func '",
+        ),
+        // A malformed demangled name: what reads as a name, and its overloads.
+        (
+            "ns::Parser::parse(long",
+            "`(` and `)` do not pair up",
+            2,
+            "to hook one of them, write --func '",
+        ),
+        // Templates whose argument lists hold `(` and `!`, malformed.
+        (
+            "ns::call<long (*)(long)",
+            "`<` and `>` do not pair up",
+            1,
+            "to hook it, write --func 'ns::call<long (*)(long)>'",
+        ),
+        (
+            "ns::pick<0>(ns::Tag<!(0)>",
+            "`(` and `)` do not pair up",
+            1,
+            "to hook it, write --func 'ns::pick<0>'",
+        ),
+    ];
+    for (bad, says, n, hint) in cases {
+        let err = refused(&mut t, &["inject", "--pid", &p, "--func", bad], 1, says);
+        assert!(err.contains(hint), "{bad}: {err}");
+        let (candidates, spellings) = listed_and_hinted(&err);
+        assert_eq!(candidates.len(), n, "{bad}: {err}");
+        assert_eq!(spellings.len(), n, "{bad}: {err}");
+        // Each spelling hooks the candidate listed at its place, and nm agrees.
+        for ((shown, addr), spelling) in candidates.iter().zip(&spellings) {
+            run_ok(&["inject", "--pid", &p, "--func", spelling]);
+            let hook = listed(pid, shown);
+            assert_eq!(json_hex(&hook["address"]), *addr, "{spelling}: {hook}");
+            assert_eq!(hook["function"], mangled_by_nm(&exe, shown), "{hook}");
+            run_ok(&["eject", "--pid", &p, "--func", spelling]);
+        }
+    }
+    // Without `::`, `<` or `&`, `parse(long` is read as a C signature, and refused so.
+    refused(
+        &mut t,
+        &["inject", "--pid", &p, "--func", "parse(long"],
+        1,
+        "cannot read the signature `parse(long`: the parameter list is not closed",
+    );
+    // Written whole, the templates hook; the bt frame is the function named.
+    for (written, shown) in [
+        ("ns::pick<0>(ns::Tag<!(0)>)", "ns::pick<0>(ns::Tag<!(0)>)"),
+        (
+            "ns::call<long (*)(long)>",
+            "ns::call<long (*)(long)>(long (*)(long), long)",
+        ),
+    ] {
+        run_ok(&["inject", "--pid", &p, "--func", written]);
+        let hook = listed(pid, shown);
+        assert_eq!(hook["function"], mangled_by_nm(&exe, shown), "{hook}");
+        let text = run_ok(&["list", "--pid", &p]);
+        assert!(text.contains(shown), "{text}");
+    }
+    run_ok(&["eject", "--pid", &p, "--all"]);
+    t.assert_healthy();
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// `argstash run --timeout 1 ARGS -- exe`: the report on stderr and the JSON one.
+fn run_with_report(dir: &Path, exe: &Path, args: &[&str]) -> (String, serde_json::Value) {
+    let report = dir.join("report.json");
+    let _ = fs::remove_file(&report);
+    let mut cmd = argstash_cmd(&["run", "--timeout", "1", "--report"]);
+    cmd.arg(&report).args(args).arg("--").arg(exe);
+    let out = run_command(&mut cmd, RUN_TIMEOUT);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    let text = fs::read_to_string(&report).unwrap();
+    let bt = serde_json::from_str(text.lines().next().expect("a report")).unwrap();
+    (err, bt)
+}
+
+#[test]
+fn run_and_record_take_demangled_names_and_show_them_as_bt_does() {
+    let dir = scratch("run-cpp");
+    let exe = dir.join("cppnames");
+    cpp_program(&dir).kill();
+    let ll = "ns::Parser::parse(long, long)";
+    let (err, bt) = run_with_report(&dir, &exe, &["--func", ll, "--func", "ns::pick<0>"]);
+    let line = err
+        .lines()
+        .find(|l| l.contains(" in ns::Parser::parse ("))
+        .unwrap_or_else(|| panic!("no ns::Parser::parse frame: {err}"));
+    assert!(
+        line.contains("rsi=11, rdx=22") && line.contains("[stashed]"),
+        "{line}"
+    );
+    let (_, frame) = frame_named(&bt_threads(&bt)[0], "ns::Parser::parse").expect("frame");
+    assert_eq!(frame["hooked"], true, "{frame:#}");
+    assert_eq!(frame["hook"], mangled_by_nm(&exe, ll), "{frame:#}");
+    assert_eq!(frame_arg(frame, "rdx"), Some(22), "{frame:#}");
+    // An ambiguous name: refused before main, with how to write each alone.
+    let out = run_command(
+        argstash_cmd(&["run", "--func", "parse", "--"]).arg(&exe),
+        RUN_TIMEOUT,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        err.contains("hook one alone with --func 'ns::Parser::parse(long, long)', --func 'ns::Parser::parse(int)' or --func 'other::parse'"),
+        "{err}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("ready"),
+        "main never ran: {out:?}"
+    );
+
+    // record: the folded stacks and the flame graph name the hook as bt does.
+    let folded = dir.join("cpp.txt");
+    run_ok(&[
+        "record",
+        "--func",
+        ll,
+        "--with-args",
+        "--idle",
+        "--duration",
+        "1",
+        "-o",
+        folded.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    let stacks = fs::read_to_string(&folded).unwrap();
+    assert!(
+        stacks.contains(";ns::Parser::parse(rdi=") && stacks.contains(", rsi=11, rdx=22,"),
+        "{stacks}"
+    );
+    assert!(!stacks.contains("_ZN"), "no mangled name: {stacks}");
+    let svg = dir.join("cpp.svg");
+    run_ok(&[
+        "record",
+        "--func",
+        ll,
+        "--idle",
+        "--duration",
+        "1",
+        "-o",
+        svg.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    let graph = fs::read_to_string(&svg).unwrap();
+    assert!(
+        graph.contains("ns::Parser::parse"),
+        "no demangled name in the SVG"
+    );
+    assert!(
+        !graph.contains("_ZN2ns6Parser"),
+        "a mangled name in the SVG"
+    );
+    // A refusal ends a short recording at once, saying why.
+    let out = run_command(
+        &mut argstash_cmd(&[
+            "record",
+            "--func",
+            "ns::Parser::parse(long",
+            "--duration",
+            "1",
+            "-o",
+            folded.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+        ]),
+        RUN_TIMEOUT,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        err.contains("to hook one of them, write --func 'ns::Parser::parse(long, long)' or --func 'ns::Parser::parse(int)'"),
+        "{err}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn run_and_record_take_rust_paths() {
+    let dir = scratch("run-rust");
+    rust_program(&dir, false).kill();
+    let exe = dir.join("crashy");
+    let (err, bt) = run_with_report(&dir, &exe, &["--func", "crashy::parse_record"]);
+    let line = err
+        .lines()
+        .find(|l| l.contains(" in crashy::parse_record ("))
+        .unwrap_or_else(|| panic!("no crashy::parse_record frame: {err}"));
+    assert!(
+        line.contains("(rdi=41, rsi=1,") && line.contains("[stashed]"),
+        "{line}"
+    );
+    let (_, frame) = frame_named(&bt_threads(&bt)[0], "crashy::parse_record").expect("frame");
+    assert_eq!(frame["hooked"], true, "{frame:#}");
+    // Two crates: refused, each path written alone.
+    let out = run_command(
+        argstash_cmd(&["run", "--func", "parse_record", "--"]).arg(&exe),
+        RUN_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "hook one alone with --func 'crashy::parse_record' or --func 'recordlib::parse_record'"
+        ),
+        "{out:?}"
+    );
+    let folded = dir.join("rust.txt");
+    run_ok(&[
+        "record",
+        "--func",
+        "crashy::parse_record",
+        "--with-args",
+        "--idle",
+        "--duration",
+        "1",
+        "-o",
+        folded.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    let stacks = fs::read_to_string(&folded).unwrap();
+    assert!(
+        stacks.contains(";crashy::parse_record(rdi=41, rsi=1,"),
+        "{stacks}"
+    );
+    assert!(!stacks.contains("_ZN6crashy"), "no mangled name: {stacks}");
+    let _ = fs::remove_dir_all(&dir);
 }

@@ -159,31 +159,52 @@ fn cpp_functions_are_found_by_qualified_name_parameters_and_suffix() {
     );
 
     // Overloads: every one is listed with how to write it alone.
-    match at("ns::Parser::parse") {
-        Err(SymbolError::AmbiguousName { candidates, .. }) => {
+    let overloads = at("ns::Parser::parse");
+    match &overloads {
+        Err(
+            e @ SymbolError::AmbiguousName {
+                candidates,
+                spellings,
+                ..
+            },
+        ) => {
             assert_eq!(candidates.len(), 2, "{candidates:?}");
             for (shown, s) in [
                 ("ns::Parser::parse(long, long)", &ll),
                 ("ns::Parser::parse(int)", &int),
             ] {
-                let c = candidates
+                let i = candidates
                     .iter()
-                    .find(|c| c.starts_with(&format!("{shown} in {exe}")))
+                    .position(|c| c.starts_with(&format!("{shown} in {exe}")))
                     .unwrap_or_else(|| panic!("{shown} listed: {candidates:?}"));
-                assert!(c.contains(&format!("({:#x})", s.addr)), "{c}");
-                assert!(c.ends_with(&format!("write `{shown}`")), "{c}");
+                assert!(
+                    candidates[i].ends_with(&format!("({:#x})", s.addr)),
+                    "{candidates:?}"
+                );
+                assert_eq!(spellings[i], shown, "{spellings:?}");
             }
+            assert_eq!(
+                e.hint(),
+                Some(Hint::WriteOneAlone {
+                    read_as: None,
+                    names: spellings.clone()
+                })
+            );
         }
         other => panic!("two overloads: {other:?}"),
     }
     // `parse(long, long)` is in two namespaces: both listed, by path or full name.
     match at("parse(long, long)") {
-        Err(e @ SymbolError::AmbiguousName { .. }) => {
-            let text = e.to_string();
-            assert!(text.contains("write `other::parse`"), "{text}");
+        Err(SymbolError::AmbiguousName { spellings, .. }) => {
             assert!(
-                text.contains("write `ns::Parser::parse(long, long)`"),
-                "{text}"
+                spellings.iter().any(|s| s == "other::parse"),
+                "{spellings:?}"
+            );
+            assert!(
+                spellings
+                    .iter()
+                    .any(|s| s == "ns::Parser::parse(long, long)"),
+                "{spellings:?}"
             );
         }
         other => panic!("two namespaces: {other:?}"),
@@ -232,6 +253,43 @@ fn cpp_functions_are_found_by_qualified_name_parameters_and_suffix() {
         }
         other => panic!("no parse(char): {other:?}"),
     }
+    // What reads as a name in a malformed one lists the functions it names.
+    let bad = at("parse(long");
+    match &bad {
+        Err(
+            e @ SymbolError::BadName {
+                read_as, spellings, ..
+            },
+        ) => {
+            assert_eq!(read_as.as_deref(), Some("parse"));
+            assert_eq!(spellings.len(), 3, "{spellings:?}");
+            assert!(
+                spellings.iter().any(|s| s == "other::parse"),
+                "{spellings:?}"
+            );
+            assert_eq!(
+                e.hint(),
+                Some(Hint::WriteOneAlone {
+                    read_as: read_as.clone(),
+                    names: spellings.clone()
+                })
+            );
+        }
+        other => panic!("parse(long: {other:?}"),
+    }
+    match at("ns::twice<int") {
+        Err(SymbolError::BadName {
+            read_as, spellings, ..
+        }) => {
+            assert_eq!(read_as.as_deref(), Some("ns::twice"));
+            assert_eq!(spellings, ["ns::twice<int>", "ns::twice<long>"]);
+        }
+        other => panic!("ns::twice<int: {other:?}"),
+    }
+    assert!(matches!(
+        at("ns::Parser::parse(char)"),
+        Err(SymbolError::NotFound { .. })
+    ));
     assert!(matches!(
         at("arser::parse"),
         Err(SymbolError::NotFound { .. })
@@ -302,10 +360,15 @@ fn check_rust(mangling: &str) {
     assert_eq!(at("only_here").unwrap(), only.addr);
     assert_eq!(at("crashy::only_here").unwrap(), only.addr);
     match at("parse_record") {
-        Err(e @ SymbolError::AmbiguousName { .. }) => {
-            let text = e.to_string();
-            assert!(text.contains("write `crashy::parse_record`"), "{text}");
-            assert!(text.contains("write `recordlib::parse_record`"), "{text}");
+        Err(SymbolError::AmbiguousName { spellings, .. }) => {
+            assert!(
+                spellings.iter().any(|s| s == "crashy::parse_record"),
+                "{spellings:?}"
+            );
+            assert!(
+                spellings.iter().any(|s| s == "recordlib::parse_record"),
+                "{spellings:?}"
+            );
         }
         other => panic!("two crates: {other:?}"),
     }
