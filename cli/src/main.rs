@@ -381,6 +381,7 @@ fn run(cli: Cli) -> Result<()> {
             if !a.debug_dirs.is_empty() {
                 opts.debug_search = DebugSearch {
                     dirs: a.debug_dirs.clone(),
+                    root: None,
                 };
             }
             match (a.pid, &a.core) {

@@ -38,6 +38,7 @@ mod signals;
 mod stack_args;
 mod stress;
 mod symbols;
+mod sysroot_core;
 mod tail_call;
 mod threads;
 mod vdso;
