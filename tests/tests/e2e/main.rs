@@ -28,6 +28,7 @@ mod lifecycle;
 mod many_args;
 mod names;
 mod python;
+mod python_hook_refusal;
 mod record;
 mod riprel;
 mod run;
