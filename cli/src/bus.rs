@@ -323,7 +323,7 @@ pub fn run(bus: &str, command: Command) -> Result<()> {
                 // As standalone: the rows are extra, a failure to read them is not an error.
                 if let Ok(status) = proxy.unwind_status(pid_arg(a.pid)?) {
                     let (status, has_libgcc) = unwind_status(status);
-                    output::print_unwind_status(&status, has_libgcc);
+                    output::print_unwind_status(&status, has_libgcc, &hooks);
                 }
             }
         }

@@ -94,6 +94,7 @@ fn or_list(items: &[String]) -> String {
 fn flag(option: RequestOption) -> &'static str {
     match option {
         RequestOption::FloatArgs => "--float-args",
+        RequestOption::Python => "--python",
     }
 }
 
@@ -102,7 +103,7 @@ fn from_wire(wire: &ErrorHint) -> Option<Hint> {
     use argstash_dbus::{
         HINT_EJECT_FIRST, HINT_GIVE_STACK_WINDOW, HINT_HOOK_IMPLEMENTATIONS, HINT_LEAVE_OUT,
         HINT_NAME_IMPLEMENTATION, HINT_PICK_BY_ADDRESS, HINT_USE_ENTRY, HINT_WRITE_ONE_ALONE,
-        OPT_FLOAT_ARGS,
+        OPT_FLOAT_ARGS, OPT_PYTHON,
     };
     Some(match wire.kind.as_deref()? {
         HINT_EJECT_FIRST => Hint::EjectFirst {
@@ -125,6 +126,7 @@ fn from_wire(wire: &ErrorHint) -> Option<Hint> {
         HINT_LEAVE_OUT => Hint::LeaveOut {
             option: match wire.option.as_deref()? {
                 OPT_FLOAT_ARGS => RequestOption::FloatArgs,
+                OPT_PYTHON => RequestOption::Python,
                 _ => return None,
             },
         },

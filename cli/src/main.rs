@@ -366,7 +366,7 @@ fn run(cli: Cli) -> Result<()> {
             output::print_list(a.pid, &hooks, a.json);
             if !a.json {
                 if let Ok((status, has_libgcc)) = injector::unwind_status(a.pid) {
-                    output::print_unwind_status(&status, has_libgcc);
+                    output::print_unwind_status(&status, has_libgcc, &hooks);
                 }
             }
         }
@@ -381,6 +381,7 @@ fn run(cli: Cli) -> Result<()> {
             if !a.debug_dirs.is_empty() {
                 opts.debug_search = DebugSearch {
                     dirs: a.debug_dirs.clone(),
+                    root: None,
                 };
             }
             match (a.pid, &a.core) {

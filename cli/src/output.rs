@@ -73,7 +73,11 @@ fn print_signals(signals: &[injector::SignalOutcome]) {
 }
 
 /// Prints, per active hook, which other unwinders know about it.
-pub fn print_unwind_status(status: &[injector::HookUnwindStatus], has_libgcc: bool) {
+pub fn print_unwind_status(
+    status: &[injector::HookUnwindStatus],
+    has_libgcc: bool,
+    hooks: &[HookInfo],
+) {
     if status.is_empty() {
         return;
     }
@@ -81,6 +85,17 @@ pub fn print_unwind_status(status: &[injector::HookUnwindStatus], has_libgcc: bo
         println!("no in-process unwinder (libgcc_s is not loaded): nothing to register C++ unwinding with");
     }
     for s in status {
+        let call_through = hooks
+            .iter()
+            .any(|h| h.arena == s.arena && h.slot == s.slot && h.is_call_through());
+        if call_through {
+            // The extension maps its own arena, with no unwind area: nothing to register.
+            println!(
+                "unwind   {:<24} pep523-ext: the extension's own trampoline, no unwind info (argstash bt reads its frames from the arena; libgcc, gdb and perf are not told about it)",
+                s.name
+            );
+            continue;
+        }
         if !s.described {
             println!("unwind   {:<24} none (arena of an older argstash)", s.name);
             continue;

@@ -310,8 +310,10 @@ pub fn main(a: RunArgs) -> i32 {
             return 1;
         }
         Err(e) => {
-            eprintln!("argstash: {e}");
-            return e.exit_code();
+            let code = e.exit_code();
+            // With the hint of an install error, in this command line's terms.
+            eprintln!("argstash: {}", crate::errors::error_text(&e.into()));
+            return code;
         }
     };
     forward_pending(child.pid().as_raw());

@@ -2,7 +2,7 @@
 
 use argstash_dbus::{
     hook_path, Arg, Error, ErrorHint, ErrorKind, Frame, HookEntry, HookUnwind, Inlined, Param,
-    Thread, UnwindStatus, OPT_FLOAT_ARGS, OPT_STACK_ARGS,
+    Thread, UnwindStatus, OPT_FLOAT_ARGS, OPT_PYTHON, OPT_STACK_ARGS,
 };
 use injector::reader::args::{ArgValue, SignatureError};
 use injector::reader::symbols::SymbolError;
@@ -54,6 +54,7 @@ pub fn error(pid: i32, e: injector::Error) -> Error {
             ErrorKind::InvalidArgs
         }
         E::Unsupported32Bit { .. } => ErrorKind::NotPermitted,
+        E::PythonHookRefused { .. } => ErrorKind::InvalidArgs,
         E::Proc { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
             ErrorKind::NotPermitted
         }
@@ -155,6 +156,7 @@ fn hint_text(pid: i32, hint: &Hint) -> String {
 fn option_key(option: RequestOption) -> &'static str {
     match option {
         RequestOption::FloatArgs => OPT_FLOAT_ARGS,
+        RequestOption::Python => OPT_PYTHON,
     }
 }
 

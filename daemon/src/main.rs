@@ -67,6 +67,7 @@ async fn serve(args: Args) -> Result<()> {
             args.debug_cache_kib.saturating_mul(1024),
             (!args.debug_dir.is_empty()).then(|| DebugSearch {
                 dirs: args.debug_dir.clone(),
+                root: None,
             }),
         ),
     );

@@ -131,3 +131,65 @@ fn python_inject_and_backtrace_through_the_daemon() {
     let out = cli(Some(&bus), &["eject", "--pid", &pid_s, "--python"]);
     assert!(out.contains("ejected _PyEval_EvalFrameDefault"), "{out}");
 }
+
+/// The Debian sid root with CPython 3.14 (`scripts/sid-root.sh`), or `None`.
+fn sid_python314() -> Option<PathBuf> {
+    let root = std::env::var_os("ARGSTASH_SID_ROOT").map_or_else(
+        || PathBuf::from("/var/cache/argstash-sid/root"),
+        PathBuf::from,
+    );
+    (root.join(".argstash-sid-root").is_file() && root.join("usr/bin/python3.14").is_file())
+        .then_some(root)
+}
+
+#[test]
+fn python_option_on_cpython_3_14_is_an_invalid_args_error_with_its_reason() {
+    let Some(root) = sid_python314() else {
+        println!("SKIPPED python_option_on_cpython_3_14_is_an_invalid_args_error_with_its_reason: no sid root with python3.14 (scripts/sid-root.sh)");
+        return;
+    };
+    let bus = Bus::start();
+    let script = "import os, sys; print('ready', os.getpid(), flush=True); sys.stdin.readline()";
+    let t = Target::spawn_with_args(
+        Path::new("/usr/sbin/chroot"),
+        &[root.to_str().unwrap(), "python3.14", "-c", script],
+    );
+    let pid = t.pid();
+    let maps = || std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let before = maps();
+    let proxy = bus.proxy();
+    let mut opts = HashMap::new();
+    opts.insert(OPT_PYTHON, Value::from(true));
+    let err = proxy.inject(pid as u32, &[], opts).unwrap_err();
+    assert_eq!(
+        err.kind(),
+        Some(argstash_dbus::ErrorKind::InvalidArgs),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("(CPython 3.14.")
+            && text.contains("entry frame on its own C stack")
+            && text.contains("leave out the Inject option `python`"),
+        "{text}"
+    );
+    let hint = err.hint().expect("a typed hint");
+    assert_eq!(hint.option.as_deref(), Some(OPT_PYTHON), "{hint:?}");
+    assert!(proxy.list_hooks(pid as u32).unwrap().is_empty());
+    assert_eq!(maps(), before, "the target's mappings changed");
+    // The CLI over the bus words the same refusal in its own terms.
+    let pid_s = pid.to_string();
+    let out = argstash_tests::argstash_cmd(&[
+        "--bus",
+        bus.address.as_str(),
+        "inject",
+        "--pid",
+        &pid_s,
+        "--python",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("leave out --python"), "{err}");
+}

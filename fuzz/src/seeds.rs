@@ -246,7 +246,10 @@ fn dwarf_cache_entries(elfs: &[&PathBuf]) -> io::Result<Vec<(String, Vec<u8>)>> 
 /// and call sites (asked at its function symbols).
 fn answers_entries(elfs: &[&PathBuf]) -> Vec<(String, Vec<u8>)> {
     let mut seeds = Vec::new();
-    let search = DebugSearch { dirs: Vec::new() };
+    let search = DebugSearch {
+        dirs: Vec::new(),
+        root: None,
+    };
     for (i, path) in elfs.iter().enumerate() {
         let Ok(bytes) = std::fs::read(path) else {
             continue;

@@ -72,6 +72,7 @@ fn scratch_file(name: &str, data: &[u8]) -> PathBuf {
 fn empty_search() -> DebugSearch {
     DebugSearch {
         dirs: vec![crate::scratch().join("debug")],
+        root: None,
     }
 }
 

@@ -208,6 +208,49 @@ pub enum Error {
         /// Why.
         source: reader::python::PythonError,
     },
+    /// `inject --python` on a CPython whose evaluator the hook has nothing to add
+    /// to; nothing was changed.
+    #[error(
+        "not hooking the Python evaluator of process {pid} (CPython {version}): {reason}; \
+         nothing was changed{}",
+        unreadable.as_ref().map(|e| format!(" (besides, {e})")).unwrap_or_default()
+    )]
+    PythonHookRefused {
+        /// The process.
+        pid: i32,
+        /// The interpreter's version.
+        version: reader::python::PythonVersion,
+        /// Why.
+        reason: PythonHookRefusal,
+        /// Why this reader cannot read that version's frames either, if it cannot
+        /// (e.g. no layout for it yet).
+        unreadable: Option<reader::python::PythonError>,
+    },
+}
+
+/// Why `inject --python` declines a CPython evaluator it could patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum PythonHookRefusal {
+    /// Since 3.12 each call of the evaluator keeps its entry frame as a local
+    /// variable on its own C stack, linked into the thread's frame chain, so a
+    /// backtrace pairs every native evaluator frame with its Python frames exactly
+    /// from memory alone, including frames that started before any hook; the hook
+    /// would add a patch and its cost, and nothing a backtrace uses.
+    #[error(
+        "since CPython 3.12 each evaluator call keeps its entry frame on its own C stack, \
+         so a backtrace pairs native and Python frames exactly without a hook (\"paired_by\": \
+         \"entry-frame\"), even for calls that began before any inject"
+    )]
+    EntryFrameOnStack,
+}
+
+impl PythonHookRefusal {
+    /// Why the evaluator of CPython `version` is not hooked, if it is not: every
+    /// version from 3.12 (only 3.11 needs the hook for exact pairing).
+    pub fn for_version(version: reader::python::PythonVersion) -> Option<PythonHookRefusal> {
+        (version.major > 3 || (version.major == 3 && version.minor >= 12))
+            .then_some(PythonHookRefusal::EntryFrameOnStack)
+    }
 }
 
 /// What still works when the Python hook is refused.
@@ -237,6 +280,9 @@ impl Error {
                 max: MAX_STACK_WORDS,
             }),
             Error::Unsupported32Bit { option, .. } => Some(Hint::LeaveOut { option: *option }),
+            Error::PythonHookRefused { .. } => Some(Hint::LeaveOut {
+                option: RequestOption::Python,
+            }),
             Error::Symbol(e) => e.hint(),
             Error::Unprotected { reason, .. } => Some(Hint::AcceptUnwindLoss {
                 retry: reason.may_pass(),
@@ -247,22 +293,6 @@ impl Error {
     }
 }
 
-/// The hint of `error` when it is one of the library's errors (injector or reader):
-/// front ends holding a type-erased error (an `anyhow` chain) ask this.
-pub fn hint_of(error: &(dyn std::error::Error + 'static)) -> Option<Hint> {
-    if let Some(e) = error.downcast_ref::<Error>() {
-        e.hint()
-    } else if let Some(e) = error.downcast_ref::<reader::Error>() {
-        e.hint()
-    } else if let Some(e) = error.downcast_ref::<SymbolError>() {
-        e.hint()
-    } else if let Some(e) = error.downcast_ref::<CoreError>() {
-        e.hint()
-    } else {
-        None
-    }
-}
-
 /// What an option that 32-bit targets do not support does, and why it does not apply.
 fn unsupported_32bit(option: RequestOption) -> &'static str {
     match option {
@@ -270,6 +300,7 @@ fn unsupported_32bit(option: RequestOption) -> &'static str {
             "stashing floating-point arguments (i386 passes floating-point arguments on the \
              stack, which the window copies)"
         }
+        RequestOption::Python => "hooking the CPython evaluator",
     }
 }
 

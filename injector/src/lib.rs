@@ -107,8 +107,8 @@ pub use sample::{Lost, Round, Sample, SampleOptions, Sampler};
 
 // Errors.
 pub use error::{
-    hint_of, Change, Error, FarJumpRefusal, Hint, Operation, RequestOption, Since,
-    UnprotectedReason, UnsureWindow, UNNAMED_CODE_ADVICE,
+    Change, Error, FarJumpRefusal, Hint, Operation, PythonHookRefusal, RequestOption,
+    Since, UnprotectedReason, UnsureWindow, UNNAMED_CODE_ADVICE,
 };
 pub use ptrace::call::RemoteCallError;
 pub use ptrace::session::{Refusal, SessionError, UnexpectedState};
@@ -133,3 +133,22 @@ pub use run::{Report, ReportReason, RunError, RunEvent, RunOptions, Running};
 
 // Rendering backtraces as `argstash bt` prints them (text and JSON).
 pub mod render;
+
+/// The hint of `error` when it is one of the library's errors (injector, `run` or
+/// reader): front ends holding a type-erased error (an `anyhow` chain) ask this.
+/// At the crate root because it knows every module's errors.
+pub fn hint_of(error: &(dyn std::error::Error + 'static)) -> Option<Hint> {
+    if let Some(e) = error.downcast_ref::<Error>() {
+        e.hint()
+    } else if let Some(run::RunError::Install(e)) = error.downcast_ref() {
+        e.hint()
+    } else if let Some(e) = error.downcast_ref::<reader::Error>() {
+        e.hint()
+    } else if let Some(e) = error.downcast_ref::<reader::symbols::SymbolError>() {
+        e.hint()
+    } else if let Some(e) = error.downcast_ref::<reader::core::CoreError>() {
+        e.hint()
+    } else {
+        None
+    }
+}

@@ -14,7 +14,7 @@ use reader::procfs::read_maps;
 use reader::python::{Interpreter, EVAL_FRAME_FUNCTION};
 use reader::symbols::{FuncSpec, ProcessSymbols};
 
-use crate::error::Error;
+use crate::error::{Error, PythonHookRefusal};
 use crate::hooks::{HookInfo, HookTarget};
 use crate::memory::ProcessMemory;
 use crate::target::{check_target, Access};
@@ -25,7 +25,8 @@ use reader::ids::Pid;
 ///
 /// Reads only (maps, symbols, a few words of memory): a process that is not a
 /// CPython, or whose version has no known layout, is refused before anything
-/// touches it ([`Error::Python`]).
+/// touches it ([`Error::Python`]); so is a CPython 3.12 or later, whose
+/// backtraces pair exactly without the hook ([`Error::PythonHookRefused`]).
 pub fn python_hook(pid: Pid) -> Result<HookTarget, Error> {
     let pid = pid.as_raw();
     check_target(pid, Access::Stop)?;
@@ -35,8 +36,20 @@ pub fn python_hook(pid: Pid) -> Result<HookTarget, Error> {
     })?;
     let symbols = ProcessSymbols::load(pid, &maps)?;
     let mem = ProcessMemory::open(pid)?;
-    let interp =
-        Interpreter::attach(&symbols, &mem).map_err(|source| Error::Python { pid, source })?;
+    // The version decides first: from 3.12 the hook is refused whatever the reader
+    // can do with that version's frames.
+    let located = reader::python::version::locate(&symbols, &mem)
+        .map_err(|source| Error::Python { pid, source })?;
+    let attached = Interpreter::attach(&symbols, &mem);
+    if let Some(reason) = PythonHookRefusal::for_version(located.version) {
+        return Err(Error::PythonHookRefused {
+            pid,
+            version: located.version,
+            reason,
+            unreadable: attached.err(),
+        });
+    }
+    let interp = attached.map_err(|source| Error::Python { pid, source })?;
     Ok(HookTarget::new(FuncSpec::Qualified {
         module: interp.module().to_string(),
         name: EVAL_FRAME_FUNCTION.to_string(),

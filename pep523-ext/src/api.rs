@@ -147,6 +147,9 @@ fn hint_text(hint: &Hint) -> String {
         Hint::LeaveOut {
             option: RequestOption::FloatArgs,
         } => "; leave out float_args=True".into(),
+        Hint::LeaveOut {
+            option: RequestOption::Python,
+        } => "; leave out python=True".into(),
         Hint::AcceptUnwindLoss { .. } => "; try again later".into(),
         Hint::GiveKernelCore | Hint::GiveCoreNotProgram => String::new(),
     }

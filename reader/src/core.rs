@@ -252,6 +252,19 @@ pub enum BackingError {
         /// The build id the core's dump shows.
         core: Vec<u8>,
     },
+    /// A file outside the sysroot that the core holds no build id to check it
+    /// against: it may belong to this machine rather than the crashed one.
+    #[error("it lies outside the sysroot and no build id (in the core and in the file) proves it is the crashed process's file")]
+    Unproven,
+    /// None of the places looked at has the file: `why` the place reported (another
+    /// build, else the first place) cannot be used; `also` the other places.
+    #[error("{why} (also looked at {})", .also.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    NoneFits {
+        /// The other places looked at, in order.
+        also: Vec<PathBuf>,
+        /// Why the place reported cannot be used.
+        why: Box<BackingError>,
+    },
 }
 
 /// Why a module of a core has no symbols (its frames show addresses).
@@ -527,17 +540,45 @@ impl CoreFile {
         at_entry.or(self.files.first()).map(|f| f.path.as_str())
     }
 
-    /// Where a recorded path is looked for on this machine (`--exe`, `--sysroot`).
-    pub fn disk_path(&self, recorded: &str) -> PathBuf {
+    /// Where a recorded path is looked for on this machine, in order: the `--exe`
+    /// file alone for the executable; else under `--sysroot` first, then the path
+    /// itself (used only when its build id proves it is the file the process had:
+    /// see [`CoreFile::open`]).
+    pub fn disk_paths(&self, recorded: &str) -> Vec<PathBuf> {
         if let Some(exe) = &self.options.exe {
             if self.exe_path() == Some(recorded) {
-                return exe.clone();
+                return vec![exe.clone()];
             }
         }
         match &self.options.sysroot {
-            Some(root) => root.join(recorded.trim_start_matches('/')),
-            None => PathBuf::from(recorded),
+            Some(root) => vec![
+                root.join(recorded.trim_start_matches('/')),
+                PathBuf::from(recorded),
+            ],
+            None => vec![PathBuf::from(recorded)],
         }
+    }
+
+    /// Where the file of a recorded path was found (or, if it was not, first looked for).
+    pub fn disk_path(&self, recorded: &str) -> PathBuf {
+        match self.backing.get(recorded) {
+            Some(b) => b.disk.clone(),
+            None => self
+                .disk_paths(recorded)
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| PathBuf::from(recorded)),
+        }
+    }
+
+    /// The build id the core shows for the file mapped from `path` (from the dump
+    /// of its first page), if the core holds it.
+    pub fn recorded_build_id(&self, path: &str) -> Option<&[u8]> {
+        let first = self
+            .files
+            .iter()
+            .find(|f| f.path == path && f.offset == 0)?;
+        build_id(self.dumped(first.start))
     }
 
     fn open_backing_files(&mut self) {
@@ -546,26 +587,58 @@ impl CoreFile {
             if backing.contains_key(&f.path) {
                 continue;
             }
-            let disk = self.disk_path(&f.path);
-            let map = map_regular_file(&disk)
-                .and_then(|map| {
-                    self.check_same_build(&f.path, &map)?;
-                    Ok(map)
-                })
-                .map_err(Arc::new);
-            backing.insert(f.path.clone(), BackingFile { disk, map });
+            backing.insert(f.path.clone(), self.find_backing(&f.path));
         }
         self.backing = backing;
+    }
+
+    /// The first of [`CoreFile::disk_paths`] that is the file the process had
+    /// mapped. The fallback outside the sysroot must prove it by its build id;
+    /// when none will do, the most telling failure is kept (another build over a
+    /// missing file), with every place looked at.
+    fn find_backing(&self, recorded: &str) -> BackingFile {
+        let paths = self.disk_paths(recorded);
+        let fallback = self.options.sysroot.is_some() && paths.len() > 1;
+        let mut failures: Vec<(PathBuf, BackingError)> = Vec::new();
+        for (i, disk) in paths.into_iter().enumerate() {
+            let is_fallback = fallback && i > 0;
+            let found = map_regular_file(&disk).and_then(|map| {
+                self.check_same_build(recorded, &map)?;
+                if is_fallback
+                    && (self.recorded_build_id(recorded).is_none() || build_id(&map).is_none())
+                {
+                    return Err(BackingError::Unproven);
+                }
+                Ok(map)
+            });
+            match found {
+                Ok(map) => return BackingFile { disk, map: Ok(map) },
+                Err(e) => failures.push((disk, e)),
+            }
+        }
+        let pick = failures
+            .iter()
+            .position(|(_, e)| matches!(e, BackingError::OtherBuild { .. }))
+            .unwrap_or(0);
+        let (disk, why) = failures.remove(pick);
+        let why = if failures.is_empty() {
+            why
+        } else {
+            BackingError::NoneFits {
+                also: failures.into_iter().map(|(p, _)| p).collect(),
+                why: Box::new(why),
+            }
+        };
+        BackingFile {
+            disk,
+            map: Err(Arc::new(why)),
+        }
     }
 
     /// Fails when the file found on disk has another GNU build id than the one the
     /// core's dump of its first page shows (the file was rebuilt or replaced).
     fn check_same_build(&self, path: &str, disk: &[u8]) -> Result<(), BackingError> {
-        let Some(first) = self.files.iter().find(|f| f.path == path && f.offset == 0) else {
-            return Ok(());
-        };
-        let dumped = self.dumped(first.start);
-        match (build_id(dumped), build_id(disk)) {
+        match (self.recorded_build_id(path), build_id(disk)) {
             (Some(core), Some(file)) if core != file => Err(BackingError::OtherBuild {
                 file: file.to_vec(),
                 core: core.to_vec(),
@@ -710,10 +783,12 @@ impl CoreFile {
                 }
             } else {
                 let disk = self.disk_path(path);
+                let root = self.options.sysroot.as_deref();
                 match self.backing.get(path).map(|b| &b.map) {
                     Some(Err(why)) => (Err(MissingReason::File(why.clone())), disk),
                     _ => (
                         Module::from_file(path, &disk, &entries)
+                            .map(|m| m.under_root(root))
                             .map_err(|e| MissingReason::Symbols(Arc::new(e))),
                         disk,
                     ),

@@ -71,12 +71,42 @@ pub enum DebugSource {
 pub struct DebugSearch {
     /// Global debug directories, searched in order (default: `/usr/lib/debug`).
     pub dirs: Vec<PathBuf>,
+    /// The directory the module files lie under when they are another root's (a
+    /// core's `--sysroot`): that root's copy of each of `dirs` is searched before
+    /// `dirs` themselves, and a `.gnu_debuglink` name is looked for by the module's
+    /// path within the root. A file found either way must still match the module.
+    pub root: Option<PathBuf>,
+}
+
+impl DebugSearch {
+    /// The directories searched, in order: the root's copies of `dirs` first.
+    pub fn all_dirs(&self) -> Vec<PathBuf> {
+        let Some(root) = &self.root else {
+            return self.dirs.clone();
+        };
+        self.dirs
+            .iter()
+            .map(|d| root.join(d.strip_prefix("/").unwrap_or(d)))
+            .chain(self.dirs.iter().cloned())
+            .collect()
+    }
+
+    /// This search for modules under `root` (see [`DebugSearch::root`]); unchanged
+    /// when `root` is `None` or a root is already set.
+    pub fn under(&self, root: Option<&Path>) -> DebugSearch {
+        let mut s = self.clone();
+        if s.root.is_none() {
+            s.root = root.map(Path::to_path_buf);
+        }
+        s
+    }
 }
 
 impl Default for DebugSearch {
     fn default() -> Self {
         DebugSearch {
             dirs: vec![PathBuf::from(DEFAULT_DEBUG_DIR)],
+            root: None,
         }
     }
 }
@@ -507,9 +537,10 @@ pub(crate) fn candidates(
     search: &DebugSearch,
 ) -> Vec<(PathBuf, bool)> {
     let mut out = Vec::new();
+    let dirs = search.all_dirs();
     if let Some(id) = build_id.filter(|id| id.len() >= 2) {
         let h = hex(id);
-        for dir in &search.dirs {
+        for dir in &dirs {
             out.push((
                 dir.join(".build-id")
                     .join(&h[..2])
@@ -522,8 +553,14 @@ pub(crate) fn candidates(
         let dir = module_path.parent().unwrap_or(Path::new("/"));
         out.push((dir.join(link), false));
         out.push((dir.join(".debug").join(link), false));
-        for root in &search.dirs {
-            let rel = dir.strip_prefix("/").unwrap_or(dir);
+        // The module's directory as its own root sees it.
+        let inside = search
+            .root
+            .as_deref()
+            .and_then(|root| dir.strip_prefix(root).ok())
+            .unwrap_or(dir);
+        let rel = inside.strip_prefix("/").unwrap_or(inside);
+        for root in &dirs {
             out.push((root.join(rel).join(link), false));
         }
     }

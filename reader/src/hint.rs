@@ -80,6 +80,8 @@ pub enum Hint {
 pub enum RequestOption {
     /// Stash xmm0-xmm7 (floating-point arguments).
     FloatArgs,
+    /// Hook the CPython evaluator (`inject --python`).
+    Python,
 }
 
 /// Advice for code no symbol names, the same in every front end; ends the wording

@@ -66,6 +66,21 @@ impl Hooks {
         if self.python {
             match python_hook(self.pid) {
                 Ok(t) => targets.push(t),
+                // Exact pairing needs no hook there: record without it, saying why.
+                Err(Error::PythonHookRefused {
+                    version,
+                    reason,
+                    unreadable,
+                    ..
+                }) => {
+                    self.python = false;
+                    self.notes.push(format!(
+                        "--python installs no hook in CPython {version}: {reason}{}",
+                        unreadable
+                            .map(|e| format!(" (besides, {e})"))
+                            .unwrap_or_default()
+                    ));
+                }
                 Err(e) => return self.retry_or(e),
             }
         }

@@ -182,6 +182,7 @@ fn record(
     if !a.debug_dirs.is_empty() {
         opts.debug_search = DebugSearch {
             dirs: a.debug_dirs.clone(),
+            root: None,
         };
     }
     let mut hooks = Hooks::new(pid, &a.funcs, a.python, spawned)?;

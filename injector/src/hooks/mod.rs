@@ -302,7 +302,8 @@ fn install_inner(
         None
     };
 
-    // Stop the world.
+    // Stop the world, not to be preempted by the threads released at the end.
+    let realtime = crate::ptrace::realtime::Realtime::enter();
     let mut session = ctx.stop_all()?;
     if let Some(addr) = gadget {
         session.set_syscall_gadget(addr)?;
@@ -335,6 +336,7 @@ fn install_inner(
             (done, session.detach()?, threads, None)
         }
     };
+    drop(realtime);
     let mut unwind = register(
         &mut ctx,
         &mem,

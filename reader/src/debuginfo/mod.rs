@@ -75,7 +75,8 @@ impl ModulesDebug {
             return None;
         }
         Some(self.cells.get(i)?.get_or_init(|| {
-            ModuleDebug::load_cached(Path::new(&m.path), m.bias, &self.search, &self.cache)
+            let search = self.search.under(m.root.as_deref());
+            ModuleDebug::load_cached(&m.file, m.bias, &search, &self.cache)
         }))
     }
 
@@ -1611,6 +1612,7 @@ mod tests {
     fn candidate_paths_follow_gdb() {
         let search = DebugSearch {
             dirs: vec![std::path::PathBuf::from("/dbg")],
+            root: None,
         };
         let c = crate::debugfile::candidates(
             Path::new("/opt/app/prog"),
@@ -1625,6 +1627,32 @@ mod tests {
                 "/dbg/.build-id/ab/cdef.debug",
                 "/opt/app/prog.debug",
                 "/opt/app/.debug/prog.debug",
+                "/dbg/opt/app/prog.debug"
+            ]
+        );
+    }
+
+    #[test]
+    fn candidate_paths_under_a_sysroot_search_its_debug_dirs_first() {
+        let search = DebugSearch {
+            dirs: vec![std::path::PathBuf::from("/dbg")],
+            root: Some(std::path::PathBuf::from("/sys/root")),
+        };
+        let c = crate::debugfile::candidates(
+            Path::new("/sys/root/opt/app/prog"),
+            Some(&[0xab, 0xcd, 0xef]),
+            Some("prog.debug"),
+            &search,
+        );
+        let paths: Vec<String> = c.iter().map(|(p, _)| p.display().to_string()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/sys/root/dbg/.build-id/ab/cdef.debug",
+                "/dbg/.build-id/ab/cdef.debug",
+                "/sys/root/opt/app/prog.debug",
+                "/sys/root/opt/app/.debug/prog.debug",
+                "/sys/root/dbg/opt/app/prog.debug",
                 "/dbg/opt/app/prog.debug"
             ]
         );

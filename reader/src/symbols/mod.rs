@@ -30,7 +30,7 @@ use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::section_header::{SHN_UNDEF, SHT_NOBITS};
@@ -526,6 +526,13 @@ struct Load {
 pub struct Module {
     /// Path as in `/proc/PID/maps` (without ` (deleted)`), or `[vdso]`.
     pub path: String,
+    /// The file on this machine the module was read from, where its debug info is
+    /// looked for too: `path` for a live process, the file found under `--sysroot`
+    /// (or given by `--exe`) for a core.
+    pub file: PathBuf,
+    /// The directory `file` lies under when it is another root's copy (a core's
+    /// `--sysroot`): that root's debug directories are searched first.
+    pub root: Option<PathBuf>,
     /// Load bias: runtime address = svma + bias (wrapping).
     pub bias: u64,
     /// Lowest start .. highest end of the file's mappings.
@@ -624,7 +631,18 @@ impl Module {
             source,
         })?;
         let data = map_elf_file(opened, &shown, path)?;
-        Module::from_data(path.to_string(), data, entries)
+        let mut m = Module::from_data(path.to_string(), data, entries)?;
+        m.file = file.to_path_buf();
+        Ok(m)
+    }
+
+    /// This module with its file under `root` (a core's `--sysroot`), whose debug
+    /// directories are searched first.
+    pub fn under_root(mut self, root: Option<&Path>) -> Module {
+        self.root = root
+            .filter(|r| self.file.starts_with(r))
+            .map(Path::to_path_buf);
+        self
     }
 
     /// Builds a module from an ELF image copied out of memory (a core's `[vdso]`).
@@ -646,6 +664,8 @@ impl Module {
             problem,
         })?;
         Ok(Module {
+            file: PathBuf::from(&path),
+            root: None,
             path,
             bias: parsed.bias,
             range: parsed.range,
@@ -808,7 +828,8 @@ impl Module {
     }
 
     /// Function symbols of the module's separate debug file's `.symtab` (found by
-    /// build-id or debuglink under the default debug directory and checked against
+    /// build-id or debuglink under the default debug directory, the module's root's
+    /// first, and checked against
     /// the module), sorted by address, preferred name first; read on first use and
     /// kept. Empty for the `[vdso]` and when there is no such file.
     pub fn separate_symbols(&self) -> &[Symbol] {
@@ -817,9 +838,9 @@ impl Module {
                 return Vec::new();
             }
             separate_symbols(
-                Path::new(&self.path),
+                &self.file,
                 self.bias,
-                &crate::debugfile::DebugSearch::default(),
+                &crate::debugfile::DebugSearch::default().under(self.root.as_deref()),
             )
         })
     }

@@ -459,7 +459,20 @@ fn call_through_hooks_of_the_extension_are_listed_and_left_alone() {
         assert_eq!(hooks.len(), 1, "{hooks:?}");
         assert_eq!(hooks[0]["call_through"], true);
         assert_eq!(hooks[0]["python"], false);
-        assert!(run_ok(&["list", "--pid", &pid_s]).contains("pep523-ext"));
+        let listed = run_ok(&["list", "--pid", &pid_s]);
+        assert!(listed.contains("pep523-ext"), "{listed}");
+        // Its unwind row says what it is, not "an older argstash".
+        let unwind: Vec<&str> = listed
+            .lines()
+            .filter(|l| l.starts_with("unwind "))
+            .collect();
+        assert_eq!(unwind.len(), 1, "{listed}");
+        assert!(
+            unwind[0].contains("_PyEval_EvalFrameDefault")
+                && unwind[0].contains("pep523-ext: the extension's own trampoline")
+                && !unwind[0].contains("older argstash"),
+            "{listed}"
+        );
         // Nothing of ours to eject yet.
         let out = run_ok(&["eject", "--pid", &pid_s, "--all"]);
         assert!(out.contains("nothing to eject"), "{out}");
@@ -468,6 +481,23 @@ fn call_through_hooks_of_the_extension_are_listed_and_left_alone() {
         assert!(out.contains("hooked _PyEval_EvalFrameDefault"), "{out}");
         let hooks = list_hooks(pid);
         assert_eq!(hooks.iter().filter(|h| h["python"] == true).count(), 1);
+        // Our hook's row is an ordinary one; the extension's keeps its own.
+        let listed = run_ok(&["list", "--pid", &pid_s]);
+        let unwind: Vec<&str> = listed
+            .lines()
+            .filter(|l| l.starts_with("unwind "))
+            .collect();
+        assert_eq!(unwind.len(), 2, "{listed}");
+        assert_eq!(
+            unwind.iter().filter(|l| l.contains("pep523-ext:")).count(),
+            1,
+            "{listed}"
+        );
+        assert_eq!(
+            unwind.iter().filter(|l| l.contains(" libgcc ")).count(),
+            1,
+            "{listed}"
+        );
         // eject --all takes ours only; the extension's stays active.
         let out = run_ok(&["eject", "--pid", &pid_s, "--all"]);
         assert_eq!(
