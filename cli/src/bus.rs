@@ -259,6 +259,8 @@ fn frame(f: &argstash_dbus::Frame) -> Frame {
             })
             .collect(),
         args: f.params.iter().map(arg_value).collect(),
+        // Only the pairing needs it, and it was done by the daemon.
+        stack: None,
     }
 }
 

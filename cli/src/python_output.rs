@@ -57,6 +57,7 @@ pub fn from_wire(t: &argstash_dbus::Thread) -> Option<PythonStack> {
                 let paired_by = match f.paired_by.as_str() {
                     "stash" => PairedBy::Stash,
                     "order" => PairedBy::Order,
+                    "entry-frame" => PairedBy::EntryFrame,
                     _ => return None,
                 };
                 Some(Placement {

@@ -400,14 +400,17 @@ fn python_over(image: &Image, layout: &Layout) {
             NativeEval {
                 is_eval: true,
                 stashed_frame: Some(frame),
+                stack: None,
             },
             NativeEval {
                 is_eval: false,
                 stashed_frame: None,
+                stack: None,
             },
             NativeEval {
                 is_eval: true,
                 stashed_frame: None,
+                stack: None,
             },
         ];
         let pairing = chain.pair_with(&native);

@@ -107,8 +107,8 @@ pub use sample::{Lost, Round, Sample, SampleOptions, Sampler};
 
 // Errors.
 pub use error::{
-    Change, Error, FarJumpRefusal, Hint, Operation, PythonHookRefusal, RequestOption,
-    Since, UnprotectedReason, UnsureWindow, UNNAMED_CODE_ADVICE,
+    Change, Error, FarJumpRefusal, Hint, Operation, PythonHookRefusal, RequestOption, Since,
+    UnprotectedReason, UnsureWindow, UNNAMED_CODE_ADVICE,
 };
 pub use ptrace::call::RemoteCallError;
 pub use ptrace::session::{Refusal, SessionError, UnexpectedState};

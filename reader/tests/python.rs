@@ -294,14 +294,17 @@ fn frames_threads_and_arguments_match_what_python_says() {
         let eval = NativeEval {
             is_eval: true,
             stashed_frame: None,
+            stack: None,
         };
         let c = NativeEval {
             is_eval: false,
             stashed_frame: None,
+            stack: None,
         };
         let stashed = NativeEval {
             is_eval: true,
             stashed_frame: Some(chain.frames[0].addr),
+            stack: None,
         };
         eprintln!("  {}", chain.frames[2]);
         let p = chain.pair_with(&[c, stashed, c, eval, c]);

@@ -126,7 +126,7 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
 /// when that is not exact.
 fn python_text(f: &StackFrame) -> String {
     let how = match f.placement.map(|p| p.paired_by) {
-        Some(PairedBy::Stash) => "",
+        Some(PairedBy::Stash | PairedBy::EntryFrame) => "",
         Some(PairedBy::Order) => " [paired by order]",
         None => " [no evaluator frame found]",
     };

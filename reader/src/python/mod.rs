@@ -153,6 +153,7 @@ impl FrameChain {
             .map(|f| PyLink {
                 addr: f.addr,
                 is_entry: f.is_entry,
+                entry_frame: f.entry_frame,
             })
             .collect()
     }

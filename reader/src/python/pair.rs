@@ -10,6 +10,11 @@
 //!   exactly: it runs the frames up to the one at that address ([`PairedBy::Stash`]).
 //! - One without a stash (it started before the hook) is paired by order: it runs
 //!   the frames up to the next entry frame ([`PairedBy::Order`]), as pystack does.
+//! - From 3.12 each call of the evaluator links an entry frame that lives on its
+//!   own C stack into the chain, so the run a call evaluates ends at the frame
+//!   linked to an entry frame inside that native frame's stack range: exact, for
+//!   every call, hooked or not, named or not ([`PairedBy::EntryFrame`]). Used
+//!   whenever the chain carries entry-frame addresses (3.13+ here).
 //!
 //! Anything that does not fit is reported as a [`PairNote`], never guessed over:
 //! a stashed frame that is not in the chain, an entry frame inside a stashed run
@@ -25,6 +30,8 @@ pub struct NativeEval {
     pub is_eval: bool,
     /// The `frame` argument its entry stash holds, if it was hooked when it started.
     pub stashed_frame: Option<u64>,
+    /// The stack the frame occupies, `[sp, cfa)`, when the unwind knows it.
+    pub stack: Option<(u64, u64)>,
 }
 
 /// One Python frame as the pairing sees it.
@@ -34,6 +41,10 @@ pub struct PyLink {
     pub addr: u64,
     /// Its `is_entry` flag.
     pub is_entry: bool,
+    /// Address of the C-stack entry frame linked right after it (3.12+): the
+    /// frame is the first one of the evaluator call whose native frame holds that
+    /// address.
+    pub entry_frame: Option<u64>,
 }
 
 /// How a Python frame was matched to its evaluator frame.
@@ -43,6 +54,9 @@ pub enum PairedBy {
     Stash,
     /// By counting entry frames: right when the native unwind found every evaluator frame.
     Order,
+    /// By the address of the evaluator's entry frame, which lies on that
+    /// evaluator call's own C stack (3.12+): exact, without a hook.
+    EntryFrame,
 }
 
 impl fmt::Display for PairedBy {
@@ -50,6 +64,7 @@ impl fmt::Display for PairedBy {
         f.write_str(match self {
             PairedBy::Stash => "stash",
             PairedBy::Order => "order",
+            PairedBy::EntryFrame => "entry-frame",
         })
     }
 }
@@ -108,6 +123,22 @@ pub enum PairNote {
         /// The native frame.
         native: usize,
     },
+    /// The entry frame after Python frame `python` lies in no native frame's
+    /// stack (the native unwind stopped early, or lost the frame's extent).
+    EntryFrameOffStack {
+        /// The Python frame.
+        python: usize,
+        /// The entry frame's address.
+        entry: u64,
+    },
+    /// Entry frames put an outer run of Python frames in a native frame inner to
+    /// the previous run's: the stacks disagree; the run was left unplaced.
+    EntryFrameOutOfOrder {
+        /// The Python frame that ends the run.
+        python: usize,
+        /// The native frame its entry frame lies in.
+        native: usize,
+    },
     /// Python frames no evaluator frame claims (the native unwind stopped early).
     Leftover {
         /// Index of the first such Python frame.
@@ -143,6 +174,14 @@ impl fmt::Display for PairNote {
             PairNote::EvalWithoutPython { native } => {
                 write!(f, "native frame #{native} evaluates Python but no Python frame is left for it")
             }
+            PairNote::EntryFrameOffStack { python, entry } => write!(
+                f,
+                "the entry frame 0x{entry:x} after Python frame {python} lies in no native frame's stack"
+            ),
+            PairNote::EntryFrameOutOfOrder { python, native } => write!(
+                f,
+                "the entry frame after Python frame {python} lies in native frame #{native}, inside an inner run's: the stacks disagree"
+            ),
             PairNote::Leftover { first, count } => write!(
                 f,
                 "{count} Python frame(s) from {first} outward are run by no native frame found"
@@ -172,6 +211,9 @@ pub enum Merged {
 /// Pairs Python frames with evaluator frames; `chain_complete` says the Python
 /// chain was read to its outermost frame (not cut by a limit or a corrupt frame).
 pub fn pair(native: &[NativeEval], python: &[PyLink], chain_complete: bool) -> Pairing {
+    if python.iter().any(|p| p.entry_frame.is_some()) {
+        return pair_by_entry_frames(native, python);
+    }
     let mut placed = vec![None; python.len()];
     let mut notes = Vec::new();
     let mut next = 0usize;
@@ -248,6 +290,52 @@ pub fn pair(native: &[NativeEval], python: &[PyLink], chain_complete: bool) -> P
     }
 }
 
+/// Pairs by entry-frame addresses (3.12+): each run of Python frames, innermost
+/// first, ends at a frame linked to an entry frame, and goes to the native frame
+/// whose stack holds that entry frame. Runs left without one, or whose entry frame
+/// no native frame holds, are noted and left unplaced.
+fn pair_by_entry_frames(native: &[NativeEval], python: &[PyLink]) -> Pairing {
+    let mut placed = vec![None; python.len()];
+    let mut notes = Vec::new();
+    let mut start = 0usize;
+    let mut inner_native = 0usize;
+    for (j, link) in python.iter().enumerate() {
+        let Some(entry) = link.entry_frame else {
+            continue;
+        };
+        let holder = native
+            .iter()
+            .position(|n| n.stack.is_some_and(|(lo, hi)| lo <= entry && entry < hi));
+        match holder {
+            Some(n) if n >= inner_native => {
+                for slot in &mut placed[start..=j] {
+                    *slot = Some(Placement {
+                        eval_frame: n,
+                        paired_by: PairedBy::EntryFrame,
+                    });
+                }
+                inner_native = n;
+            }
+            Some(n) => notes.push(PairNote::EntryFrameOutOfOrder {
+                python: j,
+                native: n,
+            }),
+            None => notes.push(PairNote::EntryFrameOffStack { python: j, entry }),
+        }
+        start = j + 1;
+    }
+    if start < python.len() {
+        notes.push(PairNote::Leftover {
+            first: start,
+            count: python.len() - start,
+        });
+    }
+    Pairing {
+        python: placed,
+        notes,
+    }
+}
+
 impl Pairing {
     /// The merged stack, innermost first: each evaluator frame's Python frames
     /// right before it; Python frames no evaluator frame claims at the end.
@@ -281,16 +369,19 @@ mod tests {
     const C: NativeEval = NativeEval {
         is_eval: false,
         stashed_frame: None,
+        stack: None,
     };
     const EVAL: NativeEval = NativeEval {
         is_eval: true,
         stashed_frame: None,
+        stack: None,
     };
 
     fn stashed(frame: u64) -> NativeEval {
         NativeEval {
             is_eval: true,
             stashed_frame: Some(frame),
+            stack: None,
         }
     }
 
@@ -300,6 +391,7 @@ mod tests {
             .map(|i| PyLink {
                 addr: 0x100 * (i as u64 + 1),
                 is_entry: entries.contains(&i),
+                entry_frame: None,
             })
             .collect()
     }
@@ -309,6 +401,88 @@ mod tests {
             .iter()
             .map(|x| x.map(|x| (x.eval_frame, x.paired_by)))
             .collect()
+    }
+
+    /// An unnamed native frame occupying `[lo, hi)` of the stack.
+    fn at(lo: u64, hi: u64) -> NativeEval {
+        NativeEval {
+            is_eval: false,
+            stashed_frame: None,
+            stack: Some((lo, hi)),
+        }
+    }
+
+    /// Python frames at 0x100, 0x200, ...; `entries` gives (index, entry-frame address).
+    fn py_entries(n: usize, entries: &[(usize, u64)]) -> Vec<PyLink> {
+        (0..n)
+            .map(|i| PyLink {
+                addr: 0x100 * (i as u64 + 1),
+                is_entry: false,
+                entry_frame: entries.iter().find(|(j, _)| *j == i).map(|(_, a)| *a),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn entry_frames_pair_runs_with_the_native_frames_that_hold_them_without_names() {
+        // Native, innermost first: libc, evaluator call 1, a C builtin, evaluator call 2.
+        let native = [
+            at(0x7000, 0x7800),
+            at(0x7800, 0x8000),
+            at(0x8000, 0x8800),
+            at(0x8800, 0x9000),
+        ];
+        // Frames 0-1 run in call 1 (entry frame at 0x7f00), frame 2 in call 2.
+        let python = py_entries(3, &[(1, 0x7f00), (2, 0x8f00)]);
+        let p = pair(&native, &python, true);
+        assert!(p.notes.is_empty(), "{:?}", p.notes);
+        let e = PairedBy::EntryFrame;
+        assert_eq!(owners(&p), [Some((1, e)), Some((1, e)), Some((3, e))]);
+        assert_eq!(
+            p.interleave(native.len()),
+            [
+                Merged::Native(0),
+                Merged::Python(0),
+                Merged::Python(1),
+                Merged::Native(1),
+                Merged::Native(2),
+                Merged::Python(2),
+                Merged::Native(3),
+            ]
+        );
+        assert_eq!(e.to_string(), "entry-frame");
+    }
+
+    #[test]
+    fn entry_frames_that_fit_no_native_frame_are_noted_not_guessed() {
+        let native = [at(0x7000, 0x7800), at(0x8800, 0x9000)];
+        // 0x8100 lies in no native frame (the unwind lost it); frame 3 ends no run.
+        let python = py_entries(4, &[(0, 0x7100), (1, 0x8100), (2, 0x8f00)]);
+        let p = pair(&native, &python, true);
+        let e = PairedBy::EntryFrame;
+        assert_eq!(owners(&p), [Some((0, e)), None, Some((1, e)), None]);
+        assert_eq!(
+            p.notes,
+            [
+                PairNote::EntryFrameOffStack {
+                    python: 1,
+                    entry: 0x8100
+                },
+                PairNote::Leftover { first: 3, count: 1 },
+            ]
+        );
+        // An outer run whose entry frame lies in an inner native frame than the
+        // previous run's: the stacks disagree, nothing is placed for it.
+        let python = py_entries(2, &[(0, 0x8f00), (1, 0x7100)]);
+        let p = pair(&native, &python, true);
+        assert_eq!(owners(&p), [Some((1, e)), None]);
+        assert_eq!(
+            p.notes,
+            [PairNote::EntryFrameOutOfOrder {
+                python: 1,
+                native: 0
+            }]
+        );
     }
 
     use PairedBy::{Order, Stash};

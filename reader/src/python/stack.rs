@@ -270,6 +270,7 @@ mod tests {
     const C: NativeEval = NativeEval {
         is_eval: false,
         stashed_frame: None,
+        stack: None,
     };
 
     #[test]
@@ -289,10 +290,12 @@ mod tests {
         let stashed = NativeEval {
             is_eval: true,
             stashed_frame: Some(0x200),
+            stack: None,
         };
         let eval = NativeEval {
             is_eval: true,
             stashed_frame: None,
+            stack: None,
         };
         let stack = read.assemble(&[C, stashed, C, eval]).unwrap();
         assert!(stack.notes.is_empty(), "{:?}", stack.notes);
@@ -325,6 +328,7 @@ mod tests {
         let eval = NativeEval {
             is_eval: true,
             stashed_frame: None,
+            stack: None,
         };
         // A corrupt chain: frames before it, then a note.
         let read = ThreadRead {

@@ -133,6 +133,11 @@ pub struct Frame {
     pub inlined: Vec<InlinedFrame>,
     /// Named, typed arguments (from DWARF or a user signature); empty when unknown.
     pub args: Vec<ArgValue>,
+    /// The stack the frame occupies, `[sp, cfa)`: from its stack pointer up to
+    /// its canonical frame address (its caller's stack pointer at the call), when
+    /// the unwind stepped past it. What the frame keeps on the stack (locals, a
+    /// CPython evaluator's entry frame) lies inside.
+    pub stack: Option<(u64, u64)>,
 }
 
 impl Frame {
@@ -173,6 +178,7 @@ impl Frame {
         crate::python::NativeEval {
             is_eval,
             stashed_frame,
+            stack: self.stack,
         }
     }
 

@@ -158,6 +158,8 @@ pub(crate) trait ArchUnwind: Sized {
     fn initial(regs: &DwarfRegisters) -> Self::Regs;
     /// The pc of the frame with these registers.
     fn pc(regs: &Self::Regs) -> u64;
+    /// The stack pointer of the frame with these registers.
+    fn sp(regs: &Self::Regs) -> u64;
     /// What DWARF location evaluation knows of the frame (looked up at `lookup`).
     fn frame_state(regs: &Self::Regs, lookup: u64) -> FrameState;
     /// Steps an ordinary frame (or a relocated prologue, as its original code) at

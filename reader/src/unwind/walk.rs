@@ -98,6 +98,11 @@ impl<A: ArchUnwind> Walker<'_, A> {
                 if let Some(Some(st)) = states.last_mut() {
                     st.cfa = cfa;
                 }
+                // The frame's stack: from its sp to where its caller's begins.
+                let (sp, up) = (A::sp(&regs), A::sp(&caller));
+                if let Some(f) = frames.last_mut().filter(|_| up > sp) {
+                    f.stack = Some((sp, up));
+                }
             }
             match A::goes_on(self.scope, &regs, &caller, first, from_trampoline) {
                 Ok(true) => regs = caller,

@@ -227,6 +227,16 @@ fn check_live(t: &mut Target, what: &str) {
     );
     let notes = thread["python_notes"].to_string();
     assert!(!notes.contains("end early"), "{what}: {notes}");
+    // One evaluator call runs them all, found by its entry frame.
+    let py: Vec<&Value> = thread_frames(thread)
+        .iter()
+        .filter(|f| f["kind"] == "python")
+        .collect();
+    assert!(
+        py.iter()
+            .all(|f| f["paired_by"] == "entry-frame" && f["eval_frame"] == py[0]["eval_frame"]),
+        "{what}: {thread:#}"
+    );
     let text = run_ok(&["bt", "--pid", &pid.to_string(), "--python"]);
     let method = seen.iter().find(|s| s.function == "Outer.method").unwrap();
     for s in [&seen[0], method] {
@@ -247,6 +257,84 @@ fn bt_shows_the_python_frames_of_the_static_interpreters() {
     for minor in MINORS {
         let mut t = dir.python(minor, &["block"]);
         check_live(&mut t, &format!("python3.{minor}"));
+    }
+}
+
+/// Checks that `bt --json` of a blocked `callback` fixture pairs its two evaluator
+/// calls by their entry frames: every Python frame `entry-frame`, the inner run
+/// (innermost .. <lambda>) with an inner native frame than the outer run
+/// (Outer.method .. <module>), each run contiguous and right before its native
+/// frame, native frames (sorted's C code) between the two.
+fn check_entry_pairing(t: &mut Target, what: &str) {
+    let seen = go(t);
+    let pid = t.pid();
+    wait_blocked(pid);
+    let lambda = seen
+        .iter()
+        .position(|s| s.function.ends_with("<lambda>"))
+        .unwrap_or_else(|| panic!("{what}: no lambda in {seen:?}"));
+    let bt = bt_json(pid, None);
+    let thread = main_thread(&bt, pid);
+    let frames = thread_frames(thread);
+    assert_eq!(python_frames(frames), seen, "{what}: {thread:#}");
+    let py: Vec<(usize, &Value)> = frames
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f["kind"] == "python")
+        .collect();
+    for (_, f) in &py {
+        assert_eq!(f["paired_by"], "entry-frame", "{what}: {f:#}");
+    }
+    let eval = |i: usize| py[i].1["eval_frame"].as_u64();
+    let (inner, outer) = (eval(0), eval(lambda + 1));
+    assert!(inner.is_some() && outer.is_some(), "{what}: {thread:#}");
+    assert!(
+        inner < outer,
+        "{what}: inner run at {inner:?}, outer at {outer:?}"
+    );
+    for i in 0..py.len() {
+        let want = if i <= lambda { inner } else { outer };
+        assert_eq!(eval(i), want, "{what}: Python frame {i}: {thread:#}");
+    }
+    // Merged order: each run contiguous, then its evaluator frame (native), and
+    // the C code that called the key function between the two runs.
+    let (first_inner, last_inner) = (py[0].0, py[lambda].0);
+    let (first_outer, last_outer) = (py[lambda + 1].0, py[py.len() - 1].0);
+    assert_eq!(
+        last_inner - first_inner,
+        lambda,
+        "{what}: inner run not contiguous"
+    );
+    assert_eq!(
+        last_outer - first_outer,
+        py.len() - lambda - 2,
+        "{what}: outer run not contiguous"
+    );
+    assert!(
+        first_outer > last_inner + 1 && frames[last_inner + 1]["kind"] != "python",
+        "{what}: no native frame between the runs: {thread:#}"
+    );
+    assert!(
+        thread["python_notes"]
+            .as_array()
+            .is_none_or(|n| n.is_empty()),
+        "{what}: {thread:#}"
+    );
+    t.assert_healthy();
+    t.write_stdin("\n");
+    assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "{what}");
+}
+
+#[test]
+fn python_frames_pair_with_their_evaluator_calls_by_entry_frame() {
+    let Some(root) = sid_root("python_frames_pair_with_their_evaluator_calls_by_entry_frame")
+    else {
+        return;
+    };
+    let dir = RootDir::new(&root, "entry");
+    for minor in MINORS {
+        let mut t = dir.python(minor, &["callback"]);
+        check_entry_pairing(&mut t, &format!("python3.{minor}"));
     }
 }
 

@@ -93,6 +93,10 @@ impl ArchUnwind for I386 {
         u64::from(regs.regs.eip)
     }
 
+    fn sp(regs: &Regs) -> u64 {
+        u64::from(regs.regs.esp)
+    }
+
     /// Registers that were only guessed (stepped by the `ebp` chain) are left unknown.
     fn frame_state(regs: &Regs, lookup: u64) -> FrameState {
         let mut st = FrameState {

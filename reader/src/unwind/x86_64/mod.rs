@@ -94,6 +94,10 @@ impl ArchUnwind for X86_64 {
         regs.pc
     }
 
+    fn sp(regs: &Regs) -> u64 {
+        regs.framehop.sp()
+    }
+
     fn frame_state(regs: &Regs, lookup: u64) -> FrameState {
         FrameState {
             pc: lookup,
