@@ -497,7 +497,7 @@ fn rust_release_crate(v0: bool) {
     let err = String::from_utf8_lossy(&out.stderr);
     for (name, mangled) in &sums {
         let alone = if v0 { name.as_str() } else { mangled.as_str() };
-        assert!(err.contains(&format!("write `{alone}`")), "{alone}: {err}");
+        assert!(err.contains(&format!("--func '{alone}'")), "{alone}: {err}");
     }
     assert!(list_hooks(pid).is_empty(), "a refusal hooks nothing");
 
