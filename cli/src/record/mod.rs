@@ -7,6 +7,7 @@
 mod collapsed;
 mod format;
 mod hooks;
+mod kernel;
 mod naming;
 mod priority;
 mod profile;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use injector::{DebugSearch, Lost, Pid, SampleOptions, Sampler, Tid};
+use injector::{DebugSearch, KernelError, KernelSampler, Lost, Pid, SampleOptions, Sampler, Tid};
 
 use self::format::Output;
 use self::hooks::Hooks;
@@ -67,12 +68,26 @@ pub struct RecordArgs {
     /// Output file; its extension chooses the format: .svg, .json (speedscope), .txt (collapsed).
     #[arg(short = 'o', long = "output", value_name = "FILE", value_parser = format::parse_output)]
     output: Output,
+    /// Who takes the samples: `ptrace` stops each thread for a moment and copies
+    /// its stack; `kernel` has the kernel copy it (perf_event_open, no stop;
+    /// falls back to ptrace with a note where the kernel refuses).
+    #[arg(long, value_enum, default_value_t = SamplerKind::Ptrace)]
+    sampler: SamplerKind,
     /// Look for separate debug files under DIR instead of /usr/lib/debug. Repeatable.
     #[arg(long = "debug-dir", value_name = "DIR")]
     debug_dirs: Vec<std::path::PathBuf>,
     /// The program to start and record (after --).
     #[arg(last = true, value_name = "CMD ARGS")]
     command: Vec<String>,
+}
+
+/// `--sampler`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SamplerKind {
+    /// Threads stopped with ptrace, one at a time.
+    Ptrace,
+    /// The kernel's sampler (perf_event_open): no thread stopped.
+    Kernel,
 }
 
 /// `--threads`.
@@ -187,7 +202,57 @@ fn record(
     let mut hooks = Hooks::new(pid, &a.funcs, a.python, spawned)?;
     // Hooks first (a running process now; a started one as soon as its code is loaded).
     hooks.poll()?;
+    let mut profile = Profile::new(a.rate);
+    let mut notes = Vec::new();
+    if a.sampler == SamplerKind::Kernel {
+        match KernelSampler::new(pid, opts.clone(), a.rate) {
+            Ok(mut kernel) => {
+                check_threads(a, kernel.sampler(), pid)?;
+                profile.sampler = "kernel (perf_event_open)";
+                let end = kernel::sample_loop(
+                    a,
+                    &mut kernel,
+                    &mut hooks,
+                    &mut naming,
+                    &mut profile,
+                    &mut program,
+                )?;
+                for w in kernel.sampler().debug_warnings() {
+                    notes.push(format!("warning: {w}"));
+                }
+                drop(kernel);
+                return finish(pid, end, profile, notes, hooks, program);
+            }
+            Err(KernelError::Setup(e)) => return Err(e.into()),
+            Err(e) => notes.push(format!(
+                "the kernel sampler cannot run ({e}): sampled with ptrace instead{}",
+                match e {
+                    KernelError::NotPermitted { .. } =>
+                        " (sysctl kernel.perf_event_paranoid=1, or CAP_PERFMON, lets the kernel sample)",
+                    _ => "",
+                }
+            )),
+        }
+    }
     let mut sampler = Sampler::new(pid, opts)?;
+    check_threads(a, &sampler, pid)?;
+    let end = sample_loop(
+        a,
+        &mut sampler,
+        &mut hooks,
+        &mut naming,
+        &mut profile,
+        &mut program,
+    )?;
+    for w in sampler.debug_warnings() {
+        notes.push(format!("warning: {w}"));
+    }
+    drop(sampler);
+    finish(pid, end, profile, notes, hooks, program)
+}
+
+/// `--threads` lists threads of the process.
+fn check_threads(a: &RecordArgs, sampler: &Sampler, pid: Pid) -> Result<()> {
     if let ThreadSelection::Only(tids) = &a.threads {
         let now = sampler.threads().map_err(|e| anyhow::anyhow!("{e}"))?;
         for t in tids {
@@ -197,20 +262,18 @@ fn record(
             );
         }
     }
-    let mut profile = Profile::new(a.rate);
-    let end = sample_loop(
-        a,
-        &mut sampler,
-        &mut hooks,
-        &mut naming,
-        &mut profile,
-        &mut program,
-    )?;
-    let mut notes = Vec::new();
-    for w in sampler.debug_warnings() {
-        notes.push(format!("warning: {w}"));
-    }
-    drop(sampler);
+    Ok(())
+}
+
+/// Notes how the recording ended, ejects the hooks, stops a started program.
+fn finish(
+    pid: Pid,
+    end: End,
+    mut profile: Profile,
+    mut notes: Vec<String>,
+    hooks: Hooks,
+    program: Option<&mut Program>,
+) -> Result<(Profile, Vec<String>)> {
     let secs = profile.elapsed.as_secs_f64();
     match &end {
         End::ProcessExited => profile.notes.push(format!(
