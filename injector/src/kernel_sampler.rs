@@ -32,10 +32,6 @@ use crate::sample::{Sample, SampleOptions, Sampler};
 /// the sample is marked truncated ([`KernelStats::beyond_copy`]).
 pub const STACK_COPY: u32 = 32 * 1024;
 
-/// Data pages of each thread's ring buffer (plus one page of header): 256 KiB,
-/// about seven full samples, read every few milliseconds.
-const DATA_PAGES: usize = 64;
-
 // perf_event_attr constants (linux/perf_event.h).
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
@@ -93,12 +89,14 @@ struct Attr {
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
     /// `perf_event_open` refused for lack of privilege.
-    #[error("the kernel refused to sample thread {tid} (perf_event_open: {source}); kernel.perf_event_paranoid is {}", paranoid.map_or("unreadable".to_string(), |p| p.to_string()))]
+    #[error("the kernel refused to sample thread {tid} (perf_event_open: {source}); kernel.perf_event_paranoid is {}{}", paranoid.map_or("unreadable".to_string(), |p| p.to_string()), if *seccomp { ", and argstash runs under a seccomp filter" } else { "" })]
     NotPermitted {
         /// The thread.
         tid: i32,
         /// `/proc/sys/kernel/perf_event_paranoid`, when readable.
         paranoid: Option<i32>,
+        /// Whether argstash runs under a seccomp filter (which may be what refused).
+        seccomp: bool,
         /// EACCES or EPERM.
         source: io::Error,
     },
@@ -144,6 +142,7 @@ impl KernelError {
             Some(libc::EACCES | libc::EPERM) => KernelError::NotPermitted {
                 tid,
                 paranoid,
+                seccomp: under_seccomp(),
                 source,
             },
             Some(libc::ESRCH) => KernelError::NoSuchThread { tid },
@@ -169,6 +168,23 @@ pub fn perf_event_paranoid() -> Option<i32> {
         .trim()
         .parse()
         .ok()
+}
+
+/// Whether this process runs under a seccomp filter (`Seccomp: 2` in its status).
+fn under_seccomp() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.strip_prefix("Seccomp:").is_some_and(|v| v.trim() == "2"))
+    })
+}
+
+/// Data pages of a thread's ring for `hz` samples a second: about 25 ms of
+/// full samples, a power of two between 16 (64 KiB) and 128 (512 KiB).
+fn data_pages(hz: u32) -> usize {
+    let bytes = u64::from(hz) * u64::from(STACK_COPY + 256) / 40;
+    (bytes.div_ceil(4096) as usize)
+        .next_power_of_two()
+        .clamp(16, 128)
 }
 
 /// Counts over a recording.
@@ -282,6 +298,8 @@ pub struct KernelSampler {
     sampler: Sampler,
     attr: Attr,
     rings: HashMap<i32, Ring>,
+    /// Data pages of each ring ([`data_pages`]).
+    pages: usize,
     buf: Vec<u8>,
     /// What was counted so far.
     pub stats: KernelStats,
@@ -317,6 +335,7 @@ impl KernelSampler {
             sampler,
             attr,
             rings: HashMap::new(),
+            pages: data_pages(hz),
             buf: Vec::new(),
             stats: KernelStats::default(),
         };
@@ -361,7 +380,7 @@ impl KernelSampler {
             }
             other => other?,
         };
-        let len = (DATA_PAGES + 1) * page_size();
+        let len = (self.pages + 1) * page_size();
         // SAFETY: a shared read-write mapping of a perf event fd, the layout the
         // kernel requires (1 + 2^n pages); the result is checked below.
         let base = unsafe {
@@ -380,6 +399,7 @@ impl KernelSampler {
                 Some(libc::EPERM | libc::EACCES) => KernelError::NotPermitted {
                     tid,
                     paranoid: perf_event_paranoid(),
+                    seccomp: under_seccomp(),
                     source,
                 },
                 _ => KernelError::Failed {
@@ -627,6 +647,15 @@ mod tests {
             KernelError::from_open(7, e(libc::EINVAL), None),
             KernelError::Failed { .. }
         ));
+    }
+
+    #[test]
+    fn rings_hold_about_25_ms_of_samples() {
+        assert_eq!(data_pages(1), 16);
+        // 99 Hz: 2.5 samples of 33 KiB, 82 KiB: 32 pages.
+        assert_eq!(data_pages(99), 32);
+        assert_eq!(data_pages(999), 128);
+        assert_eq!(data_pages(10_000), 128);
     }
 
     #[test]

@@ -227,6 +227,8 @@ fn record(
             Err(e) => notes.push(format!(
                 "the kernel sampler cannot run ({e}): sampled with ptrace instead{}",
                 match e {
+                    KernelError::NotPermitted { seccomp: true, .. } =>
+                        " (run argstash without the seccomp filter, e.g. outside the container, for the kernel sampler)",
                     KernelError::NotPermitted { .. } =>
                         " (sysctl kernel.perf_event_paranoid=1, or CAP_PERFMON, lets the kernel sample)",
                     _ => "",

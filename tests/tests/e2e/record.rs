@@ -277,3 +277,88 @@ fn ctrl_c_twice_ends_at_once_and_leaves_the_target_as_found() {
     t.assert_healthy();
     let _ = fs::remove_file(out_file);
 }
+
+/// The fixture that runs a command under a seccomp filter failing
+/// perf_event_open with EPERM (tests/fixtures/noperf.c).
+fn noperf() -> PathBuf {
+    build("noperf", Variant::O2G)
+}
+
+#[test]
+fn kernel_sampler_refused_by_seccomp_falls_back_to_ptrace_with_a_note() {
+    let exe = profsplit();
+    let out_file = temp("noperf.txt");
+    let mut cmd = Command::new(noperf());
+    cmd.arg(argstash()).args([
+        "record",
+        "--sampler",
+        "kernel",
+        "--rate",
+        "499",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "split",
+        "1",
+    ]);
+    let out = run_command(&mut cmd, RUN_TIMEOUT);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The kernel's refusal, its cause, and what ran instead.
+    assert!(
+        stderr.contains("the kernel sampler cannot run (the kernel refused to sample thread")
+            && stderr.contains("Operation not permitted")
+            && stderr.contains("argstash runs under a seccomp filter")
+            && stderr.contains("sampled with ptrace instead"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("by the ptrace sampler"), "{stderr}");
+    assert!(
+        count(&collapsed(&out_file), |f| f == "hot_a") > 0,
+        "{stderr}"
+    );
+    let _ = fs::remove_file(out_file);
+}
+
+#[test]
+fn kernel_sampler_reports_the_samples_the_kernel_dropped() {
+    let exe = profsplit();
+    let out_file = temp("kernel-lost.txt");
+    // 10000 Hz of 32 KiB stack copies fill a ring faster than argstash reads
+    // and unwinds them: the kernel drops samples and says how many.
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "--rate",
+        "10000",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "split",
+        "1",
+    ]);
+    let stderr = text(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("argstash record:"))
+        .unwrap_or_else(|| panic!("no summary: {stderr}"));
+    assert!(
+        line.contains("by the kernel (perf_event_open) sampler"),
+        "{line}"
+    );
+    // "N samples lost (M dropped by the kernel, ring buffer full...)": M > 0.
+    let dropped = line
+        .split(['(', ','])
+        .find_map(|p| {
+            let (n, _) = p.trim().split_once(" dropped by the kernel")?;
+            n.parse::<u64>().ok()
+        })
+        .unwrap_or(0);
+    assert!(dropped > 0, "{line}");
+    assert!(summary_number(&stderr, "samples") > 0, "{line}");
+    let stacks = collapsed(&out_file);
+    assert!(count(&stacks, |f| f == "hot_a") > 0, "{stacks:?}");
+    let _ = fs::remove_file(out_file);
+}
