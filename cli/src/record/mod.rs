@@ -204,37 +204,48 @@ fn record(
     hooks.poll()?;
     let mut profile = Profile::new(a.rate);
     let mut notes = Vec::new();
-    if a.sampler == SamplerKind::Kernel {
-        match KernelSampler::new(pid, opts.clone(), a.rate) {
-            Ok(mut kernel) => {
-                check_threads(a, kernel.sampler(), pid)?;
-                profile.sampler = "kernel (perf_event_open)";
-                let end = kernel::sample_loop(
-                    a,
-                    &mut kernel,
-                    &mut hooks,
-                    &mut naming,
-                    &mut profile,
-                    &mut program,
-                )?;
-                for w in kernel.sampler().debug_warnings() {
-                    notes.push(format!("warning: {w}"));
-                }
-                drop(kernel);
-                return finish(pid, end, profile, notes, hooks, program);
-            }
-            Err(KernelError::Setup(e)) => return Err(e.into()),
-            Err(e) => notes.push(format!(
-                "the kernel sampler cannot run ({e}): sampled with ptrace instead{}",
-                match e {
-                    KernelError::NotPermitted { seccomp: true, .. } =>
-                        " (run argstash without the seccomp filter, e.g. outside the container, for the kernel sampler)",
-                    KernelError::NotPermitted { .. } =>
-                        " (sysctl kernel.perf_event_paranoid=1, or CAP_PERFMON, lets the kernel sample)",
-                    _ => "",
-                }
-            )),
+    let kernel = match (a.sampler, a.idle) {
+        (SamplerKind::Ptrace, _) => None,
+        (SamplerKind::Kernel, true) => {
+            notes.push(
+                "--idle records sleeping threads, which the kernel sampler (CPU time only) never samples: sampled with ptrace instead".into(),
+            );
+            None
         }
+        (SamplerKind::Kernel, false) => match KernelSampler::new(pid, opts.clone(), a.rate) {
+            Ok(k) if k.sampler().is_python() => {
+                notes.push(
+                    "the kernel sampler does not read Python frames yet: sampled with ptrace instead".into(),
+                );
+                None
+            }
+            Ok(k) => Some(k),
+            Err(KernelError::Setup(e)) => return Err(e.into()),
+            Err(e) => {
+                notes.push(format!(
+                    "the kernel sampler cannot run ({e}): sampled with ptrace instead{}",
+                    refusal_hint(&e)
+                ));
+                None
+            }
+        },
+    };
+    if let Some(mut kernel) = kernel {
+        check_threads(a, kernel.sampler(), pid)?;
+        profile.sampler = "kernel (perf_event_open)";
+        let end = kernel::sample_loop(
+            a,
+            &mut kernel,
+            &mut hooks,
+            &mut naming,
+            &mut profile,
+            &mut program,
+        )?;
+        for w in kernel.sampler().debug_warnings() {
+            notes.push(format!("warning: {w}"));
+        }
+        drop(kernel);
+        return finish(pid, end, profile, notes, hooks, program);
     }
     let mut sampler = Sampler::new(pid, opts)?;
     check_threads(a, &sampler, pid)?;
@@ -251,6 +262,20 @@ fn record(
     }
     drop(sampler);
     finish(pid, end, profile, notes, hooks, program)
+}
+
+/// What lets the kernel sampler run, for a refusal (command-line syntax: the CLI's).
+fn refusal_hint(e: &KernelError) -> &'static str {
+    match e {
+        KernelError::NotPermitted { seccomp: true, .. } => {
+            " (run argstash without the seccomp filter, e.g. outside the container, for the kernel sampler)"
+        }
+        KernelError::NotPermitted { .. } => {
+            " (sysctl kernel.perf_event_paranoid=1, or CAP_PERFMON, lets the kernel sample)"
+        }
+        KernelError::TooManyFiles { .. } => " (raise the limit with ulimit -n: one event per thread)",
+        _ => "",
+    }
 }
 
 /// `--threads` lists threads of the process.
