@@ -362,3 +362,42 @@ fn kernel_sampler_reports_the_samples_the_kernel_dropped() {
     assert!(count(&stacks, |f| f == "hot_a") > 0, "{stacks:?}");
     let _ = fs::remove_file(out_file);
 }
+
+#[test]
+fn kernel_sampler_on_a_running_process_that_exits_keeps_the_samples_and_its_threads() {
+    let exe = profsplit();
+    argstash();
+    // Two workers, started before the recording: both get an event of their own.
+    let t = Target::spawn_with_args(&exe, &["split", "2", "2"]);
+    let out_file = temp("kernel-exits.txt");
+    let out = record_ok(&[
+        "--pid",
+        &t.pid().to_string(),
+        "--sampler",
+        "kernel",
+        "--rate",
+        "499",
+        "--duration",
+        "60",
+        "-o",
+        out_file.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("process {} exited after", t.pid()))
+            && stderr.contains("by the kernel (perf_event_open) sampler"),
+        "{stderr}"
+    );
+    // Kernel samples of both workers, with their frames unwound from the copy.
+    assert!(summary_number(&stderr, "threads") >= 2, "{stderr}");
+    let stacks = collapsed(&out_file);
+    assert!(
+        count(&stacks, |f| f == "hot_a") > 0
+            && stacks
+                .iter()
+                .filter(|(s, _)| s.iter().any(|f| f == "hot_a"))
+                .all(|(s, _)| s.iter().any(|f| f == "split_worker")),
+        "{stacks:?}"
+    );
+    let _ = fs::remove_file(out_file);
+}
