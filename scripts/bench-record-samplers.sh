@@ -16,10 +16,12 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cc -O2 -g -pthread -o "$dir/profsplit" tests/fixtures/profsplit.c
 
-# hot_a's share of hot_a + hot_b in the fixture's own output.
+# hot_a's share of hot_a + hot_b in the fixture's own output, and the samples
+# its CPU time in them is worth at RATE.
 truth() {
     sed -n 's/^split hot_a=\([0-9]*\) hot_b=\([0-9]*\)$/\1 \2/p' "$1" |
-        awk '{ printf "%.1f%%", 100 * $1 / ($1 + $2) }'
+        awk -v r="$RATE" '{ printf "%.1f%%, %.2f CPU-s = %d samples at %d Hz",
+            100 * $1 / ($1 + $2), ($1 + $2) / 1e9, ($1 + $2) * r / 1e9, r }'
 }
 
 echo "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); profsplit split $SECS $THREADS at $RATE Hz"

@@ -275,7 +275,7 @@ struct CopiedStack<'a> {
 
 impl Memory for CopiedStack<'_> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        let end = self.sp + self.bytes.len() as u64;
+        let end = self.sp.saturating_add(self.bytes.len() as u64);
         let last = addr.saturating_add(buf.len() as u64);
         if addr >= self.sp && last <= end {
             let off = (addr - self.sp) as usize;
@@ -656,6 +656,38 @@ mod tests {
         assert_eq!(data_pages(99), 32);
         assert_eq!(data_pages(999), 128);
         assert_eq!(data_pages(10_000), 128);
+    }
+
+    /// Memory that reads as 0xee everywhere.
+    struct Live;
+    impl Memory for Live {
+        fn read(&self, _addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+            buf.fill(0xee);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_stack_copy_is_read_and_the_rest_of_the_stack_is_not() {
+        let bytes: Vec<u8> = (0..64).collect();
+        let mem = CopiedStack {
+            sp: 0x7000_1000,
+            bytes: &bytes,
+            mapping: (0x7000_0000, 0x7000_4000),
+            rest: &Live,
+        };
+        let mut b = [0u8; 8];
+        mem.read(0x7000_1008, &mut b).unwrap();
+        assert_eq!(b, [8, 9, 10, 11, 12, 13, 14, 15]);
+        // Past the copy, or straddling its end, in the stack mapping: the live
+        // stack has moved on since the sample, so it is not read.
+        assert!(mem.read(0x7000_1040, &mut b).is_err());
+        assert!(mem.read(0x7000_103c, &mut b).is_err());
+        assert!(mem.read(0x7000_0ff8, &mut b).is_err());
+        assert!(mem.read(u64::MAX - 3, &mut b).is_ok());
+        // Code and arenas: the live process.
+        mem.read(0x5555_0000, &mut b).unwrap();
+        assert_eq!(b, [0xee; 8]);
     }
 
     #[test]
