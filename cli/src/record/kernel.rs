@@ -34,6 +34,9 @@ pub(super) fn sample_loop(
     let mut last_follow = start;
     let mut progress = Progress::new();
     let mut threads = kernel.watched();
+    // As the ptrace loop (priority.rs): reads the rings on time on a busy
+    // machine, before a ring fills and the kernel drops samples.
+    let _realtime = super::priority::Realtime::enter();
     let end = loop {
         profile.elapsed = start.elapsed();
         take(a, kernel, naming, profile);
