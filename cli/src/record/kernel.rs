@@ -70,11 +70,22 @@ pub(super) fn sample_loop(
                 }
                 return Err(e);
             }
-            let tids: Vec<Tid> = match kernel.sampler().threads() {
+            let mut tids: Vec<Tid> = match kernel.sampler().threads() {
                 Ok(t) => t,
                 Err(Lost::ProcessGone) => break End::ProcessExited,
                 Err(e) => return Err(anyhow::anyhow!("{e}")),
             };
+            let seen = tids.len();
+            // Only the threads chosen keep an event (the others' are closed).
+            if let ThreadSelection::Only(only) = &a.threads {
+                tids.retain(|t| only.contains(&t.as_raw()));
+                if tids.is_empty() {
+                    profile
+                        .notes
+                        .push("every thread chosen with --threads has exited".into());
+                    break End::Duration;
+                }
+            }
             // The rings of exited threads are read before they are closed.
             take(a, kernel, naming, profile);
             if let Err(e) = kernel.follow(&tids) {
@@ -84,7 +95,7 @@ pub(super) fn sample_loop(
                 }
             }
             threads = threads.max(kernel.watched());
-            profile.threads_seen = profile.threads_seen.max(tids.len());
+            profile.threads_seen = profile.threads_seen.max(seen);
         }
         progress.update(
             profile.samples(),
