@@ -37,7 +37,14 @@ pub(super) fn sample_loop(
     // As the ptrace loop (priority.rs): reads the rings on time on a busy
     // machine, before a ring fills and the kernel drops samples.
     let _realtime = super::priority::Realtime::enter();
+    let mut python_noted = false;
     let end = loop {
+        if !python_noted && kernel.sampler().is_python() {
+            python_noted = true;
+            profile.notes.push(
+                "the kernel sampler does not read Python frames yet: the profile shows CPython's native frames (--sampler ptrace places [py] frames among them)".into(),
+            );
+        }
         profile.elapsed = start.elapsed();
         take(a, kernel, naming, profile);
         if signals::count() > 0 {

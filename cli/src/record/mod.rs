@@ -212,13 +212,13 @@ fn record(
             );
             None
         }
+        (SamplerKind::Kernel, false) if a.python => {
+            notes.push(
+                "--python places Python frames exactly, which the kernel sampler does not read yet: sampled with ptrace instead".into(),
+            );
+            None
+        }
         (SamplerKind::Kernel, false) => match KernelSampler::new(pid, opts.clone(), a.rate) {
-            Ok(k) if k.sampler().is_python() => {
-                notes.push(
-                    "the kernel sampler does not read Python frames yet: sampled with ptrace instead".into(),
-                );
-                None
-            }
             Ok(k) => Some(k),
             Err(KernelError::Setup(e)) => return Err(e.into()),
             Err(e) => {

@@ -401,3 +401,84 @@ fn kernel_sampler_on_a_running_process_that_exits_keeps_the_samples_and_its_thre
     );
     let _ = fs::remove_file(out_file);
 }
+
+#[test]
+fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so() {
+    // --idle: a CPU clock never samples a sleeping thread.
+    let exe = profsplit();
+    let out_file = temp("kernel-idle.txt");
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "--idle",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "split",
+        "1",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--idle records sleeping threads, which the kernel sampler (CPU time only) never samples: sampled with ptrace instead")
+            && stderr.contains("by the ptrace sampler"),
+        "{stderr}"
+    );
+    assert!(
+        count(&collapsed(&out_file), |f| f == "hot_a") > 0,
+        "{stderr}"
+    );
+    // A CPython whose frames argstash reads (3.11 here): its Python frames are
+    // not in the kernel's stack copy. --python falls back to ptrace; without
+    // it the profile is of native frames, and a note says so.
+    let py = Command::new("python3")
+        .args(["-c", "import sys; print(sys.version_info[:2] == (3, 11))"])
+        .output()
+        .map(|o| text(&o.stdout).trim() == "True")
+        .unwrap_or(false);
+    if !py {
+        eprintln!("skipped the Python half: no CPython 3.11 as python3");
+        return;
+    }
+    let script = "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass";
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "--python",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        script,
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--python places Python frames exactly, which the kernel sampler does not read yet: sampled with ptrace instead")
+            && stderr.contains("by the ptrace sampler"),
+        "{stderr}"
+    );
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        script,
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("the kernel sampler does not read Python frames yet: the profile shows CPython's native frames")
+            && stderr.contains("by the kernel (perf_event_open) sampler"),
+        "{stderr}"
+    );
+    let stacks = collapsed(&out_file);
+    assert!(
+        count(&stacks, |f| f.starts_with("_PyEval_EvalFrame")) > 0
+            && count(&stacks, |f| f.starts_with("[py]")) == 0,
+        "{stacks:?}"
+    );
+    let _ = fs::remove_file(out_file);
+}
