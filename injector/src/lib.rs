@@ -64,6 +64,7 @@ mod error;
 mod foreign_unwind;
 mod guard;
 mod hooks;
+mod kernel_sampler;
 mod memory;
 mod ptrace;
 mod python;
@@ -100,6 +101,10 @@ pub use backtrace::{
     StashSlot, StashedArgs, StopReason, ThreadBacktrace,
 };
 // Sampling (a profiler's loop over one warm reader).
+pub use kernel_sampler::{
+    perf_event_paranoid, KernelError, KernelRecord, KernelSampler, KernelStats,
+    STACK_COPY as KERNEL_STACK_COPY,
+};
 pub use reader::core::{backtrace_core, CoreBacktrace, CoreFile, CoreOptions};
 pub use reader::debugfile::DebugSearch;
 pub use reader::debuginfo::DwarfCache;

@@ -225,6 +225,33 @@ impl Sampler {
         }
     }
 
+    /// The mappings read last ([`Self::refresh`]).
+    pub(crate) fn maps(&self) -> &[MapEntry] {
+        &self.maps
+    }
+
+    /// The live process's memory (code, the hooks' arenas).
+    pub(crate) fn memory(&self) -> &ProcessMemory {
+        &self.mem
+    }
+
+    /// Unwinds registers `regs` over `mem` as a sample is (trampoline frames
+    /// left out; annotated with DWARF when `annotate`).
+    pub(crate) fn unwind_with(
+        &self,
+        regs: &DwarfRegisters,
+        mem: &dyn Memory,
+        annotate: bool,
+    ) -> (Vec<Frame>, Option<StopReason>) {
+        if annotate {
+            self.unwind.unwind(regs, mem, false)
+        } else {
+            let (mut f, t) = self.unwind.walk(regs, mem);
+            f.retain(|f| f.kind != FrameKind::Trampoline);
+            (f, t)
+        }
+    }
+
     /// Problems met while loading debug info (e.g. a debug file of another build).
     pub fn debug_warnings(&self) -> Vec<String> {
         self.unwind.debug_warnings()

@@ -7,6 +7,7 @@
 mod collapsed;
 mod format;
 mod hooks;
+mod kernel;
 mod naming;
 mod priority;
 mod profile;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use injector::{DebugSearch, Lost, Pid, SampleOptions, Sampler, Tid};
+use injector::{DebugSearch, KernelError, KernelSampler, Lost, Pid, SampleOptions, Sampler, Tid};
 
 use self::format::Output;
 use self::hooks::Hooks;
@@ -67,12 +68,26 @@ pub struct RecordArgs {
     /// Output file; its extension chooses the format: .svg, .json (speedscope), .txt (collapsed).
     #[arg(short = 'o', long = "output", value_name = "FILE", value_parser = format::parse_output)]
     output: Output,
+    /// Who takes the samples: `ptrace` stops each thread for a moment and copies
+    /// its stack; `kernel` has the kernel copy it (perf_event_open, no stop;
+    /// falls back to ptrace with a note where the kernel refuses).
+    #[arg(long, value_enum, default_value_t = SamplerKind::Ptrace)]
+    sampler: SamplerKind,
     /// Look for separate debug files under DIR instead of /usr/lib/debug. Repeatable.
     #[arg(long = "debug-dir", value_name = "DIR")]
     debug_dirs: Vec<std::path::PathBuf>,
     /// The program to start and record (after --).
     #[arg(last = true, value_name = "CMD ARGS")]
     command: Vec<String>,
+}
+
+/// `--sampler`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SamplerKind {
+    /// Threads stopped with ptrace, one at a time.
+    Ptrace,
+    /// The kernel's sampler (perf_event_open): no thread stopped.
+    Kernel,
 }
 
 /// `--threads`.
@@ -188,7 +203,84 @@ fn record(
     let mut hooks = Hooks::new(pid, &a.funcs, a.python, spawned)?;
     // Hooks first (a running process now; a started one as soon as its code is loaded).
     hooks.poll()?;
+    let mut profile = Profile::new(a.rate);
+    let mut notes = Vec::new();
+    let kernel = match (a.sampler, a.idle) {
+        (SamplerKind::Ptrace, _) => None,
+        (SamplerKind::Kernel, true) => {
+            notes.push(
+                "--idle records sleeping threads, which the kernel sampler (CPU time only) never samples: sampled with ptrace instead".into(),
+            );
+            None
+        }
+        (SamplerKind::Kernel, false) if a.python => {
+            notes.push(
+                "--python places Python frames exactly, which the kernel sampler does not read yet: sampled with ptrace instead".into(),
+            );
+            None
+        }
+        (SamplerKind::Kernel, false) => match KernelSampler::new(pid, opts.clone(), a.rate) {
+            Ok(k) => Some(k),
+            Err(KernelError::Setup(e)) => return Err(e.into()),
+            Err(e) => {
+                notes.push(format!(
+                    "the kernel sampler cannot run ({e}): sampled with ptrace instead{}",
+                    refusal_hint(&e)
+                ));
+                None
+            }
+        },
+    };
+    if let Some(mut kernel) = kernel {
+        check_threads(a, kernel.sampler(), pid)?;
+        profile.sampler = "kernel (perf_event_open)";
+        let end = kernel::sample_loop(
+            a,
+            &mut kernel,
+            &mut hooks,
+            &mut naming,
+            &mut profile,
+            &mut program,
+        )?;
+        for w in kernel.sampler().debug_warnings() {
+            notes.push(format!("warning: {w}"));
+        }
+        drop(kernel);
+        return finish(pid, end, profile, notes, hooks, program);
+    }
     let mut sampler = Sampler::new(pid, opts)?;
+    check_threads(a, &sampler, pid)?;
+    let end = sample_loop(
+        a,
+        &mut sampler,
+        &mut hooks,
+        &mut naming,
+        &mut profile,
+        &mut program,
+    )?;
+    for w in sampler.debug_warnings() {
+        notes.push(format!("warning: {w}"));
+    }
+    drop(sampler);
+    finish(pid, end, profile, notes, hooks, program)
+}
+
+/// What lets the kernel sampler run, for a refusal (command-line syntax: the CLI's).
+fn refusal_hint(e: &KernelError) -> &'static str {
+    match e {
+        KernelError::NotPermitted { seccomp: true, .. } => {
+            " (run argstash without the seccomp filter, e.g. outside the container, for the kernel sampler)"
+        }
+        KernelError::NotPermitted { .. } => {
+            " (sysctl kernel.perf_event_paranoid=1, or CAP_PERFMON, lets the kernel sample)"
+        }
+        KernelError::TooManyFiles { .. } => " (raise the limit with ulimit -n: one event per thread)",
+        _ => "",
+    }
+}
+
+/// `--threads` lists threads of the process.
+fn check_threads(a: &RecordArgs, sampler: &Sampler, pid: Pid) -> Result<()> {
     if let ThreadSelection::Only(tids) = &a.threads {
         let now = sampler.threads().map_err(|e| anyhow::anyhow!("{e}"))?;
         for t in tids {
@@ -198,20 +290,18 @@ fn record(
             );
         }
     }
-    let mut profile = Profile::new(a.rate);
-    let end = sample_loop(
-        a,
-        &mut sampler,
-        &mut hooks,
-        &mut naming,
-        &mut profile,
-        &mut program,
-    )?;
-    let mut notes = Vec::new();
-    for w in sampler.debug_warnings() {
-        notes.push(format!("warning: {w}"));
-    }
-    drop(sampler);
+    Ok(())
+}
+
+/// Notes how the recording ended, ejects the hooks, stops a started program.
+fn finish(
+    pid: Pid,
+    end: End,
+    mut profile: Profile,
+    mut notes: Vec<String>,
+    hooks: Hooks,
+    program: Option<&mut Program>,
+) -> Result<(Profile, Vec<String>)> {
     let secs = profile.elapsed.as_secs_f64();
     match &end {
         End::ProcessExited => profile.notes.push(format!(

@@ -69,6 +69,8 @@ pub struct Profile {
     pub idle: u64,
     /// Samples of threads blocked in a system call, read without a stop.
     pub unstopped: u64,
+    /// Which sampler ran (`ptrace`, or `kernel (perf_event_open)`).
+    pub sampler: &'static str,
 }
 
 impl Profile {
@@ -76,6 +78,7 @@ impl Profile {
     pub fn new(rate: u32) -> Profile {
         Profile {
             rate,
+            sampler: "ptrace",
             ..Profile::default()
         }
     }
@@ -183,12 +186,19 @@ impl Profile {
         let mean_latency = per_sample(self.latency);
         let mut s = format!(
             "argstash record: {samples} samples of {sampled} threads ({} seen) in {secs:.1} s \
-             ({per_thread:.0} rounds a second, {} Hz asked); threads held {mean_stop:.0} us per \
-             sample on average ({} us at most), after {mean_latency:.0} us to stop",
-            self.threads_seen,
-            self.rate,
-            self.max_stop.as_micros()
+             by the {} sampler",
+            self.threads_seen, self.sampler,
         );
+        if self.sampler == "ptrace" {
+            s += &format!(
+                " ({per_thread:.0} rounds a second, {} Hz asked); threads held {mean_stop:.0} us per \
+                 sample on average ({} us at most), after {mean_latency:.0} us to stop",
+                self.rate,
+                self.max_stop.as_micros()
+            );
+        } else {
+            s += &format!(" ({} Hz asked, no thread stopped)", self.rate);
+        }
         let lost = self.lost_total();
         if lost > 0 {
             let why: Vec<String> = self.lost.iter().map(|(r, n)| format!("{n} {r}")).collect();
@@ -269,6 +279,13 @@ mod tests {
         p.lose("nothing", 0);
         let s = p.summary("out.svg");
         assert!(s.contains("10 samples of 2 threads"), "{s}");
+        assert!(s.contains("by the ptrace sampler"), "{s}");
+        p.sampler = "kernel (perf_event_open)";
+        let s = p.summary("out.svg");
+        assert!(
+            s.contains("by the kernel (perf_event_open) sampler (99 Hz asked, no thread stopped)"),
+            "{s}"
+        );
         assert!(s.contains("2 samples lost (2 thread exited)"), "{s}");
         assert!(s.contains("hot_a 70.0%, hot_b 30.0%"), "{s}");
     }

@@ -137,6 +137,7 @@ fn python_text(f: &StackFrame) -> String {
 pub fn thread_lines(t: &ThreadBacktrace, view: View) -> Vec<String> {
     let how = match t.capture {
         Capture::Stopped => format!("stopped {} us", t.stopped.as_micros()),
+        Capture::Kernel => "sampled by the kernel".to_string(),
         Capture::WithoutStop { syscall } => match x86_64_syscall_name(syscall) {
             Some(name) => format!("read without a stop, blocked in {name}"),
             None => format!("read without a stop, blocked in system call {syscall}"),

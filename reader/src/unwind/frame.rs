@@ -226,6 +226,10 @@ pub enum Capture {
         /// The system call it was blocked in (x86-64 numbers).
         syscall: u64,
     },
+    /// Sampled by the kernel (`perf_event_open`) without a stop: every user
+    /// register at the sample, and a copy of the top of the stack (frames past
+    /// the copy are not unwound).
+    Kernel,
 }
 
 impl Capture {
@@ -238,7 +242,7 @@ impl Capture {
     pub fn syscall(self) -> Option<u64> {
         match self {
             Capture::WithoutStop { syscall } => Some(syscall),
-            Capture::Stopped => None,
+            Capture::Stopped | Capture::Kernel => None,
         }
     }
 }

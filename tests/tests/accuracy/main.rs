@@ -136,6 +136,95 @@ fn with_args_splits_a_function_by_argument_value() {
     let _ = fs::remove_file(out_file);
 }
 
+/// The kernel sampler (`--sampler kernel`) with 8 busy threads, 2 or fewer
+/// CPUs for them: the kernel samples each thread where its CPU time goes, so the
+/// split holds where stopping threads with ptrace skews it (a preempted thread
+/// stops where it was taken off its CPU).
+#[test]
+fn kernel_sampler_split_of_8_busy_threads_matches_the_fixtures_own_measurement() {
+    let _turn = turn();
+    let out_file = temp("kernel-split.txt");
+    let exe = profsplit();
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "--rate",
+        "499",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "split",
+        "3",
+        "8",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("by the kernel (perf_event_open) sampler"),
+        "{stderr}"
+    );
+    let truth = measured(&text(&out.stdout), "split");
+    let (a, b) = (truth[0].1, truth[1].1);
+    let stacks = collapsed(&out_file);
+    let (pa, pb) = (
+        count(&stacks, |f| f == "hot_a") as f64,
+        count(&stacks, |f| f == "hot_b") as f64,
+    );
+    assert_enough(pa + pb, 200.0, &stacks, &stderr);
+    assert_share("hot_a", pa, pa + pb, a / (a + b));
+    assert_share("hot_b", pb, pa + pb, b / (a + b));
+    // Each of the 8 workers (started after the recording began) was followed.
+    let workers = summary_number(&stderr, "threads");
+    assert!(workers >= 8, "{workers} threads sampled: {stderr}");
+    let _ = fs::remove_file(out_file);
+}
+
+/// [`with_args_splits_a_function_by_argument_value`] with the kernel sampler:
+/// the stash frame travels in the kernel's stack copy.
+#[test]
+fn kernel_sampler_splits_a_function_by_argument_value() {
+    let _turn = turn();
+    let out_file = temp("kernel-accounts.txt");
+    let exe = profsplit();
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "--rate",
+        "999",
+        "--func",
+        "apply_entry",
+        "--args",
+        "account",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "accounts",
+        "3",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("by the kernel (perf_event_open) sampler"),
+        "{stderr}"
+    );
+    let truth = measured(&text(&out.stdout), "accounts");
+    let total_truth: f64 = truth.iter().map(|(_, v)| v).sum();
+    let stacks = collapsed(&out_file);
+    let per: Vec<f64> = truth
+        .iter()
+        .map(|(acct, _)| {
+            let name = format!("apply_entry(account={acct})");
+            count(&stacks, |f| f == name) as f64
+        })
+        .collect();
+    let total: f64 = per.iter().sum();
+    assert_enough(total, 200.0, &stacks, &stderr);
+    for ((acct, t), p) in truth.iter().zip(&per) {
+        assert_share(&format!("account {acct}"), *p, total, t / total_truth);
+    }
+    let _ = fs::remove_file(out_file);
+}
+
 /// The real path of the `python3` on PATH when it is a CPython 3.11.
 fn python() -> Option<PathBuf> {
     let out = Command::new("python3")

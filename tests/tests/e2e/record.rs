@@ -277,3 +277,208 @@ fn ctrl_c_twice_ends_at_once_and_leaves_the_target_as_found() {
     t.assert_healthy();
     let _ = fs::remove_file(out_file);
 }
+
+/// The fixture that runs a command under a seccomp filter failing
+/// perf_event_open with EPERM (tests/fixtures/noperf.c).
+fn noperf() -> PathBuf {
+    build("noperf", Variant::O2G)
+}
+
+#[test]
+fn kernel_sampler_refused_by_seccomp_falls_back_to_ptrace_with_a_note() {
+    let exe = profsplit();
+    let out_file = temp("noperf.txt");
+    let mut cmd = Command::new(noperf());
+    cmd.arg(argstash()).args([
+        "record",
+        "--sampler",
+        "kernel",
+        "--rate",
+        "499",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "split",
+        "1",
+    ]);
+    let out = run_command(&mut cmd, RUN_TIMEOUT);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The kernel's refusal, its cause, and what ran instead.
+    assert!(
+        stderr.contains("the kernel sampler cannot run (the kernel refused to sample thread")
+            && stderr.contains("Operation not permitted")
+            && stderr.contains("argstash runs under a seccomp filter")
+            && stderr.contains("sampled with ptrace instead"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("by the ptrace sampler"), "{stderr}");
+    assert!(
+        count(&collapsed(&out_file), |f| f == "hot_a") > 0,
+        "{stderr}"
+    );
+    let _ = fs::remove_file(out_file);
+}
+
+#[test]
+fn kernel_sampler_reports_the_samples_the_kernel_dropped() {
+    let exe = profsplit();
+    let out_file = temp("kernel-lost.txt");
+    // 10000 Hz of 32 KiB stack copies fill a ring faster than argstash reads
+    // and unwinds them: the kernel drops samples and says how many.
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "--rate",
+        "10000",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "split",
+        "1",
+    ]);
+    let stderr = text(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("argstash record:"))
+        .unwrap_or_else(|| panic!("no summary: {stderr}"));
+    assert!(
+        line.contains("by the kernel (perf_event_open) sampler"),
+        "{line}"
+    );
+    // "N samples lost (M dropped by the kernel, ring buffer full...)": M > 0.
+    let dropped = line
+        .split(['(', ','])
+        .find_map(|p| {
+            let (n, _) = p.trim().split_once(" dropped by the kernel")?;
+            n.parse::<u64>().ok()
+        })
+        .unwrap_or(0);
+    assert!(dropped > 0, "{line}");
+    assert!(summary_number(&stderr, "samples") > 0, "{line}");
+    let stacks = collapsed(&out_file);
+    assert!(count(&stacks, |f| f == "hot_a") > 0, "{stacks:?}");
+    let _ = fs::remove_file(out_file);
+}
+
+#[test]
+fn kernel_sampler_on_a_running_process_that_exits_keeps_the_samples_and_its_threads() {
+    let exe = profsplit();
+    argstash();
+    // Two workers, started before the recording: both get an event of their own.
+    let t = Target::spawn_with_args(&exe, &["split", "2", "2"]);
+    let out_file = temp("kernel-exits.txt");
+    let out = record_ok(&[
+        "--pid",
+        &t.pid().to_string(),
+        "--sampler",
+        "kernel",
+        "--rate",
+        "499",
+        "--duration",
+        "60",
+        "-o",
+        out_file.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("process {} exited after", t.pid()))
+            && stderr.contains("by the kernel (perf_event_open) sampler"),
+        "{stderr}"
+    );
+    // Kernel samples of both workers, with their frames unwound from the copy.
+    assert!(summary_number(&stderr, "threads") >= 2, "{stderr}");
+    let stacks = collapsed(&out_file);
+    assert!(
+        count(&stacks, |f| f == "hot_a") > 0
+            && stacks
+                .iter()
+                .filter(|(s, _)| s.iter().any(|f| f == "hot_a"))
+                .all(|(s, _)| s.iter().any(|f| f == "split_worker")),
+        "{stacks:?}"
+    );
+    let _ = fs::remove_file(out_file);
+}
+
+#[test]
+fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so() {
+    // --idle: a CPU clock never samples a sleeping thread.
+    let exe = profsplit();
+    let out_file = temp("kernel-idle.txt");
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "--idle",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "split",
+        "1",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--idle records sleeping threads, which the kernel sampler (CPU time only) never samples: sampled with ptrace instead")
+            && stderr.contains("by the ptrace sampler"),
+        "{stderr}"
+    );
+    assert!(
+        count(&collapsed(&out_file), |f| f == "hot_a") > 0,
+        "{stderr}"
+    );
+    // A CPython whose frames argstash reads (3.11 here): its Python frames are
+    // not in the kernel's stack copy. --python falls back to ptrace; without
+    // it the profile is of native frames, and a note says so.
+    let py = Command::new("python3")
+        .args(["-c", "import sys; print(sys.version_info[:2] == (3, 11))"])
+        .output()
+        .map(|o| text(&o.stdout).trim() == "True")
+        .unwrap_or(false);
+    if !py {
+        eprintln!("skipped the Python half: no CPython 3.11 as python3");
+        return;
+    }
+    let script = "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass";
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "--python",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        script,
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--python places Python frames exactly, which the kernel sampler does not read yet: sampled with ptrace instead")
+            && stderr.contains("by the ptrace sampler"),
+        "{stderr}"
+    );
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        script,
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("the kernel sampler does not read Python frames yet: the profile shows CPython's native frames")
+            && stderr.contains("by the kernel (perf_event_open) sampler"),
+        "{stderr}"
+    );
+    let stacks = collapsed(&out_file);
+    assert!(
+        count(&stacks, |f| f.starts_with("_PyEval_EvalFrame")) > 0
+            && count(&stacks, |f| f.starts_with("[py]")) == 0,
+        "{stacks:?}"
+    );
+    let _ = fs::remove_file(out_file);
+}

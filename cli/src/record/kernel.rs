@@ -1,0 +1,179 @@
+//! `record --sampler kernel`: the samples are taken by the kernel
+//! (`injector::KernelSampler`, one `perf_event_open` CPU-clock event per
+//! thread, no thread stopped); this loop reads the rings every few
+//! milliseconds, unwinds, and gives new threads an event of their own.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use injector::{KernelSampler, KernelStats, Lost, Tid};
+
+use super::hooks::Hooks;
+use super::naming::Naming;
+use super::profile::Profile;
+use super::progress::Progress;
+use super::spawn::Program;
+use super::{signals, End, RecordArgs, ThreadSelection};
+
+/// How often the rings are read.
+const DRAIN: Duration = Duration::from_millis(5);
+/// How often `/proc/PID/task` is listed for new threads (and hooks and
+/// mappings refreshed): a thread that lives less than this may go unsampled.
+const FOLLOW: Duration = Duration::from_millis(20);
+
+/// Reads the kernel's samples until the duration passes, Ctrl-C, or the process ends.
+pub(super) fn sample_loop(
+    a: &RecordArgs,
+    kernel: &mut KernelSampler,
+    hooks: &mut Hooks,
+    naming: &mut Naming,
+    profile: &mut Profile,
+    program: &mut Option<&mut Program>,
+) -> Result<End> {
+    let start = Instant::now();
+    let mut last_follow = start;
+    let mut progress = Progress::new();
+    let mut threads = kernel.watched();
+    // As the ptrace loop (priority.rs): reads the rings on time on a busy
+    // machine, before a ring fills and the kernel drops samples.
+    let _realtime = super::priority::Realtime::enter();
+    let mut python_noted = false;
+    let end = loop {
+        if !python_noted && kernel.sampler().is_python() {
+            python_noted = true;
+            profile.notes.push(
+                "the kernel sampler does not read Python frames yet: the profile shows CPython's native frames (--sampler ptrace places [py] frames among them)".into(),
+            );
+        }
+        profile.elapsed = start.elapsed();
+        take(a, kernel, naming, profile);
+        if signals::count() > 0 {
+            break End::Interrupted;
+        }
+        if a.duration.is_some_and(|d| start.elapsed() >= d) {
+            break End::Duration;
+        }
+        if let Some(how) = program
+            .as_deref_mut()
+            .and_then(|p| p.exited().map(str::to_string))
+        {
+            break End::ProgramExited(how);
+        }
+        if last_follow.elapsed() >= FOLLOW {
+            last_follow = Instant::now();
+            let refreshed = match hooks.poll() {
+                Ok(_) => kernel.sampler_mut().refresh().map_err(anyhow::Error::from),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = refreshed {
+                if let Some(how) = program
+                    .as_deref_mut()
+                    .and_then(|p| p.exited().map(str::to_string))
+                {
+                    break End::ProgramExited(how);
+                }
+                if injector::process_ended(kernel.sampler().pid()) {
+                    break End::ProcessExited;
+                }
+                return Err(e);
+            }
+            let mut tids: Vec<Tid> = match kernel.sampler().threads() {
+                Ok(t) => t,
+                Err(Lost::ProcessGone) => break End::ProcessExited,
+                Err(e) => return Err(anyhow::anyhow!("{e}")),
+            };
+            let seen = tids.len();
+            // Only the threads chosen keep an event (the others' are closed).
+            if let ThreadSelection::Only(only) = &a.threads {
+                tids.retain(|t| only.contains(&t.as_raw()));
+                if tids.is_empty() {
+                    profile
+                        .notes
+                        .push("every thread chosen with --threads has exited".into());
+                    break End::Duration;
+                }
+            }
+            // The rings of exited threads are read before they are closed.
+            take(a, kernel, naming, profile);
+            if let Err(e) = kernel.follow(&tids) {
+                let note = format!("a thread could not be sampled: {e}");
+                if !profile.notes.contains(&note) {
+                    profile.notes.push(note);
+                }
+            }
+            threads = threads.max(kernel.watched());
+            profile.threads_seen = profile.threads_seen.max(seen);
+        }
+        progress.update(
+            profile.samples(),
+            profile.lost_total() + kernel.stats.lost,
+            threads,
+            start.elapsed(),
+        );
+        std::thread::sleep(DRAIN);
+    };
+    take(a, kernel, naming, profile);
+    profile.elapsed = start.elapsed();
+    progress.finish();
+    account(&kernel.stats, profile);
+    if let (End::ProcessExited, Some(p)) = (&end, program.as_deref_mut()) {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(how) = p.exited() {
+            return Ok(End::ProgramExited(how.to_string()));
+        }
+    }
+    Ok(end)
+}
+
+/// Unwinds the samples in the rings into the profile.
+fn take(a: &RecordArgs, kernel: &mut KernelSampler, naming: &mut Naming, profile: &mut Profile) {
+    for record in kernel.drain() {
+        let tid = record.tid();
+        if let ThreadSelection::Only(only) = &a.threads {
+            if !only.contains(&tid.as_raw()) {
+                continue;
+            }
+        }
+        let Some(s) = kernel.unwind(&record, false) else {
+            continue;
+        };
+        // A hooked function seen for the first time: its parameter names come
+        // from the same sample unwound with DWARF.
+        if naming.needs_names(&s) {
+            if let Some(annotated) = kernel.unwind(&record, true) {
+                naming.learn(&annotated);
+            }
+        }
+        let name = match profile.threads.contains_key(&tid.as_raw()) {
+            true => String::new(),
+            false => injector::reader::procfs::read_task_comm(
+                kernel.sampler().pid().as_raw(),
+                tid.as_raw(),
+            )
+            .unwrap_or_default(),
+        };
+        let stack = naming.stack(&s);
+        profile.add_timed(tid.as_raw(), &name, stack, Duration::ZERO, Duration::ZERO);
+    }
+}
+
+/// The kernel's counts in the profile's lost samples and notes.
+fn account(stats: &KernelStats, profile: &mut Profile) {
+    profile.rounds = stats.samples;
+    profile.lose("dropped by the kernel, ring buffer full", stats.lost);
+    profile.lose("no user registers", stats.no_user_regs);
+    profile.lose("malformed", stats.malformed);
+    if stats.throttled > 0 {
+        profile.notes.push(format!(
+            "the kernel throttled the sampling {} times (kernel.perf_cpu_time_max_percent): fewer samples than asked",
+            stats.throttled
+        ));
+    }
+    if stats.beyond_copy > 0 {
+        profile.notes.push(format!(
+            "{} samples had stacks deeper than the kernel's {} KiB copy: their outer frames are missing (--sampler ptrace copies up to 256 KiB)",
+            stats.beyond_copy,
+            injector::KERNEL_STACK_COPY / 1024
+        ));
+    }
+}
