@@ -10,6 +10,7 @@
 //! the sid root of `scripts/sid-root.sh` (`/var/cache/argstash-sid/root`, or
 //! `ARGSTASH_SID_ROOT`); without it the bench says so and stops. A peer missing
 //! from PATH is skipped with a note (`scripts/setup.sh` installs both).
+//! `PYBENCH_SHOW=1` also prints each tool's output.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
