@@ -12,6 +12,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::Bus;
 use injector::{BacktraceOptions, Pid, ProcessReader};
+use support::{cli, frame_lines, has_word, in_order, median, ms, on_path, run};
 
 const ROUNDS: usize = 20;
 
@@ -39,36 +41,6 @@ print("ready %d" % os.getpid(), flush=True)
 sys.stdin.readline()
 recurse(48, "plain")
 "#;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
-
-/// `argstash` next to this bench's profile directory.
-fn cli() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("argstash");
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release -p argstash",
-        p.display()
-    );
-    p
-}
-
-/// A program on PATH, if there.
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
 
 /// Every CPython 3.11 here, by real path, each once.
 fn interpreters() -> Vec<PathBuf> {
@@ -155,10 +127,6 @@ impl Drop for Py {
     }
 }
 
-fn run(cmd: &Path, args: &[&str]) -> Output {
-    Command::new(cmd).args(args).output().expect("run")
-}
-
 fn timed(cmd: &Path, args: &[&str]) -> Duration {
     let t = Instant::now();
     let out = run(cmd, args);
@@ -179,40 +147,6 @@ fn callback_lib(dir: &Path) -> PathBuf {
         &dir.join("libcallback.so"),
         &["-O0", "-g", "-shared", "-fPIC", "-fno-omit-frame-pointer"],
     )
-}
-
-/// Whether `line` holds `word` delimited by non-identifier characters.
-fn has_word(line: &str, word: &str) -> bool {
-    let ident = |c: char| c.is_alphanumeric() || c == '_';
-    line.match_indices(word).any(|(i, _)| {
-        !line[..i].chars().next_back().is_some_and(ident)
-            && !line[i + word.len()..].chars().next().is_some_and(ident)
-    })
-}
-
-/// The lines of a tool's output that can name a frame: not the source lines
-/// pystack prints under each Python frame (indented 8 spaces).
-fn frame_lines(text: &str) -> Vec<&str> {
-    text.lines()
-        .filter(|l| !l.starts_with("        "))
-        .collect()
-}
-
-/// Whether `text` names `order` innermost first, each on a later line than the
-/// previous (`outermost_first`: the tool prints the other way round, as pystack).
-fn in_order(text: &str, order: &[&str], outermost_first: bool) -> Result<(), String> {
-    let mut lines = frame_lines(text);
-    if outermost_first {
-        lines.reverse();
-    }
-    let mut at = 0;
-    for w in order {
-        match lines[at..].iter().position(|l| has_word(l, w)) {
-            Some(i) => at += i + 1,
-            None => return Err(format!("no {w:?} after line {at}")),
-        }
-    }
-    Ok(())
 }
 
 /// One tool's verdict on one stack: merged as expected, or why not.

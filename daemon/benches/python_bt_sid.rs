@@ -14,6 +14,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -22,6 +23,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Bus;
+use support::{cli, frame_lines, has_word, in_order, median, ms, on_path, run};
 
 const ROUNDS: usize = 20;
 /// The minor versions measured.
@@ -43,36 +45,6 @@ print("ready %d" % os.getpid(), flush=True)
 sys.stdin.readline()
 recurse(48, "plain")
 "#;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
-
-/// `argstash` next to this bench's profile directory.
-fn cli() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("argstash");
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release -p argstash",
-        p.display()
-    );
-    p
-}
-
-/// A program on PATH, if there.
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
 
 /// A running fixture: stdin to release it, stdout to read its report.
 struct Py {
@@ -137,10 +109,6 @@ impl Drop for Py {
     }
 }
 
-fn run(cmd: &Path, args: &[&str]) -> Output {
-    Command::new(cmd).args(args).output().expect("run")
-}
-
 /// The time of one run, or what it printed when it failed.
 fn timed(cmd: &Path, args: &[&str]) -> Result<Duration, String> {
     let t = Instant::now();
@@ -156,40 +124,6 @@ fn timed(cmd: &Path, args: &[&str]) -> Result<Duration, String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
-}
-
-/// Whether `line` holds `word` delimited by non-identifier characters.
-fn has_word(line: &str, word: &str) -> bool {
-    let ident = |c: char| c.is_alphanumeric() || c == '_';
-    line.match_indices(word).any(|(i, _)| {
-        !line[..i].chars().next_back().is_some_and(ident)
-            && !line[i + word.len()..].chars().next().is_some_and(ident)
-    })
-}
-
-/// The lines of a tool's output that can name a frame: not the source lines
-/// pystack prints under each Python frame (indented 8 spaces).
-fn frame_lines(text: &str) -> Vec<&str> {
-    text.lines()
-        .filter(|l| !l.starts_with("        "))
-        .collect()
-}
-
-/// Whether `text` names `order` innermost first, each on a later line than the
-/// previous (`outermost_first`: the tool prints the other way round, as pystack).
-fn in_order(text: &str, order: &[&str], outermost_first: bool) -> Result<(), String> {
-    let mut lines = frame_lines(text);
-    if outermost_first {
-        lines.reverse();
-    }
-    let mut at = 0;
-    for w in order {
-        match lines[at..].iter().position(|l| has_word(l, w)) {
-            Some(i) => at += i + 1,
-            None => return Err(format!("no {w:?} after line {at}")),
-        }
-    }
-    Ok(())
 }
 
 /// One tool's verdict on the stack: libc's `read` (under the innermost Python
