@@ -120,6 +120,7 @@ pub use ptrace::session::{Refusal, SessionError, UnexpectedState};
 
 // Lower level: a process's memory, and a ptrace session on it.
 pub use memory::{Memory, MemoryError, ProcessMemory, WriteMemory};
+pub use ptrace::realtime::Realtime;
 pub use ptrace::requeue::{SignalFate, SignalOutcome};
 pub use ptrace::session::{Released, Session};
 pub use ptrace::xsave::{LayoutError, XsaveLayout};

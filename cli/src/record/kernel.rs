@@ -36,7 +36,7 @@ pub(super) fn sample_loop(
     let mut threads = kernel.watched();
     // As the ptrace loop (priority.rs): reads the rings on time on a busy
     // machine, before a ring fills and the kernel drops samples.
-    let _realtime = super::priority::Realtime::enter();
+    let _realtime = injector::Realtime::enter();
     let mut python_noted = false;
     let end = loop {
         if !python_noted && kernel.sampler().is_python() {

@@ -403,7 +403,7 @@ fn sample_loop(
     let mut jitter = Jitter::new();
     // See priority.rs: the samples start on time on a busy machine, and the
     // sampler does not share its targets' CPUs.
-    let _realtime = priority::Realtime::enter();
+    let _realtime = injector::Realtime::enter();
     let mut placement = priority::Placement::new();
     let mut busy_cpus: Vec<u32> = Vec::new();
     let end = loop {

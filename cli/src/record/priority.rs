@@ -1,42 +1,9 @@
-//! The sampling thread's scheduling: real-time (`SCHED_FIFO`, lowest priority)
-//! while it samples. On a machine whose CPUs are all busy, a sampler of normal
-//! priority wakes late and rounds fall behind schedule; a real-time one starts
-//! each round on time. It sleeps between rounds, and the kernel's real-time
-//! throttling (95% of a CPU) bounds it should it ever spin.
-
-/// The calling thread runs `SCHED_FIFO` (lowest real-time priority) until this is
-/// dropped; then its former policy and priority come back.
-pub struct Realtime {
-    policy: libc::c_int,
-    param: libc::sched_param,
-}
-
-impl Realtime {
-    /// Switches the calling thread to `SCHED_FIFO`; `None` (nothing changed) when
-    /// that is not permitted (no `CAP_SYS_NICE`, or an `RLIMIT_RTPRIO` of 0).
-    pub fn enter() -> Option<Realtime> {
-        // SAFETY: pid 0 is the calling thread; sched_getscheduler takes no pointer.
-        let policy = unsafe { libc::sched_getscheduler(0) };
-        let mut param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: pid 0 is the calling thread; the kernel writes `param`, a live local.
-        if policy < 0 || unsafe { libc::sched_getparam(0, &mut param) } != 0 {
-            return None;
-        }
-        let fifo = libc::sched_param { sched_priority: 1 };
-        // SAFETY: pid 0 is the calling thread; `fifo` is a live sched_param.
-        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &fifo) } != 0 {
-            return None;
-        }
-        Some(Realtime { policy, param })
-    }
-}
-
-impl Drop for Realtime {
-    fn drop(&mut self) {
-        // SAFETY: pid 0 is the calling thread; `param` was filled by sched_getparam.
-        unsafe { libc::sched_setscheduler(0, self.policy, &self.param) };
-    }
-}
+//! The sampling thread's scheduling: real-time (`SCHED_FIFO`, lowest priority,
+//! through [`injector::Realtime`]) while it samples. On a machine whose CPUs are
+//! all busy, a sampler of normal priority wakes late and rounds fall behind
+//! schedule; a real-time one starts each round on time. It sleeps between rounds,
+//! and the kernel's real-time throttling (95% of a CPU) bounds it should it ever
+//! spin.
 
 /// Keeps the sampling thread off the CPUs its targets run on.
 ///

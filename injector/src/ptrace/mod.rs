@@ -8,7 +8,7 @@
 
 pub mod call;
 pub mod gadgets;
-pub(crate) mod realtime;
+pub mod realtime;
 pub mod regs;
 pub mod requeue;
 pub mod safe_point;

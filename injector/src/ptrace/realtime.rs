@@ -8,10 +8,11 @@
 //! threads it wakes, so the stop ends when its own work does. It never spins
 //! while real-time: [`super::session`]'s waits sleep for a `SCHED_FIFO` caller,
 //! and the kernel's real-time throttling (95% of a CPU) bounds it regardless.
+//! `argstash record`'s sampling thread uses the same guard while it samples.
 
 /// The calling thread runs `SCHED_FIFO` (lowest real-time priority) until this is
 /// dropped; then its former policy and priority come back.
-pub(crate) struct Realtime {
+pub struct Realtime {
     policy: libc::c_int,
     param: libc::sched_param,
 }
@@ -20,7 +21,7 @@ impl Realtime {
     /// Switches the calling thread to `SCHED_FIFO`; `None` (nothing changed) when
     /// that is not permitted (no `CAP_SYS_NICE`, or an `RLIMIT_RTPRIO` of 0) or it
     /// is real-time already.
-    pub(crate) fn enter() -> Option<Realtime> {
+    pub fn enter() -> Option<Realtime> {
         // SAFETY: pid 0 is the calling thread; sched_getscheduler takes no pointer.
         let policy = unsafe { libc::sched_getscheduler(0) };
         if policy < 0 || policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
