@@ -6,14 +6,14 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use injector::{KernelSampler, KernelStats, Lost, Tid};
+use injector::{KernelSampler, KernelStats};
 
 use super::hooks::Hooks;
 use super::naming::Naming;
 use super::profile::Profile;
 use super::progress::Progress;
 use super::spawn::Program;
-use super::{signals, End, RecordArgs, ThreadSelection};
+use super::{chosen_threads, end_now, refresh_failed, End, RecordArgs, ThreadSelection};
 
 /// How often the rings are read.
 const DRAIN: Duration = Duration::from_millis(5);
@@ -47,17 +47,8 @@ pub(super) fn sample_loop(
         }
         profile.elapsed = start.elapsed();
         take(a, kernel, naming, profile);
-        if signals::count() > 0 {
-            break End::Interrupted;
-        }
-        if a.duration.is_some_and(|d| start.elapsed() >= d) {
-            break End::Duration;
-        }
-        if let Some(how) = program
-            .as_deref_mut()
-            .and_then(|p| p.exited().map(str::to_string))
-        {
-            break End::ProgramExited(how);
+        if let Some(end) = end_now(a, start, program) {
+            break end;
         }
         if last_follow.elapsed() >= FOLLOW {
             last_follow = Instant::now();
@@ -66,33 +57,13 @@ pub(super) fn sample_loop(
                 Err(e) => Err(e),
             };
             if let Err(e) = refreshed {
-                if let Some(how) = program
-                    .as_deref_mut()
-                    .and_then(|p| p.exited().map(str::to_string))
-                {
-                    break End::ProgramExited(how);
-                }
-                if injector::process_ended(kernel.sampler().pid()) {
-                    break End::ProcessExited;
-                }
-                return Err(e);
+                break refresh_failed(e, kernel.sampler().pid(), program)?;
             }
-            let mut tids: Vec<Tid> = match kernel.sampler().threads() {
-                Ok(t) => t,
-                Err(Lost::ProcessGone) => break End::ProcessExited,
-                Err(e) => return Err(anyhow::anyhow!("{e}")),
-            };
-            let seen = tids.len();
             // Only the threads chosen keep an event (the others' are closed).
-            if let ThreadSelection::Only(only) = &a.threads {
-                tids.retain(|t| only.contains(&t.as_raw()));
-                if tids.is_empty() {
-                    profile
-                        .notes
-                        .push("every thread chosen with --threads has exited".into());
-                    break End::Duration;
-                }
-            }
+            let (seen, tids) = match chosen_threads(a, kernel.sampler(), profile)? {
+                Ok(chosen) => chosen,
+                Err(end) => break end,
+            };
             // The rings of exited threads are read before they are closed.
             take(a, kernel, naming, profile);
             if let Err(e) = kernel.follow(&tids) {

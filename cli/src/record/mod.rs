@@ -384,6 +384,65 @@ impl Jitter {
     }
 }
 
+/// Why recording ends now, if it does: Ctrl-C, the duration, or the program's exit.
+fn end_now(a: &RecordArgs, start: Instant, program: &mut Option<&mut Program>) -> Option<End> {
+    if signals::count() > 0 {
+        return Some(End::Interrupted);
+    }
+    if a.duration.is_some_and(|d| start.elapsed() >= d) {
+        return Some(End::Duration);
+    }
+    program
+        .as_deref_mut()
+        .and_then(|p| p.exited().map(str::to_string))
+        .map(End::ProgramExited)
+}
+
+/// What a failed refresh of the target's mappings and hooks means: its end (a
+/// process that ends between the checks and these reads fails them: its
+/// executable link goes first), else the error itself.
+fn refresh_failed(
+    e: anyhow::Error,
+    pid: injector::Pid,
+    program: &mut Option<&mut Program>,
+) -> Result<End> {
+    if let Some(how) = program
+        .as_deref_mut()
+        .and_then(|p| p.exited().map(str::to_string))
+    {
+        return Ok(End::ProgramExited(how));
+    }
+    if injector::process_ended(pid) {
+        return Ok(End::ProcessExited);
+    }
+    Err(e)
+}
+
+/// The target's threads, and those `--threads` keeps of them; `Err(end)` when the
+/// process is gone or every chosen thread has exited (with a note).
+fn chosen_threads(
+    a: &RecordArgs,
+    sampler: &Sampler,
+    profile: &mut Profile,
+) -> Result<std::result::Result<(usize, Vec<Tid>), End>> {
+    let mut tids: Vec<Tid> = match sampler.threads() {
+        Ok(t) => t,
+        Err(Lost::ProcessGone) => return Ok(Err(End::ProcessExited)),
+        Err(e) => return Err(anyhow::anyhow!("{e}")),
+    };
+    let seen = tids.len();
+    if let ThreadSelection::Only(only) = &a.threads {
+        tids.retain(|t| only.contains(&t.as_raw()));
+        if tids.is_empty() {
+            profile
+                .notes
+                .push("every thread chosen with --threads has exited".into());
+            return Ok(Err(End::Duration));
+        }
+    }
+    Ok(Ok((seen, tids)))
+}
+
 /// Samples until the duration passes, Ctrl-C, or the process ends.
 fn sample_loop(
     a: &RecordArgs,
@@ -408,17 +467,8 @@ fn sample_loop(
     let mut busy_cpus: Vec<u32> = Vec::new();
     let end = loop {
         profile.elapsed = start.elapsed();
-        if signals::count() > 0 {
-            break End::Interrupted;
-        }
-        if a.duration.is_some_and(|d| start.elapsed() >= d) {
-            break End::Duration;
-        }
-        if let Some(how) = program
-            .as_deref_mut()
-            .and_then(|p| p.exited().map(str::to_string))
-        {
-            break End::ProgramExited(how);
+        if let Some(end) = end_now(a, start, program) {
+            break end;
         }
         let now = Instant::now();
         if next > now {
@@ -431,38 +481,17 @@ fn sample_loop(
         next += period * behind as u32 + jitter.next(period);
         if tids.is_empty() || last_refresh.elapsed() >= Duration::from_millis(100) {
             last_refresh = Instant::now();
-            // A process that ends between the checks above and these reads fails
-            // them (its executable link goes first): that is its end, not an error.
             let refreshed = match hooks.poll() {
                 Ok(true) | Ok(false) => sampler.refresh().map_err(anyhow::Error::from),
                 Err(e) => Err(e),
             };
             if let Err(e) = refreshed {
-                if let Some(how) = program
-                    .as_deref_mut()
-                    .and_then(|p| p.exited().map(str::to_string))
-                {
-                    break End::ProgramExited(how);
-                }
-                if injector::process_ended(sampler.pid()) {
-                    break End::ProcessExited;
-                }
-                return Err(e);
+                break refresh_failed(e, sampler.pid(), program)?;
             }
-            tids = match sampler.threads() {
-                Ok(t) => t,
-                Err(Lost::ProcessGone) => break End::ProcessExited,
-                Err(e) => return Err(anyhow::anyhow!("{e}")),
+            tids = match chosen_threads(a, sampler, profile)? {
+                Ok((_, tids)) => tids,
+                Err(end) => break end,
             };
-            if let ThreadSelection::Only(only) = &a.threads {
-                tids.retain(|t| only.contains(&t.as_raw()));
-                if tids.is_empty() {
-                    profile
-                        .notes
-                        .push("every thread chosen with --threads has exited".into());
-                    break End::Duration;
-                }
-            }
             profile.threads_seen = profile.threads_seen.max(tids.len());
         }
         profile.rounds += 1;
