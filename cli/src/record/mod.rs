@@ -398,24 +398,35 @@ fn end_now(a: &RecordArgs, start: Instant, program: &mut Option<&mut Program>) -
         .map(End::ProgramExited)
 }
 
+/// How long a failed refresh waits for the process to finish exiting.
+const EXIT_GRACE: Duration = Duration::from_millis(200);
+
 /// What a failed refresh of the target's mappings and hooks means: its end (a
 /// process that ends between the checks and these reads fails them: its
-/// executable link goes first), else the error itself.
+/// executable link goes first), else the error itself. The kernel drops the
+/// executable link while the process exits, before its threads are zombies, so
+/// the end is waited for a moment ([`EXIT_GRACE`]) before the error is believed.
 fn refresh_failed(
     e: anyhow::Error,
     pid: injector::Pid,
     program: &mut Option<&mut Program>,
 ) -> Result<End> {
-    if let Some(how) = program
-        .as_deref_mut()
-        .and_then(|p| p.exited().map(str::to_string))
-    {
-        return Ok(End::ProgramExited(how));
+    let deadline = Instant::now() + EXIT_GRACE;
+    loop {
+        if let Some(how) = program
+            .as_deref_mut()
+            .and_then(|p| p.exited().map(str::to_string))
+        {
+            return Ok(End::ProgramExited(how));
+        }
+        if injector::process_ended(pid) {
+            return Ok(End::ProcessExited);
+        }
+        if Instant::now() >= deadline {
+            return Err(e);
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
-    if injector::process_ended(pid) {
-        return Ok(End::ProcessExited);
-    }
-    Err(e)
 }
 
 /// The target's threads, and those `--threads` keeps of them; `Err(end)` when the
