@@ -145,8 +145,7 @@ pub fn analyse_code(
                 });
             }
         }
-        for target in reads.tail_calls {
-            merged.tail_calls.push(target);
+        for target in reads.tail_calls() {
             if seen.contains(&target) || depth + 1 > MAX_TAIL_DEPTH {
                 continue;
             }
@@ -207,7 +206,7 @@ fn analyse_with_cold_parts(
         let borrowed: Vec<(u64, &[u8])> = parts.iter().map(|(a, c)| (*a, c.as_slice())).collect();
         let mut reads = analyse_stack_reads_with_parts(addr, code, &borrowed);
         let known = |start: u64| parts.iter().any(|(a, _)| *a == start);
-        let by_symbol = reads.tail_calls.iter().find_map(|&target| {
+        let by_symbol = reads.tail_calls().into_iter().find_map(|target| {
             let (_, s, off) = symbols.lookup(target)?;
             let is_cold = s.name == cold
                 || s.name

@@ -141,9 +141,8 @@ pub struct StackReads {
     pub variadic: bool,
     /// Why `words` is not a bound, if it is not.
     pub unsure: Option<Unsure>,
-    /// Targets of jumps that leave the function (tail calls): they see the same incoming words.
-    pub tail_calls: Vec<u64>,
-    /// Every jump that leaves the function, with the stack state at the jump.
+    /// Every jump that leaves the function, with the stack state at the jump
+    /// (their targets: [`StackReads::tail_calls`]).
     pub exits: Vec<Exit>,
     /// The function has indirect jumps (switch tables or indirect tail calls).
     pub indirect_jumps: bool,
@@ -151,6 +150,20 @@ pub struct StackReads {
     /// incoming stack words (`va_start`'s overflow area): it may read every word
     /// its caller passes on the stack.
     pub va_area: Option<u64>,
+}
+
+impl StackReads {
+    /// Targets of the jumps that leave the function (tail calls: they see the
+    /// same incoming words), each once, in the order they were found.
+    pub fn tail_calls(&self) -> Vec<u64> {
+        let mut targets: Vec<u64> = Vec::new();
+        for e in &self.exits {
+            if !targets.contains(&e.to) {
+                targets.push(e.to);
+            }
+        }
+        targets
+    }
 }
 
 /// A jump that leaves the function's known bytes, with the stack state at the jump.
@@ -284,7 +297,6 @@ struct Walker<'a> {
     info: InstructionInfoFactory,
     words: u64,
     unsure: Option<Unsure>,
-    tail_calls: Vec<u64>,
     exits: Vec<Exit>,
     indirect: Option<State>,
     /// The function has a variadic register-save area: taking an incoming word's
@@ -528,9 +540,6 @@ impl Walker<'_> {
                     work.push((target, next));
                     return;
                 }
-                if !self.tail_calls.contains(&target) {
-                    self.tail_calls.push(target);
-                }
                 let exact = |p: Option<StackPtr>| p.filter(|p| p.exact).map(|p| p.off);
                 let exit = Exit {
                     from: ins.ip(),
@@ -682,7 +691,6 @@ pub fn analyse_stack_reads_with_parts(
         info: InstructionInfoFactory::new(),
         words: 0,
         unsure: None,
-        tail_calls: Vec::new(),
         exits: Vec::new(),
         indirect: None,
         variadic_prologue: variadic_save || integer_save,
@@ -708,7 +716,6 @@ pub fn analyse_stack_reads_with_parts(
         words: u16::try_from(w.words).unwrap_or(u16::MAX),
         variadic,
         unsure: w.unsure,
-        tail_calls: w.tail_calls,
         exits: w.exits,
         indirect_jumps,
         va_area: w.va_area.filter(|_| variadic),
@@ -990,11 +997,11 @@ mod tests {
         let alone = analyse_stack_reads(COLD, &cold);
         assert_eq!(alone.unsure, Some(Unsure::AddressTaken { at: COLD }));
         // As a tail call, the hot part lists it; as a part, it is walked in place.
-        assert_eq!(analyse_stack_reads(AT, &hot).tail_calls, vec![COLD]);
+        assert_eq!(analyse_stack_reads(AT, &hot).tail_calls(), vec![COLD]);
         let r = analyse_stack_reads_with_parts(AT, &hot, &[(COLD, &cold)]);
         assert_eq!(r.unsure, None, "{r:?}");
         assert_eq!(r.words, 1, "{r:?}");
-        assert!(r.tail_calls.is_empty(), "{r:?}");
+        assert!(r.tail_calls().is_empty(), "{r:?}");
     }
 
     #[test]
@@ -1010,7 +1017,7 @@ mod tests {
             )
         });
         let r = analyse_stack_reads(AT, &code);
-        assert_eq!(r.tail_calls, vec![0x40_2000]);
+        assert_eq!(r.tail_calls(), vec![0x40_2000]);
         assert_eq!(r.words, 0);
     }
 
@@ -1127,7 +1134,7 @@ mod tests {
         let out = r.exits.iter().find(|e| e.to == OUT).expect("frame exit");
         assert_eq!((out.rsp, out.rbp), (Some(-0x28), Some(-8)), "{r:?}");
         assert!(!out.at_entry_state());
-        assert_eq!(r.tail_calls, vec![TAIL, OUT]);
+        assert_eq!(r.tail_calls(), vec![TAIL, OUT]);
     }
 
     #[test]
