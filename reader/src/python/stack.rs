@@ -66,6 +66,9 @@ impl ProcessPython {
     }
 }
 
+/// How many times a thread list cut short is read before its problems are reported.
+const WALK_ATTEMPTS: usize = 4;
+
 /// Reads the Python frames of threads, one at a time (code objects are decoded
 /// once per reader).
 pub struct StackReader<'a> {
@@ -90,14 +93,27 @@ impl StackReader<'_> {
             (ProcessPython::Found(i), Some(f)) => (i, f),
             (ProcessPython::Found(_), None) => return ThreadRead::default(),
         };
-        let walk = match interp.threads(self.mem) {
-            Ok(w) => w,
-            Err(e) => {
-                return ThreadRead {
-                    chain: None,
-                    notes: vec![format!("cannot read CPython's thread states: {e}")],
-                    unreadable: false,
+        // A live process may change its thread list while it is read (a thread
+        // state torn down under the walk cuts the list short): a walk that ended
+        // early without reaching `tid` is read again, a few times.
+        let mut attempts = 0;
+        let walk = loop {
+            attempts += 1;
+            let walk = match interp.threads(self.mem) {
+                Ok(w) => w,
+                Err(e) => {
+                    return ThreadRead {
+                        chain: None,
+                        notes: vec![format!("cannot read CPython's thread states: {e}")],
+                        unreadable: false,
+                    }
                 }
+            };
+            let found = u64::try_from(tid)
+                .ok()
+                .is_some_and(|t| walk.for_tid(t).is_some());
+            if found || walk.problems.is_empty() || attempts >= WALK_ATTEMPTS {
+                break walk;
             }
         };
         let Some(ts) = u64::try_from(tid).ok().and_then(|t| walk.for_tid(t)) else {
