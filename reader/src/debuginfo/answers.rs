@@ -32,7 +32,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{CallSiteParam, SourceFrame};
+use super::source::{CallSiteParam, SourceFrame};
 use crate::args::{FunctionInfo, Location, Member, Param, TypeDesc, TypeKind};
 use crate::debugfile::crc32;
 use crate::dwarf_cache::{DiskCache, EntryKey, StoreError, ANSWERS_SUFFIX as SUFFIX};
