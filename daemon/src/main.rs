@@ -71,12 +71,15 @@ async fn serve(args: Args) -> Result<()> {
             }),
         ),
     );
-    let builder = if let Some(addr) = &args.address {
-        Builder::address(addr.as_str()).with_context(|| format!("bad bus address {addr}"))?
+    let (builder, which) = if let Some(addr) = &args.address {
+        let b = Builder::address(addr.as_str()).with_context(|| {
+            format!("bad bus address {addr} (write it as D-Bus does, e.g. unix:path=/run/bus)")
+        })?;
+        (b, format!("the bus at {addr}"))
     } else if args.session {
-        Builder::session()?
+        (Builder::session()?, "the session bus".to_string())
     } else {
-        Builder::system()?
+        (Builder::system()?, "the system bus".to_string())
     };
     let conn = builder
         .serve_at(
@@ -87,7 +90,12 @@ async fn serve(args: Args) -> Result<()> {
         )?
         .build()
         .await
-        .context("connecting to the bus")?;
+        .with_context(|| {
+            format!(
+                "cannot connect to {which} (is a dbus-daemon listening there? \
+                 --session, --system or --address ADDR choose another bus)"
+            )
+        })?;
     shared.connect(&conn).await.context("talking to the bus")?;
     shared.restore(&conn).await;
     conn.request_name(BUS_NAME).await.with_context(|| {
@@ -119,8 +127,25 @@ fn main() -> std::process::ExitCode {
     match zbus::block_on(serve(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("argstashd: {e:#}");
+            eprintln!("argstashd: {}", error_text(&e));
             std::process::ExitCode::from(1)
         }
     }
+}
+
+/// `e` and its causes, each said once: a cause whose text an outer message
+/// already quotes (zbus repeats its I/O error's text) is not repeated.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
