@@ -43,7 +43,7 @@ fn the_private_bus_recipe_works_as_written() {
         std::env::var("PATH").unwrap_or_default()
     );
     // The block's background jobs share the script's process group, ended below.
-    let mut setup = Command::new("bash")
+    let setup = Command::new("bash")
         .arg("-c")
         .arg(format!("{script}\nwait"))
         .env("PATH", &path)
