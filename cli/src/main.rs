@@ -6,6 +6,7 @@
 mod bus;
 mod demo;
 mod errors;
+mod ops;
 mod output;
 mod python_output;
 mod record;
@@ -16,10 +17,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use injector::{
-    backtrace_core, eject, install, list, BacktraceOptions, CoreFile, CoreOptions, DebugSearch,
-    EjectOptions, EjectWhat, FuncSpec, HookTarget, InstallOptions, Pid, ProcessReader, Tid,
-};
+use injector::{backtrace_core, BacktraceOptions, CoreFile, CoreOptions, InstallOptions, Pid, Tid};
+use ops::{Operations, Standalone};
 
 /// Stash function arguments on the stack of a running process, then read them back from any unwind.
 #[derive(Parser)]
@@ -300,108 +299,53 @@ fn parse_addr(s: &str) -> Result<u64, String> {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    if let Some(bus) = &cli.bus {
-        let calls = match &cli.command {
-            Command::Inject(a) => Some(a.stash.calls),
-            Command::Eject(a) => Some(a.calls),
-            _ => None,
-        };
-        if calls.is_some_and(|c| !c.is_default()) {
-            anyhow::bail!(
-                "--unwind-registration and --safe-point-wait are not carried over D-Bus: \
-                 argstashd registers at safe points found within 500 ms; run argstash \
-                 without --bus to choose"
-            );
-        }
-        return bus::run(bus, cli.command);
-    }
+    let ops: Box<dyn Operations> = match &cli.bus {
+        Some(bus) => Box::new(bus::Bus::new(bus)),
+        None => Box::new(ops::Local),
+    };
     match cli.command {
-        Command::Inject(a) => {
-            let mut targets: Vec<HookTarget> = Vec::new();
-            let mut names = Vec::new();
-            for f in &a.funcs {
-                let (name, signature) = injector::reader::args::split_function(f)?;
-                names.push(name);
-                targets.push(HookTarget {
-                    function: FuncSpec::parse(name),
-                    signature,
-                    stack_words: None,
-                });
-            }
-            for (name, n) in a.stash.function_windows(&names)? {
-                for (t, _) in targets.iter_mut().zip(&names).filter(|(_, m)| **m == name) {
-                    t.stack_words = Some(n);
-                }
-            }
-            targets.extend(a.addr.iter().map(|x| HookTarget::new(FuncSpec::Addr(*x))));
-            if a.python > 0 {
-                targets.push(injector::python_hook(a.pid)?);
-            }
-            let report = install(a.pid, &targets, &a.stash.install_options())?;
-            output::print_install(&report);
-        }
-        Command::Eject(a) => {
-            let what = if a.all {
-                EjectWhat::All
-            } else {
-                let mut specs: Vec<FuncSpec> = a.funcs.iter().map(|f| FuncSpec::parse(f)).collect();
-                if a.python > 0 {
-                    specs.push(FuncSpec::Name(
-                        injector::reader::python::EVAL_FRAME_FUNCTION.to_string(),
-                    ));
-                }
-                EjectWhat::Functions(specs)
-            };
-            let report = eject(
-                a.pid,
-                &EjectOptions {
-                    what,
-                    calls: a.calls.policy(),
-                },
-            )?;
-            output::print_eject(&report);
-        }
+        Command::Inject(a) => output::print_install(&ops.inject(&a)?),
+        Command::Eject(a) => output::print_eject(&ops.eject(&a)?),
         Command::List(a) => {
-            let hooks = list(a.pid)?;
+            let hooks = ops.list(a.pid)?;
             output::print_list(a.pid, &hooks, a.json);
             if !a.json {
-                if let Ok((status, has_libgcc)) = injector::unwind_status(a.pid) {
+                // The rows are extra: a failure to read them is not an error.
+                if let Ok((status, has_libgcc)) = ops.unwind_status(a.pid) {
                     output::print_unwind_status(&status, has_libgcc, &hooks);
                 }
             }
         }
         Command::Bt(a) => {
             let view = bt_view(&a);
-            let mut opts = BacktraceOptions {
-                tid: a.tid,
-                show_trampolines: a.show_trampolines,
-                always_stop: a.always_stop,
-                ..BacktraceOptions::default()
-            };
-            if !a.debug_dirs.is_empty() {
-                opts.debug_search = DebugSearch {
-                    dirs: a.debug_dirs.clone(),
-                    root: None,
-                };
-            }
             match (a.pid, &a.core) {
-                (_, Some(core)) => bt_core(core, a.exe, a.sysroot, &opts, a.json, view)?,
+                (_, Some(core)) => {
+                    ops.allows(Standalone::Core)?;
+                    let opts = ops::bt_options(&a);
+                    bt_core(core, a.exe.clone(), a.sysroot.clone(), &opts, a.json, view)?
+                }
                 (Some(pid), None) => {
-                    let mut reader = ProcessReader::new(pid);
-                    let bt = reader.backtrace(&opts)?;
-                    for w in reader.debug_warnings() {
+                    let (bt, warnings) = ops.backtrace(pid, &a)?;
+                    for w in warnings {
                         eprintln!("argstash: warning: {w}");
                     }
                     python_output::print_backtrace(&bt, a.json, view);
-                    // The process exits next: skip freeing megabytes of parsed debug info.
-                    std::mem::forget(reader);
                 }
                 (None, None) => anyhow::bail!("give --pid PID or --core FILE"),
             }
         }
-        Command::Record(a) => record::run(a)?,
-        Command::Demo => demo::run()?,
-        Command::Run(a) => std::process::exit(run::main(a)),
+        Command::Record(a) => {
+            ops.allows(Standalone::Record)?;
+            record::run(a)?
+        }
+        Command::Demo => {
+            ops.allows(Standalone::Demo)?;
+            demo::run()?
+        }
+        Command::Run(a) => {
+            ops.allows(Standalone::Run)?;
+            std::process::exit(run::main(a))
+        }
     }
     Ok(())
 }
