@@ -18,8 +18,8 @@ use injector::{Backtrace, EjectReport, HookInfo, HookUnwindStatus, InstallReport
 use zbus::blocking::{connection, Connection};
 use zbus::zvariant::Value;
 
+use crate::args::{BtArgs, CallArgs, EjectArgs, InjectArgs};
 use crate::ops::{Operations, Standalone};
-use crate::{BtArgs, CallArgs, EjectArgs, InjectArgs};
 
 /// argstashd on a bus, connected at the first call.
 pub struct Bus {

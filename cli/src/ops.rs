@@ -1,8 +1,8 @@
 //! The operations the subcommands run on a target, behind one interface:
 //! [`Local`] calls the injector in this process, [`crate::bus::Bus`] asks
 //! argstashd over D-Bus (`--bus`). Both return the injector's types, which
-//! `main.rs` dispatches once and `output.rs` / `python_output.rs` print, so
-//! `--bus` prints what the standalone command prints.
+//! `main.rs` dispatches once and `output.rs` prints, so `--bus` prints what the
+//! standalone command prints.
 
 use anyhow::Result;
 use injector::{
@@ -10,7 +10,7 @@ use injector::{
     HookInfo, HookTarget, HookUnwindStatus, InstallReport, Pid, ProcessReader,
 };
 
-use crate::{BtArgs, EjectArgs, InjectArgs};
+use crate::args::{BtArgs, EjectArgs, InjectArgs};
 
 /// What runs here only, whatever the interface: each is refused through the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
