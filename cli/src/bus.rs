@@ -142,6 +142,12 @@ impl Operations for Bus {
     }
 
     fn backtrace(&self, pid: Pid, a: &BtArgs) -> Result<(Backtrace, Vec<String>)> {
+        if !a.debug_dirs.is_empty() {
+            bail!(
+                "--debug-dir is not carried over D-Bus: argstashd looks for debug files \
+                 under /usr/lib/debug; run argstash without --bus to choose"
+            );
+        }
         let tid = match a.tid {
             Some(t) => {
                 u32::try_from(t.as_raw()).with_context(|| format!("{t} is not a valid tid"))?
@@ -170,5 +176,37 @@ impl Operations for Bus {
                  hundreds of times a second and must run next to it)"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// `bt` arguments as the command line parses them.
+    fn bt_args(args: &[&str]) -> BtArgs {
+        let cli = crate::Cli::try_parse_from(["argstash", "bt"].iter().chain(args)).unwrap();
+        match cli.command {
+            crate::Command::Bt(a) => a,
+            _ => unreachable!("parsed as bt"),
+        }
+    }
+
+    #[test]
+    fn options_the_daemon_cannot_honour_are_refused_before_connecting() {
+        // No bus at this address: a refusal proves nothing was sent.
+        let bus = Bus::new("unix:path=/nonexistent/argstash-test-bus");
+        let a = bt_args(&["--pid", "1", "--debug-dir", "/srv/debug"]);
+        let err = bus.backtrace(Pid::from_raw(1), &a).unwrap_err().to_string();
+        assert!(
+            err.starts_with("--debug-dir is not carried over D-Bus"),
+            "{err}"
+        );
+        assert!(bus.conn.get().is_none());
+        // Without it, the call goes to the bus (here: a connection error).
+        let a = bt_args(&["--pid", "1"]);
+        let err = bus.backtrace(Pid::from_raw(1), &a).unwrap_err().to_string();
+        assert!(err.starts_with("cannot connect to the "), "{err}");
     }
 }
