@@ -5,7 +5,6 @@
 //! same hint for D-Bus callers and also sends it typed, so `--bus` prints here
 //! exactly what the standalone command prints.
 
-use argstash_dbus::ErrorHint;
 use injector::reader::args::{SignatureError, SyntaxReason};
 use injector::{hint_of, Hint, RequestOption, UNNAMED_CODE_ADVICE};
 
@@ -98,42 +97,6 @@ fn flag(option: RequestOption) -> &'static str {
     }
 }
 
-/// A hint back from its wire form; `None` for a kind this build does not know.
-fn from_wire(wire: &ErrorHint) -> Option<Hint> {
-    use argstash_dbus::{
-        HINT_EJECT_FIRST, HINT_GIVE_STACK_WINDOW, HINT_HOOK_IMPLEMENTATIONS, HINT_LEAVE_OUT,
-        HINT_NAME_IMPLEMENTATION, HINT_PICK_BY_ADDRESS, HINT_USE_ENTRY, HINT_WRITE_ONE_ALONE,
-        OPT_FLOAT_ARGS, OPT_PYTHON,
-    };
-    Some(match wire.kind.as_deref()? {
-        HINT_EJECT_FIRST => Hint::EjectFirst {
-            function: wire.function.clone()?,
-            arena: wire.arena?,
-            slot: wire.slot?,
-        },
-        HINT_GIVE_STACK_WINDOW => Hint::GiveStackWindow { max: wire.max? },
-        HINT_PICK_BY_ADDRESS => Hint::PickByAddress,
-        HINT_USE_ENTRY => Hint::UseEntry { entry: wire.entry? },
-        HINT_WRITE_ONE_ALONE => Hint::WriteOneAlone {
-            read_as: wire.read_as.clone(),
-            names: wire.functions.clone()?,
-        },
-        HINT_NAME_IMPLEMENTATION => Hint::NameImplementation,
-        HINT_HOOK_IMPLEMENTATIONS => Hint::HookImplementations {
-            functions: wire.functions.clone()?,
-            unnamed: wire.unnamed?,
-        },
-        HINT_LEAVE_OUT => Hint::LeaveOut {
-            option: match wire.option.as_deref()? {
-                OPT_FLOAT_ARGS => RequestOption::FloatArgs,
-                OPT_PYTHON => RequestOption::Python,
-                _ => return None,
-            },
-        },
-        _ => return None,
-    })
-}
-
 /// A refused signature: the reason, the text with a caret under the byte where
 /// it goes wrong, and how to write it.
 fn signature_syntax(text: &str, at: usize, reason: &SyntaxReason) -> String {
@@ -163,7 +126,7 @@ fn part(cause: &(dyn std::error::Error + 'static)) -> String {
         .downcast_ref::<argstash_dbus::Error>()
         .and_then(|e| e.hint())
     {
-        if let (Some(text), Some(hint)) = (&wire.text, from_wire(wire)) {
+        if let (Some(text), Some(hint)) = (&wire.text, argstash_dbus::from_wire::hint(wire)) {
             return format!("{text}{}", hint_text(&hint));
         }
     }
@@ -192,7 +155,7 @@ mod tests {
     //! each expected text below is the message as it was before hints were typed.
 
     use super::*;
-    use argstash_dbus::{ErrorKind, HINT_EJECT_FIRST};
+    use argstash_dbus::{ErrorHint, ErrorKind, HINT_EJECT_FIRST};
     use injector::reader::core::CoreError;
     use injector::reader::symbols::{AddressPlace, IfuncTarget, SymbolError};
     use injector::UnsureWindow;

@@ -1,10 +1,23 @@
-//! Text and JSON rendering of injector results.
+//! Text and JSON rendering of injector results, whichever interface produced
+//! them (`ops::Local` or `bus::Bus`). Backtraces are rendered by
+//! [`injector::render`] (native and Python frames interleaved, or one side only
+//! with `--python` / `--native`).
 
-use injector::{EjectReport, HookInfo, InstallReport};
+pub use injector::render::View;
+use injector::{Backtrace, EjectReport, HookInfo, InstallReport};
 use serde_json::{json, Value};
 
 fn micros(d: std::time::Duration) -> String {
     format!("{} us", d.as_micros())
+}
+
+/// Prints a backtrace as text or one JSON object, showing the frames `view` asks for.
+pub fn print_backtrace(bt: &Backtrace, json: bool, view: View) {
+    if json {
+        println!("{}", injector::render::backtrace_json(bt, view));
+    } else {
+        print!("{}", injector::render::backtrace_text(bt, view));
+    }
 }
 
 /// Prints what an install did.

@@ -26,7 +26,7 @@ pub struct RunArgs {
     python: u8,
     /// How each hook stashes, and how its unwind information is registered (as `inject`).
     #[command(flatten)]
-    stash: crate::StashArgs,
+    stash: crate::args::StashArgs,
     /// Print every thread's backtrace when the program gets a fatal signal (SIGSEGV,
     /// SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP), before it dies of it.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]

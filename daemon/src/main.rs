@@ -6,7 +6,6 @@
 //! target the way the kernel authorises ptrace.
 
 mod auth;
-mod convert;
 mod hints;
 mod readers;
 mod service;

@@ -31,10 +31,10 @@ use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::{interface, Connection};
 
 use crate::auth::{may_trace, may_trace_owned, owner_of, peer, Caller, Owner};
-use crate::convert;
 use crate::hints;
 use crate::readers::ReaderCache;
 use crate::worker::Workers;
+use argstash_dbus::to_wire;
 
 /// How often a watcher checks that its process still has its arenas (exec).
 const EXEC_CHECK: Duration = Duration::from_secs(1);
@@ -152,7 +152,7 @@ impl Shared {
         let start = hints::start_time(pid);
         may_trace(who, pid)?;
         if hints::start_time(pid) != start {
-            return Err(convert::error(
+            return Err(to_wire::error(
                 pid,
                 SessionError::NoSuchProcess { pid }.into(),
             ));
@@ -335,7 +335,7 @@ impl Shared {
                     .into_iter()
                     // Call-through hooks (the PEP 523 extension's) are the process's own.
                     .filter(|h| h.state == HookState::Active && !h.is_call_through())
-                    .map(|h| (convert::path_of(pid, &h), h))
+                    .map(|h| (to_wire::path_of(pid, &h), h))
                     .collect();
                 let is_new = !procs.contains_key(&pid);
                 let p = procs.entry(pid).or_insert_with(|| Proc {
@@ -529,7 +529,7 @@ impl Shared {
             })
             .await?;
         self.sync(conn, pid, listed).await;
-        res.map_err(|e| convert::error(pid, e))
+        res.map_err(|e| to_wire::error(pid, e))
     }
 
     /// Installs the hooks an `Inject` call asks for and brings the hook objects in line.
@@ -587,7 +587,7 @@ impl Shared {
             })
             .await?;
         self.sync(conn, pid, listed).await;
-        Ok((pid, res.map_err(|e| convert::error(pid, e))?))
+        Ok((pid, res.map_err(|e| to_wire::error(pid, e))?))
     }
 }
 
@@ -805,7 +805,7 @@ impl Manager {
         Ok(report
             .hooks
             .iter()
-            .map(|h| convert::path_of(pid, h))
+            .map(|h| to_wire::path_of(pid, h))
             .collect())
     }
 
@@ -823,7 +823,7 @@ impl Manager {
             .shared
             .inject_and_sync(&hdr, conn, pid, functions, options)
             .await?;
-        Ok(convert::install_report(pid, &report))
+        Ok(to_wire::install_report(pid, &report))
     }
 
     /// Removes the hooks of `functions` in `pid`; returns how many were removed.
@@ -853,7 +853,7 @@ impl Manager {
         let start = self.shared.authorize(&hdr, pid).await?;
         let what = functions_to_eject(&functions, "EjectAllWithReport")?;
         let report = self.shared.eject_and_sync(conn, pid, start, what).await?;
-        Ok(convert::eject_report(pid, &report))
+        Ok(to_wire::eject_report(pid, &report))
     }
 
     /// Like `EjectAll`, and returns what the eject did.
@@ -869,7 +869,7 @@ impl Manager {
             .shared
             .eject_and_sync(conn, pid, start, EjectWhat::All)
             .await?;
-        Ok(convert::eject_report(pid, &report))
+        Ok(to_wire::eject_report(pid, &report))
     }
 
     /// Which other unwinders (libgcc, gdb JIT, perf) know each active hook of `pid`.
@@ -888,8 +888,8 @@ impl Manager {
                 injector::unwind_status(Pid::from_raw(pid))
             })
             .await?
-            .map_err(|e| convert::error(pid, e))?;
-        Ok(convert::unwind_status(&status, has_libgcc))
+            .map_err(|e| to_wire::error(pid, e))?;
+        Ok(to_wire::unwind_status(&status, has_libgcc))
     }
 
     /// Removes every active hook in `pid`; returns how many were removed.
@@ -927,7 +927,7 @@ impl Manager {
                 })
                 .await?;
             let entries = match &listed {
-                Ok(hooks) => Ok(hooks.iter().map(|h| convert::hook_entry(pid, h)).collect()),
+                Ok(hooks) => Ok(hooks.iter().map(|h| to_wire::hook_entry(pid, h)).collect()),
                 Err(_) => Err(()),
             };
             match entries {
@@ -935,7 +935,7 @@ impl Manager {
                     self.shared.sync(conn, pid, listed).await;
                     Ok(entries)
                 }
-                Err(()) => Err(convert::error(pid, listed.unwrap_err())),
+                Err(()) => Err(to_wire::error(pid, listed.unwrap_err())),
             }
         } else {
             let who = self.shared.caller(&hdr).await?;
@@ -948,7 +948,7 @@ impl Manager {
                 }
                 // Reading arenas needs no ptrace stop: do not queue behind a stuck worker.
                 if let Ok(hooks) = blocking::unblock(move || list(Pid::from_raw(pid))).await {
-                    out.extend(hooks.iter().map(|h| convert::hook_entry(pid, h)));
+                    out.extend(hooks.iter().map(|h| to_wire::hook_entry(pid, h)));
                 }
             }
             Ok(out)
@@ -975,8 +975,8 @@ impl Manager {
                 shared.readers.backtrace(pid, start, &opts)
             })
             .await?
-            .map_err(|e| convert::error(pid, e))?;
-        Ok(convert::threads(&bt))
+            .map_err(|e| to_wire::error(pid, e))?;
+        Ok(to_wire::threads(&bt))
     }
 
     /// The daemon's version.

@@ -994,6 +994,93 @@ fn inject_list_eject_print_the_same_through_the_daemon() {
     }
 }
 
+/// blocked.c: the argument its sleeper thread passes to `nap(long)`.
+const NAP_TAG: u64 = 0x6e61705461670001;
+
+#[test]
+fn bt_of_a_thread_prints_the_same_through_the_daemon_byte_for_byte() {
+    // blocked.c's sleeper, inside a hooked call of nap(NAP_TAG) and blocked in
+    // read(2) below it, is read without a stop both ways: nothing wakes it, so
+    // both reads see the same stack and the outputs can be compared whole.
+    let bus = Bus::start();
+    let mut t = Target::start("blocked", Variant::O2G);
+    let pid = t.pid();
+    let p = pid.to_string();
+    let sleeper = t.tid_named("sleeper", Duration::ZERO);
+    let out = cli(None, &["inject", "--pid", &p, "--func", "nap"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Wake it from the nap it was in before the hook; its next nap is hooked.
+    t.write_stdin("wake\n");
+    let mut napped = || {
+        t.drain_lines();
+        t.write_stdin("stats\n");
+        let line = t.wait_for_line(Duration::from_secs(5), |l| l.starts_with("stats "));
+        let naps = line
+            .split_whitespace()
+            .nth(6)
+            .and_then(|n| n.parse::<u64>().ok());
+        naps.is_some_and(|n| n >= 1)
+    };
+    assert!(
+        argstash_tests::wait_until(Duration::from_secs(5), &mut napped),
+        "the sleeper did not return from its nap"
+    );
+    assert!(
+        argstash_tests::wait_until(Duration::from_secs(5), || {
+            argstash_tests::blocked_syscall(pid, sleeper) == Some(0)
+        }),
+        "the sleeper is not blocked in read(2)"
+    );
+    let tid = sleeper.to_string();
+    for json in [false, true] {
+        let mut args = vec!["bt", "--pid", &p, "--tid", &tid];
+        if json {
+            args.push("--json");
+        }
+        let direct = cli(None, &args);
+        let via_bus = cli(Some(&bus), &args);
+        assert!(direct.status.success(), "{}", text(&direct));
+        assert!(via_bus.status.success(), "{}", text(&via_bus));
+        let direct = String::from_utf8_lossy(&direct.stdout).into_owned();
+        assert_eq!(
+            String::from_utf8_lossy(&via_bus.stdout),
+            direct,
+            "argstash {args:?}: through the daemon, then standalone"
+        );
+        // What both printed is the hooked call, with its argument.
+        if json {
+            let v: serde_json::Value = serde_json::from_str(&direct).unwrap();
+            let thread = &v["threads"][0];
+            assert_eq!(thread["without_stop"], true, "{direct}");
+            let nap = thread["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["function"] == "nap" && f["hooked"] == true)
+                .unwrap_or_else(|| panic!("no hooked nap frame:\n{direct}"));
+            let rdi = nap["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["register"] == "rdi")
+                .and_then(|a| a["value"].as_u64());
+            assert_eq!(rdi, Some(NAP_TAG), "{direct}");
+        } else {
+            assert!(
+                direct.starts_with(&format!(
+                    "Thread {sleeper} \"sleeper\" (read without a stop, blocked in read):"
+                )),
+                "{direct}"
+            );
+            assert!(
+                direct.contains(&format!(" in nap (tag={}) [stashed]", NAP_TAG as i64)),
+                "{direct}"
+            );
+        }
+    }
+    t.kill();
+}
+
 #[test]
 fn a_tail_call_names_its_hook_through_the_daemon() {
     let bus = Bus::start();

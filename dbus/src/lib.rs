@@ -4,10 +4,18 @@
 //! `argstash` CLI with `--bus`, tests, other tools) agree on one definition of the
 //! interface: the well-known bus name, the object paths, the error names, the
 //! option keys, the wire types and the zbus `#[proxy]` client traits. It holds no
-//! server logic and does not depend on the injector, so a client links only zbus.
+//! server logic. Beside the wire types it holds the conversions between them and
+//! the injector's types, both ways ([`to_wire`] for the daemon, [`from_wire`] for
+//! clients), so a value that crosses the bus comes back as the value that was sent
+//! (the round-trip tests in `round_trip.rs` check every type that crosses).
 //!
 //! Wire types are plain structs: `busctl` prints them as readable tuples, and each
 //! maps field for field to the CLI's `--json` output (see [`Frame`], [`HookEntry`]).
+
+pub mod from_wire;
+#[cfg(test)]
+mod round_trip;
+pub mod to_wire;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -181,6 +189,12 @@ pub struct Frame {
     /// `bt --json`); it differs from `function` when the hooked function
     /// tail-called this one. Empty when not hooked.
     pub hook: String,
+    /// Entry address of that hooked function, 0 when not hooked or unknown.
+    pub hook_address: u64,
+    /// Start of the stack the frame occupies (its stack pointer), 0 when unknown.
+    pub stack_start: u64,
+    /// End of the stack the frame occupies (its canonical frame address), 0 when unknown.
+    pub stack_end: u64,
 }
 
 /// One thread: a `threads[]` element of `bt --json`.
@@ -229,6 +243,19 @@ pub struct PyFrame {
     pub frame: u64,
     /// A C-level evaluator call started at this frame.
     pub entry: bool,
+    /// Address of its code object.
+    pub code: u64,
+    /// The first line of its code (`co_firstlineno`).
+    pub first_line: i32,
+    /// 3.12+: address of the entry frame its C-level evaluator call keeps right
+    /// after it, 0 when there is none.
+    pub entry_frame: u64,
+    /// Who owns its memory: `thread`, `generator`, or the raw owner value in decimal.
+    pub owner: String,
+    /// Still being set up (CPython hides such frames).
+    pub incomplete: bool,
+    /// Why `params` is empty or short, empty when nothing was wrong.
+    pub params_note: String,
 }
 
 /// One parameter of a Python frame.
@@ -295,6 +322,20 @@ pub struct InstallReport {
     pub unwind: Option<UnwindReport>,
     /// Real signals that arrived while threads were held, and how each got back.
     pub signals: Option<Vec<SignalEntry>>,
+    /// Where the stopped threads' instruction pointers were, relative to the new hooks.
+    pub rip_census: Option<RipCensus>,
+}
+
+/// Where the stopped threads' instruction pointers were, relative to the hooks
+/// installed or ejected (the injector's `RipCensus`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct RipCensus {
+    /// In the patched bytes.
+    pub in_patch: u32,
+    /// Inside a relocated prologue.
+    pub in_relocated: u32,
+    /// Inside a trampoline.
+    pub in_trampoline: u32,
 }
 
 /// One real signal a stop took from a thread, and how it got back to it.
@@ -327,6 +368,8 @@ pub struct EjectReport {
     pub unwind: Option<UnwindReport>,
     /// Real signals that arrived while threads were held, and how each got back.
     pub signals: Option<Vec<SignalEntry>>,
+    /// Where the stopped threads' instruction pointers were, relative to the ejected hooks.
+    pub rip_census: Option<RipCensus>,
 }
 
 /// Which other unwinders know about one active hook: a `hooks` element of [`UnwindStatus`].
@@ -802,9 +845,9 @@ mod tests {
         assert_eq!(Param::SIGNATURE.to_string(), param);
         assert_eq!(Arg::SIGNATURE.to_string(), format!("(stt{param})"));
         assert_eq!(Inlined::SIGNATURE.to_string(), format!("(ssua{param})"));
-        let frame = format!("(utstsbsta(stt{param})bssua{param}a(ssua{param})s)");
+        let frame = format!("(utstsbsta(stt{param})bssua{param}a(ssua{param})sttt)");
         assert_eq!(Frame::SIGNATURE.to_string(), frame);
-        let py_frame = "(ssia(ssss)sitb)";
+        let py_frame = "(ssia(ssss)sitbtitsbs)";
         assert_eq!(PyFrame::SIGNATURE.to_string(), py_frame);
         assert_eq!(
             Thread::SIGNATURE.to_string(),

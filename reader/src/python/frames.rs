@@ -101,8 +101,9 @@ pub struct PyFrame {
     pub incomplete: bool,
     /// Parameters in declaration order; empty when they could not be read (see `params_note`).
     pub params: Vec<PyParam>,
-    /// Why `params` is empty or short, if something was wrong.
-    pub params_note: Option<&'static str>,
+    /// Why `params` is empty or short, if something was wrong (borrowed when
+    /// read here, owned when it came from elsewhere, e.g. over D-Bus).
+    pub params_note: Option<std::borrow::Cow<'static, str>>,
 }
 
 impl fmt::Display for PyFrame {
@@ -361,7 +362,7 @@ impl<'a> FrameReader<'a> {
             .map_err(|_| CorruptReason::BadLineTable)?;
         let (params, params_note) = match &info.params {
             Ok(p) => (self.params(addr, p), None),
-            Err(note) => (Vec::new(), Some(*note)),
+            Err(note) => (Vec::new(), Some(std::borrow::Cow::Borrowed(*note))),
         };
         let frame = PyFrame {
             addr,

@@ -1,10 +1,16 @@
-//! Injector results and errors in their D-Bus form.
+//! The injector's results and errors in their D-Bus form: what the daemon sends.
+//! [`crate::from_wire`] is the way back.
+//!
+//! Every library struct is taken apart field by field (no `..`): a field added to
+//! the injector's types does not compile here until it is carried, so a client
+//! cannot silently get less than the library gave.
 
-use argstash_dbus::{
+use crate::{
     hook_path, Arg, Error, ErrorHint, ErrorKind, Frame, HookEntry, HookUnwind, Inlined, Param,
     Thread, UnwindStatus, OPT_FLOAT_ARGS, OPT_PYTHON, OPT_STACK_ARGS,
 };
 use injector::reader::args::{ArgValue, SignatureError};
+use injector::reader::python::frames::FrameOwner;
 use injector::reader::symbols::SymbolError;
 use injector::HookInfo;
 use injector::{Backtrace, FrameKind};
@@ -162,8 +168,8 @@ fn option_key(option: RequestOption) -> &'static str {
 
 /// A hint in its wire form, after `text` (the message without it); `None` for
 /// hints about core files, which no daemon call reads.
-fn wire_hint(hint: &Hint, text: String) -> Option<ErrorHint> {
-    use argstash_dbus::{
+pub(crate) fn wire_hint(hint: &Hint, text: String) -> Option<ErrorHint> {
+    use crate::{
         HINT_EJECT_FIRST, HINT_GIVE_STACK_WINDOW, HINT_HOOK_IMPLEMENTATIONS, HINT_LEAVE_OUT,
         HINT_NAME_IMPLEMENTATION, HINT_PICK_BY_ADDRESS, HINT_USE_ENTRY, HINT_WRITE_ONE_ALONE,
     };
@@ -236,8 +242,28 @@ pub fn path_of(pid: i32, h: &HookInfo) -> OwnedObjectPath {
 }
 
 /// A hook record as `ListHooks` returns it.
+///
+/// A hook's window source is known at install only: [`install_report`] carries
+/// it beside the entries (`window_sources`).
 pub fn hook_entry(pid: i32, h: &HookInfo) -> HookEntry {
-    let path = if h.state == HookState::Active {
+    let HookInfo {
+        name,
+        module,
+        function,
+        patch_addr,
+        patch_len,
+        trampoline,
+        arena,
+        slot,
+        stack_words,
+        variadic,
+        xmm,
+        state,
+        installed_ns,
+        signature,
+        window_source: _,
+    } = h;
+    let path = if *state == HookState::Active {
         path_of(pid, h)
     } else {
         OwnedObjectPath::try_from("/").expect("root path")
@@ -245,21 +271,21 @@ pub fn hook_entry(pid: i32, h: &HookInfo) -> HookEntry {
     HookEntry {
         path,
         pid: pid as u32,
-        function: h.name.clone(),
-        module: h.module.clone(),
-        address: h.function,
-        patch_address: h.patch_addr,
-        patch_len: h.patch_len as u32,
-        trampoline: h.trampoline,
-        arena: h.arena,
-        slot: h.slot,
-        stack_words: h.stack_words,
-        state: h.state.name().to_string(),
-        installed_ns: h.installed_ns,
-        variadic: h.variadic,
-        xmm: h.xmm,
-        signature: h.signature.clone().unwrap_or_default(),
-        demangled: injector::reader::symbols::shown_name(&h.name),
+        function: name.clone(),
+        module: module.clone(),
+        address: *function,
+        patch_address: *patch_addr,
+        patch_len: count(*patch_len),
+        trampoline: *trampoline,
+        arena: *arena,
+        slot: *slot,
+        stack_words: *stack_words,
+        state: state.name().to_string(),
+        installed_ns: *installed_ns,
+        variadic: *variadic,
+        xmm: *xmm,
+        signature: signature.clone().unwrap_or_default(),
+        demangled: injector::reader::symbols::shown_name(name),
     }
 }
 
@@ -280,7 +306,7 @@ fn micros(d: std::time::Duration) -> u64 {
 /// Every field is named (no `..`): a field added to the injector's report does not
 /// compile here until it is carried, so `--bus` cannot silently print less than the
 /// standalone CLI. Notes are carried as they are, whatever they say.
-pub fn unwind_report(u: &injector::UnwindReport) -> argstash_dbus::UnwindReport {
+pub fn unwind_report(u: &injector::UnwindReport) -> crate::UnwindReport {
     let injector::UnwindReport {
         registered,
         unwinder,
@@ -292,7 +318,7 @@ pub fn unwind_report(u: &injector::UnwindReport) -> argstash_dbus::UnwindReport 
         gdb_jit,
         elapsed,
     } = u;
-    argstash_dbus::UnwindReport {
+    crate::UnwindReport {
         registered: Some(count(*registered)),
         unwinder: unwinder.clone(),
         notes: Some(notes.clone()),
@@ -306,7 +332,7 @@ pub fn unwind_report(u: &injector::UnwindReport) -> argstash_dbus::UnwindReport 
 }
 
 /// An install report as `InjectWithReport` returns it (every field named, as in [`unwind_report`]).
-pub fn install_report(pid: i32, r: &injector::InstallReport) -> argstash_dbus::InstallReport {
+pub fn install_report(pid: i32, r: &injector::InstallReport) -> crate::InstallReport {
     let injector::InstallReport {
         hooks,
         stopped,
@@ -314,10 +340,10 @@ pub fn install_report(pid: i32, r: &injector::InstallReport) -> argstash_dbus::I
         new_arenas,
         moved_threads,
         unwind,
-        rip_census: _,
+        rip_census,
         signals,
     } = r;
-    argstash_dbus::InstallReport {
+    crate::InstallReport {
         hooks: Some(hooks.iter().map(|h| hook_entry(pid, h)).collect()),
         window_sources: Some(
             hooks
@@ -336,42 +362,66 @@ pub fn install_report(pid: i32, r: &injector::InstallReport) -> argstash_dbus::I
         moved_threads: Some(moved_threads.clone()),
         unwind: Some(unwind_report(unwind)),
         signals: Some(signal_entries(signals)),
+        rip_census: Some(rip_census_of(rip_census)),
+    }
+}
+
+/// Where the stopped threads were, as the wire carries it.
+fn rip_census_of(c: &injector::RipCensus) -> crate::RipCensus {
+    let injector::RipCensus {
+        in_patch,
+        in_relocated,
+        in_trampoline,
+    } = c;
+    crate::RipCensus {
+        in_patch: count(*in_patch),
+        in_relocated: count(*in_relocated),
+        in_trampoline: count(*in_trampoline),
     }
 }
 
 /// The signals a report gives back, as the wire carries them.
-pub fn signal_entries(signals: &[injector::SignalOutcome]) -> Vec<argstash_dbus::SignalEntry> {
+pub fn signal_entries(signals: &[injector::SignalOutcome]) -> Vec<crate::SignalEntry> {
     signals
         .iter()
-        .map(|o| argstash_dbus::SignalEntry {
-            tid: o.tid,
-            signal: o.signal,
-            code: o.code,
-            fate: o.fate.name().to_string(),
-            errno: match o.fate {
-                injector::SignalFate::Lost { errno } => errno,
-                _ => 0,
-            },
+        .map(|o| {
+            let injector::SignalOutcome {
+                tid,
+                signal,
+                code,
+                fate,
+            } = o;
+            crate::SignalEntry {
+                tid: *tid,
+                signal: *signal,
+                code: *code,
+                fate: fate.name().to_string(),
+                errno: match fate {
+                    injector::SignalFate::Lost { errno } => *errno,
+                    _ => 0,
+                },
+            }
         })
         .collect()
 }
 
 /// An eject report as `EjectWithReport` returns it (every field named, as in [`unwind_report`]).
-pub fn eject_report(pid: i32, r: &injector::EjectReport) -> argstash_dbus::EjectReport {
+pub fn eject_report(pid: i32, r: &injector::EjectReport) -> crate::EjectReport {
     let injector::EjectReport {
         hooks,
         stopped,
         moved_threads,
-        rip_census: _,
+        rip_census,
         unwind,
         signals,
     } = r;
-    argstash_dbus::EjectReport {
+    crate::EjectReport {
         hooks: Some(hooks.iter().map(|h| hook_entry(pid, h)).collect()),
         stopped_us: Some(micros(*stopped)),
         moved_threads: Some(moved_threads.clone()),
         unwind: Some(unwind_report(unwind)),
         signals: Some(signal_entries(signals)),
+        rip_census: Some(rip_census_of(rip_census)),
     }
 }
 
@@ -411,24 +461,43 @@ pub fn unwind_status(status: &[injector::HookUnwindStatus], has_libgcc: bool) ->
 
 /// A named, typed argument in its wire form.
 fn param(a: &ArgValue) -> Param {
+    let ArgValue {
+        name,
+        ty,
+        display,
+        source,
+        register,
+        value,
+    } = a;
     Param {
-        name: a.name.clone().unwrap_or_default(),
-        type_name: a.ty.clone().unwrap_or_default(),
-        display: a.display.clone(),
-        source: a.source.map(|s| s.name()).unwrap_or_default().to_string(),
-        register: a.register.clone().unwrap_or_default(),
-        has_value: a.value.is_some(),
-        value: a.value.unwrap_or(0),
+        name: name.clone().unwrap_or_default(),
+        type_name: ty.clone().unwrap_or_default(),
+        display: display.clone(),
+        source: source.map(|s| s.name()).unwrap_or_default().to_string(),
+        register: register.clone().unwrap_or_default(),
+        has_value: value.is_some(),
+        value: value.unwrap_or(0),
     }
 }
 
 /// One frame in its wire form: the same fields, in the same order, as `bt --json`.
 fn frame(index: usize, f: &injector::reader::unwind::Frame) -> Frame {
-    let args = f
-        .stash
-        .as_ref()
-        .map(|s| s.slots())
-        .unwrap_or_default()
+    let injector::reader::unwind::Frame {
+        pc,
+        function,
+        offset,
+        module,
+        kind,
+        stash,
+        source_function,
+        file,
+        line,
+        inlined,
+        args,
+        stack,
+    } = f;
+    let slots = stash.as_ref().map(|s| s.slots()).unwrap_or_default();
+    let wire_args = slots
         .into_iter()
         .map(|slot| Arg {
             // A stashed register that holds a known parameter carries its name and type.
@@ -438,112 +507,157 @@ fn frame(index: usize, f: &injector::reader::unwind::Frame) -> Frame {
             value_high: (slot.value >> 64) as u64,
         })
         .collect();
+    let (stack_start, stack_end) = stack.unwrap_or((0, 0));
     Frame {
-        index: index as u32,
-        pc: f.pc,
-        function: f.function.clone().unwrap_or_default(),
-        offset: f.offset,
-        module: f.module.clone().unwrap_or_default(),
-        hooked: f.stash.is_some(),
-        kind: match f.kind {
-            FrameKind::Normal => "normal",
-            FrameKind::Trampoline => "trampoline",
-            FrameKind::Relocated => "relocated",
-        }
-        .to_string(),
-        stash_frame: f.stash.as_ref().map(|s| s.frame).unwrap_or(0),
-        args,
-        variadic: f.stash.as_ref().is_some_and(|s| s.variadic),
-        source_function: f.source_function.clone().unwrap_or_default(),
-        file: f.file.clone().unwrap_or_default(),
-        line: f.line.unwrap_or(0),
-        params: f.args.iter().map(param).collect(),
-        inlined: f
-            .inlined
+        index: count(index),
+        pc: *pc,
+        function: function.clone().unwrap_or_default(),
+        offset: *offset,
+        module: module.clone().unwrap_or_default(),
+        hooked: stash.is_some(),
+        kind: frame_kind_name(*kind).to_string(),
+        stash_frame: stash.as_ref().map(|s| s.frame).unwrap_or(0),
+        args: wire_args,
+        variadic: stash.as_ref().is_some_and(|s| s.variadic),
+        source_function: source_function.clone().unwrap_or_default(),
+        file: file.clone().unwrap_or_default(),
+        line: line.unwrap_or(0),
+        params: args.iter().map(param).collect(),
+        inlined: inlined
             .iter()
-            .map(|i| Inlined {
-                function: i.function.clone().unwrap_or_default(),
-                file: i.file.clone().unwrap_or_default(),
-                line: i.line.unwrap_or(0),
-                params: i.args.iter().map(param).collect(),
+            .map(|i| {
+                let injector::InlinedFrame {
+                    function,
+                    file,
+                    line,
+                    args,
+                } = i;
+                Inlined {
+                    function: function.clone().unwrap_or_default(),
+                    file: file.clone().unwrap_or_default(),
+                    line: line.unwrap_or(0),
+                    params: args.iter().map(param).collect(),
+                }
             })
             .collect(),
-        hook: f.stash.as_ref().map(|s| s.hook.clone()).unwrap_or_default(),
+        hook: stash.as_ref().map(|s| s.hook.clone()).unwrap_or_default(),
+        hook_address: stash.as_ref().map(|s| s.function).unwrap_or(0),
+        stack_start,
+        stack_end,
+    }
+}
+
+/// The wire name of a frame kind (`Frame::kind`).
+pub(crate) fn frame_kind_name(kind: FrameKind) -> &'static str {
+    match kind {
+        FrameKind::Normal => "normal",
+        FrameKind::Trampoline => "trampoline",
+        FrameKind::Relocated => "relocated",
     }
 }
 
 /// A backtrace as `Backtrace` returns it: the `threads` of `bt --json`.
 pub fn threads(bt: &Backtrace) -> Vec<Thread> {
-    bt.threads
-        .iter()
-        .map(|t| Thread {
-            tid: t.tid.as_raw() as u32,
-            name: t.name.clone(),
-            stopped_us: t.stopped.as_micros() as u64,
-            without_stop: t.capture.without_stop(),
-            syscall: t.capture.syscall().unwrap_or(0),
-            truncated: t
-                .truncated
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-            frames: t
-                .frames
-                .iter()
-                .enumerate()
-                .map(|(i, f)| frame(i, f))
-                .collect(),
-            has_python: t.python.is_some(),
-            python: t
-                .python
-                .iter()
-                .flat_map(|p| &p.frames)
-                .map(py_frame)
-                .collect(),
-            python_notes: t
-                .python
-                .as_ref()
-                .map(|p| p.notes.clone())
-                .unwrap_or_default(),
-        })
-        .collect()
+    bt.threads.iter().map(thread).collect()
+}
+
+/// One thread in its wire form.
+fn thread(t: &injector::ThreadBacktrace) -> Thread {
+    let injector::ThreadBacktrace {
+        tid,
+        name,
+        frames,
+        truncated,
+        stopped,
+        python,
+        capture,
+    } = t;
+    Thread {
+        tid: tid.as_raw() as u32,
+        name: name.clone(),
+        stopped_us: micros(*stopped),
+        without_stop: capture.without_stop(),
+        syscall: capture.syscall().unwrap_or(0),
+        truncated: truncated
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        frames: frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| frame(i, f))
+            .collect(),
+        has_python: python.is_some(),
+        python: python
+            .iter()
+            .flat_map(|p| &p.frames)
+            .map(py_frame)
+            .collect(),
+        python_notes: python.as_ref().map(|p| p.notes.clone()).unwrap_or_default(),
+    }
+}
+
+/// The wire name of a Python frame's owner (`PyFrame::owner`).
+pub(crate) fn owner_name(owner: FrameOwner) -> String {
+    match owner {
+        FrameOwner::Thread => "thread".to_string(),
+        FrameOwner::Generator => "generator".to_string(),
+        FrameOwner::Other(raw) => raw.to_string(),
+    }
 }
 
 /// One Python frame in its wire form.
-fn py_frame(f: &injector::reader::python::StackFrame) -> argstash_dbus::PyFrame {
+fn py_frame(f: &injector::reader::python::StackFrame) -> crate::PyFrame {
     use injector::reader::python::stack::param_kind_name;
-    argstash_dbus::PyFrame {
-        function: f.frame.qualname.clone(),
-        file: f.frame.file.clone(),
-        line: f.frame.line.unwrap_or(0),
-        params: f
-            .frame
-            .params
+    let injector::reader::python::StackFrame { frame, placement } = f;
+    let injector::reader::python::PyFrame {
+        addr,
+        code,
+        qualname,
+        file,
+        line,
+        first_line,
+        is_entry,
+        entry_frame,
+        owner,
+        incomplete,
+        params,
+        params_note,
+    } = frame;
+    crate::PyFrame {
+        function: qualname.clone(),
+        file: file.clone(),
+        line: line.unwrap_or(0),
+        params: params
             .iter()
-            .map(|p| argstash_dbus::PyParam {
+            .map(|p| crate::PyParam {
                 name: p.name.clone(),
                 type_name: p.value.type_name.clone(),
                 display: p.value.display.clone(),
                 kind: param_kind_name(p.kind).to_string(),
             })
             .collect(),
-        paired_by: f
-            .placement
+        paired_by: placement
             .map(|p| p.paired_by.to_string())
             .unwrap_or_default(),
-        eval_frame: f
-            .placement
+        eval_frame: placement
             .and_then(|p| i32::try_from(p.eval_frame).ok())
             .unwrap_or(-1),
-        frame: f.frame.addr,
-        entry: f.frame.is_entry,
+        frame: *addr,
+        entry: *is_entry,
+        code: *code,
+        first_line: *first_line,
+        entry_frame: entry_frame.unwrap_or(0),
+        owner: owner_name(*owner),
+        incomplete: *incomplete,
+        params_note: params_note.as_deref().unwrap_or_default().to_string(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use argstash_dbus::HINT_EJECT_FIRST;
+    use crate::HINT_EJECT_FIRST;
 
     #[test]
     fn a_hint_is_worded_for_dbus_and_sent_typed() {
