@@ -5,8 +5,8 @@
 //! restructuring of code generation must keep them byte for byte.
 
 use trampolines::arena::ArenaHeader;
-use trampolines::i386;
-use trampolines::x86_64::{self, HookCode, HookCodeRanges, HookMeta};
+use trampolines::x86_64::{self, HookCodeRanges};
+use trampolines::{i386, Arch, HookCode, HookMeta, PlanInputs};
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -131,6 +131,41 @@ fn i386_hooks_keep_their_bytes() {
 #[test]
 fn call_through_hooks_keep_their_bytes() {
     assert_eq!(call_through(), CALL_THROUGH_PINNED);
+}
+
+/// The run-time route (an [`Arch`] dispatched once to its contract) writes the
+/// same bytes as calling the architecture's module directly.
+#[test]
+fn hooks_planned_through_the_arch_dispatch_keep_their_bytes() {
+    let read = |_: u64, _: usize| -> Option<Vec<u8>> { None };
+    let no_memory = PlanInputs {
+        read_memory: Some(&read),
+        ..PlanInputs::default()
+    };
+    let x86 = ArenaHeader::new(0x7f00_0000_0000, 8);
+    let plan = Arch::X86_64
+        .codegen()
+        .plan(0x7f00_1000_0000, &X86_64_CODE, &no_memory)
+        .unwrap();
+    let hook = plan.build(&x86, 1, 5, true, &meta()).unwrap();
+    assert!(X86_64_PINNED[1].starts_with(&format!("{}|", pinned(&hook))));
+
+    let function = 0x5655_6000;
+    let thunk = function + 0x100;
+    let code = i386_thunk_code(function, thunk);
+    let head = [0x8b, 0x1c, 0x24, 0xc3, 0x90, 0x90, 0x90, 0x90];
+    let memory =
+        |at: u64, len: usize| (at == thunk && len <= head.len()).then(|| head[..len].to_vec());
+    let inputs = PlanInputs {
+        read_memory: Some(&memory),
+        ..PlanInputs::default()
+    };
+    let plan = Arch::I386.codegen().plan(function, &code, &inputs).unwrap();
+    let header = ArenaHeader::new(0x4000_0000, 8);
+    // xmm is not an i386 notion: asking for it changes nothing.
+    let hook = plan.build(&header, 2, 8, true, &meta()).unwrap();
+    assert_eq!(pinned(&hook), I386_PINNED[2]);
+    assert_eq!(plan.patch_addr(), function + 4, "the endbr32 stays");
 }
 
 /// Prints the current values in the form of the constants below.
