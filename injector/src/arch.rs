@@ -1,25 +1,19 @@
-//! The target's architecture and what differs with it: system-call ABI, patch
-//! planning and code generation, where arenas may live.
+//! The target's architecture and what differs with it beyond code generation:
+//! the system-call ABI a 64-bit tracer drives either kind of thread with.
 //!
-//! x86-64 processes use `trampolines::x86_64`; 32-bit (i386) processes use
-//! `trampolines::i386`. Everything else (arenas, records, install/eject steps) is
-//! shared, so the rest of the injector asks this module and nothing else.
+//! [`Arch`] is `trampolines`' one enum. Everything about generating code for an
+//! architecture (planning a patch, a hook's code, the jump of an installed hook,
+//! the least stack window, where arenas may live) is `trampolines`' contract,
+//! reached through [`Arch::codegen`]; the system-call ABI is [`SyscallAbi`],
+//! implemented here for the same per-architecture types. Both are chosen once
+//! per call ([`ProcessArch::abi`], [`Arch::codegen`]), so the rest of the
+//! injector asks this module and never matches on the architecture to do so.
 
-use trampolines::arena::ArenaHeader;
-use trampolines::error::{CodegenError, PlanError};
-use trampolines::{i386, x86_64};
+use trampolines::{i386::I386, x86_64::X86_64};
 
-use crate::memory::Memory;
 use reader::procfs::ElfClass;
 
-/// Instruction set of a target process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Arch {
-    /// 64-bit x86 (SysV AMD64 ABI).
-    X86_64,
-    /// 32-bit x86 (i386 SysV ABI), run on a 64-bit kernel.
-    I386,
-}
+pub use trampolines::Arch;
 
 /// A system call the injector runs inside the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,219 +34,185 @@ const I386_MPROTECT: i64 = 125;
 /// The user code segment selector of 32-bit code on Linux x86-64.
 pub const USER32_CS: u64 = 0x23;
 
-impl Arch {
+/// The user code segment selector of 64-bit code on Linux x86-64.
+const USER64_CS: u64 = 0x33;
+
+/// One architecture's system-call ABI, as a 64-bit tracer sees a thread of it.
+pub trait SyscallAbi: Sync {
+    /// The two-byte system-call instruction: `syscall` (`0f 05`) or `int 0x80` (`cd 80`).
+    fn instruction(&self) -> [u8; 2];
+    /// The system-call number of `call`.
+    fn number(&self, call: Syscall) -> i64;
+    /// The name of `call` in this ABI, for messages.
+    fn name(&self, call: Syscall) -> &'static str;
+    /// The code segment selector a thread of this architecture runs in.
+    fn code_segment(&self) -> u64;
+    /// Loads system call `nr` with `args` into `regs`.
+    fn load(&self, regs: &mut libc::user_regs_struct, nr: i64, args: [u64; 6]);
+    /// The raw result of a system call from `rax`: negative errno on failure, else the value.
+    fn result(&self, rax: u64) -> i64;
+}
+
+impl SyscallAbi for X86_64 {
+    fn instruction(&self) -> [u8; 2] {
+        [0x0f, 0x05]
+    }
+
+    fn number(&self, call: Syscall) -> i64 {
+        match call {
+            Syscall::Mmap => libc::SYS_mmap,
+            Syscall::Munmap => libc::SYS_munmap,
+            Syscall::Mprotect => libc::SYS_mprotect,
+        }
+    }
+
+    fn name(&self, call: Syscall) -> &'static str {
+        match call {
+            Syscall::Mmap => "mmap",
+            Syscall::Munmap => "munmap",
+            Syscall::Mprotect => "mprotect",
+        }
+    }
+
+    fn code_segment(&self) -> u64 {
+        USER64_CS
+    }
+
+    fn load(&self, regs: &mut libc::user_regs_struct, nr: i64, args: [u64; 6]) {
+        load_number(regs, nr);
+        regs.rdi = args[0];
+        regs.rsi = args[1];
+        regs.rdx = args[2];
+        regs.r10 = args[3];
+        regs.r8 = args[4];
+        regs.r9 = args[5];
+    }
+
+    fn result(&self, rax: u64) -> i64 {
+        rax as i64
+    }
+}
+
+impl SyscallAbi for I386 {
+    fn instruction(&self) -> [u8; 2] {
+        [0xcd, 0x80]
+    }
+
+    fn number(&self, call: Syscall) -> i64 {
+        match call {
+            Syscall::Mmap => I386_MMAP2,
+            Syscall::Munmap => I386_MUNMAP,
+            Syscall::Mprotect => I386_MPROTECT,
+        }
+    }
+
+    fn name(&self, call: Syscall) -> &'static str {
+        match call {
+            Syscall::Mmap => "mmap2",
+            Syscall::Munmap => "munmap",
+            Syscall::Mprotect => "mprotect",
+        }
+    }
+
+    fn code_segment(&self) -> u64 {
+        USER32_CS
+    }
+
+    fn load(&self, regs: &mut libc::user_regs_struct, nr: i64, args: [u64; 6]) {
+        load_number(regs, nr);
+        let low = |v: u64| u64::from(v as u32);
+        regs.rbx = low(args[0]);
+        regs.rcx = low(args[1]);
+        regs.rdx = low(args[2]);
+        regs.rsi = low(args[3]);
+        regs.rdi = low(args[4]);
+        regs.rbp = low(args[5]);
+    }
+
+    fn result(&self, rax: u64) -> i64 {
+        // eax: -4095..-1 are errors; everything else (addresses up to 4 GiB) a value.
+        let eax = rax as u32;
+        if eax >= (-4095i32) as u32 {
+            i64::from(eax as i32)
+        } else {
+            i64::from(eax)
+        }
+    }
+}
+
+/// Puts the number of the system call in `rax`, shared by both ABIs.
+fn load_number(regs: &mut libc::user_regs_struct, nr: i64) {
+    regs.rax = nr as u64;
+    // Not "in a system call" any more: no restart of the interrupted one into ours.
+    regs.orig_rax = u64::MAX;
+}
+
+/// What the injector asks of a target's [`Arch`]: how to tell it from the
+/// process, and its system-call ABI (chosen once, in [`ProcessArch::abi`]).
+pub trait ProcessArch: Sized {
     /// The architecture of `pid`'s executable (`/proc/PID/exe`'s ELF class); x86-64 when it cannot be read.
     ///
     /// An operation reads it once, in its [`crate::target::ProcessInfo`].
-    pub fn of_process(pid: i32) -> Arch {
+    fn of_process(pid: i32) -> Self;
+
+    /// The architecture of an executable of ELF class `class`; x86-64 when unknown.
+    fn of_class(class: Option<ElfClass>) -> Self;
+
+    /// This architecture's system-call ABI.
+    fn abi(self) -> &'static dyn SyscallAbi;
+
+    /// The two-byte system-call instruction: `syscall` (`0f 05`) or `int 0x80` (`cd 80`).
+    fn syscall_instruction(self) -> [u8; 2] {
+        self.abi().instruction()
+    }
+
+    /// The system-call number of `call`.
+    fn syscall_number(self, call: Syscall) -> i64 {
+        self.abi().number(call)
+    }
+
+    /// The name of system call `nr`, for messages.
+    fn syscall_name(self, nr: i64) -> String {
+        let abi = self.abi();
+        [Syscall::Mmap, Syscall::Munmap, Syscall::Mprotect]
+            .into_iter()
+            .find(|c| abi.number(*c) == nr)
+            .map_or_else(|| format!("syscall {nr}"), |c| abi.name(c).into())
+    }
+
+    /// True when a stopped thread's code segment is the one this architecture runs in.
+    fn expects_cs(self, cs: u64) -> bool {
+        cs == self.abi().code_segment()
+    }
+
+    /// Loads system call `nr` with `args` into `regs` (a 64-bit tracer's view of either kind of thread).
+    fn load_syscall(self, regs: &mut libc::user_regs_struct, nr: i64, args: [u64; 6]) {
+        self.abi().load(regs, nr, args)
+    }
+
+    /// The raw result of a system call from `rax`: negative errno on failure, else the value.
+    fn syscall_result(self, rax: u64) -> i64 {
+        self.abi().result(rax)
+    }
+}
+
+impl ProcessArch for Arch {
+    fn of_process(pid: i32) -> Arch {
         Arch::of_class(reader::procfs::read_exe_class(pid).ok().flatten())
     }
 
-    /// The architecture of an executable of ELF class `class`; x86-64 when unknown.
-    pub fn of_class(class: Option<ElfClass>) -> Arch {
+    fn of_class(class: Option<ElfClass>) -> Arch {
         match class {
             Some(ElfClass::Elf32) => Arch::I386,
             _ => Arch::X86_64,
         }
     }
 
-    /// Lower-case name, as in messages.
-    pub fn name(self) -> &'static str {
+    fn abi(self) -> &'static dyn SyscallAbi {
         match self {
-            Arch::X86_64 => "x86-64",
-            Arch::I386 => "i386",
+            Arch::X86_64 => &X86_64,
+            Arch::I386 => &I386,
         }
-    }
-
-    /// The two-byte system-call instruction: `syscall` (`0f 05`) or `int 0x80` (`cd 80`).
-    pub fn syscall_instruction(self) -> [u8; 2] {
-        match self {
-            Arch::X86_64 => [0x0f, 0x05],
-            Arch::I386 => [0xcd, 0x80],
-        }
-    }
-
-    /// The system-call number of `call`.
-    pub fn syscall_number(self, call: Syscall) -> i64 {
-        match (self, call) {
-            (Arch::X86_64, Syscall::Mmap) => libc::SYS_mmap,
-            (Arch::X86_64, Syscall::Munmap) => libc::SYS_munmap,
-            (Arch::X86_64, Syscall::Mprotect) => libc::SYS_mprotect,
-            (Arch::I386, Syscall::Mmap) => I386_MMAP2,
-            (Arch::I386, Syscall::Munmap) => I386_MUNMAP,
-            (Arch::I386, Syscall::Mprotect) => I386_MPROTECT,
-        }
-    }
-
-    /// The name of system call `nr`, for messages.
-    pub fn syscall_name(self, nr: i64) -> String {
-        let known = [Syscall::Mmap, Syscall::Munmap, Syscall::Mprotect]
-            .into_iter()
-            .find(|c| self.syscall_number(*c) == nr);
-        match (self, known) {
-            (Arch::I386, Some(Syscall::Mmap)) => "mmap2".into(),
-            (_, Some(Syscall::Mmap)) => "mmap".into(),
-            (_, Some(Syscall::Munmap)) => "munmap".into(),
-            (_, Some(Syscall::Mprotect)) => "mprotect".into(),
-            (_, None) => format!("syscall {nr}"),
-        }
-    }
-
-    /// True when a stopped thread's code segment is the one this architecture runs in.
-    pub fn expects_cs(self, cs: u64) -> bool {
-        match self {
-            Arch::X86_64 => cs == 0x33,
-            Arch::I386 => cs == USER32_CS,
-        }
-    }
-
-    /// Loads system call `nr` with `args` into `regs` (a 64-bit tracer's view of either kind of thread).
-    pub fn load_syscall(self, regs: &mut libc::user_regs_struct, nr: i64, args: [u64; 6]) {
-        regs.rax = nr as u64;
-        // Not "in a system call" any more: no restart of the interrupted one into ours.
-        regs.orig_rax = u64::MAX;
-        match self {
-            Arch::X86_64 => {
-                regs.rdi = args[0];
-                regs.rsi = args[1];
-                regs.rdx = args[2];
-                regs.r10 = args[3];
-                regs.r8 = args[4];
-                regs.r9 = args[5];
-            }
-            Arch::I386 => {
-                let low = |v: u64| u64::from(v as u32);
-                regs.rbx = low(args[0]);
-                regs.rcx = low(args[1]);
-                regs.rdx = low(args[2]);
-                regs.rsi = low(args[3]);
-                regs.rdi = low(args[4]);
-                regs.rbp = low(args[5]);
-            }
-        }
-    }
-
-    /// The raw result of a system call from `rax`: negative errno on failure, else the value.
-    pub fn syscall_result(self, rax: u64) -> i64 {
-        match self {
-            Arch::X86_64 => rax as i64,
-            Arch::I386 => {
-                // eax: -4095..-1 are errors; everything else (addresses up to 4 GiB) a value.
-                let eax = rax as u32;
-                if eax >= (-4095i32) as u32 {
-                    i64::from(eax as i32)
-                } else {
-                    i64::from(eax)
-                }
-            }
-        }
-    }
-
-    /// One past the highest address code and arenas of this architecture can live at.
-    pub fn address_limit(self) -> u64 {
-        match self {
-            Arch::X86_64 => 0x7fff_ffff_f000,
-            // TASK_SIZE of a 32-bit task on x86-64.
-            Arch::I386 => 0xffff_e000,
-        }
-    }
-
-    /// Stack words a trampoline copies when the caller asked for `requested`.
-    ///
-    /// Every i386 cdecl argument is on the stack, so a 32-bit hook copies at least
-    /// [`i386::DEFAULT_STACK_WORDS`] words.
-    pub fn stack_words(self, requested: u16) -> u16 {
-        match self {
-            Arch::X86_64 => requested,
-            Arch::I386 => requested.max(i386::DEFAULT_STACK_WORDS),
-        }
-    }
-}
-
-/// A patch plan of either architecture.
-#[derive(Debug, Clone)]
-pub enum ArchPlan {
-    /// An x86-64 function.
-    X86_64(x86_64::PatchPlan),
-    /// An i386 function.
-    I386(i386::PatchPlan),
-}
-
-impl ArchPlan {
-    /// Plans the patch of the function at `function` (complete code `code`); i386 get-PC thunks are read through `mem`.
-    pub fn new(
-        arch: Arch,
-        function: u64,
-        code: &[u8],
-        mem: &dyn Memory,
-    ) -> Result<ArchPlan, PlanError> {
-        match arch {
-            Arch::X86_64 => x86_64::plan_patch(function, code).map(ArchPlan::X86_64),
-            Arch::I386 => {
-                let thunk_at = |target: u64| {
-                    let mut head = [0u8; 8];
-                    mem.read(target, &mut head).ok()?;
-                    i386::pc_thunk_register(&head)
-                };
-                i386::plan_patch(function, code, &thunk_at).map(ArchPlan::I386)
-            }
-        }
-    }
-
-    /// First patched byte.
-    pub fn patch_addr(&self) -> u64 {
-        match self {
-            ArchPlan::X86_64(p) => p.patch_addr,
-            ArchPlan::I386(p) => p.patch_addr,
-        }
-    }
-
-    /// Bytes overwritten.
-    pub fn patch_len(&self) -> usize {
-        match self {
-            ArchPlan::X86_64(p) => p.patch_len,
-            ArchPlan::I386(p) => p.patch_len,
-        }
-    }
-
-    /// The original bytes at the patch.
-    pub fn original(&self) -> &[u8] {
-        match self {
-            ArchPlan::X86_64(p) => &p.original,
-            ArchPlan::I386(p) => &p.original,
-        }
-    }
-
-    /// Generates the hook for `slot` of `header`, copying `stack_words` stack words
-    /// (and stashing xmm0-xmm7 when `xmm`; x86-64 only).
-    pub fn build(
-        &self,
-        header: &ArenaHeader,
-        slot: u32,
-        stack_words: u16,
-        xmm: bool,
-        meta: &x86_64::HookMeta,
-    ) -> Result<x86_64::HookCode, CodegenError> {
-        match self {
-            ArchPlan::X86_64(p) => x86_64::build_hook(
-                p,
-                header,
-                slot,
-                x86_64::StashLayout::new(stack_words).with_xmm(xmm),
-                meta,
-            ),
-            ArchPlan::I386(p) => {
-                i386::build_hook(p, header, slot, i386::StashLayout::new(stack_words), meta)
-            }
-        }
-    }
-}
-
-/// The jump that replaces the patched bytes of an installed hook (for eject's checks).
-pub fn jump_patch(arch: Arch, at: u64, to: u64, len: usize) -> Result<Vec<u8>, CodegenError> {
-    match arch {
-        Arch::X86_64 => x86_64::entry_patch(at, to, len),
-        Arch::I386 => i386::jump_patch(at, to, len),
     }
 }
 

@@ -22,18 +22,10 @@ pub use reader::unwind::{
     StopReason, ThreadBacktrace,
 };
 
-use crate::arch::Arch;
+use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
 use crate::memory::ProcessMemory;
 use crate::ptrace::session::{Session, SessionError};
-
-/// The unwinder's name for the architecture of a process.
-fn unwind_arch(arch: Arch) -> reader::unwind::Arch {
-    match arch {
-        Arch::X86_64 => reader::unwind::Arch::X86_64,
-        Arch::I386 => reader::unwind::Arch::I386,
-    }
-}
 
 fn thread_name(pid: i32, tid: i32) -> String {
     reader::procfs::read_task_comm(pid, tid).unwrap_or_default()
@@ -162,7 +154,7 @@ impl ProcessReader {
             previous => {
                 let symbols = ProcessSymbols::load(pid, &maps)?;
                 self.python = ProcessPython::attach(&symbols, &mem);
-                let mut u = Unwinder::new(unwind_arch(arch), symbols, Vec::new());
+                let mut u = Unwinder::new(arch, symbols, Vec::new());
                 u.set_debug_search(self.search.clone());
                 u.set_dwarf_cache(self.dwarf.clone());
                 (u, previous, true)
@@ -253,9 +245,8 @@ fn read_threads(
         None => thread_ids(pid)?,
     };
     let mut threads = Vec::new();
-    let unstopped = stopper == Stopper::Attach
-        && !opts.always_stop
-        && unwind.arch() == reader::unwind::Arch::X86_64;
+    let unstopped =
+        stopper == Stopper::Attach && !opts.always_stop && unwind.arch() == Arch::X86_64;
     for tid in tids {
         if unstopped {
             if let Some(t) = read_unstopped(pid, tid, maps, mem, unwind, &pages, &mut py, opts) {
@@ -306,7 +297,7 @@ fn read_threads(
             bytes.clear();
         }
         let snapshot = StackSnapshot::new(start, bytes, mem);
-        let regs = unwind.arch().dwarf_registers(&regs);
+        let regs = reader::unwind::dwarf_registers(unwind.arch(), &regs);
         let (frames, truncated) = unwind.unwind(&regs, &snapshot, opts.show_trampolines);
         let native: Vec<_> = frames.iter().map(Frame::python_eval).collect();
         threads.push(ThreadBacktrace {

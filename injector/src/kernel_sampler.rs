@@ -24,6 +24,7 @@ use reader::ids::{Pid, Tid};
 use reader::memory::{Memory, MemoryError};
 use reader::unwind::{Capture, DwarfRegisters, StopReason};
 
+use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
 use crate::sample::{Sample, SampleOptions, Sampler};
 
@@ -310,7 +311,7 @@ impl KernelSampler {
     /// threads now, `hz` samples a second of each thread's CPU time. Fails
     /// without side effects when the first event cannot be opened.
     pub fn new(pid: Pid, opts: SampleOptions, hz: u32) -> Result<KernelSampler, KernelError> {
-        if crate::arch::Arch::of_process(pid.as_raw()) != crate::arch::Arch::X86_64 {
+        if Arch::of_process(pid.as_raw()) != Arch::X86_64 {
             return Err(KernelError::Unsupported {
                 what: "a 32-bit target (its sampled registers are not the unwinder's)".into(),
             });

@@ -28,7 +28,7 @@ use reader::unwind::{
     stack_range, Capture, DwarfRegisters, Frame, FrameKind, StopReason, Unwinder,
 };
 
-use crate::arch::Arch;
+use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
 use crate::memory::ProcessMemory;
 use crate::ptrace::session::{process_ended, Session, SessionError};
@@ -179,11 +179,7 @@ impl Sampler {
     ) -> Result<(Unwinder, ProcessPython), Error> {
         let symbols = ProcessSymbols::load(pid, maps)?;
         let python = ProcessPython::attach(&symbols, mem);
-        let arch = match Arch::of_process(pid) {
-            Arch::X86_64 => reader::unwind::Arch::X86_64,
-            Arch::I386 => reader::unwind::Arch::I386,
-        };
-        let mut u = Unwinder::new(arch, symbols, Vec::new());
+        let mut u = Unwinder::new(Arch::of_process(pid), symbols, Vec::new());
         u.set_debug_search(opts.debug_search.clone());
         u.set_dwarf_cache(dwarf.clone());
         Ok((u, python))
@@ -385,7 +381,7 @@ impl Round<'_> {
     /// be stopped.
     fn without_stop(&mut self, tid: Tid, annotate: bool) -> Option<Sample> {
         let s = self.sampler;
-        if s.unwind.arch() != reader::unwind::Arch::X86_64 {
+        if s.unwind.arch() != Arch::X86_64 {
             return None;
         }
         let raw = tid.as_raw();
@@ -527,7 +523,7 @@ impl Round<'_> {
         }
         Ok(Copied {
             tid,
-            regs: s.unwind.arch().dwarf_registers(&regs),
+            regs: reader::unwind::dwarf_registers(s.unwind.arch(), &regs),
             start,
             bytes,
             python: py_read,

@@ -6,7 +6,7 @@ use std::io;
 
 use reader::procfs::{self, MapEntry, Stat};
 
-use crate::arch::Arch;
+use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
 use crate::ptrace::gadgets::Gadgets;
 use crate::ptrace::session::{Refusal, Session, SessionError};

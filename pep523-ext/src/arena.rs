@@ -12,7 +12,8 @@
 
 use region::Protection;
 use trampolines::arena::{ArenaHeader, HookState, HEADER_LEN, PAGE, RECORD_LEN};
-use trampolines::x86_64::{build_call_through, CallThroughCode, HookMeta, StashLayout};
+use trampolines::x86_64::{build_call_through, CallThroughCode, StashLayout};
+use trampolines::HookMeta;
 
 use crate::Error;
 

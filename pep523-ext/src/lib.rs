@@ -54,7 +54,7 @@ use pyo3::exceptions::{PyImportError, PyOSError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use trampolines::arena::HookState;
-use trampolines::x86_64::HookMeta;
+use trampolines::HookMeta;
 
 use arena::Hook;
 

@@ -13,7 +13,7 @@ pub enum FrameError {
         /// Bytes supplied.
         got: usize,
     },
-    /// The marker word is not [`crate::x86_64::STASH_MARKER`]: this is not a stash frame.
+    /// The marker word is not [`crate::STASH_MARKER`]: this is not a stash frame.
     #[error("no stash marker at frame 0x{base:x} (found 0x{found:016x})")]
     BadMarker {
         /// Frame base that was checked.

@@ -62,18 +62,34 @@
 //! struct-returning function, `ret N` of stdcall), see [`i386::emit`].
 //!
 //! # Modules
+//! - [`arch`]: [`Arch`] and the contract every architecture implements,
+//!   [`Architecture`]; [`codegen`]: choosing one at run time ([`Arch::codegen`]).
+//! - [`trampoline`], [`hook`], [`relocation`]: the containers every architecture
+//!   fills (a trampoline, a hook's code and record, a relocated prologue) and
+//!   [`hook::build_hook`], written once over the contract.
 //! - [`arena`]: the arena header and hook records (architecture-neutral byte format).
-//! - [`x86_64`]: stash frame, trampoline emitter (dynasmrt), prologue relocation (iced-x86).
-//! - [`i386`]: the same for 32-bit x86 targets (frame below).
+//! - [`x86_64`] and [`i386`], side by side with the same files (`arch`, `emit`,
+//!   `frame`, `hook`, `relocate`): stash frame, trampoline emitter (dynasmrt),
+//!   prologue relocation (iced-x86); x86-64 adds call-through hooks, whole-function
+//!   analysis, SysV placement and `.eh_frame` for hooks.
 
 #![deny(missing_docs)]
 
+pub mod arch;
 pub mod arena;
+pub mod codegen;
 pub mod error;
+pub mod hook;
 pub mod i386;
+pub mod relocation;
 pub mod symbol_file;
 pub mod trampoline;
 pub mod unwind_area;
 pub mod x86_64;
 
+pub use arch::{Arch, Architecture, PatchSite, PlanInputs};
+pub use codegen::{ArchCodegen, PlannedPatch};
 pub use error::{CodegenError, FormatError, FrameError, PlanError};
+pub use hook::{HookCode, HookMeta, RELOCATED_OFFSET};
+pub use relocation::{FunctionContext, RelocatedPrologue};
+pub use trampoline::{Trampoline, TrampolineOffsets, STASH_MARKER};

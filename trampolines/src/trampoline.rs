@@ -3,6 +3,10 @@
 //! unwind from inside it. Shared by `x86_64` and `i386` and recorded in the arena
 //! format ([`crate::arena`]), so it sits at the crate root below all three.
 
+/// The marker every stash frame holds just below the saved frame pointer
+/// (`"ARGSTASH"` in memory: one 64-bit word on x86-64, two words on i386).
+pub const STASH_MARKER: u64 = u64::from_le_bytes(*b"ARGSTASH");
+
 /// Offsets of the instruction boundaries a reader needs to unwind from inside a trampoline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TrampolineOffsets {

@@ -9,8 +9,9 @@ use trampolines::unwind_area::{
     unwind_area_of, UnwindArea, UnwindSlot, ARENA_HEADER_UNWIND_AT, MAX_EH_FRAME,
     UNWIND_HEADER_LEN, UNWIND_SLOT_LEN,
 };
-use trampolines::x86_64::{hook_eh_frame, HookCode, HookCodeRanges};
+use trampolines::x86_64::{hook_eh_frame, HookCodeRanges};
 use trampolines::CodegenError;
+use trampolines::HookCode;
 
 use crate::error::Error;
 use crate::memory::{Memory, MemoryError, WriteMemory};

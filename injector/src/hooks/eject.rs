@@ -8,7 +8,7 @@
 
 use trampolines::arena::{Arena, HookRecord, HookState, RECORD_LEN};
 
-use crate::arch::{jump_patch, Arch};
+use crate::arch::Arch;
 use crate::error::{Change, Error, Since};
 use crate::foreign_unwind::UnwindHook;
 use crate::hooks::undo::{ThreadMove, Transaction};
@@ -211,7 +211,8 @@ impl Ejection {
                     },
                 });
             }
-            let expected = jump_patch(self.arch, r.patch_addr, r.trampoline, r.patch_len())
+            let expected = (self.arch.codegen())
+                .jump_patch(r.patch_addr, r.trampoline, r.patch_len())
                 .map_err(|source| Error::Codegen {
                     function: r.name.clone(),
                     source,

@@ -9,13 +9,13 @@ use std::collections::HashSet;
 use std::ops::Range;
 
 use trampolines::arena::{Arena, ArenaHeader, HookState};
+use trampolines::relocation::{JMP_REL32_LEN, MAX_PATCH_LEN};
 use trampolines::x86_64::analysis::returns_twice_by_name;
-use trampolines::x86_64::{
-    plan_patch_in, FunctionContext, HookCode, HookMeta, PatchPlan, JMP_ABS_LEN, JMP_REL32_LEN,
-    MAX_PATCH_LEN,
+use trampolines::{
+    ArchCodegen, FunctionContext, HookCode, HookMeta, PlanError, PlanInputs, PlannedPatch,
 };
 
-use crate::arch::{Arch, ArchPlan};
+use crate::arch::Arch;
 use crate::error::{Error, FarJumpRefusal, RequestOption};
 use crate::foreign_unwind::Unwinders;
 use crate::hooks::arena::{ArenaChoice, NewArena, Placement};
@@ -30,7 +30,7 @@ use reader::symbols::{FuncSpec, Module, ProcessSymbols, Resolved};
 /// One function to hook, analysed and placed.
 pub(crate) struct PlannedHook {
     pub(crate) resolved: Resolved,
-    pub(crate) plan: ArchPlan,
+    pub(crate) plan: Box<dyn PlannedPatch>,
     pub(crate) window: WindowPlan,
     /// The addresses of the function's module: its arena must be in rel32 reach.
     module_range: Range<u64>,
@@ -197,28 +197,30 @@ impl Plan {
         maps: &[reader::procfs::MapEntry],
         symbols: &ProcessSymbols,
     ) -> Result<(), Error> {
-        let mut placement = Placement::new(maps, &self.arenas, self.arch.address_limit());
+        let codegen = self.arch.codegen();
+        let mut placement = Placement::new(maps, &self.arenas, codegen.address_limit());
         for p in self.hooks.iter_mut() {
             if let Some(choice) = placement.near(&p.module_range) {
                 p.target = choice;
                 continue;
             }
-            if self.arch != Arch::X86_64 {
+            let Some(far_jump_len) = codegen.far_jump_len() else {
                 return Err(Error::NoArenaSpace {
                     module: p.resolved.module_path.clone(),
                 });
-            }
-            // Nothing free within ±2 GiB: any arena will do, reached by the 14-byte
-            // absolute jump, if the prologue allows it.
+            };
+            // Nothing free within ±2 GiB: any arena will do, reached by the
+            // absolute jump (x86-64: 14 bytes), if the prologue allows it.
             p.plan = plan_with(
+                codegen,
                 symbols,
+                None,
                 p.resolved.addr,
                 &p.bytes,
                 &p.padding,
                 p.returns_twice,
-                JMP_ABS_LEN,
+                far_jump_len,
             )
-            .map(ArchPlan::X86_64)
             .map_err(|e| Error::NoArenaSpaceFar {
                 module: p.resolved.module_path.clone(),
                 function: p.resolved.name.clone(),
@@ -309,18 +311,17 @@ fn analyse(
             .filter(|s| s.addr == resolved.addr)
             .any(|s| returns_twice_by_name(&s.name))
     }) || returns_twice_by_name(&resolved.name);
-    let plan = match arch {
-        Arch::X86_64 => plan_with(
-            symbols,
-            resolved.addr,
-            &code,
-            &padding,
-            returns_twice,
-            JMP_REL32_LEN,
-        )
-        .map(ArchPlan::X86_64),
-        Arch::I386 => ArchPlan::new(arch, resolved.addr, &code, mem),
-    }
+    let codegen = arch.codegen();
+    let plan = plan_with(
+        codegen,
+        symbols,
+        Some(mem),
+        resolved.addr,
+        &code,
+        &padding,
+        returns_twice,
+        JMP_REL32_LEN,
+    )
     .map_err(|source| Error::Plan {
         function: label.clone(),
         source,
@@ -349,7 +350,7 @@ fn analyse(
         }
         // Every cdecl argument is on the stack: copy the i386 default window or more.
         Arch::I386 => WindowPlan {
-            words: arch.stack_words(opts.stack_words),
+            words: codegen.stack_words(opts.stack_words),
             variadic: false,
             xmm: false,
             source: WindowSource::User,
@@ -394,30 +395,42 @@ fn padding_after(mem: &dyn Memory, module: Option<&Module>, end: u64) -> Vec<u8>
 }
 
 /// Plans the patch of the function at `addr` (bytes `code`, followed by
-/// `padding`) patching at least `min_len` bytes; jump tables are read from
-/// the module's file.
+/// `padding`) for `codegen`'s architecture, patching at least `min_len` bytes;
+/// jump tables are read from the module's file, call targets (i386 get-PC
+/// thunks) from `mem` when given.
+#[allow(clippy::too_many_arguments)]
 fn plan_with(
+    codegen: &dyn ArchCodegen,
     symbols: &ProcessSymbols,
+    mem: Option<&dyn Memory>,
     addr: u64,
     code: &[u8],
     padding: &[u8],
     returns_twice: bool,
     min_len: usize,
-) -> Result<PatchPlan, trampolines::error::PlanError> {
+) -> Result<Box<dyn PlannedPatch>, PlanError> {
     let module = symbols.module_for(addr);
     let read_file = |at: u64, len: usize| -> Option<Vec<u8>> {
         module?.file_bytes(at, len as u64).map(<[u8]>::to_vec)
     };
     let landing = crate::hooks::landing::Landing::new(module);
     let may_land = |from: u64, to: u64| landing.may_land(from, to);
-    let ctx = FunctionContext {
-        padding,
-        returns_twice,
-        read_file: Some(&read_file),
-        min_len,
-        may_land: Some(&may_land),
+    let read_memory = |at: u64, len: usize| -> Option<Vec<u8>> {
+        let mut bytes = vec![0u8; len];
+        mem?.read(at, &mut bytes).ok()?;
+        Some(bytes)
     };
-    plan_patch_in(addr, code, &ctx)
+    let inputs = PlanInputs {
+        function: FunctionContext {
+            padding,
+            returns_twice,
+            read_file: Some(&read_file),
+            min_len,
+            may_land: Some(&may_land),
+        },
+        read_memory: mem.is_some().then_some(&read_memory),
+    };
+    codegen.plan(addr, code, &inputs)
 }
 
 /// DWARF of the modules holding functions being hooked, loaded at most once per

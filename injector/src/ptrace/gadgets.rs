@@ -13,7 +13,7 @@
 //! Only gadgets in libc are kept beyond one session (libc is never unmapped), and
 //! each is checked against the target's bytes again before a session uses it.
 
-use crate::arch::Arch;
+use crate::arch::{Arch, ProcessArch};
 use crate::memory::Memory;
 use crate::ptrace::sigframe::{SigreturnGadgets, RESTORE_RT, SYSCALL_RET};
 use reader::procfs::MapEntry;

@@ -764,7 +764,7 @@ pub fn borrow_at_safe_point(
                             .map(|()| before),
                         |addr| guard.guarded_data(&maps, addr),
                     );
-                    let dwarf = unwind.arch().dwarf_registers(&regs);
+                    let dwarf = reader::unwind::dwarf_registers(unwind.arch(), &regs);
                     let (frames, truncated) = unwind.walk(&dwarf, mem);
                     let truncated = truncated.map(|r| r.to_string());
                     guard.check_waiting(&frames, truncated.as_deref(), waiting.as_ref())

@@ -33,7 +33,7 @@ use nix::errno::Errno;
 use nix::sys::ptrace::{self, Options};
 use nix::unistd::Pid;
 
-use crate::arch::Arch;
+use crate::arch::{Arch, ProcessArch};
 use crate::memory::{MemoryError, ProcessMemory};
 use crate::ptrace::errno_text;
 use crate::ptrace::requeue::{SignalFate, SignalOutcome};

@@ -19,7 +19,7 @@
 use nix::sys::ptrace::{self, Options};
 use nix::unistd::Pid;
 
-use crate::arch::{Arch, Syscall};
+use crate::arch::{Arch, ProcessArch, Syscall};
 use crate::memory::{Memory, WriteMemory};
 use crate::ptrace::gadgets::search_syscall;
 use crate::ptrace::regs::{get_sigmask, set_sigmask, sigbit};

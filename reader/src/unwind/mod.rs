@@ -58,24 +58,17 @@ pub const STACK_COPY: u64 = 256 * 1024;
 /// i386: eax 0, ecx 1, edx 2, ebx 3, esp 4, ebp 5, esi 6, edi 7, eip 8).
 pub type DwarfRegisters = [Option<u64>; 17];
 
-/// The instruction set of the process being unwound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Arch {
-    /// 64-bit x86.
-    X86_64,
-    /// 32-bit x86.
-    I386,
-}
+/// The instruction set of the process being unwound (the workspace's one
+/// [`trampolines::Arch`]).
+pub use trampolines::Arch;
 
-impl Arch {
-    /// The registers of a thread stopped under ptrace (`PTRACE_GETREGS` gives
-    /// the 64-bit layout for 32-bit tracees too, with `eip` in `rip` and so on),
-    /// by DWARF number.
-    pub fn dwarf_registers(self, r: &libc::user_regs_struct) -> DwarfRegisters {
-        match self {
-            Arch::X86_64 => x86_64::dwarf_registers(r),
-            Arch::I386 => i386::dwarf_registers(r),
-        }
+/// The registers of a thread of architecture `arch` stopped under ptrace
+/// (`PTRACE_GETREGS` gives the 64-bit layout for 32-bit tracees too, with
+/// `eip` in `rip` and so on), by DWARF number.
+pub fn dwarf_registers(arch: Arch, r: &libc::user_regs_struct) -> DwarfRegisters {
+    match arch {
+        Arch::X86_64 => x86_64::dwarf_registers(r),
+        Arch::I386 => i386::dwarf_registers(r),
     }
 }
 

@@ -262,7 +262,7 @@ mod tests {
                 u64::from(t.offsets.ret)
             );
             assert!(
-                t.code.len() <= crate::x86_64::RELOCATED_OFFSET,
+                t.code.len() <= crate::hook::RELOCATED_OFFSET,
                 "{words} words: {} bytes",
                 t.code.len()
             );

@@ -7,7 +7,7 @@
 use crate::error::FrameError;
 
 /// The 8-byte marker at `ebp - 8` (two pushed words; `"ARGSTASH"` in memory, as on x86-64).
-pub const STASH_MARKER: u64 = crate::x86_64::STASH_MARKER;
+pub use crate::trampoline::STASH_MARKER;
 
 /// A general-purpose register that the i386 trampoline stashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,14 +1,13 @@
-//! Everything one i386 hook writes into the target, built in one place.
-//!
-//! The result is the architecture-neutral [`HookCode`] (trampoline, relocated
-//! prologue, patch, record), so installing and ejecting work as on x86-64.
+//! Everything one i386 hook writes into the target: the shared
+//! [`crate::hook::build_hook`] over [`I386`], so installing and ejecting work as
+//! on x86-64.
 
-use super::emit::{emit_trampoline, jump_patch, TrampolineSpec};
-use super::frame::{StashLayout, LAYOUT_VERSION, MAX_STACK_WORDS};
+use super::arch::I386;
+use super::frame::StashLayout;
 use super::relocate::PatchPlan;
-use crate::arena::{ArenaHeader, HookRecord, HookState, SLOT_LEN};
+use crate::arena::ArenaHeader;
 use crate::error::CodegenError;
-use crate::x86_64::{HookCode, HookMeta, RELOCATED_OFFSET};
+use crate::hook::{HookCode, HookMeta};
 
 /// Generates trampoline, relocated prologue, patch and record for `plan` in `slot` of the arena `header`.
 pub fn build_hook(
@@ -18,63 +17,14 @@ pub fn build_hook(
     layout: StashLayout,
     meta: &HookMeta,
 ) -> Result<HookCode, CodegenError> {
-    let slot_addr = header.slot_addr(slot);
-    let relocated_addr = slot_addr + RELOCATED_OFFSET as u64;
-    let relocated = plan.relocate(relocated_addr)?;
-    if relocated.code.len() > SLOT_LEN - RELOCATED_OFFSET {
-        return Err(CodegenError::Relocation {
-            at: relocated_addr,
-            reason: "relocated prologue does not fit its slot".into(),
-        });
-    }
-    let trampoline = emit_trampoline(&TrampolineSpec {
-        address: slot_addr,
-        record: header.record_addr(slot),
-        relocated: relocated_addr,
-        layout,
-        endbr32: plan.endbr32,
-    })?;
-    if trampoline.code.len() > RELOCATED_OFFSET {
-        return Err(CodegenError::WindowTooLarge {
-            requested: layout.stack_words,
-            max: MAX_STACK_WORDS,
-        });
-    }
-    let patch = jump_patch(plan.patch_addr, slot_addr, plan.patch_len)?;
-    let record = HookRecord {
-        state: HookState::Active,
-        // The record's flag means "kept an end-branch instruction": endbr32 here.
-        endbr64: plan.endbr32,
-        function: plan.function,
-        function_size: meta.function_size,
-        patch_addr: plan.patch_addr,
-        original: plan.original.clone(),
-        layout_version: LAYOUT_VERSION,
-        stack_words: layout.stack_words,
-        trampoline: slot_addr,
-        trampoline_len: trampoline.code.len() as u32,
-        offsets: trampoline.offsets,
-        relocated: relocated_addr,
-        relocated_len: relocated.code.len() as u32,
-        map: relocated.map.clone(),
-        installed_ns: meta.installed_ns,
-        name: meta.name.clone(),
-        module: meta.module.clone(),
-        variadic: meta.variadic,
-        xmm: false,
-    };
-    Ok(HookCode {
-        slot,
-        trampoline,
-        relocated,
-        patch,
-        record,
-    })
+    crate::hook::build_hook::<I386>(plan, header, slot, layout, meta)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arena::{HookRecord, SLOT_LEN};
+    use crate::hook::RELOCATED_OFFSET;
     use crate::i386::relocate::plan_patch;
 
     #[test]

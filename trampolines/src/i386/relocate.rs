@@ -1,6 +1,6 @@
 //! i386 prologue analysis and relocation (iced-x86 at bitness 32).
 //!
-//! Same rules as [`crate::x86_64::relocate`], plus the two ways position-independent
+//! Same rules as x86-64 (the shared ones in [`crate::relocation`]), plus the two ways position-independent
 //! i386 code learns its own address, which must keep yielding the *original*
 //! address once moved:
 //!
@@ -18,14 +18,8 @@ use iced_x86::{
 
 use super::emit::{check_32bit, ENDBR32};
 use crate::error::{CodegenError, PlanError};
-use crate::x86_64::relocate::{format, near_target, refusal};
-use crate::x86_64::RelocatedPrologue;
-
-/// Bytes of a `jmp rel32`: the least a patch overwrites.
-pub const JMP_REL32_LEN: usize = 5;
-
-/// Largest patch: a 15-byte instruction starting at byte 4 of the patch window.
-pub const MAX_PATCH_LEN: usize = 4 + 15;
+use crate::relocation::{format, near_target, refusal};
+pub use crate::relocation::{RelocatedPrologue, JMP_REL32_LEN, MAX_PATCH_LEN};
 
 /// How a moved instruction is re-encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

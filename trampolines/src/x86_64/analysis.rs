@@ -48,8 +48,7 @@ pub struct IndirectJump {
     pub targets: Option<Vec<u64>>,
 }
 
-/// Reads `len` bytes of the module's file at runtime address `addr`.
-pub type ReadFile<'a> = &'a dyn Fn(u64, usize) -> Option<Vec<u8>>;
+pub use crate::relocation::ReadFile;
 
 /// True when `name` is a function known to return twice (`setjmp` and friends,
 /// `vfork`, `getcontext`/`savecontext`): a trampoline's frame would be gone when

@@ -22,9 +22,9 @@
 
 use super::emit::{emit_call_through, CallThroughSpec};
 use super::frame::{StashLayout, STASH_MARKER};
-use super::hook::HookMeta;
 use crate::arena::{ArenaHeader, HookRecord, HookState, SLOT_LEN};
 use crate::error::CodegenError;
+use crate::hook::HookMeta;
 use crate::trampoline::Trampoline;
 
 /// Offset of the 8-byte call target inside the slot (its last word).

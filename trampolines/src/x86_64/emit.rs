@@ -394,7 +394,7 @@ mod tests {
             assert_eq!(regs, want);
             // The largest window still leaves the relocated prologue its place.
             assert!(
-                t.code.len() <= super::super::hook::RELOCATED_OFFSET,
+                t.code.len() <= crate::hook::RELOCATED_OFFSET,
                 "{words} words: {} bytes",
                 t.code.len()
             );

@@ -8,7 +8,7 @@
 use crate::error::FrameError;
 
 /// The 64-bit marker stored at `rbp - 8` of every stash frame (`"ARGSTASH"` in memory).
-pub const STASH_MARKER: u64 = u64::from_le_bytes(*b"ARGSTASH");
+pub use crate::trampoline::STASH_MARKER;
 
 /// A general-purpose register that the trampoline stashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

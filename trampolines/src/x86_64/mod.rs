@@ -1,6 +1,11 @@
-//! x86-64 (SysV ABI): stash frame, trampoline emitter, prologue relocation.
+//! x86-64 (SysV ABI): stash frame, trampoline emitter, prologue relocation; the
+//! [`Architecture`](crate::arch::Architecture) contract's [`X86_64`]. Beside the
+//! files every architecture has (`arch`, `emit`, `frame`, `hook`, `relocate`),
+//! x86-64 alone has whole-function analysis, call-through hooks, SysV argument
+//! placement, stack-read analysis and `.eh_frame` for hooks.
 
 pub mod analysis;
+pub mod arch;
 pub mod call_through;
 pub mod emit;
 pub mod frame;
@@ -9,7 +14,9 @@ pub mod relocate;
 pub mod stack_reads;
 pub mod sysv;
 
+pub use crate::hook::{HookCode, HookMeta, RELOCATED_OFFSET};
 pub use crate::trampoline::{Trampoline, TrampolineOffsets};
+pub use arch::X86_64;
 pub use call_through::{build_call_through, CallThroughCode};
 pub use emit::{
     emit_call_through, emit_trampoline, jump_patch, CallThroughSpec, TrampolineSpec, ENDBR64,
@@ -24,7 +31,7 @@ pub use relocate::{
     JMP_REL32_LEN, MAX_PATCH_LEN,
 };
 pub mod hook;
-pub use hook::{build_hook, HookCode, HookMeta, RELOCATED_OFFSET};
+pub use hook::build_hook;
 pub mod unwind;
 pub use stack_reads::{
     analyse_stack_reads, analyse_stack_reads_with_parts, classify_exit, disassemble_one, Exit,
