@@ -9,6 +9,7 @@ mod format;
 mod hooks;
 mod kernel;
 mod naming;
+mod pprof;
 mod priority;
 mod profile;
 mod progress;
@@ -65,9 +66,10 @@ pub struct RecordArgs {
     /// Threads to sample: `all` or a comma-separated list of thread ids.
     #[arg(long, value_name = "all|TID,...", default_value = "all", value_parser = parse_threads)]
     threads: ThreadSelection,
-    /// Output file; its extension chooses the format: .svg, .json (speedscope), .txt (collapsed).
-    #[arg(short = 'o', long = "output", value_name = "FILE", value_parser = format::parse_output)]
-    output: Output,
+    /// Output file; its extension chooses the format: .svg, .json (speedscope),
+    /// .txt (collapsed), .pb.gz (pprof). Repeatable: one recording, several files.
+    #[arg(short = 'o', long = "output", value_name = "FILE", required = true, value_parser = format::parse_output)]
+    outputs: Vec<Output>,
     /// Who takes the samples: `ptrace` stops each thread for a moment and copies
     /// its stack; `kernel` has the kernel copy it (perf_event_open, no stop;
     /// falls back to ptrace with a note where the kernel refuses).
@@ -149,7 +151,17 @@ enum End {
 pub fn run(a: RecordArgs) -> Result<()> {
     signals::install();
     // Checked before anything touches the target.
-    let out = a.output.open()?;
+    let mut outs = Vec::with_capacity(a.outputs.len());
+    for o in &a.outputs {
+        match o.open() {
+            Ok(out) => outs.push(out),
+            Err(e) => {
+                // The files opened before this one are taken back.
+                outs.into_iter().for_each(format::OpenOutput::discard);
+                return Err(e);
+            }
+        }
+    }
     let mut program = match a.command.is_empty() {
         true => None,
         false => Some(Program::spawn(&a.command)?),
@@ -163,19 +175,26 @@ pub fn run(a: RecordArgs) -> Result<()> {
     let (profile, notes) = match result {
         Ok(r) => r,
         Err(e) => {
-            out.discard();
+            outs.into_iter().for_each(format::OpenOutput::discard);
             if let Some(p) = program.as_mut() {
                 p.stop(Duration::from_secs(2));
             }
             return Err(e);
         }
     };
-    out.write(&profile)
-        .with_context(|| format!("cannot write {}", a.output.path.display()))?;
+    for (out, o) in outs.into_iter().zip(&a.outputs) {
+        out.write(&profile, a.idle)
+            .with_context(|| format!("cannot write {}", o.path.display()))?;
+    }
     for n in notes.iter().chain(&profile.notes) {
         eprintln!("argstash: note: {n}");
     }
-    eprintln!("{}", profile.summary(&a.output.path.display().to_string()));
+    let files: Vec<String> = a
+        .outputs
+        .iter()
+        .map(|o| o.path.display().to_string())
+        .collect();
+    eprintln!("{}", profile.summary(&files.join(", ")));
     Ok(())
 }
 

@@ -193,8 +193,8 @@ fn bad_rates_and_extensions_are_usage_errors() {
         refused(&mut t, &a, 2, needle);
     }
     for (file, needle) in [
-        ("x.png", "unknown output extension .png: use .svg (flame graph), .json (speedscope), .txt (collapsed stacks)"),
-        ("x.pb.gz", "pprof output (.pb.gz) is not supported"),
+        ("x.png", "unknown output extension .png: use .svg (flame graph), .json (speedscope), .txt (collapsed stacks), .pb.gz (pprof)"),
+        ("x.pb", "pprof profiles are written gzip-compressed"),
         ("noext", "unknown output extension"),
     ] {
         refused(&mut t, &["record", "--pid", &pid, "-o", file], 2, needle);
