@@ -115,8 +115,16 @@ impl Naming {
             (None, Some(m)) => format!("[{}]", basename(m)),
             (None, None) => "[unknown]".to_string(),
         };
-        let name = match (&f.stash, self.with_args) {
-            (Some(_), true) => format!("{base}({})", self.args(f).join(", ")),
+        // A stash left by the hook of a function that tail-called this one
+        // holds that function's arguments: they go with its name, marked as
+        // `bt` marks such a frame (`spin [stashed by hook work(id=1)]`).
+        let name = match (&f.stash, self.with_args, f.foreign_hook()) {
+            (Some(_), true, None) => format!("{base}({})", self.args(f).join(", ")),
+            (Some(_), true, Some(hook)) => format!(
+                "{base} [{}({})]",
+                injector::render::stashed_by(hook),
+                self.args(f).join(", ")
+            ),
             _ => base,
         };
         out.push(FrameInfo {
@@ -249,6 +257,29 @@ mod tests {
         let mut regs = Naming::new(true, vec!["rdi".into()]);
         regs.learn(&bare);
         assert_eq!(regs.stack(&bare)[0].name, "apply_entry(rdi=1003)");
+    }
+
+    #[test]
+    fn a_tail_called_frame_keeps_its_name_and_gives_the_arguments_to_the_hook() {
+        let mut spin = frame("spin");
+        spin.stash = Some(StashedArgs {
+            registers: vec![("rdi", 2), ("rsi", 3)],
+            stack: vec![],
+            xmm: vec![],
+            variadic: false,
+            frame: 0,
+            function: 0x1000,
+            hook: "work".into(),
+        });
+        spin.args = vec![arg("id", "rdi", "2"), arg("rounds", "rsi", "3")];
+        let s = sample(vec![spin, frame("main")]);
+        let mut n = Naming::new(true, vec![]);
+        n.learn(&s);
+        assert_eq!(
+            n.stack(&s)[0].name,
+            "spin [stashed by hook work(id=2, rounds=3)]"
+        );
+        assert_eq!(Naming::default().stack(&s)[0].name, "spin");
     }
 
     #[test]

@@ -1,0 +1,95 @@
+//! End-to-end: how `argstash record` names hooked frames. tailspin.c's `work(id,
+//! rounds)` ends in `jmp spin`, so the CPU time goes to `spin`'s frame, which
+//! holds the stash of `work`'s hook: `--with-args` must name that frame as `bt`
+//! marks it, the frame's own function with the hooked function and its
+//! arguments (`spin [stashed by hook work(id=1, rounds=3)]`), never `spin` with
+//! `work`'s arguments; with both samplers.
+
+use std::fs;
+use std::path::Path;
+
+use argstash_tests::*;
+
+/// Asserts that gcc compiled `work`'s call as a jump to `spin`.
+fn assert_tail_jump(exe: &Path) {
+    let spin = symbol(exe, "spin").expect("spin symbol").addr;
+    let insns = disassemble(exe, "work");
+    let last = insns.last().expect("instructions");
+    assert!(
+        last.mnemonic().starts_with("jmp") && last.branch_target() == Some(spin),
+        "work does not end in `jmp spin` in {}: {insns:#?}",
+        exe.display()
+    );
+}
+
+/// Samples whose leaf frame is exactly `name`.
+fn leaf(stacks: &Stacks, name: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(s, _)| s.last().is_some_and(|f| f == name))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[test]
+fn a_frame_a_hooked_function_tail_called_is_named_with_the_hook_and_its_arguments() {
+    let exe = build("tailspin", Variant::O2G);
+    assert_tail_jump(&exe);
+    // tailspin.c: work(1, 3) and work(2, 1), 3:1 of the CPU time.
+    let heavy = "spin [stashed by hook work(id=1, rounds=3)]";
+    let light = "spin [stashed by hook work(id=2, rounds=1)]";
+    for sampler in ["ptrace", "kernel"] {
+        let out = temp_file("record-naming", &format!("tail-{sampler}.txt"));
+        let o = out.to_str().unwrap();
+        let e = exe.to_str().unwrap();
+        let run = record_ok(&[
+            "--sampler",
+            sampler,
+            "--rate",
+            "499",
+            "--func",
+            "work",
+            "--with-args",
+            "-o",
+            o,
+            "--",
+            e,
+            "2",
+        ]);
+        let stacks = collapsed(&out);
+        let stderr = text(&run.stderr);
+        let (h, l) = (leaf(&stacks, heavy), leaf(&stacks, light));
+        assert!(
+            h > 0 && l > 0,
+            "{sampler}: no {heavy:?} or {light:?}:\n{stacks:?}\n{stderr}"
+        );
+        // Most of the time is in spin, each sample under one of the two calls.
+        let spin = count(&stacks, |f| f.starts_with("spin"));
+        assert_eq!(spin, h + l, "{sampler}: {stacks:?}");
+        assert!(
+            h > l,
+            "{sampler}: work(1, 3) does 3 times the work of work(2, 1): {stacks:?}"
+        );
+        // spin never shows with work's arguments as its own, nor work as a frame.
+        assert_eq!(count(&stacks, |f| f.starts_with("spin(")), 0, "{stacks:?}");
+        assert_eq!(count(&stacks, |f| f.starts_with("work")), 0, "{stacks:?}");
+        let _ = fs::remove_file(&out);
+    }
+    // Without --with-args the frame is its own function's.
+    let out = temp_file("record-naming", "tail-plain.txt");
+    record_ok(&[
+        "--rate",
+        "499",
+        "--func",
+        "work",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "1",
+    ]);
+    let stacks = collapsed(&out);
+    assert!(leaf(&stacks, "spin") > 0, "{stacks:?}");
+    assert_eq!(count(&stacks, |f| f.contains("stashed")), 0, "{stacks:?}");
+    let _ = fs::remove_file(out);
+}
