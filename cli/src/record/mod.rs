@@ -261,6 +261,7 @@ fn record(
             &mut profile,
             &mut program,
         )?;
+        profile.without_signature = naming.without_signature();
         for w in kernel.sampler().debug_warnings() {
             notes.push(format!("warning: {w}"));
         }
@@ -277,6 +278,7 @@ fn record(
         &mut profile,
         &mut program,
     )?;
+    profile.without_signature = naming.without_signature();
     for w in sampler.debug_warnings() {
         notes.push(format!("warning: {w}"));
     }

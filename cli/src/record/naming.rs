@@ -11,6 +11,9 @@ use injector::{Frame, Sample};
 
 use super::profile::{FrameInfo, FrameOrigin};
 
+/// A hooked function's parameter names by stash slot: `(slot, name)`.
+type Params = Vec<(String, String)>;
+
 /// How frames are named.
 #[derive(Debug, Clone, Default)]
 pub struct Naming {
@@ -18,9 +21,10 @@ pub struct Naming {
     pub with_args: bool,
     /// Only these arguments (parameter or register names); empty: all.
     pub only: Vec<String>,
-    /// Parameter names by stash slot, per hooked function (its entry), learnt
-    /// once from an annotated sample: samples are unwound without DWARF.
-    params: HashMap<u64, Vec<(String, String)>>,
+    /// Per hooked function (its entry), learnt once from an annotated sample
+    /// (samples are unwound without DWARF): its hook's name and its parameter
+    /// names by stash slot, `None` when no signature is known for it.
+    params: HashMap<u64, (String, Option<Params>)>,
     /// C++ and Rust symbol names demangled as `bt` shows them, once each.
     demangled: RefCell<HashMap<String, String>>,
 }
@@ -61,19 +65,46 @@ impl Naming {
                 .any(|st| !self.params.contains_key(&st.function))
     }
 
-    /// Learns the parameter names of the hooked frames of an annotated sample
-    /// (none, for a function without DWARF or signature: register names then).
+    /// Learns the parameter names of the hooked frames of an annotated sample.
+    /// A function without DWARF or a `--func` signature has none: which of the
+    /// argument registers it reads is not known, so they stay out of its name.
     pub fn learn(&mut self, s: &Sample) {
         for f in &s.frames {
             let Some(st) = &f.stash else { continue };
-            let names = f
-                .args
-                .iter()
-                .filter(|a| a.source == Some(ArgSource::Stash))
-                .filter_map(|a| Some((a.register.clone()?, a.name.clone()?)))
-                .collect();
-            self.params.entry(st.function).or_insert(names);
+            // Annotation gives a typed value per parameter when a signature is
+            // known, nothing otherwise; a function that DWARF describes with no
+            // parameters has none either (and its own frame: no tail call).
+            let known =
+                !f.args.is_empty() || (f.source_function.is_some() && f.foreign_hook().is_none());
+            let names = known.then(|| {
+                f.args
+                    .iter()
+                    .filter(|a| a.source == Some(ArgSource::Stash))
+                    .filter_map(|a| Some((a.register.clone()?, a.name.clone()?)))
+                    .collect()
+            });
+            if !self.params.contains_key(&st.function) {
+                let hook = self.shown(&st.hook);
+                self.params.insert(st.function, (hook, names));
+            }
         }
+    }
+
+    /// Hooked functions whose frames carry no arguments under `--with-args`
+    /// because no signature is known for them (and `--args` names no register).
+    pub fn without_signature(&self) -> Vec<String> {
+        if !self.with_args || self.only.iter().any(|o| is_register(o)) {
+            return Vec::new();
+        }
+        let mut v: Vec<String> = self
+            .params
+            .values()
+            .filter(|(_, names)| names.is_none())
+            .map(|(hook, _)| hook.clone())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
     }
 
     /// The frames of `s`, innermost first, Python ones interleaved.
@@ -118,14 +149,13 @@ impl Naming {
         // A stash left by the hook of a function that tail-called this one
         // holds that function's arguments: they go with its name, marked as
         // `bt` marks such a frame (`spin [stashed by hook work(id=1)]`).
-        let name = match (&f.stash, self.with_args, f.foreign_hook()) {
-            (Some(_), true, None) => format!("{base}({})", self.args(f).join(", ")),
-            (Some(_), true, Some(hook)) => format!(
-                "{base} [{}({})]",
-                injector::render::stashed_by(hook),
-                self.args(f).join(", ")
-            ),
-            _ => base,
+        let args = self.args(f).map(|a| format!("({})", a.join(", ")));
+        let name = match (args, f.foreign_hook()) {
+            (Some(args), None) => format!("{base}{args}"),
+            (Some(args), Some(hook)) => {
+                format!("{base} [{}{args}]", injector::render::stashed_by(hook))
+            }
+            (None, _) => base,
         };
         out.push(FrameInfo {
             name: clean(&name),
@@ -147,25 +177,36 @@ impl Naming {
             .clone()
     }
 
-    /// `name=value` of a hooked frame's stashed arguments: the parameter's
-    /// name when known, else the slot's (`rdi`), the value as `bt` shows a raw
-    /// stashed word.
-    fn args(&self, f: &Frame) -> Vec<String> {
+    /// `name=value` of a hooked frame's stashed arguments under `--with-args`:
+    /// the parameters of its signature (by name), the value as `bt` shows a raw
+    /// stashed word. Without a known signature only the registers `--args`
+    /// names (`rdi`), and `None` (no parentheses) when it names none.
+    fn args(&self, f: &Frame) -> Option<Vec<String>> {
+        if !self.with_args {
+            return None;
+        }
         let keep = |name: &str| self.only.is_empty() || self.only.iter().any(|o| o == name);
-        let Some(st) = &f.stash else {
-            return Vec::new();
-        };
-        let learnt: Option<&Vec<(String, String)>> = self.params.get(&st.function);
+        let st = f.stash.as_ref()?;
+        let learnt = self.params.get(&st.function).and_then(|(_, n)| n.as_ref());
+        if learnt.is_none() && !self.only.iter().any(|o| is_register(o)) {
+            return None;
+        }
         let named = |slot: &str| -> Option<String> {
             match learnt {
-                Some(v) if !v.is_empty() => v
+                Some(v) => v
                     .iter()
                     .find(|(reg, _)| reg == slot)
                     .map(|(_, n)| n.clone()),
-                _ => Some(slot.to_string()),
+                // No signature: a register only when asked for by name.
+                None => self
+                    .only
+                    .iter()
+                    .any(|o| o == slot)
+                    .then(|| slot.to_string()),
             }
         };
-        st.slots()
+        let named_args = st
+            .slots()
             .iter()
             .filter_map(|slot| {
                 let name = named(&slot.name)?;
@@ -178,8 +219,16 @@ impl Naming {
                     format!("{name}={value}")
                 })
             })
-            .collect()
+            .collect();
+        Some(named_args)
     }
+}
+
+/// Whether `--args` names a stash slot (`rdi`, `stack+8`, `xmm0`, i386's
+/// `eax`) rather than a parameter.
+fn is_register(name: &str) -> bool {
+    const REGS: [&str; 9] = ["rdi", "rsi", "rdx", "rcx", "r8", "r9", "eax", "edx", "ecx"];
+    REGS.contains(&name) || name.starts_with("stack+") || name.starts_with("xmm")
 }
 
 #[cfg(test)]
@@ -253,10 +302,15 @@ mod tests {
         hooked.args.clear();
         let bare = sample(vec![hooked.clone()]);
         assert_eq!(one.stack(&bare)[0].name, "apply_entry(account=1003)");
-        // Without DWARF: register names.
+        // Without DWARF or signature: only registers asked for by name.
         let mut regs = Naming::new(true, vec!["rdi".into()]);
         regs.learn(&bare);
         assert_eq!(regs.stack(&bare)[0].name, "apply_entry(rdi=1003)");
+        assert!(regs.without_signature().is_empty());
+        let mut unknown = Naming::new(true, vec![]);
+        unknown.learn(&bare);
+        assert_eq!(unknown.stack(&bare)[0].name, "apply_entry");
+        assert_eq!(unknown.without_signature(), ["apply_entry"]);
     }
 
     #[test]

@@ -71,6 +71,9 @@ pub struct Profile {
     pub unstopped: u64,
     /// Which sampler ran (`ptrace`, or `kernel (perf_event_open)`).
     pub sampler: &'static str,
+    /// Hooked functions named without arguments under `--with-args`: no
+    /// signature is known for them.
+    pub without_signature: Vec<String>,
 }
 
 impl Profile {
@@ -222,6 +225,15 @@ impl Profile {
             s += &format!(
                 "; {} samples left out of runnable threads that waited for a CPU during the round (no fair pick of where their time goes; --idle keeps them)",
                 self.off_cpu
+            );
+        }
+        if !self.without_signature.is_empty() {
+            let first = &self.without_signature[0];
+            s += &format!(
+                "; {} named without arguments: no signature is known (no DWARF, no --func \
+                 signature), so neither is which registers hold arguments (give one with \
+                 --func '{first}(long a, ...)', or name registers with --args rdi,rsi)",
+                self.without_signature.join(", ")
             );
         }
         let top = self.top_self(5);

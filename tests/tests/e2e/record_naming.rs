@@ -93,3 +93,108 @@ fn a_frame_a_hooked_function_tail_called_is_named_with_the_hook_and_its_argument
     assert_eq!(count(&stacks, |f| f.contains("stashed")), 0, "{stacks:?}");
     let _ = fs::remove_file(out);
 }
+
+/// Stack frames (any depth) whose name starts with `prefix`, with their counts.
+fn frames_starting(stacks: &Stacks, prefix: &str) -> Vec<String> {
+    let mut v: Vec<String> = stacks
+        .iter()
+        .flat_map(|(s, _)| s.iter())
+        .filter(|f| f.starts_with(prefix))
+        .cloned()
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[test]
+fn without_a_signature_with_args_names_no_registers_unless_asked_and_says_so() {
+    // profsplit without DWARF: nothing says how many arguments apply_entry takes.
+    let exe = build("profsplit", Variant::new(Opt::O2, true));
+    let e = exe.to_str().unwrap();
+    for sampler in ["ptrace", "kernel"] {
+        let out = temp_file("record-naming", &format!("nosig-{sampler}.txt"));
+        let o = out.to_str().unwrap();
+        let run = record_ok(&[
+            "--sampler",
+            sampler,
+            "--rate",
+            "299",
+            "--func",
+            "apply_entry",
+            "--with-args",
+            "-o",
+            o,
+            "--",
+            e,
+            "accounts",
+            "1",
+        ]);
+        let stderr = text(&run.stderr);
+        let stacks = collapsed(&out);
+        // One frame per call site: the six registers' values no longer split it.
+        assert_eq!(
+            frames_starting(&stacks, "apply_entry"),
+            ["apply_entry"],
+            "{sampler}: {stacks:?}\n{stderr}"
+        );
+        assert!(
+            stderr.contains("apply_entry named without arguments: no signature is known"),
+            "{sampler}: the summary does not say why:\n{stderr}"
+        );
+        let _ = fs::remove_file(&out);
+    }
+    // Registers asked for by name are shown; so is a signature given with --func.
+    let out = temp_file("record-naming", "nosig-rdi.txt");
+    let o = out.to_str().unwrap();
+    let run = record_ok(&[
+        "--rate",
+        "299",
+        "--func",
+        "apply_entry",
+        "--args",
+        "rdi",
+        "-o",
+        o,
+        "--",
+        e,
+        "accounts",
+        "2",
+    ]);
+    assert!(!text(&run.stderr).contains("named without arguments"));
+    // profsplit.c's accounts: 1001, 1002 and 1003, in the first argument.
+    let by_rdi = frames_starting(&collapsed(&out), "apply_entry");
+    assert_eq!(
+        by_rdi,
+        [
+            "apply_entry(rdi=1001)",
+            "apply_entry(rdi=1002)",
+            "apply_entry(rdi=1003)"
+        ],
+        "{by_rdi:?}"
+    );
+    record_ok(&[
+        "--rate",
+        "299",
+        "--func",
+        "apply_entry(long account, long amount)",
+        "--with-args",
+        "-o",
+        o,
+        "--",
+        e,
+        "accounts",
+        "2",
+    ]);
+    let typed = frames_starting(&collapsed(&out), "apply_entry");
+    assert_eq!(
+        typed,
+        [
+            "apply_entry(account=1001, amount=1)",
+            "apply_entry(account=1002, amount=2)",
+            "apply_entry(account=1003, amount=7)"
+        ],
+        "{typed:?}"
+    );
+    let _ = fs::remove_file(out);
+}
