@@ -80,7 +80,12 @@ impl Naming {
                 f.args
                     .iter()
                     .filter(|a| a.source == Some(ArgSource::Stash))
-                    .filter_map(|a| Some((a.register.clone()?, a.name.clone()?)))
+                    // A parameter without a name (a signature of types only)
+                    // goes by its register.
+                    .filter_map(|a| {
+                        let reg = a.register.clone()?;
+                        Some((reg.clone(), a.name.clone().unwrap_or(reg)))
+                    })
                     .collect()
             });
             if !self.params.contains_key(&st.function) {
