@@ -60,7 +60,7 @@ pub(super) fn sample_loop(
                 break refresh_failed(e, kernel.sampler().pid(), program)?;
             }
             // Only the threads chosen keep an event (the others' are closed).
-            let (seen, tids) = match chosen_threads(a, kernel.sampler(), profile)? {
+            let tids = match chosen_threads(a, kernel.sampler(), profile)? {
                 Ok(chosen) => chosen,
                 Err(end) => break end,
             };
@@ -73,7 +73,6 @@ pub(super) fn sample_loop(
                 }
             }
             threads = threads.max(kernel.watched());
-            profile.threads_seen = profile.threads_seen.max(seen);
         }
         progress.update(
             profile.samples(),

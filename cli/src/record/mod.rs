@@ -450,19 +450,19 @@ fn refresh_failed(
     }
 }
 
-/// The target's threads, and those `--threads` keeps of them; `Err(end)` when the
-/// process is gone or every chosen thread has exited (with a note).
+/// The threads `--threads` keeps of the target's, now (noted in the profile's
+/// threads seen: both samplers count them alike); `Err(end)` when the process
+/// is gone or every chosen thread has exited (with a note).
 fn chosen_threads(
     a: &RecordArgs,
     sampler: &Sampler,
     profile: &mut Profile,
-) -> Result<std::result::Result<(usize, Vec<Tid>), End>> {
+) -> Result<std::result::Result<Vec<Tid>, End>> {
     let mut tids: Vec<Tid> = match sampler.threads() {
         Ok(t) => t,
         Err(Lost::ProcessGone) => return Ok(Err(End::ProcessExited)),
         Err(e) => return Err(anyhow::anyhow!("{e}")),
     };
-    let seen = tids.len();
     if let ThreadSelection::Only(only) = &a.threads {
         tids.retain(|t| only.contains(&t.as_raw()));
         if tids.is_empty() {
@@ -472,7 +472,8 @@ fn chosen_threads(
             return Ok(Err(End::Duration));
         }
     }
-    Ok(Ok((seen, tids)))
+    profile.saw(tids.iter().map(|t| t.as_raw()));
+    Ok(Ok(tids))
 }
 
 /// Samples until the duration passes, Ctrl-C, or the process ends.
@@ -507,9 +508,10 @@ fn sample_loop(
             std::thread::sleep((next - now).min(Duration::from_millis(10)));
             continue;
         }
-        // Rounds that could not start on time: every selected thread misses one sample.
+        // Rounds that could not start on time (counted as rounds: which of the
+        // threads would have been running then, and so sampled, is unknown).
         let behind = ((now - next).as_nanos() / period.as_nanos()) as u64;
-        profile.lose("sampler behind schedule", behind * tids.len() as u64);
+        profile.rounds_missed += behind;
         next += period * behind as u32 + jitter.next(period);
         if tids.is_empty() || last_refresh.elapsed() >= Duration::from_millis(100) {
             last_refresh = Instant::now();
@@ -521,10 +523,9 @@ fn sample_loop(
                 break refresh_failed(e, sampler.pid(), program)?;
             }
             tids = match chosen_threads(a, sampler, profile)? {
-                Ok((_, tids)) => tids,
+                Ok(tids) => tids,
                 Err(end) => break end,
             };
-            profile.threads_seen = profile.threads_seen.max(tids.len());
         }
         profile.rounds += 1;
         let mut round = sampler.round();

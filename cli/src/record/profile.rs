@@ -1,7 +1,7 @@
 //! What a recording collects: each thread's samples as stacks of named frames
 //! (root first), the samples lost and why, and notes; the summary printed at the end.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 /// Where a frame comes from.
@@ -48,8 +48,14 @@ pub struct Profile {
     pub lost: BTreeMap<String, u64>,
     /// What the reader of the profile should know (e.g. the process exited).
     pub notes: Vec<String>,
-    /// Threads seen in the process (the most at one time).
-    pub threads_seen: usize,
+    /// Threads found in the process during the recording (of those
+    /// `--threads` selects), whether or not they were sampled.
+    pub seen: BTreeSet<i32>,
+    /// The most of them found alive at one listing.
+    pub most_at_once: usize,
+    /// Rounds that could not start on time (ptrace sampler): no thread was
+    /// asked, so they count as rounds, not as samples lost.
+    pub rounds_missed: u64,
     /// Time spent sampling.
     pub elapsed: Duration,
     /// The requested rate per thread.
@@ -127,6 +133,20 @@ impl Profile {
         id
     }
 
+    /// Notes one listing of the threads the recording follows.
+    pub fn saw(&mut self, tids: impl ExactSizeIterator<Item = i32>) {
+        self.most_at_once = self.most_at_once.max(tids.len());
+        self.seen.extend(tids);
+    }
+
+    /// Threads seen during the recording: those listed, and any sampled
+    /// between two listings.
+    pub fn threads_seen(&self) -> usize {
+        self.seen
+            .union(&self.threads.keys().copied().collect())
+            .count()
+    }
+
     /// Counts `n` samples lost for `reason`.
     pub fn lose(&mut self, reason: &str, n: u64) {
         if n > 0 {
@@ -188,14 +208,21 @@ impl Profile {
         let mean_stop = per_sample(self.stopped);
         let mean_latency = per_sample(self.latency);
         let mut s = format!(
-            "argstash record: {samples} samples of {sampled} threads ({} seen) in {secs:.1} s \
-             by the {} sampler",
-            self.threads_seen, self.sampler,
+            "argstash record: {samples} samples of {sampled} threads (of {} seen, at most {} at \
+             once) in {secs:.1} s by the {} sampler",
+            self.threads_seen(),
+            self.most_at_once.max(sampled.min(1)),
+            self.sampler,
         );
         if self.sampler == "ptrace" {
+            let missed = match self.rounds_missed {
+                0 => String::new(),
+                n => format!(", {n} rounds missed: the sampler was behind schedule"),
+            };
             s += &format!(
-                " ({per_thread:.0} rounds a second, {} Hz asked); threads held {mean_stop:.0} us per \
-                 sample on average ({} us at most), after {mean_latency:.0} us to stop",
+                " ({per_thread:.0} rounds a second, {} Hz asked{missed}); threads held \
+                 {mean_stop:.0} us per sample on average ({} us at most), after {mean_latency:.0} \
+                 us to stop",
                 self.rate,
                 self.max_stop.as_micros()
             );
@@ -290,7 +317,18 @@ mod tests {
         p.lose("thread exited", 2);
         p.lose("nothing", 0);
         let s = p.summary("out.svg");
-        assert!(s.contains("10 samples of 2 threads"), "{s}");
+        assert!(
+            s.contains("10 samples of 2 threads (of 2 seen, at most 1 at once)"),
+            "{s}"
+        );
+        // Threads listed but never sampled count as seen, not as sampled.
+        p.saw([1, 3].into_iter());
+        p.saw([3].into_iter());
+        let s = p.summary("out.svg");
+        assert!(
+            s.contains("10 samples of 2 threads (of 3 seen, at most 2 at once)"),
+            "{s}"
+        );
         assert!(s.contains("by the ptrace sampler"), "{s}");
         p.sampler = "kernel (perf_event_open)";
         let s = p.summary("out.svg");

@@ -33,6 +33,7 @@ mod python313;
 mod python_hook_refusal;
 mod real_code;
 mod record;
+mod record_counts;
 mod record_naming;
 mod record_pprof;
 mod riprel;

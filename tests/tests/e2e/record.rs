@@ -218,7 +218,7 @@ fn a_crowded_target_costs_the_same_per_sample_and_says_how_many_threads_were_sam
         out_file.to_str().unwrap(),
     ]);
     let stderr = text(&out.stderr);
-    assert_eq!(summary_number(&stderr, "seen)"), 500, "{stderr}");
+    assert_eq!(summary_number(&stderr, "seen,"), 500, "{stderr}");
     // Rounds that cannot reach every thread start where the last one stopped:
     // every thread gets sampled.
     assert_eq!(summary_number(&stderr, "threads"), 500, "{stderr}");
