@@ -104,9 +104,10 @@ fn take(a: &RecordArgs, kernel: &mut KernelSampler, naming: &mut Naming, profile
                 continue;
             }
         }
-        let Some(s) = kernel.unwind(&record, false) else {
+        let Some(mut s) = kernel.unwind(&record, false) else {
             continue;
         };
+        naming.name_from_debug(&mut s, |pc| kernel.sampler().debug_name(pc));
         // A hooked function seen for the first time: its parameter names come
         // from the same sample unwound with DWARF.
         if naming.needs_names(&s) {

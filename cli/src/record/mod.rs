@@ -579,7 +579,8 @@ fn sample_loop(
                     other => other,
                 };
                 match sample {
-                    Ok(s) => {
+                    Ok(mut s) => {
+                        naming.name_from_debug(&mut s, |pc| sampler.debug_name(pc));
                         let name = match profile.threads.contains_key(&tid.as_raw()) {
                             true => String::new(),
                             false => injector::reader::procfs::read_task_comm(

@@ -27,6 +27,9 @@ pub struct Naming {
     params: HashMap<u64, (String, Option<Params>)>,
     /// C++ and Rust symbol names demangled as `bt` shows them, once each.
     demangled: RefCell<HashMap<String, String>>,
+    /// Names from debug info of frames the symbol tables do not name, by
+    /// lookup address (looked up once each).
+    debug_names: HashMap<u64, Option<String>>,
 }
 
 /// A name that the collapsed-stack format carries intact (no `;`, no line breaks).
@@ -52,6 +55,27 @@ impl Naming {
             only,
             params: HashMap::new(),
             demangled: RefCell::default(),
+            debug_names: HashMap::new(),
+        }
+    }
+
+    /// Names the frames of `s` that no symbol covers by their module's debug
+    /// info (`lookup` a frame's lookup address), as `bt` does: with libc6-dbg,
+    /// `__libc_start_call_main` rather than `[libc.so.6]`. Samples are walked
+    /// by symbol tables only; the few addresses without a symbol are looked up
+    /// once each.
+    pub fn name_from_debug(&mut self, s: &mut Sample, lookup: impl Fn(u64) -> Option<String>) {
+        for (i, f) in s.frames.iter_mut().enumerate() {
+            if f.function.is_some() || f.module.is_none() {
+                continue;
+            }
+            // A caller's pc is its return address: the call is the byte before.
+            let at = if i == 0 { f.pc } else { f.pc.wrapping_sub(1) };
+            f.function = self
+                .debug_names
+                .entry(at)
+                .or_insert_with(|| lookup(at))
+                .clone();
         }
     }
 

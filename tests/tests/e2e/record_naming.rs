@@ -198,3 +198,65 @@ fn without_a_signature_with_args_names_no_registers_unless_asked_and_says_so() {
     );
     let _ = fs::remove_file(out);
 }
+
+/// The name `bt` (text) gives the caller of `main` in the thread running it.
+fn bt_caller_of_main(pid: &str) -> String {
+    let bt = run_ok(&["bt", "--pid", pid]);
+    let lines: Vec<&str> = bt.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(" in main ("))
+        .unwrap_or_else(|| panic!("no main frame in:\n{bt}"));
+    let next = lines
+        .get(at + 1)
+        .unwrap_or_else(|| panic!("nothing under main:\n{bt}"));
+    // `#5  0x00007f... in NAME (args) at file:line`
+    let name = next
+        .split_once(" in ")
+        .and_then(|(_, rest)| rest.split_once(" ("))
+        .map(|(name, _)| name.to_string())
+        .unwrap_or_else(|| panic!("no name in {next:?}:\n{bt}"));
+    name
+}
+
+#[test]
+fn libc_internals_are_named_as_bt_names_them() {
+    // profsplit's accounts mode runs in main: main's caller (libc's
+    // __libc_start_call_main, which only libc6-dbg's debug file names) is on
+    // the stack of every on-CPU sample.
+    let exe = profsplit();
+    let t = Target::spawn_with_args(&exe, &["accounts", "60"]);
+    let pid = t.pid().to_string();
+    let want = bt_caller_of_main(&pid);
+    for sampler in ["ptrace", "kernel"] {
+        let out = temp_file("record-naming", &format!("libc-{sampler}.txt"));
+        let run = record_ok(&[
+            "--sampler",
+            sampler,
+            "--pid",
+            &pid,
+            "--duration",
+            "1",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let stacks = collapsed(&out);
+        let callers: Vec<&str> = stacks
+            .iter()
+            .filter_map(|(s, _)| {
+                let at = s.iter().position(|f| f == "main")?;
+                Some(s.get(at.checked_sub(1)?)?.as_str())
+            })
+            .collect();
+        assert!(
+            !callers.is_empty(),
+            "{sampler}: no sample through main: {stacks:?}\n{}",
+            text(&run.stderr)
+        );
+        assert!(
+            callers.iter().all(|c| *c == want),
+            "{sampler}: bt names main's caller {want:?}, record {callers:?}"
+        );
+        let _ = fs::remove_file(out);
+    }
+}
