@@ -125,6 +125,7 @@ fn take(a: &RecordArgs, kernel: &mut KernelSampler, naming: &mut Naming, profile
         };
         let stack = naming.stack(&s);
         profile.add_timed(tid.as_raw(), &name, stack, Duration::ZERO, Duration::ZERO);
+        profile.label_last(tid.as_raw(), naming.sample_labels(&s));
     }
 }
 

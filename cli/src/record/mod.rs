@@ -209,6 +209,9 @@ fn record(
         wait_for_exec(pid);
     }
     let mut naming = Naming::new(a.with_args || !a.args.is_empty(), a.args.clone());
+    // Without --with-args a pprof profile carries the hooked arguments as labels.
+    naming.labels =
+        !naming.with_args && a.outputs.iter().any(|o| o.format == format::Format::Pprof);
     let mut opts = SampleOptions {
         annotate: false,
         debug_search: DebugSearch::default(),
@@ -592,6 +595,7 @@ fn sample_loop(
                         let stack = naming.stack(&s);
                         profile.unstopped += u64::from(s.capture.without_stop());
                         profile.add_timed(tid.as_raw(), &name, stack, s.stopped, s.latency);
+                        profile.label_last(tid.as_raw(), naming.sample_labels(&s));
                     }
                     Err(Lost::Rescheduled) => profile.off_cpu += 1,
                     Err(Lost::ProcessGone) => {

@@ -19,6 +19,8 @@ type Params = Vec<(String, String)>;
 pub struct Naming {
     /// Put a hooked frame's arguments into its name.
     pub with_args: bool,
+    /// Put them into pprof labels instead (a pprof output without `--with-args`).
+    pub labels: bool,
     /// Only these arguments (parameter or register names); empty: all.
     pub only: Vec<String>,
     /// Per hooked function (its entry), learnt once from an annotated sample
@@ -52,6 +54,7 @@ impl Naming {
     pub fn new(with_args: bool, only: Vec<String>) -> Naming {
         Naming {
             with_args,
+            labels: false,
             only,
             params: HashMap::new(),
             demangled: RefCell::default(),
@@ -82,7 +85,7 @@ impl Naming {
     /// Whether `s` has a hooked frame whose parameter names are not known yet
     /// (the caller then takes an annotated sample and [`Self::learn`]s from it).
     pub fn needs_names(&self, s: &Sample) -> bool {
-        self.with_args
+        (self.with_args || self.labels)
             && s.frames
                 .iter()
                 .filter_map(|f| f.stash.as_ref())
@@ -122,7 +125,7 @@ impl Naming {
     /// Hooked functions whose frames carry no arguments under `--with-args`
     /// because no signature is known for them (and `--args` names no register).
     pub fn without_signature(&self) -> Vec<String> {
-        if !self.with_args || self.only.iter().any(|o| is_register(o)) {
+        if !(self.with_args || self.labels) || self.only.iter().any(|o| is_register(o)) {
             return Vec::new();
         }
         let mut v: Vec<String> = self
@@ -214,6 +217,35 @@ impl Naming {
         if !self.with_args {
             return None;
         }
+        let pairs = self.arg_values(f)?;
+        Some(pairs.iter().map(|(n, v)| format!("{n}={v}")).collect())
+    }
+
+    /// The pprof labels of a sample when arguments go into labels rather than
+    /// names ([`Self::labels`]): `FUNCTION.PARAMETER` and the value, for every
+    /// hooked frame (the innermost of a recursion), as `--with-args` would name them.
+    pub fn sample_labels(&self, s: &Sample) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        if !self.labels {
+            return out;
+        }
+        for f in &s.frames {
+            let Some(st) = &f.stash else { continue };
+            let Some((hook, _)) = self.params.get(&st.function) else {
+                continue;
+            };
+            for (name, value) in self.arg_values(f).unwrap_or_default() {
+                let key = format!("{hook}.{name}");
+                if !out.iter().any(|(k, _)| *k == key) {
+                    out.push((key, value));
+                }
+            }
+        }
+        out
+    }
+
+    /// `(name, value)` of a hooked frame's stashed arguments: see [`Self::args`].
+    fn arg_values(&self, f: &Frame) -> Option<Vec<(String, String)>> {
         let keep = |name: &str| self.only.is_empty() || self.only.iter().any(|o| o == name);
         let st = f.stash.as_ref()?;
         let learnt = self.params.get(&st.function).and_then(|(_, n)| n.as_ref());
@@ -245,7 +277,7 @@ impl Naming {
                         true => f64::from_bits(low).to_string(),
                         false => injector::render::display_value(low),
                     };
-                    format!("{name}={value}")
+                    (name, value)
                 })
             })
             .collect();

@@ -8,8 +8,9 @@
 //! stack of one thread, its values the sample count and the time it stands for
 //! (a period of the requested rate); its labels name the thread. A hooked
 //! frame's arguments are in its function name under `--with-args`, as in the
-//! other formats: pprof's labels belong to a whole sample, so a stack with two
-//! hooked frames could not tell whose argument a label is.
+//! other formats; without it they are labels of the sample, keyed
+//! `FUNCTION.PARAMETER` (a label belongs to the whole sample, so its key names
+//! the hooked function it comes from).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -192,14 +193,40 @@ pub fn message(p: &Profile, wall: bool) -> PbProfile {
     let tid_key = strings.at("thread_id");
     let mut sample = Vec::new();
     for (tid, t) in &p.threads {
-        let mut per_stack: HashMap<u32, i64> = HashMap::new();
-        for s in &t.samples {
-            *per_stack.entry(*s).or_default() += 1;
+        let mut per_stack: HashMap<(u32, u32), i64> = HashMap::new();
+        for (i, s) in t.samples.iter().enumerate() {
+            let labels = t.labels.get(i).copied().unwrap_or(0);
+            *per_stack.entry((*s, labels)).or_default() += 1;
         }
-        let mut stacks: Vec<(u32, i64)> = per_stack.into_iter().collect();
+        let mut stacks: Vec<((u32, u32), i64)> = per_stack.into_iter().collect();
         stacks.sort_unstable();
         let thread = strings.at(&t.name);
-        for (stack, n) in stacks {
+        for ((stack, labels), n) in stacks {
+            let mut label = vec![
+                Label {
+                    key: thread_key,
+                    str: thread,
+                    num: 0,
+                },
+                Label {
+                    key: tid_key,
+                    str: 0,
+                    num: i64::from(*tid),
+                },
+            ];
+            // Hooked arguments: a whole number as a number (pprof filters
+            // ranges of those), anything else as text.
+            for (k, v) in p.label_sets.get(labels as usize).into_iter().flatten() {
+                let key = strings.at(k);
+                label.push(match v.parse::<i64>() {
+                    Ok(num) => Label { key, str: 0, num },
+                    Err(_) => Label {
+                        key,
+                        str: strings.at(v),
+                        num: 0,
+                    },
+                });
+            }
             sample.push(PbSample {
                 // Profile stacks are root first; pprof's are leaf first.
                 location_id: p.stacks[stack as usize]
@@ -208,18 +235,7 @@ pub fn message(p: &Profile, wall: bool) -> PbProfile {
                     .map(|f| u64::from(*f) + 1)
                     .collect(),
                 value: vec![n, n * period],
-                label: vec![
-                    Label {
-                        key: thread_key,
-                        str: thread,
-                        num: 0,
-                    },
-                    Label {
-                        key: tid_key,
-                        str: 0,
-                        num: i64::from(*tid),
-                    },
-                ],
+                label,
             });
         }
     }
@@ -311,6 +327,24 @@ mod tests {
         assert_eq!(name(hot.location_id[1]), "main");
         assert_eq!(hot.value, vec![3, 3 * 10_000_000]);
         assert_eq!(m.period, 10_000_000);
+        // Hooked arguments as labels: numbers as numbers, the rest as text.
+        p.add(7, "w", vec![f("hot"), f("main")], Duration::ZERO);
+        p.label_last(
+            7,
+            vec![
+                ("hot.n".into(), "42".into()),
+                ("hot.p".into(), "0x7f00".into()),
+            ],
+        );
+        let m = message(&p, false);
+        let labelled = m.sample.iter().find(|s| s.label.len() == 4).unwrap();
+        assert_eq!(labelled.value[0], 1);
+        let key = |l: &Label| m.string_table[l.key as usize].as_str();
+        assert_eq!(
+            (key(&labelled.label[2]), labelled.label[2].num),
+            ("hot.n", 42)
+        );
+        assert_eq!(m.string_table[labelled.label[3].str as usize], "0x7f00");
         // Decodes as written, through the gzip wrapper.
         let gz = gzip(&m.encode_to_vec()).unwrap();
         assert_eq!(&gz[..2], &[0x1f, 0x8b]);

@@ -31,6 +31,9 @@ pub struct ThreadSamples {
     pub name: String,
     /// Stack ids, in sampling order.
     pub samples: Vec<u32>,
+    /// Each sample's label set ([`Profile::label_sets`]; 0: none), when any
+    /// sample has labels, else empty.
+    pub labels: Vec<u32>,
 }
 
 /// Everything recorded.
@@ -44,6 +47,10 @@ pub struct Profile {
     stack_ids: HashMap<Vec<u32>, u32>,
     /// Samples by thread id.
     pub threads: BTreeMap<i32, ThreadSamples>,
+    /// Distinct label sets of samples (pprof's labels: hooked arguments as
+    /// `FUNCTION.PARAMETER`); set 0 is empty.
+    pub label_sets: Vec<Vec<(String, String)>>,
+    label_ids: HashMap<Vec<(String, String)>, u32>,
     /// Samples lost, by reason.
     pub lost: BTreeMap<String, u64>,
     /// What the reader of the profile should know (e.g. the process exited).
@@ -122,6 +129,29 @@ impl Profile {
         t.samples.push(id);
         self.stopped += stopped;
         self.max_stop = self.max_stop.max(stopped);
+    }
+
+    /// Labels the sample of `tid` added last.
+    pub fn label_last(&mut self, tid: i32, labels: Vec<(String, String)>) {
+        if labels.is_empty() {
+            return;
+        }
+        if self.label_sets.is_empty() {
+            self.label_sets.push(Vec::new());
+            self.label_ids.insert(Vec::new(), 0);
+        }
+        let next = self.label_sets.len() as u32;
+        let id = *self.label_ids.entry(labels.clone()).or_insert(next);
+        if id == next {
+            self.label_sets.push(labels);
+        }
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        t.labels.resize(t.samples.len(), 0);
+        if let Some(last) = t.labels.last_mut() {
+            *last = id;
+        }
     }
 
     fn frame_id(&mut self, f: FrameInfo) -> u32 {

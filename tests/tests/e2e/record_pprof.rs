@@ -143,3 +143,108 @@ fn pprof_reads_the_same_shares_as_the_collapsed_stacks_of_one_recording() {
     let _ = fs::remove_file(pb);
     let _ = fs::remove_file(txt);
 }
+
+/// A pprof duration (`499.0ms`, `1.25s`, `850us`) in milliseconds.
+fn millis(d: &str) -> f64 {
+    let (n, scale) = if let Some(n) = d.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = d.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = d.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        panic!("not a pprof duration: {d:?}")
+    };
+    n.parse::<f64>()
+        .unwrap_or_else(|_| panic!("not a pprof duration: {d:?}"))
+        * scale
+}
+
+/// `go tool pprof -tags`: per tag key, its total (ms) and each value's time (ms).
+type Tags = BTreeMap<String, (f64, BTreeMap<String, f64>)>;
+
+fn pprof_tags(go: &str, profile: &Path) -> (Tags, String) {
+    let cache = temp_file("record-pprof", "gocache-tags");
+    let mut cmd = Command::new(go);
+    cmd.args(["tool", "pprof", "-tags"])
+        .arg(profile)
+        .env("GOCACHE", &cache)
+        .env("HOME", std::env::temp_dir());
+    let out = run_command(&mut cmd, Duration::from_secs(120));
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof -tags failed:\n{stdout}"
+    );
+    let _ = fs::remove_dir_all(cache);
+    // ` KEY: Total 499.0ms` then `  372.7ms (74.70%): VALUE` lines.
+    let mut tags = Tags::new();
+    let mut key = None;
+    for line in stdout.lines() {
+        if let Some((k, total)) = line.trim().split_once(": Total ") {
+            key = Some(k.to_string());
+            tags.insert(k.to_string(), (millis(total.trim()), BTreeMap::new()));
+        } else if let (Some(k), Some((time, value))) = (&key, line.trim().split_once(' ')) {
+            let value = value.rsplit_once("): ").map_or(value, |(_, v)| v);
+            if let Some(entry) = tags.get_mut(k) {
+                entry.1.insert(value.to_string(), millis(time));
+            }
+        }
+    }
+    (tags, stdout)
+}
+
+#[test]
+fn without_with_args_pprof_carries_the_hooked_arguments_as_labels() {
+    let pb = temp_file("record-pprof", "labels.pb.gz");
+    let txt = temp_file("record-pprof", "labels.txt");
+    let exe = profsplit();
+    record_ok(&[
+        "--rate",
+        "499",
+        "--func",
+        "apply_entry",
+        "-o",
+        pb.to_str().unwrap(),
+        "-o",
+        txt.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "accounts",
+        "2",
+    ]);
+    // The names stay plain (no --with-args).
+    let stacks = collapsed(&txt);
+    let hooked = count(&stacks, |f| f == "apply_entry");
+    assert!(hooked > 0, "{stacks:?}");
+    assert_eq!(count(&stacks, |f| f.contains('(')), 0, "{stacks:?}");
+    let Some(go) = go() else {
+        eprintln!("skipped the pprof check: no `go` (scripts/setup.sh installs golang-go)");
+        return;
+    };
+    let (tags, shown) = pprof_tags(go, &pb);
+    // Every sample under apply_entry is labelled with its account: the label's
+    // total is the time of those samples (a period of 499 Hz each).
+    let (total, accounts) = tags
+        .get("apply_entry.account")
+        .unwrap_or_else(|| panic!("no apply_entry.account label:\n{shown}"));
+    let period = (1_000_000_000 / 499) as f64 / 1e6;
+    let want = hooked as f64 * period;
+    // At most the first sample goes unlabelled, if the annotated sample its
+    // parameter names come from was lost.
+    assert!(
+        *total <= want + 0.1 && *total >= want - period - 0.1,
+        "labelled {total} ms, the collapsed stacks {want} ms:\n{shown}"
+    );
+    // profsplit.c's three accounts, 1003 doing 7 of every 10 units of work.
+    assert_eq!(
+        accounts.keys().collect::<Vec<_>>(),
+        ["1001", "1002", "1003"],
+        "{shown}"
+    );
+    let top = accounts.iter().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+    assert_eq!(top, "1003", "{shown}");
+    assert!(tags.contains_key("apply_entry.amount"), "{shown}");
+    let _ = fs::remove_file(pb);
+    let _ = fs::remove_file(txt);
+}
