@@ -32,6 +32,8 @@ pub(super) fn sample_loop(
 ) -> Result<End> {
     let start = Instant::now();
     let mut last_follow = start;
+    // The first pass lists the threads at once (the summary's threads seen).
+    let mut listed = false;
     let mut progress = Progress::new();
     let mut threads = kernel.watched();
     // As the ptrace loop (priority.rs): reads the rings on time on a busy
@@ -50,7 +52,8 @@ pub(super) fn sample_loop(
         if let Some(end) = end_now(a, start, program) {
             break end;
         }
-        if last_follow.elapsed() >= FOLLOW {
+        if !listed || last_follow.elapsed() >= FOLLOW {
+            listed = true;
             last_follow = Instant::now();
             let refreshed = match hooks.poll() {
                 Ok(_) => kernel.sampler_mut().refresh().map_err(anyhow::Error::from),
