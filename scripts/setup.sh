@@ -34,6 +34,7 @@ NEEDS=(
     "python3-pytest -"     # pytest for Debian's python3.11
     # argstash record: its SVG flame graph is checked in a headless browser (tests/tests/e2e/record.rs).
     "chromium chromium"
+    "golang-go go"         # `go tool pprof` reads record's pprof output (tests/tests/e2e/record_pprof.rs)
     # README's CTest line under ctest (tests/tests/e2e/runners.rs).
     "cmake cmake"
 )

@@ -253,6 +253,17 @@ impl Sampler {
         self.unwind.debug_warnings()
     }
 
+    /// The function at `lookup` (a frame's lookup address) by its module's
+    /// debug info, MiniDebugInfo symbols else DWARF: how `bt` names a frame the
+    /// symbol tables do not cover (libc's internals, with libc6-dbg).
+    pub fn debug_name(&self, lookup: u64) -> Option<String> {
+        let d = self.unwind.debug_for(lookup)?;
+        if let Some((s, _)) = d.mini_symbol(lookup) {
+            return Some(reader::debuginfo::demangle(&s.name));
+        }
+        d.frames(lookup).last()?.function.clone()
+    }
+
     /// Whether the process runs a CPython whose frames can be read.
     pub fn is_python(&self) -> bool {
         self.python.interpreter().is_some()

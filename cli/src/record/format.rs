@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::profile::Profile;
-use super::{collapsed, speedscope, svg};
+use super::{collapsed, pprof, speedscope, svg};
 
 /// The formats `record` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +19,8 @@ pub enum Format {
     Speedscope,
     /// Collapsed stacks (`flamegraph.pl` / inferno input).
     Collapsed,
+    /// pprof's profile.proto, gzip-compressed (`go tool pprof`, Pyroscope, Parca).
+    Pprof,
 }
 
 /// What `-o` names: a path and the format its extension asks for.
@@ -31,7 +33,8 @@ pub struct Output {
 }
 
 /// The supported extensions, as error messages list them.
-pub const SUPPORTED: &str = ".svg (flame graph), .json (speedscope), .txt (collapsed stacks)";
+pub const SUPPORTED: &str =
+    ".svg (flame graph), .json (speedscope), .txt (collapsed stacks), .pb.gz (pprof)";
 
 /// Parses `-o FILE` (clap value parser): the extension must be a supported one.
 pub fn parse_output(s: &str) -> Result<Output, String> {
@@ -47,10 +50,12 @@ pub fn parse_output(s: &str) -> Result<Output, String> {
         Format::Speedscope
     } else if name.ends_with(".txt") {
         Format::Collapsed
-    } else if name.ends_with(".pb.gz") || name.ends_with(".pb") {
+    } else if name.ends_with(".pb.gz") {
+        Format::Pprof
+    } else if name.ends_with(".pb") {
         return Err(format!(
-            "pprof output (.pb.gz) is not supported (no maintained crate writes it cheaply); \
-             use {SUPPORTED}"
+            "{s}: pprof profiles are written gzip-compressed, as pprof's readers expect: \
+             name the file NAME.pb.gz"
         ));
     } else {
         let ext = name.rsplit_once('.').map_or("(none)", |(_, e)| e);
@@ -94,8 +99,8 @@ impl Output {
 }
 
 impl OpenOutput {
-    /// Writes the profile.
-    pub fn write(self, profile: &Profile) -> Result<()> {
+    /// Writes the profile; `wall`: its samples stand for wall-clock time (`--idle`).
+    pub fn write(self, profile: &Profile, wall: bool) -> Result<()> {
         let OpenOutput { output, file, .. } = self;
         file.set_len(0)
             .with_context(|| format!("cannot truncate {}", output.path.display()))?;
@@ -104,6 +109,7 @@ impl OpenOutput {
             Format::Collapsed => collapsed::write(profile, &mut w)?,
             Format::Svg => svg::write(profile, &title(&output.path), &mut w)?,
             Format::Speedscope => speedscope::write(profile, &title(&output.path), &mut w)?,
+            Format::Pprof => pprof::write(profile, wall, &mut w)?,
         }
         w.flush()
             .with_context(|| format!("cannot write {}", output.path.display()))?;
@@ -133,8 +139,9 @@ mod tests {
         assert_eq!(parse_output("a.svg").unwrap().format, Format::Svg);
         assert_eq!(parse_output("A.JSON").unwrap().format, Format::Speedscope);
         assert_eq!(parse_output("d/a.txt").unwrap().format, Format::Collapsed);
-        let e = parse_output("a.pb.gz").unwrap_err();
-        assert!(e.contains("pprof") && e.contains(".svg"), "{e}");
+        assert_eq!(parse_output("a.PB.GZ").unwrap().format, Format::Pprof);
+        let e = parse_output("a.pb").unwrap_err();
+        assert!(e.contains("gzip") && e.contains(".pb.gz"), "{e}");
         let e = parse_output("a.png").unwrap_err();
         assert!(e.contains("unknown output extension .png"), "{e}");
         assert!(parse_output("noext").unwrap_err().contains("extension"));

@@ -32,6 +32,8 @@ pub(super) fn sample_loop(
 ) -> Result<End> {
     let start = Instant::now();
     let mut last_follow = start;
+    // The first pass lists the threads at once (the summary's threads seen).
+    let mut listed = false;
     let mut progress = Progress::new();
     let mut threads = kernel.watched();
     // As the ptrace loop (priority.rs): reads the rings on time on a busy
@@ -50,7 +52,8 @@ pub(super) fn sample_loop(
         if let Some(end) = end_now(a, start, program) {
             break end;
         }
-        if last_follow.elapsed() >= FOLLOW {
+        if !listed || last_follow.elapsed() >= FOLLOW {
+            listed = true;
             last_follow = Instant::now();
             let refreshed = match hooks.poll() {
                 Ok(_) => kernel.sampler_mut().refresh().map_err(anyhow::Error::from),
@@ -60,7 +63,7 @@ pub(super) fn sample_loop(
                 break refresh_failed(e, kernel.sampler().pid(), program)?;
             }
             // Only the threads chosen keep an event (the others' are closed).
-            let (seen, tids) = match chosen_threads(a, kernel.sampler(), profile)? {
+            let tids = match chosen_threads(a, kernel.sampler(), profile)? {
                 Ok(chosen) => chosen,
                 Err(end) => break end,
             };
@@ -73,7 +76,6 @@ pub(super) fn sample_loop(
                 }
             }
             threads = threads.max(kernel.watched());
-            profile.threads_seen = profile.threads_seen.max(seen);
         }
         progress.update(
             profile.samples(),
@@ -105,9 +107,10 @@ fn take(a: &RecordArgs, kernel: &mut KernelSampler, naming: &mut Naming, profile
                 continue;
             }
         }
-        let Some(s) = kernel.unwind(&record, false) else {
+        let Some(mut s) = kernel.unwind(&record, false) else {
             continue;
         };
+        naming.name_from_debug(&mut s, |pc| kernel.sampler().debug_name(pc));
         // A hooked function seen for the first time: its parameter names come
         // from the same sample unwound with DWARF.
         if naming.needs_names(&s) {
@@ -125,6 +128,7 @@ fn take(a: &RecordArgs, kernel: &mut KernelSampler, naming: &mut Naming, profile
         };
         let stack = naming.stack(&s);
         profile.add_timed(tid.as_raw(), &name, stack, Duration::ZERO, Duration::ZERO);
+        profile.label_last(tid.as_raw(), naming.sample_labels(&s));
     }
 }
 

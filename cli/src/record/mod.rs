@@ -9,6 +9,7 @@ mod format;
 mod hooks;
 mod kernel;
 mod naming;
+mod pprof;
 mod priority;
 mod profile;
 mod progress;
@@ -65,9 +66,10 @@ pub struct RecordArgs {
     /// Threads to sample: `all` or a comma-separated list of thread ids.
     #[arg(long, value_name = "all|TID,...", default_value = "all", value_parser = parse_threads)]
     threads: ThreadSelection,
-    /// Output file; its extension chooses the format: .svg, .json (speedscope), .txt (collapsed).
-    #[arg(short = 'o', long = "output", value_name = "FILE", value_parser = format::parse_output)]
-    output: Output,
+    /// Output file; its extension chooses the format: .svg, .json (speedscope),
+    /// .txt (collapsed), .pb.gz (pprof). Repeatable: one recording, several files.
+    #[arg(short = 'o', long = "output", value_name = "FILE", required = true, value_parser = format::parse_output)]
+    outputs: Vec<Output>,
     /// Who takes the samples: `ptrace` stops each thread for a moment and copies
     /// its stack; `kernel` has the kernel copy it (perf_event_open, no stop;
     /// falls back to ptrace with a note where the kernel refuses).
@@ -149,7 +151,17 @@ enum End {
 pub fn run(a: RecordArgs) -> Result<()> {
     signals::install();
     // Checked before anything touches the target.
-    let out = a.output.open()?;
+    let mut outs = Vec::with_capacity(a.outputs.len());
+    for o in &a.outputs {
+        match o.open() {
+            Ok(out) => outs.push(out),
+            Err(e) => {
+                // The files opened before this one are taken back.
+                outs.into_iter().for_each(format::OpenOutput::discard);
+                return Err(e);
+            }
+        }
+    }
     let mut program = match a.command.is_empty() {
         true => None,
         false => Some(Program::spawn(&a.command)?),
@@ -163,19 +175,26 @@ pub fn run(a: RecordArgs) -> Result<()> {
     let (profile, notes) = match result {
         Ok(r) => r,
         Err(e) => {
-            out.discard();
+            outs.into_iter().for_each(format::OpenOutput::discard);
             if let Some(p) = program.as_mut() {
                 p.stop(Duration::from_secs(2));
             }
             return Err(e);
         }
     };
-    out.write(&profile)
-        .with_context(|| format!("cannot write {}", a.output.path.display()))?;
+    for (out, o) in outs.into_iter().zip(&a.outputs) {
+        out.write(&profile, a.idle)
+            .with_context(|| format!("cannot write {}", o.path.display()))?;
+    }
     for n in notes.iter().chain(&profile.notes) {
         eprintln!("argstash: note: {n}");
     }
-    eprintln!("{}", profile.summary(&a.output.path.display().to_string()));
+    let files: Vec<String> = a
+        .outputs
+        .iter()
+        .map(|o| o.path.display().to_string())
+        .collect();
+    eprintln!("{}", profile.summary(&files.join(", ")));
     Ok(())
 }
 
@@ -190,6 +209,9 @@ fn record(
         wait_for_exec(pid);
     }
     let mut naming = Naming::new(a.with_args || !a.args.is_empty(), a.args.clone());
+    // Without --with-args a pprof profile carries the hooked arguments as labels.
+    naming.labels =
+        !naming.with_args && a.outputs.iter().any(|o| o.format == format::Format::Pprof);
     let mut opts = SampleOptions {
         annotate: false,
         debug_search: DebugSearch::default(),
@@ -242,6 +264,7 @@ fn record(
             &mut profile,
             &mut program,
         )?;
+        profile.without_signature = naming.without_signature();
         for w in kernel.sampler().debug_warnings() {
             notes.push(format!("warning: {w}"));
         }
@@ -258,6 +281,7 @@ fn record(
         &mut profile,
         &mut program,
     )?;
+    profile.without_signature = naming.without_signature();
     for w in sampler.debug_warnings() {
         notes.push(format!("warning: {w}"));
     }
@@ -429,19 +453,19 @@ fn refresh_failed(
     }
 }
 
-/// The target's threads, and those `--threads` keeps of them; `Err(end)` when the
-/// process is gone or every chosen thread has exited (with a note).
+/// The threads `--threads` keeps of the target's, now (noted in the profile's
+/// threads seen: both samplers count them alike); `Err(end)` when the process
+/// is gone or every chosen thread has exited (with a note).
 fn chosen_threads(
     a: &RecordArgs,
     sampler: &Sampler,
     profile: &mut Profile,
-) -> Result<std::result::Result<(usize, Vec<Tid>), End>> {
+) -> Result<std::result::Result<Vec<Tid>, End>> {
     let mut tids: Vec<Tid> = match sampler.threads() {
         Ok(t) => t,
         Err(Lost::ProcessGone) => return Ok(Err(End::ProcessExited)),
         Err(e) => return Err(anyhow::anyhow!("{e}")),
     };
-    let seen = tids.len();
     if let ThreadSelection::Only(only) = &a.threads {
         tids.retain(|t| only.contains(&t.as_raw()));
         if tids.is_empty() {
@@ -451,7 +475,8 @@ fn chosen_threads(
             return Ok(Err(End::Duration));
         }
     }
-    Ok(Ok((seen, tids)))
+    profile.saw(tids.iter().map(|t| t.as_raw()));
+    Ok(Ok(tids))
 }
 
 /// Samples until the duration passes, Ctrl-C, or the process ends.
@@ -486,9 +511,10 @@ fn sample_loop(
             std::thread::sleep((next - now).min(Duration::from_millis(10)));
             continue;
         }
-        // Rounds that could not start on time: every selected thread misses one sample.
+        // Rounds that could not start on time (counted as rounds: which of the
+        // threads would have been running then, and so sampled, is unknown).
         let behind = ((now - next).as_nanos() / period.as_nanos()) as u64;
-        profile.lose("sampler behind schedule", behind * tids.len() as u64);
+        profile.rounds_missed += behind;
         next += period * behind as u32 + jitter.next(period);
         if tids.is_empty() || last_refresh.elapsed() >= Duration::from_millis(100) {
             last_refresh = Instant::now();
@@ -500,10 +526,9 @@ fn sample_loop(
                 break refresh_failed(e, sampler.pid(), program)?;
             }
             tids = match chosen_threads(a, sampler, profile)? {
-                Ok((_, tids)) => tids,
+                Ok(tids) => tids,
                 Err(end) => break end,
             };
-            profile.threads_seen = profile.threads_seen.max(tids.len());
         }
         profile.rounds += 1;
         let mut round = sampler.round();
@@ -557,7 +582,8 @@ fn sample_loop(
                     other => other,
                 };
                 match sample {
-                    Ok(s) => {
+                    Ok(mut s) => {
+                        naming.name_from_debug(&mut s, |pc| sampler.debug_name(pc));
                         let name = match profile.threads.contains_key(&tid.as_raw()) {
                             true => String::new(),
                             false => injector::reader::procfs::read_task_comm(
@@ -569,6 +595,7 @@ fn sample_loop(
                         let stack = naming.stack(&s);
                         profile.unstopped += u64::from(s.capture.without_stop());
                         profile.add_timed(tid.as_raw(), &name, stack, s.stopped, s.latency);
+                        profile.label_last(tid.as_raw(), naming.sample_labels(&s));
                     }
                     Err(Lost::Rescheduled) => profile.off_cpu += 1,
                     Err(Lost::ProcessGone) => {

@@ -11,18 +11,27 @@ use injector::{Frame, Sample};
 
 use super::profile::{FrameInfo, FrameOrigin};
 
+/// A hooked function's parameter names by stash slot: `(slot, name)`.
+type Params = Vec<(String, String)>;
+
 /// How frames are named.
 #[derive(Debug, Clone, Default)]
 pub struct Naming {
     /// Put a hooked frame's arguments into its name.
     pub with_args: bool,
+    /// Put them into pprof labels instead (a pprof output without `--with-args`).
+    pub labels: bool,
     /// Only these arguments (parameter or register names); empty: all.
     pub only: Vec<String>,
-    /// Parameter names by stash slot, per hooked function (its entry), learnt
-    /// once from an annotated sample: samples are unwound without DWARF.
-    params: HashMap<u64, Vec<(String, String)>>,
+    /// Per hooked function (its entry), learnt once from an annotated sample
+    /// (samples are unwound without DWARF): its hook's name and its parameter
+    /// names by stash slot, `None` when no signature is known for it.
+    params: HashMap<u64, (String, Option<Params>)>,
     /// C++ and Rust symbol names demangled as `bt` shows them, once each.
     demangled: RefCell<HashMap<String, String>>,
+    /// Names from debug info of frames the symbol tables do not name, by
+    /// lookup address (looked up once each).
+    debug_names: HashMap<u64, Option<String>>,
 }
 
 /// A name that the collapsed-stack format carries intact (no `;`, no line breaks).
@@ -45,35 +54,89 @@ impl Naming {
     pub fn new(with_args: bool, only: Vec<String>) -> Naming {
         Naming {
             with_args,
+            labels: false,
             only,
             params: HashMap::new(),
             demangled: RefCell::default(),
+            debug_names: HashMap::new(),
+        }
+    }
+
+    /// Names the frames of `s` that no symbol covers by their module's debug
+    /// info (`lookup` a frame's lookup address), as `bt` does: with libc6-dbg,
+    /// `__libc_start_call_main` rather than `[libc.so.6]`. Samples are walked
+    /// by symbol tables only; the few addresses without a symbol are looked up
+    /// once each.
+    pub fn name_from_debug(&mut self, s: &mut Sample, lookup: impl Fn(u64) -> Option<String>) {
+        for (i, f) in s.frames.iter_mut().enumerate() {
+            if f.function.is_some() || f.module.is_none() {
+                continue;
+            }
+            // A caller's pc is its return address: the call is the byte before.
+            let at = if i == 0 { f.pc } else { f.pc.wrapping_sub(1) };
+            f.function = self
+                .debug_names
+                .entry(at)
+                .or_insert_with(|| lookup(at))
+                .clone();
         }
     }
 
     /// Whether `s` has a hooked frame whose parameter names are not known yet
     /// (the caller then takes an annotated sample and [`Self::learn`]s from it).
     pub fn needs_names(&self, s: &Sample) -> bool {
-        self.with_args
+        (self.with_args || self.labels)
             && s.frames
                 .iter()
                 .filter_map(|f| f.stash.as_ref())
                 .any(|st| !self.params.contains_key(&st.function))
     }
 
-    /// Learns the parameter names of the hooked frames of an annotated sample
-    /// (none, for a function without DWARF or signature: register names then).
+    /// Learns the parameter names of the hooked frames of an annotated sample.
+    /// A function without DWARF or a `--func` signature has none: which of the
+    /// argument registers it reads is not known, so they stay out of its name.
     pub fn learn(&mut self, s: &Sample) {
         for f in &s.frames {
             let Some(st) = &f.stash else { continue };
-            let names = f
-                .args
-                .iter()
-                .filter(|a| a.source == Some(ArgSource::Stash))
-                .filter_map(|a| Some((a.register.clone()?, a.name.clone()?)))
-                .collect();
-            self.params.entry(st.function).or_insert(names);
+            // Annotation gives a typed value per parameter when a signature is
+            // known, nothing otherwise; a function that DWARF describes with no
+            // parameters has none either (and its own frame: no tail call).
+            let known =
+                !f.args.is_empty() || (f.source_function.is_some() && f.foreign_hook().is_none());
+            let names = known.then(|| {
+                f.args
+                    .iter()
+                    .filter(|a| a.source == Some(ArgSource::Stash))
+                    // A parameter without a name (a signature of types only)
+                    // goes by its register.
+                    .filter_map(|a| {
+                        let reg = a.register.clone()?;
+                        Some((reg.clone(), a.name.clone().unwrap_or(reg)))
+                    })
+                    .collect()
+            });
+            if !self.params.contains_key(&st.function) {
+                let hook = self.shown(&st.hook);
+                self.params.insert(st.function, (hook, names));
+            }
         }
+    }
+
+    /// Hooked functions whose frames carry no arguments under `--with-args`
+    /// because no signature is known for them (and `--args` names no register).
+    pub fn without_signature(&self) -> Vec<String> {
+        if !(self.with_args || self.labels) || self.only.iter().any(|o| is_register(o)) {
+            return Vec::new();
+        }
+        let mut v: Vec<String> = self
+            .params
+            .values()
+            .filter(|(_, names)| names.is_none())
+            .map(|(hook, _)| hook.clone())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
     }
 
     /// The frames of `s`, innermost first, Python ones interleaved.
@@ -115,9 +178,16 @@ impl Naming {
             (None, Some(m)) => format!("[{}]", basename(m)),
             (None, None) => "[unknown]".to_string(),
         };
-        let name = match (&f.stash, self.with_args) {
-            (Some(_), true) => format!("{base}({})", self.args(f).join(", ")),
-            _ => base,
+        // A stash left by the hook of a function that tail-called this one
+        // holds that function's arguments: they go with its name, marked as
+        // `bt` marks such a frame (`spin [stashed by hook work(id=1)]`).
+        let args = self.args(f).map(|a| format!("({})", a.join(", ")));
+        let name = match (args, f.foreign_hook()) {
+            (Some(args), None) => format!("{base}{args}"),
+            (Some(args), Some(hook)) => {
+                format!("{base} [{}{args}]", injector::render::stashed_by(hook))
+            }
+            (None, _) => base,
         };
         out.push(FrameInfo {
             name: clean(&name),
@@ -139,25 +209,65 @@ impl Naming {
             .clone()
     }
 
-    /// `name=value` of a hooked frame's stashed arguments: the parameter's
-    /// name when known, else the slot's (`rdi`), the value as `bt` shows a raw
-    /// stashed word.
-    fn args(&self, f: &Frame) -> Vec<String> {
+    /// `name=value` of a hooked frame's stashed arguments under `--with-args`:
+    /// the parameters of its signature (by name), the value as `bt` shows a raw
+    /// stashed word. Without a known signature only the registers `--args`
+    /// names (`rdi`), and `None` (no parentheses) when it names none.
+    fn args(&self, f: &Frame) -> Option<Vec<String>> {
+        if !self.with_args {
+            return None;
+        }
+        let pairs = self.arg_values(f)?;
+        Some(pairs.iter().map(|(n, v)| format!("{n}={v}")).collect())
+    }
+
+    /// The pprof labels of a sample when arguments go into labels rather than
+    /// names ([`Self::labels`]): `FUNCTION.PARAMETER` and the value, for every
+    /// hooked frame (the innermost of a recursion), as `--with-args` would name them.
+    pub fn sample_labels(&self, s: &Sample) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        if !self.labels {
+            return out;
+        }
+        for f in &s.frames {
+            let Some(st) = &f.stash else { continue };
+            let Some((hook, _)) = self.params.get(&st.function) else {
+                continue;
+            };
+            for (name, value) in self.arg_values(f).unwrap_or_default() {
+                let key = format!("{hook}.{name}");
+                if !out.iter().any(|(k, _)| *k == key) {
+                    out.push((key, value));
+                }
+            }
+        }
+        out
+    }
+
+    /// `(name, value)` of a hooked frame's stashed arguments: see [`Self::args`].
+    fn arg_values(&self, f: &Frame) -> Option<Vec<(String, String)>> {
         let keep = |name: &str| self.only.is_empty() || self.only.iter().any(|o| o == name);
-        let Some(st) = &f.stash else {
-            return Vec::new();
-        };
-        let learnt: Option<&Vec<(String, String)>> = self.params.get(&st.function);
+        let st = f.stash.as_ref()?;
+        let learnt = self.params.get(&st.function).and_then(|(_, n)| n.as_ref());
+        if learnt.is_none() && !self.only.iter().any(|o| is_register(o)) {
+            return None;
+        }
         let named = |slot: &str| -> Option<String> {
             match learnt {
-                Some(v) if !v.is_empty() => v
+                Some(v) => v
                     .iter()
                     .find(|(reg, _)| reg == slot)
                     .map(|(_, n)| n.clone()),
-                _ => Some(slot.to_string()),
+                // No signature: a register only when asked for by name.
+                None => self
+                    .only
+                    .iter()
+                    .any(|o| o == slot)
+                    .then(|| slot.to_string()),
             }
         };
-        st.slots()
+        let named_args = st
+            .slots()
             .iter()
             .filter_map(|slot| {
                 let name = named(&slot.name)?;
@@ -167,11 +277,19 @@ impl Naming {
                         true => f64::from_bits(low).to_string(),
                         false => injector::render::display_value(low),
                     };
-                    format!("{name}={value}")
+                    (name, value)
                 })
             })
-            .collect()
+            .collect();
+        Some(named_args)
     }
+}
+
+/// Whether `--args` names a stash slot (`rdi`, `stack+8`, `xmm0`, i386's
+/// `eax`) rather than a parameter.
+fn is_register(name: &str) -> bool {
+    const REGS: [&str; 9] = ["rdi", "rsi", "rdx", "rcx", "r8", "r9", "eax", "edx", "ecx"];
+    REGS.contains(&name) || name.starts_with("stack+") || name.starts_with("xmm")
 }
 
 #[cfg(test)]
@@ -245,10 +363,38 @@ mod tests {
         hooked.args.clear();
         let bare = sample(vec![hooked.clone()]);
         assert_eq!(one.stack(&bare)[0].name, "apply_entry(account=1003)");
-        // Without DWARF: register names.
+        // Without DWARF or signature: only registers asked for by name.
         let mut regs = Naming::new(true, vec!["rdi".into()]);
         regs.learn(&bare);
         assert_eq!(regs.stack(&bare)[0].name, "apply_entry(rdi=1003)");
+        assert!(regs.without_signature().is_empty());
+        let mut unknown = Naming::new(true, vec![]);
+        unknown.learn(&bare);
+        assert_eq!(unknown.stack(&bare)[0].name, "apply_entry");
+        assert_eq!(unknown.without_signature(), ["apply_entry"]);
+    }
+
+    #[test]
+    fn a_tail_called_frame_keeps_its_name_and_gives_the_arguments_to_the_hook() {
+        let mut spin = frame("spin");
+        spin.stash = Some(StashedArgs {
+            registers: vec![("rdi", 2), ("rsi", 3)],
+            stack: vec![],
+            xmm: vec![],
+            variadic: false,
+            frame: 0,
+            function: 0x1000,
+            hook: "work".into(),
+        });
+        spin.args = vec![arg("id", "rdi", "2"), arg("rounds", "rsi", "3")];
+        let s = sample(vec![spin, frame("main")]);
+        let mut n = Naming::new(true, vec![]);
+        n.learn(&s);
+        assert_eq!(
+            n.stack(&s)[0].name,
+            "spin [stashed by hook work(id=2, rounds=3)]"
+        );
+        assert_eq!(Naming::default().stack(&s)[0].name, "spin");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What a recording collects: each thread's samples as stacks of named frames
 //! (root first), the samples lost and why, and notes; the summary printed at the end.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 /// Where a frame comes from.
@@ -31,6 +31,9 @@ pub struct ThreadSamples {
     pub name: String,
     /// Stack ids, in sampling order.
     pub samples: Vec<u32>,
+    /// Each sample's label set ([`Profile::label_sets`]; 0: none), when any
+    /// sample has labels, else empty.
+    pub labels: Vec<u32>,
 }
 
 /// Everything recorded.
@@ -44,12 +47,22 @@ pub struct Profile {
     stack_ids: HashMap<Vec<u32>, u32>,
     /// Samples by thread id.
     pub threads: BTreeMap<i32, ThreadSamples>,
+    /// Distinct label sets of samples (pprof's labels: hooked arguments as
+    /// `FUNCTION.PARAMETER`); set 0 is empty.
+    pub label_sets: Vec<Vec<(String, String)>>,
+    label_ids: HashMap<Vec<(String, String)>, u32>,
     /// Samples lost, by reason.
     pub lost: BTreeMap<String, u64>,
     /// What the reader of the profile should know (e.g. the process exited).
     pub notes: Vec<String>,
-    /// Threads seen in the process (the most at one time).
-    pub threads_seen: usize,
+    /// Threads found in the process during the recording (of those
+    /// `--threads` selects), whether or not they were sampled.
+    pub seen: BTreeSet<i32>,
+    /// The most of them found alive at one listing.
+    pub most_at_once: usize,
+    /// Rounds that could not start on time (ptrace sampler): no thread was
+    /// asked, so they count as rounds, not as samples lost.
+    pub rounds_missed: u64,
     /// Time spent sampling.
     pub elapsed: Duration,
     /// The requested rate per thread.
@@ -71,6 +84,9 @@ pub struct Profile {
     pub unstopped: u64,
     /// Which sampler ran (`ptrace`, or `kernel (perf_event_open)`).
     pub sampler: &'static str,
+    /// Hooked functions named without arguments under `--with-args`: no
+    /// signature is known for them.
+    pub without_signature: Vec<String>,
 }
 
 impl Profile {
@@ -115,6 +131,29 @@ impl Profile {
         self.max_stop = self.max_stop.max(stopped);
     }
 
+    /// Labels the sample of `tid` added last.
+    pub fn label_last(&mut self, tid: i32, labels: Vec<(String, String)>) {
+        if labels.is_empty() {
+            return;
+        }
+        if self.label_sets.is_empty() {
+            self.label_sets.push(Vec::new());
+            self.label_ids.insert(Vec::new(), 0);
+        }
+        let next = self.label_sets.len() as u32;
+        let id = *self.label_ids.entry(labels.clone()).or_insert(next);
+        if id == next {
+            self.label_sets.push(labels);
+        }
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        t.labels.resize(t.samples.len(), 0);
+        if let Some(last) = t.labels.last_mut() {
+            *last = id;
+        }
+    }
+
     fn frame_id(&mut self, f: FrameInfo) -> u32 {
         let next = self.frames.len() as u32;
         let id = *self.frame_ids.entry(f.clone()).or_insert(next);
@@ -122,6 +161,20 @@ impl Profile {
             self.frames.push(f);
         }
         id
+    }
+
+    /// Notes one listing of the threads the recording follows.
+    pub fn saw(&mut self, tids: impl ExactSizeIterator<Item = i32>) {
+        self.most_at_once = self.most_at_once.max(tids.len());
+        self.seen.extend(tids);
+    }
+
+    /// Threads seen during the recording: those listed, and any sampled
+    /// between two listings.
+    pub fn threads_seen(&self) -> usize {
+        self.seen
+            .union(&self.threads.keys().copied().collect())
+            .count()
     }
 
     /// Counts `n` samples lost for `reason`.
@@ -185,14 +238,21 @@ impl Profile {
         let mean_stop = per_sample(self.stopped);
         let mean_latency = per_sample(self.latency);
         let mut s = format!(
-            "argstash record: {samples} samples of {sampled} threads ({} seen) in {secs:.1} s \
-             by the {} sampler",
-            self.threads_seen, self.sampler,
+            "argstash record: {samples} samples of {sampled} threads (of {} seen, at most {} at \
+             once) in {secs:.1} s by the {} sampler",
+            self.threads_seen(),
+            self.most_at_once.max(sampled.min(1)),
+            self.sampler,
         );
         if self.sampler == "ptrace" {
+            let missed = match self.rounds_missed {
+                0 => String::new(),
+                n => format!(", {n} rounds missed: the sampler was behind schedule"),
+            };
             s += &format!(
-                " ({per_thread:.0} rounds a second, {} Hz asked); threads held {mean_stop:.0} us per \
-                 sample on average ({} us at most), after {mean_latency:.0} us to stop",
+                " ({per_thread:.0} rounds a second, {} Hz asked{missed}); threads held \
+                 {mean_stop:.0} us per sample on average ({} us at most), after {mean_latency:.0} \
+                 us to stop",
                 self.rate,
                 self.max_stop.as_micros()
             );
@@ -222,6 +282,15 @@ impl Profile {
             s += &format!(
                 "; {} samples left out of runnable threads that waited for a CPU during the round (no fair pick of where their time goes; --idle keeps them)",
                 self.off_cpu
+            );
+        }
+        if !self.without_signature.is_empty() {
+            let first = &self.without_signature[0];
+            s += &format!(
+                "; {} named without arguments: no signature is known (no DWARF, no --func \
+                 signature), so neither is which registers hold arguments (give one with \
+                 --func '{first}(long a, ...)', or name registers with --args rdi,rsi)",
+                self.without_signature.join(", ")
             );
         }
         let top = self.top_self(5);
@@ -278,7 +347,18 @@ mod tests {
         p.lose("thread exited", 2);
         p.lose("nothing", 0);
         let s = p.summary("out.svg");
-        assert!(s.contains("10 samples of 2 threads"), "{s}");
+        assert!(
+            s.contains("10 samples of 2 threads (of 2 seen, at most 1 at once)"),
+            "{s}"
+        );
+        // Threads listed but never sampled count as seen, not as sampled.
+        p.saw([1, 3].into_iter());
+        p.saw([3].into_iter());
+        let s = p.summary("out.svg");
+        assert!(
+            s.contains("10 samples of 2 threads (of 3 seen, at most 2 at once)"),
+            "{s}"
+        );
         assert!(s.contains("by the ptrace sampler"), "{s}");
         p.sampler = "kernel (perf_event_open)";
         let s = p.summary("out.svg");

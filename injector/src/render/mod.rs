@@ -32,7 +32,8 @@ use reader::unwind::{Frame, ThreadBacktrace};
 
 pub use json::{backtrace_json, frame_json};
 pub use text::{
-    backtrace_text, display_value, frame_line_count, frame_lines, frame_text, thread_lines,
+    backtrace_text, display_value, frame_line_count, frame_lines, frame_text, stashed_by,
+    thread_lines,
 };
 
 /// Which frames `bt` prints.

@@ -67,6 +67,13 @@ fn short_file(file: &str) -> &str {
     file.rsplit('/').next().unwrap_or(file)
 }
 
+/// `stashed by hook NAME`: how a frame whose stash a hook of another function
+/// left (a tail call, an unnamed `.cold` part; [`Frame::foreign_hook`]) is
+/// marked, NAME demangled as the frames' names are. `bt` and `record` share it.
+pub fn stashed_by(hook: &str) -> String {
+    format!("stashed by hook {}", reader::symbols::shown_name(hook))
+}
+
 /// Renders one frame as gdb does.
 pub fn frame_text(index: usize, f: &Frame) -> String {
     let name = f
@@ -81,7 +88,7 @@ pub fn frame_text(index: usize, f: &Frame) -> String {
     // `[stashed by hook NAME]` when the hooked function is not the frame's (a tail
     // call, or an unnamed `.cold` part); NAME demangled as the frames' names are.
     let stashed = match f.foreign_hook() {
-        Some(hook) => format!("stashed by hook {}", reader::symbols::shown_name(hook)),
+        Some(hook) => stashed_by(hook),
         None => "stashed".to_string(),
     };
     let args = match &f.stash {

@@ -455,7 +455,9 @@ fn run_and_record_take_demangled_names_and_show_them_as_bt_does() {
         "record",
         "--func",
         ll,
-        "--with-args",
+        // No signature is known (no DWARF): registers are named only when asked.
+        "--args",
+        "rdi,rsi,rdx,rcx",
         "--idle",
         "--duration",
         "1",
@@ -549,7 +551,9 @@ fn run_and_record_take_rust_paths() {
         "record",
         "--func",
         "crashy::parse_record",
-        "--with-args",
+        // No signature is known (no DWARF): registers are named only when asked.
+        "--args",
+        "rdi,rsi,rdx",
         "--idle",
         "--duration",
         "1",

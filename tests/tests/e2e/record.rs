@@ -193,8 +193,8 @@ fn bad_rates_and_extensions_are_usage_errors() {
         refused(&mut t, &a, 2, needle);
     }
     for (file, needle) in [
-        ("x.png", "unknown output extension .png: use .svg (flame graph), .json (speedscope), .txt (collapsed stacks)"),
-        ("x.pb.gz", "pprof output (.pb.gz) is not supported"),
+        ("x.png", "unknown output extension .png: use .svg (flame graph), .json (speedscope), .txt (collapsed stacks), .pb.gz (pprof)"),
+        ("x.pb", "pprof profiles are written gzip-compressed"),
         ("noext", "unknown output extension"),
     ] {
         refused(&mut t, &["record", "--pid", &pid, "-o", file], 2, needle);
@@ -218,7 +218,7 @@ fn a_crowded_target_costs_the_same_per_sample_and_says_how_many_threads_were_sam
         out_file.to_str().unwrap(),
     ]);
     let stderr = text(&out.stderr);
-    assert_eq!(summary_number(&stderr, "seen)"), 500, "{stderr}");
+    assert_eq!(summary_number(&stderr, "seen,"), 500, "{stderr}");
     // Rounds that cannot reach every thread start where the last one stopped:
     // every thread gets sampled.
     assert_eq!(summary_number(&stderr, "threads"), 500, "{stderr}");
