@@ -647,6 +647,29 @@ pub fn process_ended(pid: i32) -> bool {
     }
 }
 
+/// True when `pid` is going away: every thread of it has started to exit (the
+/// kernel's `PF_EXITING`: a killed process shows it while it lets its memory go,
+/// before its threads are zombies; none of them runs user code again) or is gone.
+pub(crate) fn process_exiting(pid: i32) -> bool {
+    match procfs::read_task_ids(pid) {
+        Ok(tids) => tids
+            .into_iter()
+            .all(|t| procfs::read_stat(t).map_or(true, |st| st.is_exiting())),
+        Err(_) => true,
+    }
+}
+
+/// True when some thread of `pid` is exiting or gone (its group leader too):
+/// the process may be going away, or only that thread.
+pub(crate) fn some_thread_exiting(pid: i32) -> bool {
+    match procfs::read_task_ids(pid) {
+        Ok(tids) => tids
+            .into_iter()
+            .any(|t| procfs::read_stat(t).map_or(true, |st| st.is_exiting())),
+        Err(_) => true,
+    }
+}
+
 /// True when `/proc` shows thread `tid` as a zombie, dead, or not at all.
 pub(crate) fn thread_is_dead(tid: i32) -> bool {
     procfs::read_stat(tid).map_or(true, |st| st.is_dead())
