@@ -483,10 +483,12 @@ pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
     if refusal || pid <= 0 {
         return error;
     }
-    // A SIGKILLed process loses its address space (its memory reads fail)
-    // a moment before /proc shows its threads as zombies: give the kernel that
-    // moment when the error says the process is going away.
-    let wait = if looks_gone(&error) {
+    // A SIGKILLed process loses its address space (its memory reads fail, and
+    // its maps read empty, so a symbol lookup finds no function at all) a
+    // moment before /proc shows its threads as zombies: give the kernel that
+    // moment when the error, or the process itself (a thread with PF_EXITING),
+    // says it is going away.
+    let wait = if looks_gone(&error) || crate::ptrace::session::some_thread_exiting(pid) {
         std::time::Duration::from_millis(200)
     } else {
         std::time::Duration::ZERO
@@ -497,6 +499,11 @@ pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
             return Error::ExitedDuring { pid, operation };
         }
         if std::time::Instant::now() >= deadline {
+            // Every thread past the point of no return (a large address space
+            // takes long to let go): the process is ending, whatever failed.
+            if wait > std::time::Duration::ZERO && crate::ptrace::session::process_exiting(pid) {
+                return Error::ExitedDuring { pid, operation };
+            }
             return error;
         }
         std::thread::sleep(std::time::Duration::from_millis(5));

@@ -60,11 +60,20 @@ pub trait Memory {
         self.read(addr, &mut v)?;
         Ok(v)
     }
+
+    /// Drops whatever this backend kept of earlier reads, so that the next reads
+    /// see the target as it is now (a reader that must read again something the
+    /// running target changed under it); nothing to do for a backend that keeps nothing.
+    fn forget_cached(&self) {}
 }
 
 impl<M: Memory + ?Sized> Memory for &M {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         (**self).read(addr, buf)
+    }
+
+    fn forget_cached(&self) {
+        (**self).forget_cached();
     }
 }
 
@@ -176,6 +185,10 @@ impl<M: Memory> Memory for PageCache<M> {
         }
         Ok(())
     }
+
+    fn forget_cached(&self) {
+        self.clear();
+    }
 }
 
 #[cfg(test)]
@@ -232,6 +245,14 @@ mod tests {
             expected(0x1008, 8)
         );
         assert_eq!(inner.reads.get(), 3, "read again after clear");
+        // A reader that only has `&dyn Memory` forgets the pages the same way.
+        let memory: &dyn Memory = &&cache;
+        memory.forget_cached();
+        assert_eq!(
+            memory.read_u64(0x1010).unwrap(),
+            cache.read_u64(0x1010).unwrap()
+        );
+        assert_eq!(inner.reads.get(), 4, "read again after forget_cached");
     }
 
     #[test]

@@ -208,6 +208,9 @@ pub struct Stat {
 
 /// `PF_KTHREAD` in [`Stat::flags`]: the task is a kernel thread.
 pub const PF_KTHREAD: u64 = 0x0020_0000;
+/// `PF_EXITING` in [`Stat::flags`]: the task has started to exit (set first
+/// thing when it exits, before its memory is let go; it never runs user code again).
+pub const PF_EXITING: u64 = 0x0000_0004;
 
 impl Stat {
     /// True for a kernel thread (no user space).
@@ -218,6 +221,11 @@ impl Stat {
     /// True for a zombie or dead task.
     pub fn is_dead(&self) -> bool {
         matches!(self.state, 'Z' | 'X' | 'x')
+    }
+
+    /// True for a task that is exiting or has exited: it runs no user code again.
+    pub fn is_exiting(&self) -> bool {
+        self.is_dead() || self.flags & PF_EXITING != 0
     }
 }
 
@@ -655,6 +663,12 @@ garbage line
         assert!(parse_stat(kthread).unwrap().is_kernel_thread());
         let zombie = "7 (z) Z 1 7 7 0 -1 4194316 0 0 0 0 0 0 0 0 20 0 1 0 9 0 0\n";
         assert!(parse_stat(zombie).unwrap().is_dead());
+        assert!(parse_stat(zombie).unwrap().is_exiting());
+        // Killed, its memory being let go: still `R`, with PF_EXITING (0x4).
+        let exiting = "7 (x) R 1 7 7 0 -1 4194372 0 0 0 0 0 0 0 0 20 0 1 0 9 0 0\n";
+        let exiting = parse_stat(exiting).unwrap();
+        assert!(exiting.is_exiting() && !exiting.is_dead());
+        assert!(!parse_stat(kthread).unwrap().is_exiting());
         assert_eq!(parse_stat("7 (short) R 1 2"), None);
         assert_eq!(parse_stat("no parentheses"), None);
     }

@@ -30,7 +30,9 @@ use thiserror::Error;
 use crate::ptrace::regs::{
     get_fpregs, get_sigmask, get_xstate, set_fpregs, set_sigmask, set_xstate, sigbit,
 };
-use crate::ptrace::session::{wait_tid, Current, Session, SessionError, UnexpectedState, Waited};
+use crate::ptrace::session::{
+    wait_tid_within, Current, Session, SessionError, UnexpectedState, Waited, STOP_DEADLINE,
+};
 
 /// The user code segment selector of 64-bit code on Linux x86-64.
 const USER_CS_64: u64 = 0x33;
@@ -265,7 +267,14 @@ impl Session {
                 if Instant::now() >= deadline {
                     ptrace::interrupt(child)
                         .map_err(|e| self.ptrace_error("PTRACE_INTERRUPT", tid, e))?;
-                    match wait_tid(tid)? {
+                    // A thread held in the kernel inside the call is not waited
+                    // for without end: it finishes the call by itself (its signal
+                    // frame gives its context back), seized until this tracer
+                    // thread ends, which lets it go.
+                    let Some(waited) = wait_tid_within(tid, Some(STOP_DEADLINE))? else {
+                        return Err(self.no_stop(tid));
+                    };
+                    match waited {
                         Waited::Gone => {
                             self.threads.remove(i);
                             return Err(SessionError::Exited { pid: self.pid });

@@ -92,6 +92,25 @@ pub enum SessionError {
         /// Why.
         reason: Refusal,
     },
+    /// A thread asked to stop did not stop in time: it is held in the kernel
+    /// (an uninterruptible wait) and nothing was done to the process.
+    #[error(
+        "thread {tid} of process {pid} did not stop within {} s of being asked to (state {state}): \
+         it is held in an uninterruptible wait in the kernel (a vfork parent, a stuck file \
+         system or device); nothing was changed; try again once it has left that wait \
+         (/proc/{pid}/task/{tid}/wchan names it)",
+        .waited.as_secs()
+    )]
+    NoStop {
+        /// The process.
+        pid: i32,
+        /// The thread.
+        tid: i32,
+        /// How long it was waited for.
+        waited: Duration,
+        /// Its state letter in `/proc` at the deadline (`D`: uninterruptible).
+        state: char,
+    },
     /// The process went away while we worked on it.
     #[error("process {pid} exited during the operation")]
     Exited {
@@ -350,6 +369,8 @@ pub struct Session {
     signals: Vec<SignalOutcome>,
     /// Seized threads whose stop has not been collected yet (only non-empty on error paths).
     pending: HashSet<i32>,
+    /// How long a thread asked to stop may take ([`STOP_DEADLINE`]).
+    stop_deadline: Duration,
     /// Clone events seen while attaching (diagnostics and tests).
     pub(crate) clone_events: usize,
     /// The process ignores SIGTRAP (SIG_IGN), so remote system calls avoid single-steps.
@@ -573,6 +594,19 @@ fn try_wait(tid: i32) -> Result<Option<Waited>, SessionError> {
 /// `argstash record -- CMD` started) is left to be collected: its exit status
 /// is the parent's, and the tracer's wait would consume it.
 pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
+    Ok(wait_tid_within(tid, None)?.expect("no deadline"))
+}
+
+/// How long a thread that was asked to stop (`PTRACE_INTERRUPT`) may take: one
+/// that takes longer is held in an uninterruptible wait in the kernel, where it
+/// may stay for ever (a vfork parent until its child execs or exits).
+pub(crate) const STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// [`wait_tid`], giving up after `limit` (when given): `None` then.
+pub(crate) fn wait_tid_within(
+    tid: i32,
+    limit: Option<Duration>,
+) -> Result<Option<Waited>, SessionError> {
     let started = Instant::now();
     // A real-time caller (`argstash record`'s sampler) sleeps from the start: a
     // yield would not let the tracee, a normal thread, run on this CPU, and
@@ -586,12 +620,15 @@ pub(crate) fn wait_tid(tid: i32) -> Result<Waited, SessionError> {
     let mut next_check = started;
     loop {
         if let Some(waited) = try_wait(tid)? {
-            return Ok(waited);
+            return Ok(Some(waited));
         }
         let now = Instant::now();
         if now >= next_check {
             if thread_is_dead(tid) {
-                return Ok(Waited::Gone);
+                return Ok(Some(Waited::Gone));
+            }
+            if limit.is_some_and(|l| now - started >= l) {
+                return Ok(None);
             }
             next_check = now + Duration::from_millis(2);
         }
@@ -643,6 +680,29 @@ fn is_own_child_process(tid: i32) -> bool {
 pub fn process_ended(pid: i32) -> bool {
     match procfs::read_task_ids(pid) {
         Ok(tids) => tids.into_iter().all(thread_is_dead),
+        Err(_) => true,
+    }
+}
+
+/// True when `pid` is going away: every thread of it has started to exit (the
+/// kernel's `PF_EXITING`: a killed process shows it while it lets its memory go,
+/// before its threads are zombies; none of them runs user code again) or is gone.
+pub(crate) fn process_exiting(pid: i32) -> bool {
+    match procfs::read_task_ids(pid) {
+        Ok(tids) => tids
+            .into_iter()
+            .all(|t| procfs::read_stat(t).map_or(true, |st| st.is_exiting())),
+        Err(_) => true,
+    }
+}
+
+/// True when some thread of `pid` is exiting or gone (its group leader too):
+/// the process may be going away, or only that thread.
+pub(crate) fn some_thread_exiting(pid: i32) -> bool {
+    match procfs::read_task_ids(pid) {
+        Ok(tids) => tids
+            .into_iter()
+            .any(|t| procfs::read_stat(t).map_or(true, |st| st.is_exiting())),
         Err(_) => true,
     }
 }
@@ -731,6 +791,7 @@ impl Session {
             memory: None,
             signals: Vec::new(),
             pending: HashSet::new(),
+            stop_deadline: STOP_DEADLINE,
             clone_events: 0,
             sigtrap_ignored: checked.status.ignores(libc::SIGTRAP),
             start_time: checked.start_time,
@@ -739,9 +800,18 @@ impl Session {
     }
 
     /// Stops every thread of `pid`, looping until no new thread appears.
+    ///
+    /// A thread that does not stop within [`STOP_DEADLINE`] fails it with
+    /// [`SessionError::NoStop`], the others let go as they were.
     pub fn attach_all(pid: i32) -> Result<Session, SessionError> {
+        Session::attach_all_within(pid, STOP_DEADLINE)
+    }
+
+    /// [`Session::attach_all`], each thread given `deadline` to stop.
+    pub(crate) fn attach_all_within(pid: i32, deadline: Duration) -> Result<Session, SessionError> {
         let status = precheck(pid)?;
         let mut s = Session::new(pid, true, &status);
+        s.stop_deadline = deadline;
         s.attach_loop()?;
         if s.threads.is_empty() {
             return Err(SessionError::Exited { pid });
@@ -920,6 +990,16 @@ impl Session {
         }
     }
 
+    /// [`SessionError::NoStop`] for thread `tid`, which did not stop within the deadline.
+    pub(crate) fn no_stop(&self, tid: i32) -> SessionError {
+        SessionError::NoStop {
+            pid: self.pid,
+            tid,
+            waited: self.stop_deadline,
+            state: procfs::read_task_status(self.pid, tid).map_or('?', |s| s.state),
+        }
+    }
+
     /// Explains an EPERM from `PTRACE_SEIZE`; a zombie or vanished thread is skipped (`Ok`).
     ///
     /// `seen` is a tracer [`seize`] saw on the thread (0: none): it is named
@@ -953,7 +1033,13 @@ impl Session {
         cloned: &mut HashSet<i32>,
     ) -> Result<(), SessionError> {
         loop {
-            let waited = wait_tid(tid);
+            let waited = match wait_tid_within(tid, Some(self.stop_deadline)) {
+                Ok(Some(w)) => Ok(w),
+                // Still seized, with the stop pending: the session's release
+                // (or, failing that, the end of this tracer thread) lets it go.
+                Ok(None) => return Err(self.no_stop(tid)),
+                Err(e) => Err(e),
+            };
             if let Step::Done = self.take_stop(tid, waited, known, waitlist, cloned)? {
                 return Ok(());
             }
@@ -1203,7 +1289,12 @@ impl Session {
         let mut todo: Vec<i32> = self.pending.drain().collect();
         while let Some(tid) = todo.pop() {
             let _ = ptrace::interrupt(Pid::from_raw(tid));
-            if let Ok(Waited::Stop { sig, event, .. }) = wait_tid(tid) {
+            // A thread that does not stop in time cannot be detached (only a
+            // stopped tracee can): it stays seized until this tracer thread ends,
+            // which detaches it and drops the pending stop.
+            if let Ok(Some(Waited::Stop { sig, event, .. })) =
+                wait_tid_within(tid, Some(self.stop_deadline))
+            {
                 if event == libc::PTRACE_EVENT_CLONE {
                     if let Ok(new) = ptrace::getevent(Pid::from_raw(tid)) {
                         todo.push(new as i32);
@@ -1259,9 +1350,13 @@ impl Session {
                         reap(t.tid);
                         return failed.map_or(Ok(()), Err);
                     }
-                    match wait_tid(t.tid)? {
-                        Waited::Gone => return failed.map_or(Ok(()), Err),
-                        Waited::Stop { sig: s, event, .. } => sig = if event == 0 { s } else { 0 },
+                    match wait_tid_within(t.tid, Some(self.stop_deadline))? {
+                        Some(Waited::Gone) => return failed.map_or(Ok(()), Err),
+                        Some(Waited::Stop { sig: s, event, .. }) => {
+                            sig = if event == 0 { s } else { 0 }
+                        }
+                        // It runs on, seized, until this tracer thread ends.
+                        None => return Err(self.no_stop(t.tid)),
                     }
                 }
                 source => {
@@ -1798,6 +1893,61 @@ int main(int argc, char **argv) {
         assert_eq!(child.line(), "usr1 value=7");
         assert!(child.try_line(Duration::from_millis(100)).is_none());
         assert_released(pid);
+    }
+
+    /// A vfork parent waits for its child in the kernel, where an interrupt does
+    /// not stop it: the attach gives up after its deadline with a typed error,
+    /// and once the attaching thread is gone the parent is untraced and runs on.
+    #[test]
+    fn a_thread_that_never_stops_fails_the_attach_after_its_deadline() {
+        const VFORK_PARENT: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    printf("ready\n");
+    fflush(stdout);
+    if (vfork() == 0) {
+        sleep(60);
+        _exit(0);
+    }
+    printf("child done\n");
+    fflush(stdout);
+    return 0;
+}
+"#;
+        let child = TestChild::spawn("vfork_parent", VFORK_PARENT, &[]);
+        let pid = child.pid;
+        let start = Instant::now();
+        while procfs::read_stat(pid).map_or(true, |s| s.state != 'D') {
+            assert!(start.elapsed() < Duration::from_secs(10), "never in vfork");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let deadline = Duration::from_millis(300);
+        let attached =
+            std::thread::spawn(move || Session::attach_all_within(pid, deadline).map(drop))
+                .join()
+                .unwrap();
+        match attached {
+            Err(SessionError::NoStop {
+                pid: p,
+                tid,
+                waited,
+                state,
+            }) => {
+                assert_eq!((p, tid, waited, state), (pid, pid, deadline, 'D'));
+            }
+            other => panic!("expected NoStop, got {other:?}"),
+        }
+        assert_eq!(thread_state(pid, pid).1, 0, "left traced");
+        // The vfork child's end lets the parent go on, unstopped.
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+        let vforked: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+        // SAFETY: kill(2) of the test program's vfork child, found just above.
+        unsafe { libc::kill(vforked, libc::SIGKILL) };
+        assert_eq!(
+            child.try_line(Duration::from_secs(10)).as_deref(),
+            Some("child done")
+        );
     }
 
     #[test]

@@ -66,8 +66,13 @@ impl ProcessPython {
     }
 }
 
-/// How many times a thread list cut short is read before its problems are reported.
-const WALK_ATTEMPTS: usize = 4;
+/// How many times a thread list is read, at most, before what the last read
+/// found is taken as it is.
+const WALK_ATTEMPTS: usize = 6;
+
+/// How many whole, consecutive reads of a thread list must agree that a thread
+/// has no thread state before it counts as a thread that runs no Python.
+const CLEAN_MISSES: usize = 2;
 
 /// Reads the Python frames of threads, one at a time (code objects are decoded
 /// once per reader).
@@ -87,17 +92,26 @@ impl StackReader<'_> {
                 return ThreadRead {
                     chain: None,
                     notes: vec![why.clone()],
-                    unreadable: true,
+                    on_every_thread: true,
                 }
             }
             (ProcessPython::Found(i), Some(f)) => (i, f),
             (ProcessPython::Found(_), None) => return ThreadRead::default(),
         };
-        // A live process may change its thread list while it is read (a thread
-        // state torn down under the walk cuts the list short): a walk that ended
-        // early without reaching `tid` is read again, a few times.
+        // A live process changes its thread list while it is read: a thread
+        // state torn down under the walk cuts the list short, with a problem
+        // (its freed memory names no interpreter, or links to nowhere) or without
+        // one (the allocator hands the freed state out again, its `next` field
+        // zeroed while the rest still reads as a thread state: the list then
+        // ends there, cleanly). So a walk that did not reach `tid` is read again,
+        // from the target's memory as it is now (a cache would give the torn list
+        // again), until `tid` is found or whole walks agree that it is not there.
         let mut attempts = 0;
+        let mut clean_misses = 0;
         let walk = loop {
+            if attempts > 0 {
+                self.mem.forget_cached();
+            }
             attempts += 1;
             let walk = match interp.threads(self.mem) {
                 Ok(w) => w,
@@ -105,20 +119,25 @@ impl StackReader<'_> {
                     return ThreadRead {
                         chain: None,
                         notes: vec![format!("cannot read CPython's thread states: {e}")],
-                        unreadable: false,
+                        on_every_thread: false,
                     }
                 }
             };
             let found = u64::try_from(tid)
                 .ok()
                 .is_some_and(|t| walk.for_tid(t).is_some());
-            if found || walk.problems.is_empty() || attempts >= WALK_ATTEMPTS {
+            if walk.problems.is_empty() {
+                clean_misses += 1;
+            }
+            if found || clean_misses >= CLEAN_MISSES || attempts >= WALK_ATTEMPTS {
                 break walk;
             }
         };
         let Some(ts) = u64::try_from(tid).ok().and_then(|t| walk.for_tid(t)) else {
-            // Not a Python thread, unless the list was cut before its state.
-            let notes = walk
+            // Not a Python thread, unless the list was cut before its state: then
+            // whether it runs Python is unknown, and the note says so on any thread
+            // (a stripped 3.13+ evaluator has no named native frame to show it by).
+            let notes: Vec<String> = walk
                 .problems
                 .iter()
                 .map(|p| {
@@ -130,8 +149,8 @@ impl StackReader<'_> {
                 .collect();
             return ThreadRead {
                 chain: None,
+                on_every_thread: !notes.is_empty(),
                 notes,
-                unreadable: false,
             };
         };
         let notes = walk
@@ -145,7 +164,7 @@ impl StackReader<'_> {
                 .current_frame
                 .map(|f| frames.chain_to(f, ts.base_frame, STACK_LIMIT)),
             notes,
-            unreadable: false,
+            on_every_thread: false,
         }
     }
 }
@@ -157,11 +176,12 @@ pub struct ThreadRead {
     pub chain: Option<FrameChain>,
     /// What went wrong finding it.
     pub notes: Vec<String>,
-    /// The process is a CPython whose state cannot be read at all (a version
-    /// without a layout, damaged debug offsets): the note is shown on every
-    /// thread, since the evaluator's native frames may not be named (3.13+
-    /// builds keep its body in unnamed code).
-    pub unreadable: bool,
+    /// The notes concern this thread whatever its native frames, so they are
+    /// shown even where no native frame is a named evaluator (3.13+ builds keep
+    /// its body in unnamed code): the process is a CPython whose state cannot be
+    /// read at all (a version without a layout, damaged debug offsets), or its
+    /// thread list was cut short before this thread's state was found.
+    pub on_every_thread: bool,
 }
 
 impl ThreadRead {
@@ -171,7 +191,7 @@ impl ThreadRead {
     pub fn assemble(self, native: &[NativeEval]) -> Option<PythonStack> {
         let evaluates = native.iter().any(|n| n.is_eval);
         let Some(chain) = self.chain else {
-            return ((evaluates || self.unreadable) && !self.notes.is_empty()).then(|| {
+            return ((evaluates || self.on_every_thread) && !self.notes.is_empty()).then(|| {
                 PythonStack {
                     frames: Vec::new(),
                     notes: self.notes,
@@ -301,7 +321,7 @@ mod tests {
                 end: ChainEnd::Root,
             }),
             notes: Vec::new(),
-            unreadable: false,
+            on_every_thread: false,
         };
         let stashed = NativeEval {
             is_eval: true,
@@ -353,7 +373,7 @@ mod tests {
                 end: ChainEnd::Loop { addr: 0x100 },
             }),
             notes: Vec::new(),
-            unreadable: false,
+            on_every_thread: false,
         };
         let stack = read.assemble(&[eval]).unwrap();
         assert_eq!(stack.frames.len(), 1);
@@ -362,12 +382,12 @@ mod tests {
         let mut unreadable = ThreadRead {
             chain: None,
             notes: vec!["cannot read CPython's thread states".into()],
-            unreadable: false,
+            on_every_thread: false,
         };
         assert!(unreadable.clone().assemble(&[C]).is_none());
         assert_eq!(unreadable.clone().assemble(&[eval]).unwrap().notes.len(), 1);
         // ...unless the whole interpreter cannot be read: then on every thread.
-        unreadable.unreadable = true;
+        unreadable.on_every_thread = true;
         assert_eq!(unreadable.assemble(&[C]).unwrap().notes.len(), 1);
         assert!(ThreadRead::default().assemble(&[eval]).is_none());
     }

@@ -627,9 +627,15 @@ fn thread_states_torn_down_while_read_never_fail_the_backtrace() {
                 output_text(&out)
             );
             let bt: Value = serde_json::from_slice(&out.stdout).unwrap();
-            let main = python_frames(thread_frames(main_thread(&bt, pid)));
+            let thread = main_thread(&bt, pid);
+            let main = python_frames(thread_frames(thread));
             let names: Vec<&str> = main.iter().map(|s| s.function.as_str()).collect();
-            assert_eq!(names, ["wait_here", "<module>"], "3.{minor} round {round}");
+            assert_eq!(
+                names,
+                ["wait_here", "<module>"],
+                "3.{minor} round {round}; Python notes: {}",
+                thread["python_notes"]
+            );
             assert_eq!(
                 main[0].params,
                 [("tag".to_string(), "'churning'".to_string())]

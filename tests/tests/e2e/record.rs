@@ -127,11 +127,16 @@ fn a_process_that_exits_mid_recording_leaves_the_profile_so_far() {
     let t = Target::spawn_with_args(&exe, &["spin", "3"]);
     let out_file = temp("exits.txt");
     let started = Instant::now();
-    // 499 Hz: beside other tests, only the samples of the thread while it runs
-    // on a CPU count, and this test is about the end, not about how many.
+    // This test is about the end, not about where the time goes: --idle keeps
+    // every sample a round takes. An on-CPU profile keeps only the samples that
+    // find the worker running, and beside other tests' real-time recordings it
+    // barely runs (4 kept in 2.6 s, 368 left out as waiting for a CPU and 1902
+    // lost behind schedule, with two 5000 Hz recordings of a 4-thread spinner
+    // beside it): the right profile of a starved process, not a failure.
     let out = record_ok(&[
         "--pid",
         &t.pid().to_string(),
+        "--idle",
         "--rate",
         "499",
         "--duration",
@@ -147,9 +152,14 @@ fn a_process_that_exits_mid_recording_leaves_the_profile_so_far() {
         "{stderr}"
     );
     let stacks = collapsed(&out_file);
-    // Some samples, kept: how many depends on the CPUs the other tests leave it.
+    // The samples taken until the exit, kept: all those the summary counts.
     assert!(
         count(&stacks, |f| f == "hot_a") >= 5,
+        "{stacks:?}\n{stderr}"
+    );
+    assert_eq!(
+        stacks.iter().map(|(_, n)| *n).sum::<u64>(),
+        summary_number(&stderr, "samples"),
         "{stacks:?}\n{stderr}"
     );
     let _ = fs::remove_file(out_file);
