@@ -475,6 +475,109 @@ pub fn strip_all(exe: &Path) -> PathBuf {
     out
 }
 
+/// `cc -O1 -g -pthread`: the flags of a test's own program given as text (see [`build_source`]).
+pub const SOURCE_FLAGS: &[&str] = &["-O1", "-g", "-pthread"];
+
+/// Compiles a C program given as text (a test's own, small program) with
+/// `cc FLAGS`; panics with cc's messages when it fails. Cached like
+/// [`try_build_sources`].
+pub fn build_source(name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    try_build_sources(name, &[(&format!("{name}.c"), source)], flags)
+        .unwrap_or_else(|e| panic!("compile {name}: {e}"))
+}
+
+/// Compiles the C files `sources` (`(file name, text)`, linked together) with
+/// `cc FLAGS` into an executable named after `name`; `Err` holds cc's messages
+/// (a test that needs an optional toolchain, such as `-m32`, skips on it).
+///
+/// Cached in [`fixture_cache_dir`] under a hash of the texts, the flags and the
+/// compiler version, like [`build`]; safe to call from many threads and processes.
+pub fn try_build_sources(
+    name: &str,
+    sources: &[(&str, &str)],
+    flags: &[&str],
+) -> Result<PathBuf, String> {
+    let mut key: Vec<&[u8]> = vec![
+        RECIPE_VERSION.as_bytes(),
+        b"sources",
+        cc_identity().as_bytes(),
+    ];
+    for (file, text) in sources {
+        key.extend([file.as_bytes(), text.as_bytes()]);
+    }
+    key.extend(flags.iter().map(|f| f.as_bytes()));
+    let hash = fnv1a(&key);
+    cached(&format!("{name}-{hash:016x}"), |tmp| {
+        let mut dir = tmp.as_os_str().to_owned();
+        dir.push(".src");
+        let dir = PathBuf::from(dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        let mut cc = Command::new("cc");
+        cc.arg("-o").arg(tmp);
+        for (file, text) in sources {
+            let path = dir.join(file);
+            fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+            cc.arg(path);
+        }
+        let out = cc
+            .args(flags)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run cc ({e}); run scripts/setup.sh"));
+        let _ = fs::remove_dir_all(&dir);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "cc {}: {}",
+                flags.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    })
+}
+
+/// Compiles the C file `src` (from any directory, e.g. a crate's own
+/// `tests/fixtures`) with `cc FLAGS`, cached by its content like [`try_build_sources`].
+pub fn build_file(src: &Path, flags: &[&str]) -> PathBuf {
+    let text = fs::read_to_string(src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
+    let stem = src
+        .file_stem()
+        .unwrap_or_else(|| panic!("{} has no file name", src.display()))
+        .to_string_lossy();
+    let file = format!("{stem}.c");
+    try_build_sources(&stem, &[(&file, &text)], flags)
+        .unwrap_or_else(|e| panic!("compile {}: {e}", src.display()))
+}
+
+/// The executable `name` in [`fixture_cache_dir`]: `make` writes it to the
+/// temporary path it is given, which is then renamed into place (whoever
+/// finishes first wins; every build of one name is identical).
+fn cached(name: &str, make: impl FnOnce(&Path) -> Result<(), String>) -> Result<PathBuf, String> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = fixture_cache_dir();
+    let out = dir.join(name);
+    if out.is_file() {
+        return Ok(out);
+    }
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    if let Err(e) = make(&tmp) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if out.is_file() {
+        let _ = fs::remove_file(&tmp);
+    } else {
+        fs::rename(&tmp, &out)
+            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
+    }
+    Ok(out)
+}
+
 /// True when `cc -m32` links a program here; otherwise prints why the calling test skips.
 ///
 /// The probe runs once per test process; the message is printed on every call
