@@ -497,17 +497,12 @@ pub fn try_build_sources(
     sources: &[(&str, &str)],
     flags: &[&str],
 ) -> Result<PathBuf, String> {
-    let mut key: Vec<&[u8]> = vec![
-        RECIPE_VERSION.as_bytes(),
-        b"sources",
-        cc_identity().as_bytes(),
-    ];
+    let mut key: Vec<&[u8]> = vec![b"cc", cc_identity().as_bytes()];
     for (file, text) in sources {
         key.extend([file.as_bytes(), text.as_bytes()]);
     }
     key.extend(flags.iter().map(|f| f.as_bytes()));
-    let hash = fnv1a(&key);
-    cached(&format!("{name}-{hash:016x}"), |tmp| {
+    build_cached(name, &key, |tmp| {
         let mut dir = tmp.as_os_str().to_owned();
         dir.push(".src");
         let dir = PathBuf::from(dir);
@@ -550,13 +545,22 @@ pub fn build_file(src: &Path, flags: &[&str]) -> PathBuf {
         .unwrap_or_else(|e| panic!("compile {}: {e}", src.display()))
 }
 
-/// The executable `name` in [`fixture_cache_dir`]: `make` writes it to the
-/// temporary path it is given, which is then renamed into place (whoever
-/// finishes first wins; every build of one name is identical).
-fn cached(name: &str, make: impl FnOnce(&Path) -> Result<(), String>) -> Result<PathBuf, String> {
+/// An executable built by `make`, cached in [`fixture_cache_dir`] under `name`
+/// and a hash of `key` (everything the build depends on: sources, flags, tool
+/// versions). `make` writes it to the temporary path it is given, which is then
+/// renamed into place (whoever finishes first wins: every build of one key is
+/// identical); its `Err` is returned as it is, and nothing is cached.
+pub fn build_cached(
+    name: &str,
+    key: &[&[u8]],
+    make: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<PathBuf, String> {
+    let mut parts = vec![RECIPE_VERSION.as_bytes(), name.as_bytes()];
+    parts.extend_from_slice(key);
+    let name = format!("{name}-{:016x}", fnv1a(&parts));
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = fixture_cache_dir();
-    let out = dir.join(name);
+    let out = dir.join(&name);
     if out.is_file() {
         return Ok(out);
     }
@@ -576,6 +580,37 @@ fn cached(name: &str, make: impl FnOnce(&Path) -> Result<(), String>) -> Result<
             .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
     }
     Ok(out)
+}
+
+/// A fresh empty directory under the temp dir, named after the process, a
+/// tag and a counter; removed with its contents on drop.
+#[derive(Debug)]
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// Creates `$TMPDIR/argstash-TAG-PID-N`.
+    pub fn new(tag: &str) -> ScratchDir {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "argstash-{tag}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        ScratchDir(dir)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }
 
 /// True when `cc -m32` links a program here; otherwise prints why the calling test skips.
