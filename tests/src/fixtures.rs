@@ -278,8 +278,6 @@ fn build_uncached(fixture: &str, variant: Variant) -> PathBuf {
     };
 
     let mut key: Vec<Vec<u8>> = vec![
-        RECIPE_VERSION.into(),
-        fixture.into(),
         fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display())),
         cc_identity().into(),
         vec![u8::from(strip)],
@@ -299,37 +297,20 @@ fn build_uncached(fixture: &str, variant: Variant) -> PathBuf {
         key.push(fs::read(h).expect("read header"));
     }
     let parts: Vec<&[u8]> = key.iter().map(Vec::as_slice).collect();
-    let hash = fnv1a(&parts);
-
-    let dir = fixture_cache_dir();
-    let out = dir.join(format!("{fixture}-{}-{hash:016x}", variant.name()));
-    if out.is_file() {
-        return out;
-    }
-
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let tmp = dir.join(format!(
-        ".{fixture}-{hash:016x}.tmp-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let mut cmd = Command::new(compiler);
-    cmd.args(&flags).arg("-o").arg(&tmp).arg(&src);
-    check_tool(&mut cmd, &format!("compile fixture {fixture} ({variant})"));
-    if strip {
-        check_tool(
-            Command::new("strip").arg("--strip-debug").arg(&tmp),
-            &format!("strip fixture {fixture} ({variant})"),
-        );
-    }
-    if out.is_file() {
-        // Someone else finished first; theirs is identical.
-        let _ = fs::remove_file(&tmp);
-    } else {
-        fs::rename(&tmp, &out)
-            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
-    }
-    out
+    let name = format!("{fixture}-{}", variant.name());
+    let built = build_cached(&name, &parts, |tmp| {
+        let mut cmd = Command::new(compiler);
+        cmd.args(&flags).arg("-o").arg(tmp).arg(&src);
+        check_tool(&mut cmd, &format!("compile fixture {fixture} ({variant})"));
+        if strip {
+            check_tool(
+                Command::new("strip").arg("--strip-debug").arg(tmp),
+                &format!("strip fixture {fixture} ({variant})"),
+            );
+        }
+        Ok(())
+    });
+    built.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Assemble and link `tests/fixtures/<name>.s` as a static i386 program (`as --32`, `ld -m elf_i386`).
@@ -338,38 +319,25 @@ fn build_uncached(fixture: &str, variant: Variant) -> PathBuf {
 pub fn build_i386(name: &str) -> PathBuf {
     let src = fixtures_dir().join(format!("{name}.s"));
     let text = fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
-    let hash = fnv1a(&[RECIPE_VERSION.as_bytes(), b"i386", &text]);
-    let dir = fixture_cache_dir();
-    let out = dir.join(format!("{name}-i386-{hash:016x}"));
-    if out.is_file() {
-        return out;
-    }
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let tmp = dir.join(format!(
-        ".{name}-{hash:016x}.tmp-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let obj = tmp.with_extension("o");
-    check_tool(
-        Command::new("as").args(["--32", "-o"]).arg(&obj).arg(&src),
-        &format!("assemble {name}.s"),
-    );
-    check_tool(
-        Command::new("ld")
-            .args(["-m", "elf_i386", "-o"])
-            .arg(&tmp)
-            .arg(&obj),
-        &format!("link {name}"),
-    );
-    let _ = fs::remove_file(&obj);
-    if out.is_file() {
-        let _ = fs::remove_file(&tmp);
-    } else {
-        fs::rename(&tmp, &out)
-            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
-    }
-    out
+    let built = build_cached(&format!("{name}-i386"), &[&text], |tmp| {
+        let mut obj = tmp.as_os_str().to_owned();
+        obj.push(".o");
+        let obj = PathBuf::from(obj);
+        check_tool(
+            Command::new("as").args(["--32", "-o"]).arg(&obj).arg(&src),
+            &format!("assemble {name}.s"),
+        );
+        check_tool(
+            Command::new("ld")
+                .args(["-m", "elf_i386", "-o"])
+                .arg(tmp)
+                .arg(&obj),
+            &format!("link {name}"),
+        );
+        let _ = fs::remove_file(&obj);
+        Ok(())
+    });
+    built.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Compiles `src` into `out` with the system `cc` (`cc -o OUT SRC FLAGS...`:
@@ -410,34 +378,19 @@ pub fn build_cpp_with(name: &str, extra: &[&str]) -> PathBuf {
     }
     let src = fixtures_dir().join(format!("{name}.cpp"));
     let text = fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
-    let flags_text = extra.join(" ");
-    let hash = text
-        .iter()
-        .chain(if extra.is_empty() {
-            &[][..]
-        } else {
-            flags_text.as_bytes()
-        })
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-        });
-    let out = fixture_cache_dir().join(format!("{name}-O2-{hash:016x}"));
-    if !out.is_file() {
-        let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-        let status = Command::new("c++")
-            .args(["-O2", "-pthread"])
+    let mut key: Vec<&[u8]> = vec![b"c++", cc_identity().as_bytes(), &text];
+    key.extend(extra.iter().map(|f| f.as_bytes()));
+    let out = build_cached(&format!("{name}-O2"), &key, |tmp| {
+        let mut cmd = Command::new("c++");
+        cmd.args(["-O2", "-pthread"])
             .args(extra)
             .arg("-o")
-            .arg(&tmp)
-            .arg(&src)
-            .status()
-            .expect("cannot run c++ (run scripts/setup.sh)");
-        assert!(status.success(), "c++ failed to build {}", src.display());
-        if fs::rename(&tmp, &out).is_err() {
-            // Another test process finished first; theirs is identical.
-            let _ = fs::remove_file(&tmp);
-        }
-    }
+            .arg(tmp)
+            .arg(&src);
+        check_tool(&mut cmd, &format!("compile {}", src.display()));
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     built.insert(memo_key, out.clone());
     out
 }
