@@ -911,21 +911,6 @@ fn same_both_ways(bus: &Bus, direct: &Target, via: &Target, args: &[&str]) -> St
     a
 }
 
-/// Compiles tests/fixtures/throws.cpp (C++: libgcc's unwinder is loaded) at -O2.
-fn build_throws() -> std::path::PathBuf {
-    let src = argstash_tests::fixtures_dir().join("throws.cpp");
-    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("throws-bus-{}", std::process::id()));
-    let st = std::process::Command::new("c++")
-        .args(["-O2", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("c++");
-    assert!(st.success(), "c++ throws.cpp failed");
-    out
-}
-
 #[test]
 fn inject_list_eject_print_the_same_through_the_daemon() {
     let bus = Bus::start();
@@ -933,7 +918,7 @@ fn inject_list_eject_print_the_same_through_the_daemon() {
     // (libgcc's unwinder: registration counts and `libgcc yes` rows).
     let cases = [
         (argstash_tests::build("seed", Variant::O2G), "bar", false),
-        (build_throws(), "relay", true),
+        (argstash_tests::build_cpp("throws"), "relay", true),
     ];
     for (exe, func, cpp) in cases {
         let mut direct = Target::spawn(&exe);
@@ -1744,20 +1729,11 @@ fn a_stack_window_for_one_function_crosses_the_bus() {
     t.assert_healthy();
 }
 
-/// Compiles tests/fixtures/cppnames.cpp (C++ names only the symbol table holds) at -O2.
+/// tests/fixtures/cppnames.cpp (C++ names only the symbol table holds) at -O2.
 fn build_cppnames() -> std::path::PathBuf {
-    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("cppnames-bus-{}", std::process::id()));
-    let st = std::process::Command::new("c++")
-        .args(["-O2", "-fcf-protection=none", "-I"])
-        .arg(argstash_tests::fixtures_dir())
-        .arg("-o")
-        .arg(&out)
-        .arg(argstash_tests::fixtures_dir().join("cppnames.cpp"))
-        .status()
-        .expect("c++");
-    assert!(st.success(), "c++ cppnames.cpp failed");
-    out
+    let include = argstash_tests::fixtures_dir();
+    let include = include.to_str().expect("a UTF-8 path");
+    argstash_tests::build_cpp_with("cppnames", &["-fcf-protection=none", "-I", include])
 }
 
 /// The mangled name of the function `nm -C` shows as `demangled` in `exe`.

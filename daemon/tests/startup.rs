@@ -6,27 +6,19 @@
 use std::process::Command;
 use std::time::Duration;
 
+use argstash_tests::run_command;
+
 /// Runs argstashd with `args`; returns its exit code and stderr. Fails the test
 /// if it has not ended within 20 s (it must give up, not wait for a bus).
 fn argstashd(args: &[&str]) -> (Option<i32>, String) {
     let state = std::env::temp_dir().join(format!("argstashd-startup-{}", std::process::id()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_argstashd"))
-        .args(args)
-        .arg("--state-dir")
-        .arg(&state)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("argstashd starts");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("argstashd {args:?} still running after 20 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
+    let out = run_command(
+        Command::new(env!("CARGO_BIN_EXE_argstashd"))
+            .args(args)
+            .arg("--state-dir")
+            .arg(&state),
+        Duration::from_secs(20),
+    );
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

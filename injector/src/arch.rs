@@ -267,37 +267,19 @@ int main(void) {
 
     #[test]
     fn remote_syscalls_in_a_32bit_process_leave_every_register_as_it_was() {
-        use std::io::{BufRead, BufReader, Write};
-        use std::process::{Command, Stdio};
+        use argstash_tests::{
+            regs_words, try_build_sources, wait_all_blocked, Target, OUTPUT_TIMEOUT,
+        };
 
-        use crate::ptrace::session::test_support::{regs_words, wait_all_blocked};
         use crate::ptrace::session::Session;
 
-        let dir = std::env::temp_dir().join(format!("argstash-arch-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join("readers32.c");
-        let bin = dir.join("readers32");
-        std::fs::write(&src, READERS32).unwrap();
-        let built = Command::new("cc")
-            .args(["-m32", "-O1", "-pthread", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !built {
+        let flags = ["-m32", "-O1", "-pthread"];
+        let Ok(bin) = try_build_sources("readers32", &[("readers32.c", READERS32)], &flags) else {
             eprintln!("SKIP: `cc -m32` cannot link here (install gcc-multilib: scripts/setup.sh)");
             return;
-        }
-        let mut child = Command::new(&bin)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = child.id() as i32;
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line, "ready\n");
+        };
+        let mut child = Target::spawn(&bin);
+        let pid = child.pid();
         assert_eq!(Arch::of_process(pid), Arch::I386);
         wait_all_blocked(pid);
 
@@ -337,15 +319,8 @@ int main(void) {
 
         // The interrupted reads restart and the process carries on.
         wait_all_blocked(pid);
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"hello\n").unwrap();
-        stdin.flush().unwrap();
-        line.clear();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line, "echo hello\n");
-        let _ = child.kill();
-        let _ = child.wait();
-        let _ = std::fs::remove_dir_all(&dir);
+        child.write_stdin("hello\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "echo hello");
     }
 
     #[test]

@@ -216,8 +216,8 @@ impl WriteMemory for ProcessMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ptrace::session::test_support::TestChild;
     use crate::ptrace::session::Session;
+    use argstash_tests::{Target, OUTPUT_TIMEOUT};
 
     /// Prints the address of a function (r-x), a constant (r--) and a PROT_NONE page.
     const PROG: &str = r#"
@@ -243,8 +243,8 @@ int main(void) {
 }
 "#;
 
-    fn addrs(child: &TestChild) -> (u64, u64, u64) {
-        let v: Vec<u64> = child.first_output[0]
+    fn addrs(child: &Target) -> (u64, u64, u64) {
+        let v: Vec<u64> = child.before_ready()[0]
             .split_whitespace()
             .map(|s| u64::from_str_radix(s, 16).unwrap())
             .collect();
@@ -253,10 +253,10 @@ int main(void) {
 
     #[test]
     fn writes_into_code_and_reads_back() {
-        let mut child = TestChild::spawn("mem", PROG, &[]);
+        let mut child = Target::spawn_source("mem", PROG, &[]);
         let (code, konst, none) = addrs(&child);
-        let mem = ProcessMemory::open(child.pid).unwrap();
-        assert_eq!(mem.pid(), child.pid);
+        let mem = ProcessMemory::open(child.pid()).unwrap();
+        assert_eq!(mem.pid(), child.pid());
 
         // Read-only data through the fast path.
         assert_eq!(
@@ -273,11 +273,11 @@ int main(void) {
         let patch = [0xb8, 42, 0, 0, 0, 0xc3];
         mem.write(code, &patch).unwrap();
         assert_eq!(mem.read_vec(code, 6).unwrap(), patch);
-        child.send("5\n");
-        assert_eq!(child.line(), "42");
+        child.write_stdin("5\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "42");
         mem.write(code, &original).unwrap();
-        child.send("5\n");
-        assert_eq!(child.line(), "16");
+        child.write_stdin("5\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "16");
 
         // Writing through a reference, into read-only data.
         let by_ref: &dyn WriteMemory = &mem;
@@ -287,26 +287,26 @@ int main(void) {
 
     #[test]
     fn ptrace_words_unaligned() {
-        let child = TestChild::spawn("memp", PROG, &[]);
+        let child = Target::spawn_source("memp", PROG, &[]);
         let (_, konst, none) = addrs(&child);
-        let session = Session::attach_all(child.pid).unwrap();
-        let mem = ProcessMemory::open(child.pid)
+        let session = Session::attach_all(child.pid()).unwrap();
+        let mem = ProcessMemory::open(child.pid())
             .unwrap()
-            .with_ptrace_fallback(child.pid);
+            .with_ptrace_fallback(child.pid());
         // Unaligned head and tail, spanning three words.
         let at = konst + 3;
         let before = mem.read_vec(konst, 32).unwrap();
-        mem.write_ptrace(child.pid, at, b"0123456789abcdef!")
+        mem.write_ptrace(child.pid(), at, b"0123456789abcdef!")
             .unwrap();
         let after = mem.read_vec(konst, 32).unwrap();
         assert_eq!(&after[..3], &before[..3]);
         assert_eq!(&after[3..20], b"0123456789abcdef!");
         assert_eq!(&after[20..], &before[20..]);
         let mut back = [0u8; 17];
-        mem.read_ptrace(child.pid, at, &mut back).unwrap();
+        mem.read_ptrace(child.pid(), at, &mut back).unwrap();
         assert_eq!(&back, b"0123456789abcdef!");
         let mut none_bytes = [0u8; 5];
-        mem.read_ptrace(child.pid, none + 7, &mut none_bytes)
+        mem.read_ptrace(child.pid(), none + 7, &mut none_bytes)
             .unwrap();
         assert_eq!(none_bytes, [0x5a; 5]);
         session.detach().unwrap();

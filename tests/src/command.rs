@@ -40,6 +40,22 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// How long [`wait_for`] polls before it fails the test.
+pub const WAIT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Poll `cond` every millisecond until it is true; panics naming `what` after [`WAIT_TIMEOUT`].
+#[track_caller]
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < WAIT_TIMEOUT,
+            "timed out waiting until {what}"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A command (often `argstash args...`) started in the background with stdout and stderr collected.
 pub struct Background {
     child: Child,

@@ -278,8 +278,6 @@ fn build_uncached(fixture: &str, variant: Variant) -> PathBuf {
     };
 
     let mut key: Vec<Vec<u8>> = vec![
-        RECIPE_VERSION.into(),
-        fixture.into(),
         fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display())),
         cc_identity().into(),
         vec![u8::from(strip)],
@@ -299,37 +297,20 @@ fn build_uncached(fixture: &str, variant: Variant) -> PathBuf {
         key.push(fs::read(h).expect("read header"));
     }
     let parts: Vec<&[u8]> = key.iter().map(Vec::as_slice).collect();
-    let hash = fnv1a(&parts);
-
-    let dir = fixture_cache_dir();
-    let out = dir.join(format!("{fixture}-{}-{hash:016x}", variant.name()));
-    if out.is_file() {
-        return out;
-    }
-
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let tmp = dir.join(format!(
-        ".{fixture}-{hash:016x}.tmp-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let mut cmd = Command::new(compiler);
-    cmd.args(&flags).arg("-o").arg(&tmp).arg(&src);
-    check_tool(&mut cmd, &format!("compile fixture {fixture} ({variant})"));
-    if strip {
-        check_tool(
-            Command::new("strip").arg("--strip-debug").arg(&tmp),
-            &format!("strip fixture {fixture} ({variant})"),
-        );
-    }
-    if out.is_file() {
-        // Someone else finished first; theirs is identical.
-        let _ = fs::remove_file(&tmp);
-    } else {
-        fs::rename(&tmp, &out)
-            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
-    }
-    out
+    let name = format!("{fixture}-{}", variant.name());
+    let built = build_cached(&name, &parts, |tmp| {
+        let mut cmd = Command::new(compiler);
+        cmd.args(&flags).arg("-o").arg(tmp).arg(&src);
+        check_tool(&mut cmd, &format!("compile fixture {fixture} ({variant})"));
+        if strip {
+            check_tool(
+                Command::new("strip").arg("--strip-debug").arg(tmp),
+                &format!("strip fixture {fixture} ({variant})"),
+            );
+        }
+        Ok(())
+    });
+    built.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Assemble and link `tests/fixtures/<name>.s` as a static i386 program (`as --32`, `ld -m elf_i386`).
@@ -338,38 +319,25 @@ fn build_uncached(fixture: &str, variant: Variant) -> PathBuf {
 pub fn build_i386(name: &str) -> PathBuf {
     let src = fixtures_dir().join(format!("{name}.s"));
     let text = fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
-    let hash = fnv1a(&[RECIPE_VERSION.as_bytes(), b"i386", &text]);
-    let dir = fixture_cache_dir();
-    let out = dir.join(format!("{name}-i386-{hash:016x}"));
-    if out.is_file() {
-        return out;
-    }
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let tmp = dir.join(format!(
-        ".{name}-{hash:016x}.tmp-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let obj = tmp.with_extension("o");
-    check_tool(
-        Command::new("as").args(["--32", "-o"]).arg(&obj).arg(&src),
-        &format!("assemble {name}.s"),
-    );
-    check_tool(
-        Command::new("ld")
-            .args(["-m", "elf_i386", "-o"])
-            .arg(&tmp)
-            .arg(&obj),
-        &format!("link {name}"),
-    );
-    let _ = fs::remove_file(&obj);
-    if out.is_file() {
-        let _ = fs::remove_file(&tmp);
-    } else {
-        fs::rename(&tmp, &out)
-            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
-    }
-    out
+    let built = build_cached(&format!("{name}-i386"), &[&text], |tmp| {
+        let mut obj = tmp.as_os_str().to_owned();
+        obj.push(".o");
+        let obj = PathBuf::from(obj);
+        check_tool(
+            Command::new("as").args(["--32", "-o"]).arg(&obj).arg(&src),
+            &format!("assemble {name}.s"),
+        );
+        check_tool(
+            Command::new("ld")
+                .args(["-m", "elf_i386", "-o"])
+                .arg(tmp)
+                .arg(&obj),
+            &format!("link {name}"),
+        );
+        let _ = fs::remove_file(&obj);
+        Ok(())
+    });
+    built.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Compiles `src` into `out` with the system `cc` (`cc -o OUT SRC FLAGS...`:
@@ -410,34 +378,19 @@ pub fn build_cpp_with(name: &str, extra: &[&str]) -> PathBuf {
     }
     let src = fixtures_dir().join(format!("{name}.cpp"));
     let text = fs::read(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
-    let flags_text = extra.join(" ");
-    let hash = text
-        .iter()
-        .chain(if extra.is_empty() {
-            &[][..]
-        } else {
-            flags_text.as_bytes()
-        })
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-        });
-    let out = fixture_cache_dir().join(format!("{name}-O2-{hash:016x}"));
-    if !out.is_file() {
-        let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-        let status = Command::new("c++")
-            .args(["-O2", "-pthread"])
+    let mut key: Vec<&[u8]> = vec![b"c++", cc_identity().as_bytes(), &text];
+    key.extend(extra.iter().map(|f| f.as_bytes()));
+    let out = build_cached(&format!("{name}-O2"), &key, |tmp| {
+        let mut cmd = Command::new("c++");
+        cmd.args(["-O2", "-pthread"])
             .args(extra)
             .arg("-o")
-            .arg(&tmp)
-            .arg(&src)
-            .status()
-            .expect("cannot run c++ (run scripts/setup.sh)");
-        assert!(status.success(), "c++ failed to build {}", src.display());
-        if fs::rename(&tmp, &out).is_err() {
-            // Another test process finished first; theirs is identical.
-            let _ = fs::remove_file(&tmp);
-        }
-    }
+            .arg(tmp)
+            .arg(&src);
+        check_tool(&mut cmd, &format!("compile {}", src.display()));
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     built.insert(memo_key, out.clone());
     out
 }
@@ -473,6 +426,144 @@ pub fn strip_all(exe: &Path) -> PathBuf {
             .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
     }
     out
+}
+
+/// `cc -O1 -g -pthread`: the flags of a test's own program given as text (see [`build_source`]).
+pub const SOURCE_FLAGS: &[&str] = &["-O1", "-g", "-pthread"];
+
+/// Compiles a C program given as text (a test's own, small program) with
+/// `cc FLAGS`; panics with cc's messages when it fails. Cached like
+/// [`try_build_sources`].
+pub fn build_source(name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    try_build_sources(name, &[(&format!("{name}.c"), source)], flags)
+        .unwrap_or_else(|e| panic!("compile {name}: {e}"))
+}
+
+/// Compiles the C files `sources` (`(file name, text)`, linked together) with
+/// `cc FLAGS` into an executable named after `name`; `Err` holds cc's messages
+/// (a test that needs an optional toolchain, such as `-m32`, skips on it).
+///
+/// Cached in [`fixture_cache_dir`] under a hash of the texts, the flags and the
+/// compiler version, like [`build`]; safe to call from many threads and processes.
+pub fn try_build_sources(
+    name: &str,
+    sources: &[(&str, &str)],
+    flags: &[&str],
+) -> Result<PathBuf, String> {
+    let mut key: Vec<&[u8]> = vec![b"cc", cc_identity().as_bytes()];
+    for (file, text) in sources {
+        key.extend([file.as_bytes(), text.as_bytes()]);
+    }
+    key.extend(flags.iter().map(|f| f.as_bytes()));
+    build_cached(name, &key, |tmp| {
+        let mut dir = tmp.as_os_str().to_owned();
+        dir.push(".src");
+        let dir = PathBuf::from(dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        let mut cc = Command::new("cc");
+        cc.arg("-o").arg(tmp);
+        for (file, text) in sources {
+            let path = dir.join(file);
+            fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+            cc.arg(path);
+        }
+        let out = cc
+            .args(flags)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run cc ({e}); run scripts/setup.sh"));
+        let _ = fs::remove_dir_all(&dir);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "cc {}: {}",
+                flags.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    })
+}
+
+/// Compiles the C file `src` (from any directory, e.g. a crate's own
+/// `tests/fixtures`) with `cc FLAGS`, cached by its content like [`try_build_sources`].
+pub fn build_file(src: &Path, flags: &[&str]) -> PathBuf {
+    let text = fs::read_to_string(src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
+    let stem = src
+        .file_stem()
+        .unwrap_or_else(|| panic!("{} has no file name", src.display()))
+        .to_string_lossy();
+    let file = format!("{stem}.c");
+    try_build_sources(&stem, &[(&file, &text)], flags)
+        .unwrap_or_else(|e| panic!("compile {}: {e}", src.display()))
+}
+
+/// An executable built by `make`, cached in [`fixture_cache_dir`] under `name`
+/// and a hash of `key` (everything the build depends on: sources, flags, tool
+/// versions). `make` writes it to the temporary path it is given, which is then
+/// renamed into place (whoever finishes first wins: every build of one key is
+/// identical); its `Err` is returned as it is, and nothing is cached.
+pub fn build_cached(
+    name: &str,
+    key: &[&[u8]],
+    make: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<PathBuf, String> {
+    let mut parts = vec![RECIPE_VERSION.as_bytes(), name.as_bytes()];
+    parts.extend_from_slice(key);
+    let name = format!("{name}-{:016x}", fnv1a(&parts));
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = fixture_cache_dir();
+    let out = dir.join(&name);
+    if out.is_file() {
+        return Ok(out);
+    }
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    if let Err(e) = make(&tmp) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if out.is_file() {
+        let _ = fs::remove_file(&tmp);
+    } else {
+        fs::rename(&tmp, &out)
+            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), out.display()));
+    }
+    Ok(out)
+}
+
+/// A fresh empty directory under the temp dir, named after the process, a
+/// tag and a counter; removed with its contents on drop.
+#[derive(Debug)]
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// Creates `$TMPDIR/argstash-TAG-PID-N`.
+    pub fn new(tag: &str) -> ScratchDir {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "argstash-{tag}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        ScratchDir(dir)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }
 
 /// True when `cc -m32` links a program here; otherwise prints why the calling test skips.

@@ -13,13 +13,16 @@ use std::time::{Duration, Instant};
 
 use crate::command::{die_with_parent, wait_until};
 use crate::elf::{function_bytes, symbol};
-use crate::fixtures::{build, Variant};
+use crate::fixtures::{build, build_source, Variant, SOURCE_FLAGS};
 use crate::procfs::{
     proc_state, proc_status_field, read_mem, runtime_addr, thread_ids, thread_names,
 };
 
 /// How long [`Target::spawn`] waits for the `ready` line.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a test waits for output or an exit it knows is coming (loaded machines are slow).
+pub const OUTPUT_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A running fixture process; killed (SIGKILL) and reaped when dropped.
 ///
@@ -36,6 +39,7 @@ pub struct Target {
     pid: i32,
     exe: PathBuf,
     lines: Receiver<String>,
+    before_ready: Vec<String>,
     stderr: Arc<Mutex<Vec<u8>>>,
     stdin: Option<ChildStdin>,
     status: Option<ExitStatus>,
@@ -52,7 +56,15 @@ impl Target {
         Target::spawn_with_args(&build(fixture, variant), args)
     }
 
-    /// Spawn an executable and wait (up to [`READY_TIMEOUT`]) for its `ready <pid>` line.
+    /// Compile `source` (a test's own C program, [`build_source`] with
+    /// [`SOURCE_FLAGS`]) and [`Target::spawn_with_args`] it.
+    pub fn spawn_source(name: &str, source: &str, args: &[&str]) -> Target {
+        Target::spawn_with_args(&build_source(name, source, SOURCE_FLAGS), args)
+    }
+
+    /// Spawn an executable and wait (up to [`READY_TIMEOUT`]) for its ready line:
+    /// `ready <pid>`, or a bare `ready` from a program that does not say its pid.
+    /// The lines before it are kept ([`Target::before_ready`]).
     pub fn spawn(exe: &Path) -> Target {
         Target::spawn_with_args(exe, &[])
     }
@@ -89,11 +101,11 @@ impl Target {
                 .lines
                 .recv_timeout(left.min(Duration::from_millis(100)))
             {
-                Ok(line) if line == want => return target,
+                Ok(line) if line == want || line == "ready" => return target,
                 Ok(line) if line.starts_with("ready ") => {
                     target.fail(&format!("bad ready line {line:?}, expected {want:?}"))
                 }
-                Ok(_) => {}
+                Ok(line) => target.before_ready.push(line),
                 Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
                 Err(RecvTimeoutError::Timeout) => {
                     target.fail(&format!("no ready line within {READY_TIMEOUT:?}"))
@@ -171,9 +183,15 @@ impl Target {
             pid,
             exe: exe.to_path_buf(),
             lines,
+            before_ready: Vec::new(),
             stderr,
             status: None,
         }
+    }
+
+    /// The stdout lines the process printed before its ready line.
+    pub fn before_ready(&self) -> &[String] {
+        &self.before_ready
     }
 
     /// Process id of the fixture.
@@ -187,12 +205,12 @@ impl Target {
     }
 
     /// Next stdout line, or `None` if none arrives within `timeout` (or stdout closed).
-    pub fn next_line(&mut self, timeout: Duration) -> Option<String> {
+    pub fn next_line(&self, timeout: Duration) -> Option<String> {
         self.lines.recv_timeout(timeout).ok()
     }
 
     /// Next stdout line; panics (showing the fixture's stderr) if none arrives in time.
-    pub fn expect_line(&mut self, timeout: Duration) -> String {
+    pub fn expect_line(&self, timeout: Duration) -> String {
         match self.next_line(timeout) {
             Some(l) => l,
             None => self.fail(&format!("no stdout line within {timeout:?}")),
@@ -305,6 +323,12 @@ impl Target {
         self.status
     }
 
+    /// Close stdin (the process sees EOF), then [`Target::wait_exit`].
+    pub fn end_input_and_wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.close_stdin();
+        self.wait_exit(timeout)
+    }
+
     /// SIGKILL the process and reap it; returns its exit status if it could be reaped.
     pub fn kill(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
@@ -388,6 +412,22 @@ impl Target {
             indent(&self.stderr_text())
         )
     }
+}
+
+/// Queue signal `sig` with the integer `value` to process `pid` (`sigqueue(3)`: `si_code` `SI_QUEUE`).
+#[track_caller]
+pub fn sigqueue(pid: i32, sig: i32, value: i32) {
+    let v = libc::sigval {
+        sival_ptr: value as usize as *mut libc::c_void,
+    };
+    // SAFETY: sigqueue takes integers and a sigval by value.
+    let r = unsafe { libc::sigqueue(pid, sig, v) };
+    assert_eq!(
+        r,
+        0,
+        "sigqueue({pid}, {sig}): {}",
+        io::Error::last_os_error()
+    );
 }
 
 impl Drop for Target {

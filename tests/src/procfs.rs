@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::command::wait_until;
+use crate::command::{wait_for, wait_until};
 use crate::elf::{elf_load_segments, symbol};
 
 /// Read `len` bytes at `addr` of process `pid` through `/proc/PID/mem`.
@@ -46,6 +46,15 @@ pub fn xstate(tid: i32) -> Vec<u8> {
     assert_eq!(r, 0, "PTRACE_GETREGSET NT_X86_XSTATE");
     buf.truncate(iov.iov_len);
     buf
+}
+
+/// The 27 words of a register set (`user_regs_struct`, in its field order), for comparisons.
+pub fn regs_words(r: &libc::user_regs_struct) -> [u64; 27] {
+    [
+        r.r15, r.r14, r.r13, r.r12, r.rbp, r.rbx, r.r11, r.r10, r.r9, r.r8, r.rax, r.rcx, r.rdx,
+        r.rsi, r.rdi, r.orig_rax, r.rip, r.cs, r.eflags, r.rsp, r.ss, r.fs_base, r.gs_base, r.ds,
+        r.es, r.fs, r.gs,
+    ]
 }
 
 /// Thread ids of process `pid`, sorted (empty if the process is gone).
@@ -97,6 +106,33 @@ pub fn proc_state(pid: i32) -> Option<char> {
 /// State letter of thread `tid` of `pid`; `None` if gone.
 pub fn thread_state(pid: i32, tid: i32) -> Option<char> {
     stat_state(&format!("/proc/{pid}/task/{tid}/stat"))
+}
+
+/// `(state letter, TracerPid)` of thread `tid` of `pid`, from its own
+/// `/proc/PID/task/TID/status`; panics if the thread is gone.
+#[track_caller]
+pub fn thread_status(pid: i32, tid: i32) -> (char, i32) {
+    let path = format!("/proc/{pid}/task/{tid}/status");
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("no {name} in {path}"))
+    };
+    let state = field("State").chars().next().unwrap_or('?');
+    let tracer = field("TracerPid").parse().expect("numeric TracerPid");
+    (state, tracer)
+}
+
+/// Wait (panicking after [`WAIT_TIMEOUT`](crate::WAIT_TIMEOUT)) until every
+/// thread of `pid` sleeps (`S`) in a system call: none is on a CPU.
+pub fn wait_all_blocked(pid: i32) {
+    wait_for("all threads are blocked in a system call", || {
+        thread_ids(pid).into_iter().all(|t| {
+            blocked_syscall(pid, t).is_some_and(|n| n >= 0) && thread_status(pid, t).0 == 'S'
+        })
+    });
 }
 
 fn stat_state(path: &str) -> Option<char> {

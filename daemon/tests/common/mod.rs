@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use argstash_dbus::{Injector1ProxyBlocking, BUS_NAME};
+use argstash_tests::{build_file, wait_until};
 
 /// Call timeout of the daemon under test (long: loaded test machines are slow).
 pub const TIMEOUT_MS: u64 = 15_000;
@@ -55,17 +56,6 @@ pub struct Bus {
     timeout_ms: u64,
     /// More `argstashd` arguments, used by the next [`Bus::start_daemon`].
     pub daemon_args: Vec<String>,
-}
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    f()
 }
 
 impl Bus {
@@ -269,21 +259,9 @@ pub fn fixture_source(name: &str) -> PathBuf {
         .join(format!("{name}.c"))
 }
 
-/// Compiles `daemon/tests/fixtures/NAME.c` (once per test binary) and returns the executable.
+/// `daemon/tests/fixtures/NAME.c` built with `cc -O0 -g` (cached by the harness).
 pub fn build_local(name: &str) -> PathBuf {
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "{name}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::SeqCst)
-    ));
-    let st = Command::new("cc")
-        .args(["-O0", "-g", "-o"])
-        .arg(&out)
-        .arg(fixture_source(name))
-        .status()
-        .expect("cc");
-    assert!(st.success(), "cc {name}.c failed");
-    out
+    build_file(&fixture_source(name), &["-O0", "-g"])
 }
 
 impl Drop for Bus {

@@ -24,8 +24,8 @@ use super::slots::{read_slot, set_flags, set_registered, REGISTRATION_PENDING};
 use super::*;
 use crate::memory::{Memory, MemoryError, WriteMemory};
 use crate::ptrace::gadgets::Gadgets;
-use crate::ptrace::session::test_support::TestChild;
 use crate::ptrace::session::SessionError;
+use argstash_tests::{Target, OUTPUT_TIMEOUT};
 
 /// Target memory made of a few regions of this process's heap.
 #[derive(Default)]
@@ -454,9 +454,9 @@ fn hex_line(line: &str) -> u64 {
 
 #[test]
 fn the_jitdump_is_mapped_and_unmapped_in_a_real_process() {
-    let child = TestChild::spawn("jitmark", SLEEPER, &[]);
-    let pid = child.pid;
-    let scratch = (hex_line(&child.first_output[0]), 256);
+    let child = Target::spawn_source("jitmark", SLEEPER, &[]);
+    let pid = child.pid();
+    let scratch = (hex_line(&child.before_ready()[0]), 256);
     let mem = crate::memory::ProcessMemory::open(pid).unwrap();
     let path = jitdump_path(pid);
     let _ = std::fs::remove_file(&path);
@@ -493,14 +493,14 @@ fn the_jitdump_is_mapped_and_unmapped_in_a_real_process() {
 
 #[test]
 fn the_gdb_jit_helper_is_found_where_the_process_loaded_it() {
-    let mut child = TestChild::spawn("jithelper", SLEEPER, &[]);
-    let pid = child.pid;
+    let mut child = Target::spawn_source("jithelper", SLEEPER, &[]);
+    let pid = child.pid();
     let path = super::gdb_jit::helper_file(pid).unwrap().host;
     let text = path.to_str().unwrap().to_string();
     assert!(loaded_helper(pid).is_none());
     std::fs::write(&path, HELPER_SO).unwrap();
-    child.send(&format!("{text}\n"));
-    let handle = hex_line(&child.line());
+    child.write_stdin(&format!("{text}\n"));
+    let handle = hex_line(&child.expect_line(OUTPUT_TIMEOUT));
     assert_ne!(handle, 0, "dlopen of the helper failed in the child");
     let mem = crate::memory::ProcessMemory::open(pid).unwrap();
     // What dlopen returned is the loader's link_map of the file, found from memory.

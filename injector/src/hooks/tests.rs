@@ -10,7 +10,7 @@ use crate::hooks::eject::Ejection;
 use crate::hooks::plan::Plan;
 use crate::hooks::undo::FailingWrite;
 use crate::memory::{Memory, MemoryError};
-use crate::ptrace::session::test_support::{thread_state, wait_all_blocked, TestChild};
+use argstash_tests::{thread_status, wait_all_blocked, Target, OUTPUT_TIMEOUT};
 use reader::procfs::{read_maps, MapEntry};
 
 /// `work(x)` formats `7x` and parses it back (a real prologue, a call inside);
@@ -65,9 +65,9 @@ fn target_state(pid: i32) -> TargetState {
     TargetState { maps, bytes }
 }
 
-fn ask(child: &mut TestChild, x: i32) -> String {
-    child.send(&format!("{x}\n"));
-    child.line()
+fn ask(child: &mut Target, x: i32) -> String {
+    child.write_stdin(&format!("{x}\n"));
+    child.expect_line(OUTPUT_TIMEOUT)
 }
 
 fn work_spec() -> Vec<FuncSpec> {
@@ -152,8 +152,8 @@ fn eject_through_every_failure(pid: i32) -> usize {
 
 #[test]
 fn a_commit_failing_at_any_write_leaves_the_target_as_it_was() {
-    let mut child = TestChild::spawn("txn", PROGRAM, &[]);
-    let pid = child.pid;
+    let mut child = Target::spawn_source("txn", PROGRAM, &[]);
+    let pid = child.pid();
     assert_eq!(ask(&mut child, 6), "43");
     wait_all_blocked(pid);
     let pristine = target_state(pid);
@@ -200,8 +200,8 @@ fn a_commit_failing_at_any_write_leaves_the_target_as_it_was() {
 
 #[test]
 fn a_plan_stops_nothing_and_places_the_hook_near_its_module() {
-    let mut child = TestChild::spawn("plan", PROGRAM, &[]);
-    let pid = child.pid;
+    let mut child = Target::spawn_source("plan", PROGRAM, &[]);
+    let pid = child.pid();
     wait_all_blocked(pid);
     let ctx = ProcessInfo::read(pid, Access::Stop).unwrap();
     let mem = ProcessMemory::open(pid).unwrap();
@@ -215,7 +215,7 @@ fn a_plan_stops_nothing_and_places_the_hook_near_its_module() {
     )
     .unwrap();
     for tid in reader::procfs::read_task_ids(pid).unwrap() {
-        assert_eq!(thread_state(pid, tid).1, 0, "no tracer while planning");
+        assert_eq!(thread_status(pid, tid).1, 0, "no tracer while planning");
     }
     assert!(plan.arenas.is_empty());
     assert_eq!(plan.new_arenas.len(), 1);

@@ -245,7 +245,7 @@ impl WriteMemory for FailingWrite<'_> {
 mod tests {
     use super::*;
     use crate::memory::{Memory, MemoryError, ProcessMemory};
-    use crate::ptrace::session::test_support::{wait_all_blocked, TestChild};
+    use argstash_tests::{wait_all_blocked, Target};
 
     /// Blocks in read(stdin) with a page of its own to write into.
     const TARGET: &str = r#"
@@ -262,14 +262,14 @@ int main(void) {
 }
 "#;
 
-    fn page_of(child: &TestChild) -> u64 {
-        u64::from_str_radix(child.first_output[0].trim_start_matches("0x"), 16).unwrap()
+    fn page_of(child: &Target) -> u64 {
+        u64::from_str_radix(child.before_ready()[0].trim_start_matches("0x"), 16).unwrap()
     }
 
     #[test]
     fn dropped_uncommitted_takes_every_change_back() {
-        let child = TestChild::spawn("undo", TARGET, &[]);
-        let pid = child.pid;
+        let child = Target::spawn_source("undo", TARGET, &[]);
+        let pid = child.pid();
         let page = page_of(&child);
         wait_all_blocked(pid);
         let mem = ProcessMemory::open(pid).unwrap();
@@ -309,8 +309,8 @@ int main(void) {
 
     #[test]
     fn committed_changes_stay_and_a_failed_write_is_taken_back() {
-        let child = TestChild::spawn("commit", TARGET, &[]);
-        let pid = child.pid;
+        let child = Target::spawn_source("commit", TARGET, &[]);
+        let pid = child.pid();
         let page = page_of(&child);
         wait_all_blocked(pid);
         let mem = ProcessMemory::open(pid).unwrap();

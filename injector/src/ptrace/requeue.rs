@@ -227,8 +227,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::ptrace::session::test_support::*;
     use crate::ptrace::session::Session;
+    use argstash_tests::{sigqueue, Target, OUTPUT_TIMEOUT};
 
     /// Prints the code and value of every SIGUSR1 and SIGRTMIN it gets; argv[1] sets
     /// its RLIMIT_SIGPENDING (0: no signal can be queued with a siginfo for it).
@@ -287,18 +287,21 @@ int main(int argc, char **argv) {
 
     #[test]
     fn each_kind_of_signal_is_given_back_and_said_how() {
-        let child = TestChild::spawn("requeue", CATCHER, &[]);
-        let pid = child.pid;
+        let child = Target::spawn_source("requeue", CATCHER, &[]);
+        let pid = child.pid();
         // A sigqueue'd signal keeps its siginfo.
         let o = requeue(pid, pid, &queued(libc::SIGUSR1, 42));
         assert_eq!(o.fate, SignalFate::Requeued, "{o:?}");
         assert_eq!(
-            child.line(),
+            child.expect_line(OUTPUT_TIMEOUT),
             format!("usr1 code={} value=42", libc::SI_QUEUE)
         );
         let o = requeue(pid, pid, &queued(libc::SIGRTMIN(), 9));
         assert_eq!(o.fate, SignalFate::Requeued, "{o:?}");
-        assert_eq!(child.line(), format!("rt code={} value=9", libc::SI_QUEUE));
+        assert_eq!(
+            child.expect_line(OUTPUT_TIMEOUT),
+            format!("rt code={} value=9", libc::SI_QUEUE)
+        );
         // A kill()'d signal (SI_USER) can only be re-sent, with argstash as the sender.
         let mut user = queued(libc::SIGUSR1, 0);
         user.si_code = libc::SI_USER;
@@ -306,7 +309,7 @@ int main(int argc, char **argv) {
         assert_eq!(o.fate, SignalFate::Resent, "{o:?}");
         assert!(!o.fate.is_exact());
         assert_eq!(
-            child.line(),
+            child.expect_line(OUTPUT_TIMEOUT),
             format!("usr1 code={} value=0", libc::SI_TKILL)
         );
         // The same standard signal already pending (the thread is held): merged.
@@ -316,21 +319,24 @@ int main(int argc, char **argv) {
         assert_eq!(o.fate, SignalFate::Merged, "{o:?}");
         s.detach().unwrap();
         assert_eq!(
-            child.line(),
+            child.expect_line(OUTPUT_TIMEOUT),
             format!("usr1 code={} value=5", libc::SI_QUEUE)
         );
-        assert!(child.try_line(Duration::from_millis(100)).is_none());
+        assert!(child.next_line(Duration::from_millis(100)).is_none());
     }
 
     #[test]
     fn an_exhausted_budget_is_reported_not_hidden() {
         // RLIMIT_SIGPENDING 0: the kernel can allocate no queue entry for this target,
         // the state a machine is in when its user's pending signals reach the limit.
-        let child = TestChild::spawn("budget", CATCHER, &["0"]);
-        let pid = child.pid;
+        let child = Target::spawn_source("budget", CATCHER, &["0"]);
+        let pid = child.pid();
         let o = requeue(pid, pid, &queued(libc::SIGUSR1, 42));
         assert_eq!(o.fate, SignalFate::InfoDropped, "{o:?}");
-        assert_eq!(child.line(), format!("usr1 code={} value=0", libc::SI_USER));
+        assert_eq!(
+            child.expect_line(OUTPUT_TIMEOUT),
+            format!("usr1 code={} value=0", libc::SI_USER)
+        );
         let o = requeue(pid, pid, &queued(libc::SIGRTMIN(), 3));
         assert_eq!(
             o.fate,
@@ -339,6 +345,6 @@ int main(int argc, char **argv) {
             },
             "{o:?}"
         );
-        assert!(child.try_line(Duration::from_millis(100)).is_none());
+        assert!(child.next_line(Duration::from_millis(100)).is_none());
     }
 }

@@ -1412,171 +1412,10 @@ impl Session {
     }
 }
 
+/// A test program: SIGUSR1 (SA_SIGINFO) and SIGTRAP handlers that print what
+/// arrived; main sleeps in clock_nanosleep, or blocks in read(stdin) with argument "read".
 #[cfg(test)]
-pub(crate) mod test_support {
-    //! Real target processes for tests: C programs compiled at test time.
-
-    use std::io::{BufRead, BufReader, Write};
-    use std::path::PathBuf;
-    use std::process::{Child, ChildStdin, Command, Stdio};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::mpsc::{channel, Receiver};
-    use std::time::{Duration, Instant};
-
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-    /// Compiles `source` into a uniquely named binary in the temp dir.
-    pub(crate) fn compile(name: &str, source: &str) -> PathBuf {
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let dir = std::env::temp_dir();
-        let base = format!("as-{name}-{}-{n}", std::process::id());
-        let src = dir.join(format!("{base}.c"));
-        let bin = dir.join(base);
-        std::fs::write(&src, source).unwrap();
-        let out = Command::new("cc")
-            .args(["-O1", "-g", "-pthread", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .output()
-            .expect("cc runs");
-        let _ = std::fs::remove_file(&src);
-        assert!(
-            out.status.success(),
-            "cc failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        bin
-    }
-
-    /// A running C program whose stdout we read line by line; killed on drop.
-    pub(crate) struct TestChild {
-        /// Its pid.
-        pub(crate) pid: i32,
-        /// Lines printed before "ready".
-        pub(crate) first_output: Vec<String>,
-        child: Child,
-        stdin: Option<ChildStdin>,
-        lines: Receiver<String>,
-        bin: PathBuf,
-    }
-
-    impl TestChild {
-        /// Compiles and runs `source` with `args`, and waits for its "ready" line.
-        pub(crate) fn spawn(name: &str, source: &str, args: &[&str]) -> TestChild {
-            let bin = compile(name, source);
-            let mut child = Command::new(&bin)
-                .args(args)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap();
-            let stdout = child.stdout.take().unwrap();
-            let (tx, rx) = channel();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-            let mut t = TestChild {
-                pid: child.id() as i32,
-                first_output: Vec::new(),
-                stdin: child.stdin.take(),
-                child,
-                lines: rx,
-                bin,
-            };
-            loop {
-                let l = t.line();
-                if l == "ready" {
-                    break;
-                }
-                t.first_output.push(l);
-            }
-            t
-        }
-
-        /// The next line of output (panics after 20 s).
-        pub(crate) fn line(&self) -> String {
-            self.try_line(Duration::from_secs(20))
-                .expect("the test program printed nothing for 20 s")
-        }
-
-        /// The next line of output within `timeout`.
-        pub(crate) fn try_line(&self, timeout: Duration) -> Option<String> {
-            self.lines.recv_timeout(timeout).ok()
-        }
-
-        /// Writes to the program's stdin.
-        pub(crate) fn send(&mut self, s: &str) {
-            let stdin = self.stdin.as_mut().unwrap();
-            stdin.write_all(s.as_bytes()).unwrap();
-            stdin.flush().unwrap();
-        }
-
-        /// Waits for the program to exit and returns its exit code.
-        pub(crate) fn wait_exit(&mut self) -> Option<i32> {
-            self.wait_status()?.code()
-        }
-
-        /// How it ended (closes its stdin first).
-        pub(crate) fn wait_status(&mut self) -> Option<std::process::ExitStatus> {
-            self.stdin = None;
-            self.child.wait().ok()
-        }
-    }
-
-    impl Drop for TestChild {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            let _ = std::fs::remove_file(&self.bin);
-        }
-    }
-
-    /// The thread ids of a process.
-    pub(crate) fn tasks(pid: i32) -> Vec<i32> {
-        super::list_tasks(pid).unwrap()
-    }
-
-    /// `(state letter, TracerPid)` of one thread.
-    pub(crate) fn thread_state(pid: i32, tid: i32) -> (char, i32) {
-        let s = reader::procfs::read_task_status(pid, tid).unwrap();
-        (s.state, s.tracer)
-    }
-
-    /// The system call a thread is blocked in (first field of /proc/PID/task/TID/syscall).
-    pub(crate) fn current_syscall(pid: i32, tid: i32) -> Option<i64> {
-        reader::procfs::read_task_syscall(pid, tid)
-    }
-
-    /// Polls until `cond` holds (panics after 20 s).
-    pub(crate) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-        let start = Instant::now();
-        while !cond() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "timed out waiting until {what}"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// Waits until every thread of `pid` sits in a blocking system call (no CPU-bound thread).
-    pub(crate) fn wait_all_blocked(pid: i32) {
-        wait_until("all threads are blocked in a system call", || {
-            tasks(pid).into_iter().all(|t| {
-                current_syscall(pid, t).is_some_and(|n| n >= 0) && thread_state(pid, t).0 == 'S'
-            })
-        });
-    }
-
-    /// SIGUSR1 (SA_SIGINFO) and SIGTRAP handlers that print what arrived; main sleeps
-    /// in clock_nanosleep, or blocks in read(stdin) with argument "read".
-    pub(crate) const SIGNALS: &str = r#"
+pub(crate) const SIGNALS: &str = r#"
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -1584,73 +1423,56 @@ pub(crate) mod test_support {
 #include <time.h>
 #include <unistd.h>
 static void put(const char *s, long v) {
-    char buf[64]; int n = 0;
-    while (*s) buf[n++] = *s++;
-    if (v < 0) { buf[n++] = '-'; v = -v; }
-    char d[24]; int k = 0;
-    do { d[k++] = '0' + v % 10; v /= 10; } while (v);
-    while (k) buf[n++] = d[--k];
-    buf[n++] = '\n';
-    write(1, buf, n);
+char buf[64]; int n = 0;
+while (*s) buf[n++] = *s++;
+if (v < 0) { buf[n++] = '-'; v = -v; }
+char d[24]; int k = 0;
+do { d[k++] = '0' + v % 10; v /= 10; } while (v);
+while (k) buf[n++] = d[--k];
+buf[n++] = '\n';
+write(1, buf, n);
 }
 static volatile int usr1;
 static void on_usr1(int sig, siginfo_t *si, void *uc) {
-    usr1++;
-    put("usr1 code=", si->si_code);
-    put("usr1 value=", si->si_value.sival_int);
+usr1++;
+put("usr1 code=", si->si_code);
+put("usr1 value=", si->si_value.sival_int);
 }
 static void on_trap(int sig) { write(1, "TRAP\n", 5); }
 int main(int argc, char **argv) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_usr1;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigaction(SIGUSR1, &sa, 0);
-    signal(SIGTRAP, on_trap);
-    int reader = argc > 1 && !strcmp(argv[1], "read");
-    printf("ready\n");
-    fflush(stdout);
-    char line[64];
-    for (;;) {
-        if (reader) {
-            ssize_t n = read(0, line, sizeof line - 1);
-            if (n <= 0) break;
-            line[n] = 0;
-        } else {
-            struct timespec ts = {0, 5000000};
-            clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, 0);
-            continue;
-        }
-        if (!strncmp(line, "count", 5)) put("count=", usr1);
-        if (!strncmp(line, "quit", 4)) break;
+struct sigaction sa;
+memset(&sa, 0, sizeof sa);
+sa.sa_sigaction = on_usr1;
+sa.sa_flags = SA_SIGINFO | SA_RESTART;
+sigaction(SIGUSR1, &sa, 0);
+signal(SIGTRAP, on_trap);
+int reader = argc > 1 && !strcmp(argv[1], "read");
+printf("ready\n");
+fflush(stdout);
+char line[64];
+for (;;) {
+    if (reader) {
+        ssize_t n = read(0, line, sizeof line - 1);
+        if (n <= 0) break;
+        line[n] = 0;
+    } else {
+        struct timespec ts = {0, 5000000};
+        clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, 0);
+        continue;
     }
-    return 0;
+    if (!strncmp(line, "count", 5)) put("count=", usr1);
+    if (!strncmp(line, "quit", 4)) break;
+}
+return 0;
 }
 "#;
 
-    /// Queues `sig` with an integer value to a process (si_code SI_QUEUE).
-    pub(crate) fn sigqueue(pid: i32, sig: i32, value: i32) {
-        let v = libc::sigval {
-            sival_ptr: value as usize as *mut std::ffi::c_void,
-        };
-        // SAFETY: sigqueue takes integers and a sigval by value.
-        assert_eq!(unsafe { libc::sigqueue(pid, sig, v) }, 0);
-    }
-
-    /// The 27 words of a register set, for comparisons.
-    pub(crate) fn regs_words(r: &libc::user_regs_struct) -> [u64; 27] {
-        [
-            r.r15, r.r14, r.r13, r.r12, r.rbp, r.rbx, r.r11, r.r10, r.r9, r.r8, r.rax, r.rcx,
-            r.rdx, r.rsi, r.rdi, r.orig_rax, r.rip, r.cs, r.eflags, r.rsp, r.ss, r.fs_base,
-            r.gs_base, r.ds, r.es, r.fs, r.gs,
-        ]
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::test_support::*;
     use super::*;
+    use argstash_tests::{
+        sigqueue, thread_ids, thread_status, wait_all_blocked, wait_for, Target, OUTPUT_TIMEOUT,
+    };
 
     /// N worker threads: half sleep in clock_nanosleep loops, half spin; "ready" once each
     /// has run; "stop" joins them and reports how many sleeps failed. Main waits on stdin.
@@ -1700,8 +1522,8 @@ int main(int argc, char **argv) {
 "#;
 
     fn assert_released(pid: i32) {
-        for tid in tasks(pid) {
-            let (state, tracer) = thread_state(pid, tid);
+        for tid in thread_ids(pid) {
+            let (state, tracer) = thread_status(pid, tid);
             assert_eq!(tracer, 0, "thread {tid} still traced");
             assert!(
                 state == 'S' || state == 'R',
@@ -1712,16 +1534,16 @@ int main(int argc, char **argv) {
 
     #[test]
     fn attach_all_sees_every_thread_and_output_is_unaffected() {
-        let mut child = TestChild::spawn("threads", THREADS, &["8"]);
-        let pid = child.pid;
+        let mut child = Target::spawn_source("threads", THREADS, &["8"]);
+        let pid = child.pid();
         for _ in 0..20 {
             let s = Session::attach_all(pid).unwrap();
             let mut tids = s.tids();
             tids.sort_unstable();
-            assert_eq!(tids, tasks(pid));
+            assert_eq!(tids, thread_ids(pid));
             assert_eq!(tids.len(), 9);
             for &tid in &tids {
-                let (state, tracer) = thread_state(pid, tid);
+                let (state, tracer) = thread_status(pid, tid);
                 assert_eq!(state, 't', "thread {tid} not in tracing stop");
                 // TracerPid names the tracer *thread*.
                 assert_eq!(tracer, nix::unistd::gettid().as_raw());
@@ -1731,9 +1553,14 @@ int main(int argc, char **argv) {
             assert!(held < Duration::from_secs(1));
             assert_released(pid);
         }
-        child.send("stop\n");
-        assert_eq!(child.line(), "errors=0");
-        assert_eq!(child.wait_exit(), Some(0));
+        child.write_stdin("stop\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "errors=0");
+        assert_eq!(
+            child
+                .end_input_and_wait(OUTPUT_TIMEOUT)
+                .and_then(|s| s.code()),
+            Some(0)
+        );
     }
 
     #[test]
@@ -1776,14 +1603,14 @@ int main(int argc, char **argv) {
             assert!(e.to_string().contains("kernel thread: nothing to hook"));
         }
         // A thread id is not a process id.
-        let child = TestChild::spawn("thr2", THREADS, &["2"]);
-        let tid = *tasks(child.pid).last().unwrap();
+        let child = Target::spawn_source("thr2", THREADS, &["2"]);
+        let tid = *thread_ids(child.pid()).last().unwrap();
         let e = Session::attach_all(tid).unwrap_err();
         assert!(
-            matches!(e, SessionError::NotAProcess { tid: t, pid } if t == tid && pid == child.pid),
+            matches!(e, SessionError::NotAProcess { tid: t, pid } if t == tid && pid == child.pid()),
             "{e}"
         );
-        let e = Session::attach_thread(child.pid, missing).unwrap_err();
+        let e = Session::attach_thread(child.pid(), missing).unwrap_err();
         assert!(matches!(e, SessionError::NoSuchThread { .. }), "{e}");
     }
 
@@ -1803,71 +1630,75 @@ int main(int argc, char **argv) {
 
     #[test]
     fn already_traced_names_the_tracer() {
-        let mut target = TestChild::spawn("traced", THREADS, &["3"]);
-        let pid = target.pid;
+        let mut target = Target::spawn_source("traced", THREADS, &["3"]);
+        let pid = target.pid();
         // The whole process (its leader) traced: refused before touching anything.
         {
-            let tracer = TestChild::spawn("trc", TRACER, &[&pid.to_string()]);
+            let tracer = Target::spawn_source("trc", TRACER, &[&pid.to_string()]);
             let e = Session::attach_all(pid).unwrap_err();
             let SessionError::NotPermitted { pid: p, ref reason } = e else {
                 panic!("{e}")
             };
             assert_eq!(p, pid);
             assert!(
-                matches!(reason, Refusal::TracedBy { thread: None, tracer: t, .. } if *t == tracer.pid),
+                matches!(reason, Refusal::TracedBy { thread: None, tracer: t, .. } if *t == tracer.pid()),
                 "{reason:?}"
             );
-            let comm = std::fs::read_to_string(format!("/proc/{}/comm", tracer.pid)).unwrap();
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", tracer.pid())).unwrap();
             assert_eq!(
                 e.to_string(),
                 format!(
                     "process {pid} is already traced by PID {} ({}): detach that debugger first",
-                    tracer.pid,
+                    tracer.pid(),
                     comm.trim()
                 )
             );
         }
-        wait_until("the first tracer is gone", || thread_state(pid, pid).1 == 0);
+        wait_for("the first tracer is gone", || {
+            thread_status(pid, pid).1 == 0
+        });
         // Only one non-leader thread traced: found while seizing; the others are let go.
         {
-            let victim = *tasks(pid).last().unwrap();
-            let tracer = TestChild::spawn("trc", TRACER, &[&victim.to_string()]);
+            let victim = *thread_ids(pid).last().unwrap();
+            let tracer = Target::spawn_source("trc", TRACER, &[&victim.to_string()]);
             let e = Session::attach_all(pid).unwrap_err();
             assert!(
                 e.to_string().contains(&format!(
                     "thread {victim} of process {pid} is already traced by PID {}",
-                    tracer.pid
+                    tracer.pid()
                 )),
                 "{e}"
             );
-            for tid in tasks(pid).into_iter().filter(|t| *t != victim) {
-                assert_eq!(thread_state(pid, tid).1, 0);
+            for tid in thread_ids(pid).into_iter().filter(|t| *t != victim) {
+                assert_eq!(thread_status(pid, tid).1, 0);
             }
             let e = Session::attach_thread(pid, victim).unwrap_err();
             assert!(matches!(e, SessionError::NotPermitted { .. }), "{e}");
         }
-        wait_until("the second tracer is gone", || {
-            tasks(pid).iter().all(|t| thread_state(pid, *t).1 == 0)
+        wait_for("the second tracer is gone", || {
+            thread_ids(pid)
+                .iter()
+                .all(|t| thread_status(pid, *t).1 == 0)
         });
         Session::attach_all(pid).unwrap().detach().unwrap();
         assert_released(pid);
-        target.send("stop\n");
-        assert_eq!(target.line(), "errors=0");
+        target.write_stdin("stop\n");
+        assert_eq!(target.expect_line(OUTPUT_TIMEOUT), "errors=0");
     }
 
     #[test]
     fn signal_sent_while_stopped_is_delivered_once_after_detach() {
-        let child = TestChild::spawn("sig", SIGNALS, &[]);
-        let pid = child.pid;
+        let child = Target::spawn_source("sig", SIGNALS, &[]);
+        let pid = child.pid();
         let s = Session::attach_all(pid).unwrap();
         sigqueue(pid, libc::SIGUSR1, 42);
         // Pending in the process while it is held; nothing printed.
-        assert!(child.try_line(Duration::from_millis(50)).is_none());
+        assert!(child.next_line(Duration::from_millis(50)).is_none());
         s.detach().unwrap();
-        assert_eq!(child.line(), "usr1 code=-1");
-        assert_eq!(child.line(), "usr1 value=42");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "usr1 code=-1");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "usr1 value=42");
         assert!(
-            child.try_line(Duration::from_millis(100)).is_none(),
+            child.next_line(Duration::from_millis(100)).is_none(),
             "a second delivery or a stray SIGTRAP"
         );
         assert_released(pid);
@@ -1875,8 +1706,8 @@ int main(int argc, char **argv) {
 
     #[test]
     fn signal_delivery_stop_is_kept_and_redelivered() {
-        let child = TestChild::spawn("sigd", SIGNALS, &[]);
-        let pid = child.pid;
+        let child = Target::spawn_source("sigd", SIGNALS, &[]);
+        let pid = child.pid();
         let mut s = Session::attach_all(pid).unwrap();
         sigqueue(pid, libc::SIGUSR1, 7);
         s.resume_until_stop(pid).unwrap();
@@ -1889,9 +1720,9 @@ int main(int argc, char **argv) {
         // An extra interrupt left pending over the detach must not stop the thread again.
         ptrace::interrupt(Pid::from_raw(pid)).unwrap();
         s.detach().unwrap();
-        assert_eq!(child.line(), "usr1 code=-1");
-        assert_eq!(child.line(), "usr1 value=7");
-        assert!(child.try_line(Duration::from_millis(100)).is_none());
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "usr1 code=-1");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "usr1 value=7");
+        assert!(child.next_line(Duration::from_millis(100)).is_none());
         assert_released(pid);
     }
 
@@ -1952,8 +1783,8 @@ int main(void) {
 
     #[test]
     fn pending_interrupt_is_cleared_at_detach() {
-        let mut child = TestChild::spawn("pend", SIGNALS, &["read"]);
-        let pid = child.pid;
+        let mut child = Target::spawn_source("pend", SIGNALS, &["read"]);
+        let pid = child.pid();
         wait_all_blocked(pid);
         let s = Session::attach_all(pid).unwrap();
         // A second PTRACE_INTERRUPT while already in the interrupt stop stays pending.
@@ -1961,27 +1792,34 @@ int main(void) {
         s.detach().unwrap();
         wait_all_blocked(pid);
         assert_released(pid);
-        child.send("count\n");
-        assert_eq!(child.line(), "count=0");
+        child.write_stdin("count\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "count=0");
         assert!(
-            child.try_line(Duration::from_millis(100)).is_none(),
+            child.next_line(Duration::from_millis(100)).is_none(),
             "stray SIGTRAP"
         );
         // And the next session starts from a clean state.
         let s = Session::attach_all(pid).unwrap();
         assert_eq!(s.stop_state(pid), Some(ThreadStop::Interrupted));
         s.detach().unwrap();
-        child.send("quit\n");
-        assert_eq!(child.wait_exit(), Some(0));
+        child.write_stdin("quit\n");
+        assert_eq!(
+            child
+                .end_input_and_wait(OUTPUT_TIMEOUT)
+                .and_then(|s| s.code()),
+            Some(0)
+        );
     }
 
     #[test]
     fn stopped_process_stays_stopped() {
-        let mut child = TestChild::spawn("stopd", THREADS, &["4", "0"]);
-        let pid = child.pid;
+        let mut child = Target::spawn_source("stopd", THREADS, &["4", "0"]);
+        let pid = child.pid();
         nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
-        wait_until("every thread is stopped", || {
-            tasks(pid).iter().all(|t| thread_state(pid, *t).0 == 'T')
+        wait_for("every thread is stopped", || {
+            thread_ids(pid)
+                .iter()
+                .all(|t| thread_status(pid, *t).0 == 'T')
         });
         for _ in 0..3 {
             let s = Session::attach_all(pid).unwrap();
@@ -1996,47 +1834,49 @@ int main(void) {
             }
             s.detach().unwrap();
             // Woken by the detach, each thread goes back into the group-stop.
-            wait_until("every thread is stopped again", || {
-                tasks(pid).iter().all(|t| thread_state(pid, *t) == ('T', 0))
+            wait_for("every thread is stopped again", || {
+                thread_ids(pid)
+                    .iter()
+                    .all(|t| thread_status(pid, *t) == ('T', 0))
             });
         }
         std::thread::sleep(Duration::from_millis(50));
-        for tid in tasks(pid) {
+        for tid in thread_ids(pid) {
             assert_eq!(
-                thread_state(pid, tid),
+                thread_status(pid, tid),
                 ('T', 0),
                 "thread {tid} after a while"
             );
         }
         nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT).unwrap();
-        child.send("stop\n");
-        assert_eq!(child.line(), "errors=0");
+        child.write_stdin("stop\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "errors=0");
     }
 
     #[test]
     fn attach_thread_stops_only_that_thread() {
-        let mut child = TestChild::spawn("one", THREADS, &["4", "0"]);
-        let pid = child.pid;
-        let tid = tasks(pid)[2];
+        let mut child = Target::spawn_source("one", THREADS, &["4", "0"]);
+        let pid = child.pid();
+        let tid = thread_ids(pid)[2];
         let s = Session::attach_thread(pid, tid).unwrap();
         assert_eq!(s.tids(), vec![tid]);
         assert!(!s.holds_all_threads());
-        assert_eq!(thread_state(pid, tid).0, 't');
-        assert_eq!(thread_state(pid, pid).1, 0);
+        assert_eq!(thread_status(pid, tid).0, 't');
+        assert_eq!(thread_status(pid, pid).1, 0);
         let r = s.regs(tid).unwrap();
         assert_eq!(r.orig_rax, libc::SYS_clock_nanosleep as u64);
         assert!(matches!(s.regs(pid), Err(SessionError::NotStopped { .. })));
         s.detach().unwrap();
         assert_released(pid);
-        child.send("stop\n");
-        assert_eq!(child.line(), "errors=0");
+        child.write_stdin("stop\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "errors=0");
     }
 
     #[test]
     fn threads_can_be_asked_while_this_thread_holds_the_leader() {
-        let mut child = TestChild::spawn("batch", THREADS, &["4", "0"]);
-        let pid = child.pid;
-        let others: Vec<i32> = tasks(pid).into_iter().filter(|t| *t != pid).collect();
+        let mut child = Target::spawn_source("batch", THREADS, &["4", "0"]);
+        let pid = child.pid();
+        let others: Vec<i32> = thread_ids(pid).into_iter().filter(|t| *t != pid).collect();
         // The leader first, then its siblings, all asked before any stop is
         // collected: what a profiler's batch does.
         let mut asked = vec![Session::request_thread(pid, pid).unwrap()];
@@ -2071,16 +1911,16 @@ int main(void) {
         );
         holder.join().unwrap().unwrap().unwrap();
         assert_released(pid);
-        child.send("stop\n");
-        assert_eq!(child.line(), "errors=0");
+        child.write_stdin("stop\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "errors=0");
     }
 
     #[test]
     fn a_childs_exit_status_is_left_to_its_parent() {
         use std::os::unix::process::ExitStatusExt;
-        let mut child = TestChild::spawn("own", THREADS, &["4", "0"]);
-        let pid = child.pid;
-        let worker = tasks(pid)[2];
+        let mut child = Target::spawn_source("own", THREADS, &["4", "0"]);
+        let pid = child.pid();
+        let worker = thread_ids(pid)[2];
         // Only the process itself is ours to collect as its parent; its other
         // threads are the tracer's to reap.
         assert!(is_own_child_process(pid));
@@ -2094,7 +1934,7 @@ int main(void) {
         assert!(matches!(wait_tid(pid), Ok(Waited::Gone)));
         drop(s);
         let status = child
-            .wait_status()
+            .end_input_and_wait(OUTPUT_TIMEOUT)
             .expect("its status, not taken by the wait");
         assert_eq!(status.signal(), Some(libc::SIGKILL));
     }
@@ -2136,8 +1976,8 @@ int main(void) {
 
     #[test]
     fn thread_churn() {
-        let mut child = TestChild::spawn("churn", CHURN, &[]);
-        let pid = child.pid;
+        let mut child = Target::spawn_source("churn", CHURN, &[]);
+        let pid = child.pid();
         let mut clones = 0;
         for _ in 0..300 {
             let mut s = Session::attach_all(pid).unwrap();
@@ -2154,8 +1994,8 @@ int main(void) {
                 s.remote_munmap(a, 4096).unwrap();
             }
             // Everything alive in the group is held.
-            for tid in tasks(pid) {
-                let (state, _) = thread_state(pid, tid);
+            for tid in thread_ids(pid) {
+                let (state, _) = thread_status(pid, tid);
                 assert!(
                     s.tids().contains(&tid) || state == 'Z' || state == 'X',
                     "thread {tid} ({state}) not held"
@@ -2164,9 +2004,14 @@ int main(void) {
             s.detach().unwrap();
         }
         eprintln!("thread_churn: {clones} clone events in 300 sessions");
-        child.send("stop\n");
-        assert_eq!(child.line(), "failed=0 made>0=1");
-        assert_eq!(child.wait_exit(), Some(0));
+        child.write_stdin("stop\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "failed=0 made>0=1");
+        assert_eq!(
+            child
+                .end_input_and_wait(OUTPUT_TIMEOUT)
+                .and_then(|s| s.code()),
+            Some(0)
+        );
     }
 
     /// Counts queued real-time signals and sums their values; main reads stdin.
@@ -2208,8 +2053,8 @@ int main(void) {
     /// remote system calls: every signal is delivered exactly once, with its value.
     #[test]
     fn queued_signals_survive_many_sessions() {
-        let mut child = TestChild::spawn("rtsig", RTSIG, &[]);
-        let pid = child.pid;
+        let mut child = Target::spawn_source("rtsig", RTSIG, &[]);
+        let pid = child.pid();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sender = {
             let stop = stop.clone();
@@ -2240,8 +2085,8 @@ int main(void) {
         let want = format!("count={sent} sum={sum}");
         let mut last = String::new();
         for _ in 0..200 {
-            child.send("?\n");
-            last = child.line();
+            child.write_stdin("?\n");
+            last = child.expect_line(OUTPUT_TIMEOUT);
             if last == want {
                 break;
             }
@@ -2249,7 +2094,7 @@ int main(void) {
         }
         assert_eq!(last, want);
         assert!(
-            child.try_line(Duration::from_millis(50)).is_none(),
+            child.next_line(Duration::from_millis(50)).is_none(),
             "stray SIGTRAP"
         );
     }
@@ -2291,8 +2136,8 @@ int main(void) {
     fn siginfo_survives_a_flood_traced_by_another_thread() {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::Arc;
-        let mut flooded = TestChild::spawn("flooded", RTSIG, &[]);
-        let fpid = flooded.pid;
+        let mut flooded = Target::spawn_source("flooded", RTSIG, &[]);
+        let fpid = flooded.pid();
         let stop = Arc::new(AtomicBool::new(false));
         let full = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let sender = {
@@ -2318,8 +2163,8 @@ int main(void) {
                 (sessions, given_back)
             })
         };
-        let child = TestChild::spawn("sigflood", SIGNALS, &[]);
-        let pid = child.pid;
+        let child = Target::spawn_source("sigflood", SIGNALS, &[]);
+        let pid = child.pid();
         // At least 30 rounds, and on until the flood has filled its queue at least once
         // (the state that took siginfo away from other signals).
         let start = std::time::Instant::now();
@@ -2331,8 +2176,12 @@ int main(void) {
             let s = Session::attach_all(pid).unwrap();
             sigqueue(pid, libc::SIGUSR1, i);
             s.detach().unwrap();
-            assert_eq!(child.line(), "usr1 code=-1", "round {i}");
-            assert_eq!(child.line(), format!("usr1 value={i}"));
+            assert_eq!(
+                child.expect_line(OUTPUT_TIMEOUT),
+                "usr1 code=-1",
+                "round {i}"
+            );
+            assert_eq!(child.expect_line(OUTPUT_TIMEOUT), format!("usr1 value={i}"));
         }
         stop.store(true, Ordering::Relaxed);
         let (sent, sum) = sender.join().unwrap();
@@ -2346,8 +2195,8 @@ int main(void) {
         let want = format!("count={sent} sum={sum}");
         let mut last = String::new();
         for _ in 0..400 {
-            flooded.send("?\n");
-            last = flooded.line();
+            flooded.write_stdin("?\n");
+            last = flooded.expect_line(OUTPUT_TIMEOUT);
             if last == want {
                 break;
             }
@@ -2359,12 +2208,12 @@ int main(void) {
 
     #[test]
     fn drop_detaches() {
-        let mut child = TestChild::spawn("drop", THREADS, &["2"]);
+        let mut child = Target::spawn_source("drop", THREADS, &["2"]);
         {
-            let _s = Session::attach_all(child.pid).unwrap();
+            let _s = Session::attach_all(child.pid()).unwrap();
         }
-        assert_released(child.pid);
-        child.send("stop\n");
-        assert_eq!(child.line(), "errors=0");
+        assert_released(child.pid());
+        child.write_stdin("stop\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "errors=0");
     }
 }

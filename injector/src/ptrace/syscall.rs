@@ -466,7 +466,11 @@ mod tests {
 
     use super::*;
     use crate::ptrace::gadgets::Gadgets;
-    use crate::ptrace::session::test_support::*;
+    use crate::ptrace::session::SIGNALS;
+    use argstash_tests::{
+        blocked_syscall, regs_words, sigqueue, thread_ids, thread_status, wait_all_blocked,
+        wait_for, Target, OUTPUT_TIMEOUT,
+    };
     use reader::procfs::read_maps;
 
     /// Sleeps 300 ms in one nanosleep and says whether it completed.
@@ -502,10 +506,10 @@ int main(void) {
 
     #[test]
     fn sleeping_thread_resumes_its_sleep() {
-        let child = TestChild::spawn("sleep", SLEEP, &[]);
-        let pid = child.pid;
-        wait_until("the program sleeps", || {
-            current_syscall(pid, pid) == Some(libc::SYS_clock_nanosleep)
+        let child = Target::spawn_source("sleep", SLEEP, &[]);
+        let pid = child.pid();
+        wait_for("the program sleeps", || {
+            blocked_syscall(pid, pid) == Some(libc::SYS_clock_nanosleep)
         });
         let mut s = Session::attach_all(pid).unwrap();
         let before = s.regs(pid).unwrap();
@@ -528,11 +532,11 @@ int main(void) {
         assert_eq!(regs_words(&s.regs(pid).unwrap()), regs_words(&before));
         s.detach().unwrap();
 
-        let out = child.line();
+        let out = child.expect_line(OUTPUT_TIMEOUT);
         let (word, ms) = out.split_once(' ').unwrap();
         assert_eq!(word, "done", "{out}");
         assert!(ms.parse::<u64>().unwrap() >= 299, "{out}");
-        assert!(child.try_line(Duration::from_millis(50)).is_none());
+        assert!(child.next_line(Duration::from_millis(50)).is_none());
     }
 
     /// Threads blocked in read() on a pipe that never gets data; main reads stdin.
@@ -572,7 +576,7 @@ int main(void) {
 
     /// Signal masks and dispositions of every thread, from /proc.
     fn signal_state(pid: i32) -> Vec<String> {
-        tasks(pid)
+        thread_ids(pid)
             .into_iter()
             .map(|t| {
                 let text = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/status")).unwrap();
@@ -585,8 +589,8 @@ int main(void) {
     }
 
     fn registers_identical(by_syscall_stops: bool, framed: bool) {
-        let mut child = TestChild::spawn("readers", READERS, &[]);
-        let pid = child.pid;
+        let mut child = Target::spawn_source("readers", READERS, &[]);
+        let pid = child.pid();
         wait_all_blocked(pid);
         let signals = signal_state(pid);
         let mut s = Session::attach_all(pid).unwrap();
@@ -645,10 +649,10 @@ int main(void) {
             "XSAVE images changed after the read()s restarted"
         );
         s.detach().unwrap();
-        child.send("hello\n");
-        assert_eq!(child.line(), "echo hello");
+        child.write_stdin("hello\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "echo hello");
         assert!(
-            child.try_line(Duration::from_millis(50)).is_none(),
+            child.next_line(Duration::from_millis(50)).is_none(),
             "stray SIGTRAP"
         );
     }
@@ -658,8 +662,8 @@ int main(void) {
     /// returns through `__restore_rt` into its own context, and its `read` starts again.
     #[test]
     fn a_dead_tracer_leaves_framed_threads_whole() {
-        let mut child = TestChild::spawn("deadtracer", READERS, &[]);
-        let pid = child.pid;
+        let mut child = Target::spawn_source("deadtracer", READERS, &[]);
+        let pid = child.pid();
         wait_all_blocked(pid);
         let signals = signal_state(pid);
         let state = |s: &Session| -> Vec<_> {
@@ -711,8 +715,8 @@ int main(void) {
             |v: &[([u64; 27], Option<Vec<u8>>)]| v.iter().map(|(r, _)| *r).collect::<Vec<_>>();
         assert_eq!(regs(&before), regs(&after));
         assert!(before == after, "XSAVE images differ after rt_sigreturn");
-        child.send("still here\n");
-        assert_eq!(child.line(), "echo still here");
+        child.write_stdin("still here\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "echo still here");
     }
 
     #[test]
@@ -772,11 +776,11 @@ int main(void) {
 "#;
 
     fn ppoll_keeps_masks(by_syscall_stops: bool) {
-        let child = TestChild::spawn("ppoll", PPOLL, &[]);
-        let pid = child.pid;
-        let tid = tasks(pid)[1];
-        wait_until("the thread waits in ppoll", || {
-            current_syscall(pid, tid) == Some(libc::SYS_ppoll)
+        let child = Target::spawn_source("ppoll", PPOLL, &[]);
+        let pid = child.pid();
+        let tid = thread_ids(pid)[1];
+        wait_for("the thread waits in ppoll", || {
+            blocked_syscall(pid, tid) == Some(libc::SYS_ppoll)
         });
         let mut s = Session::attach_all(pid).unwrap();
         s.sigtrap_ignored = by_syscall_stops;
@@ -789,17 +793,17 @@ int main(void) {
                 .unwrap();
         }
         s.detach().unwrap();
-        wait_until("the ppoll is restarted", || {
-            current_syscall(pid, tid) == Some(libc::SYS_ppoll)
+        wait_for("the ppoll is restarted", || {
+            blocked_syscall(pid, tid) == Some(libc::SYS_ppoll)
         });
-        assert!(child.try_line(Duration::from_millis(20)).is_none());
+        assert!(child.next_line(Duration::from_millis(20)).is_none());
         // SAFETY: tgkill takes three integers.
         assert_eq!(
             unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGUSR1) },
             0
         );
-        assert_eq!(child.line(), "usr1");
-        assert_eq!(child.line(), "ppoll=-1 blocked=1");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "usr1");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "ppoll=-1 blocked=1");
     }
 
     #[test]
@@ -814,7 +818,7 @@ int main(void) {
 
     #[test]
     fn ignored_sigtrap_stays_ignored() {
-        let child = TestChild::spawn(
+        let child = Target::spawn_source(
             "igntrap",
             &SLEEP.replace(
                 "int main(void) {",
@@ -822,7 +826,7 @@ int main(void) {
             ),
             &[],
         );
-        let pid = child.pid;
+        let pid = child.pid();
         let ignored = || {
             let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
             let line = text
@@ -833,8 +837,8 @@ int main(void) {
             u64::from_str_radix(line[7..].trim(), 16).unwrap() & (1 << (libc::SIGTRAP - 1)) != 0
         };
         assert!(ignored());
-        wait_until("the program sleeps", || {
-            current_syscall(pid, pid) == Some(libc::SYS_clock_nanosleep)
+        wait_for("the program sleeps", || {
+            blocked_syscall(pid, pid) == Some(libc::SYS_clock_nanosleep)
         });
         let mut s = Session::attach_all(pid).unwrap();
         assert!(s.sigtrap_ignored);
@@ -852,15 +856,15 @@ int main(void) {
         assert_eq!(regs_words(&s.regs(pid).unwrap()), regs_words(&before));
         s.detach().unwrap();
         assert!(ignored(), "SIGTRAP no longer ignored");
-        let out = child.line();
+        let out = child.expect_line(OUTPUT_TIMEOUT);
         assert!(out.starts_with("done "), "{out}");
         assert!(out[5..].parse::<u64>().unwrap() >= 299, "{out}");
     }
 
     #[test]
     fn held_signal_survives_a_remote_syscall() {
-        let child = TestChild::spawn("sigr", SIGNALS, &[]);
-        let pid = child.pid;
+        let child = Target::spawn_source("sigr", SIGNALS, &[]);
+        let pid = child.pid();
         let mut s = Session::attach_all(pid).unwrap();
         sigqueue(pid, libc::SIGUSR1, 9);
         s.resume_until_stop(pid).unwrap();
@@ -882,10 +886,10 @@ int main(void) {
         s.remote_munmap(a, 4096).unwrap();
         assert_eq!(regs_words(&s.regs(pid).unwrap()), regs_words(&before));
         s.detach().unwrap();
-        assert_eq!(child.line(), "usr1 code=-1");
-        assert_eq!(child.line(), "usr1 value=9");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "usr1 code=-1");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "usr1 value=9");
         assert!(
-            child.try_line(Duration::from_millis(100)).is_none(),
+            child.next_line(Duration::from_millis(100)).is_none(),
             "second delivery or stray SIGTRAP"
         );
     }
@@ -894,8 +898,8 @@ int main(void) {
     /// first is re-delivered exactly, the second re-queued; both take effect.
     #[test]
     fn second_signal_during_the_step_is_requeued() {
-        let child = TestChild::spawn("sig2", SIGNALS, &[]);
-        let pid = child.pid;
+        let child = Target::spawn_source("sig2", SIGNALS, &[]);
+        let pid = child.pid();
         let mut s = Session::attach_all(pid).unwrap();
         sigqueue(pid, libc::SIGUSR1, 5);
         s.resume_until_stop(pid).unwrap();
@@ -917,21 +921,23 @@ int main(void) {
         assert_eq!(s.threads[0].extra.len(), 1, "SIGSTOP held during the step");
         s.remote_munmap(a, 4096).unwrap();
         s.detach().unwrap();
-        wait_until("the process stops", || thread_state(pid, pid) == ('T', 0));
-        assert!(child.try_line(Duration::from_millis(50)).is_none());
+        wait_for("the process stops", || thread_status(pid, pid) == ('T', 0));
+        assert!(child.next_line(Duration::from_millis(50)).is_none());
         nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT).unwrap();
-        assert_eq!(child.line(), "usr1 code=-1");
-        assert_eq!(child.line(), "usr1 value=5");
-        assert!(child.try_line(Duration::from_millis(100)).is_none());
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "usr1 code=-1");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "usr1 value=5");
+        assert!(child.next_line(Duration::from_millis(100)).is_none());
     }
 
     #[test]
     fn group_stopped_process_takes_a_remote_syscall() {
-        let mut child = TestChild::spawn("gstop", READERS, &[]);
-        let pid = child.pid;
+        let mut child = Target::spawn_source("gstop", READERS, &[]);
+        let pid = child.pid();
         nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
-        wait_until("stopped", || {
-            tasks(pid).iter().all(|t| thread_state(pid, *t).0 == 'T')
+        wait_for("stopped", || {
+            thread_ids(pid)
+                .iter()
+                .all(|t| thread_status(pid, *t).0 == 'T')
         });
         let mut s = Session::attach_all(pid).unwrap();
         let a = s
@@ -945,25 +951,27 @@ int main(void) {
         s.detach().unwrap();
         assert_eq!(perms_at(pid, a).as_deref(), Some("r--"));
         // Woken by the detach, each thread goes back into the group-stop, and stays there.
-        wait_until("every thread is stopped again", || {
-            tasks(pid).iter().all(|t| thread_state(pid, *t) == ('T', 0))
+        wait_for("every thread is stopped again", || {
+            thread_ids(pid)
+                .iter()
+                .all(|t| thread_status(pid, *t) == ('T', 0))
         });
-        child.send("x\n");
+        child.write_stdin("x\n");
         assert!(
-            child.try_line(Duration::from_millis(100)).is_none(),
+            child.next_line(Duration::from_millis(100)).is_none(),
             "a stopped process answered"
         );
-        for t in tasks(pid) {
-            assert_eq!(thread_state(pid, t), ('T', 0));
+        for t in thread_ids(pid) {
+            assert_eq!(thread_status(pid, t), ('T', 0));
         }
         nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT).unwrap();
-        assert_eq!(child.line(), "echo x");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "echo x");
     }
 
     #[test]
     fn fallback_writes_syscall_at_rip() {
-        let mut child = TestChild::spawn("fallb", READERS, &[]);
-        let pid = child.pid;
+        let mut child = Target::spawn_source("fallb", READERS, &[]);
+        let pid = child.pid();
         wait_all_blocked(pid);
         let mut s = Session::attach_all(pid).unwrap();
         s.gadget = Some(None);
@@ -981,11 +989,11 @@ int main(void) {
         s.remote_munmap(a, 4096).unwrap();
         assert_eq!(s.memory().unwrap().read_vec(rip - 2, 8).unwrap(), code);
         s.detach().unwrap();
-        child.send("y\n");
-        assert_eq!(child.line(), "echo y");
+        child.write_stdin("y\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "echo y");
 
         // With one thread stopped, writing at RIP is refused.
-        let tid = tasks(pid)[1];
+        let tid = thread_ids(pid)[1];
         let mut s = Session::attach_thread(pid, tid).unwrap();
         s.gadget = Some(None);
         s.sigreturn = Some(None);
@@ -1014,8 +1022,8 @@ int main(void) {
 
     #[test]
     fn errors_are_rendered() {
-        let child = TestChild::spawn("errs", READERS, &[]);
-        let pid = child.pid;
+        let child = Target::spawn_source("errs", READERS, &[]);
+        let pid = child.pid();
         let start = reader::procfs::read_stat(pid).unwrap().start_time;
         let maps = read_maps(pid).unwrap();
         let mem = crate::memory::ProcessMemory::open(pid).unwrap();
@@ -1111,10 +1119,12 @@ int main(void) {
 
     #[test]
     fn exited_group_leader() {
-        let mut child = TestChild::spawn("zleader", ZOMBIE_LEADER, &[]);
-        let pid = child.pid;
-        let buf = u64::from_str_radix(&child.first_output[0], 16).unwrap();
-        wait_until("the leader is a zombie", || thread_state(pid, pid).0 == 'Z');
+        let mut child = Target::spawn_source("zleader", ZOMBIE_LEADER, &[]);
+        let pid = child.pid();
+        let buf = u64::from_str_radix(&child.before_ready()[0], 16).unwrap();
+        wait_for("the leader is a zombie", || {
+            thread_status(pid, pid).0 == 'Z'
+        });
         let mut s = Session::attach_all(pid).unwrap();
         assert_eq!(s.tids().len(), 1);
         assert!(!s.tids().contains(&pid));
@@ -1130,7 +1140,7 @@ int main(void) {
         s.memory().unwrap().write(buf, b"Z").unwrap();
         assert_eq!(s.memory().unwrap().read_vec(buf, 6).unwrap(), b"Zombie");
         s.detach().unwrap();
-        child.send("\n");
-        assert_eq!(child.line(), "Zombie leader");
+        child.write_stdin("\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "Zombie leader");
     }
 }

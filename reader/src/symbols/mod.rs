@@ -76,10 +76,8 @@ mod tests {
         }
     }
     use crate::procfs::read_maps;
-    use std::io::{BufRead, BufReader};
-    use std::path::PathBuf;
-    use std::process::{Child, Command, Stdio};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use argstash_tests::{try_build_sources, ScratchDir, Target};
+    use std::process::Command;
     use std::time::Instant;
 
     const MAIN_C: &str = r#"
@@ -119,67 +117,16 @@ void _start(void) {
 }
 "#;
 
-    /// A compiled test program running as a child; killed and cleaned up on drop.
-    struct Target {
-        child: Child,
-        dir: PathBuf,
-        exe: PathBuf,
-    }
-
-    impl Drop for Target {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-
-    impl Target {
-        fn pid(&self) -> i32 {
-            self.child.id() as i32
-        }
-        fn exe_path(&self) -> String {
-            self.exe.to_string_lossy().into_owned()
-        }
-    }
-
-    fn unique_dir(tag: &str) -> PathBuf {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("argstash-symtest-{}-{tag}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
     /// Compiles `sources` with `flags` and starts the program; returns once it printed "ready".
-    /// `None` if the compiler cannot build it (the directory is removed).
+    /// `None` if the compiler cannot build it.
     fn build_and_spawn(tag: &str, sources: &[(&str, &str)], flags: &[&str]) -> Option<Target> {
-        let dir = unique_dir(tag);
-        let exe = dir.join(format!("symtest_{tag}"));
-        let mut cc = Command::new("cc");
-        cc.args(flags).arg("-o").arg(&exe);
-        for (file, text) in sources {
-            std::fs::write(dir.join(file), text).unwrap();
-            cc.arg(dir.join(file));
+        match try_build_sources(&format!("symtest_{tag}"), sources, flags) {
+            Ok(exe) => Some(Target::spawn(&exe)),
+            Err(e) => {
+                eprintln!("{e}");
+                None
+            }
         }
-        let out = cc.output().expect("running cc");
-        if !out.status.success() {
-            eprintln!(
-                "cc {flags:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let _ = std::fs::remove_dir_all(&dir);
-            return None;
-        }
-        let child = Command::new(&exe).stdout(Stdio::piped()).spawn().unwrap();
-        let mut target = Target { child, dir, exe };
-        let stdout = target.child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        assert_eq!(line, "ready\n");
-        Some(target)
     }
 
     fn spawn_c_program(tag: &str, pie: bool) -> Target {
@@ -228,7 +175,7 @@ void _start(void) {
     fn check_program(pie: bool) {
         let target = spawn_c_program(if pie { "pie" } else { "nopie" }, pie);
         let pid = target.pid();
-        let exe = target.exe_path();
+        let exe = target.exe().to_string_lossy().into_owned();
         let maps = read_maps(pid).unwrap();
         let ps = ProcessSymbols::load(pid, &maps).unwrap();
         let prog = module(&ps, &exe);
@@ -467,7 +414,7 @@ void _start(void) {
         };
         let maps = read_maps(target.pid()).unwrap();
         let ps = ProcessSymbols::load(target.pid(), &maps).unwrap();
-        let m = module(&ps, &target.exe_path());
+        let m = module(&ps, &target.exe().to_string_lossy());
         assert!(!m.is_64);
         assert!(m.symbols().iter().any(|s| s.name == "bar32"));
         assert!(ps.is_32bit());
@@ -490,7 +437,8 @@ void _start(void) {
 
     #[test]
     fn malformed_files_do_not_panic() {
-        let dir = unique_dir("malformed");
+        let scratch = ScratchDir::new("malformed");
+        let dir = scratch.path();
         let pid = std::process::id() as i32;
         let own_exe = std::fs::read("/proc/self/exe").unwrap();
         let mut cases: Vec<Vec<u8>> = vec![
@@ -532,7 +480,6 @@ void _start(void) {
                 let _ = m.file_bytes(0x10000, 16);
             }
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -680,7 +627,7 @@ void _start(void) {
             .expect("libc is mapped");
         let printf = ps.resolve(&FuncSpec::Name("printf".into())).unwrap();
         assert_eq!(libc.exported("printf"), Some(printf.addr));
-        let exe = module(&ps, &target.exe_path());
+        let exe = module(&ps, &target.exe().to_string_lossy());
         assert_eq!(
             exe.exported("call_twin_a"),
             None,

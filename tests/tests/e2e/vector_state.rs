@@ -36,7 +36,7 @@ struct VecTarget {
 
 impl VecTarget {
     fn start(workers: usize) -> VecTarget {
-        let mut t = Target::start_with_args(FIXTURE, Variant::O2G, &[&workers.to_string()]);
+        let t = Target::start_with_args(FIXTURE, Variant::O2G, &[&workers.to_string()]);
         let covers = t.expect_line(LINE);
         let cpu = t.expect_line(LINE);
         let tids: Vec<i32> = t

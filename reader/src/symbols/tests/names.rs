@@ -60,51 +60,60 @@ fn cpp_program() -> Target {
 
 /// `crashy` (a binary crate) using `recordlib` (an rlib); both define `parse_record`.
 fn rust_program(tag: &str, mangling: &str) -> Target {
-    let dir = unique_dir(tag);
-    let rustc = |args: &[&str]| {
-        let mut cmd = Command::new("rustc");
-        cmd.args(["-C", "opt-level=2"]);
-        // Legacy mangling is rustc's default (naming it needs `-Z unstable-options`).
-        if mangling == "v0" {
-            cmd.args(["-C", "symbol-mangling-version=v0"]);
-        }
-        let out = cmd
-            .args(args)
-            .current_dir(&dir)
-            .output()
-            .expect("running rustc");
-        assert!(
-            out.status.success(),
-            "rustc {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    std::fs::write(dir.join("recordlib.rs"), RUST_LIB).unwrap();
-    std::fs::write(dir.join("main.rs"), RUST_MAIN).unwrap();
-    rustc(&[
-        "--crate-type",
-        "rlib",
-        "--crate-name",
-        "recordlib",
-        "recordlib.rs",
-    ]);
-    rustc(&[
-        "--crate-name",
-        "crashy",
-        "--extern",
-        "recordlib=librecordlib.rlib",
-        "-o",
-        "crashy",
-        "main.rs",
-    ]);
-    let exe = dir.join("crashy");
-    let child = Command::new(&exe).stdout(Stdio::piped()).spawn().unwrap();
-    let mut target = Target { child, dir, exe };
-    let stdout = target.child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
-    target
+    let rustc_version = Command::new("rustc")
+        .arg("-V")
+        .output()
+        .expect("running rustc")
+        .stdout;
+    let key: [&[u8]; 4] = [
+        &rustc_version,
+        mangling.as_bytes(),
+        RUST_LIB.as_bytes(),
+        RUST_MAIN.as_bytes(),
+    ];
+    let exe = argstash_tests::build_cached(&format!("crashy-{tag}"), &key, |out| {
+        let dir = ScratchDir::new(tag);
+        let rustc = |args: &[&std::ffi::OsStr]| {
+            let mut cmd = Command::new("rustc");
+            cmd.args(["-C", "opt-level=2"]);
+            // Legacy mangling is rustc's default (naming it needs `-Z unstable-options`).
+            if mangling == "v0" {
+                cmd.args(["-C", "symbol-mangling-version=v0"]);
+            }
+            let out = cmd
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("running rustc");
+            assert!(
+                out.status.success(),
+                "rustc {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        std::fs::write(dir.path().join("recordlib.rs"), RUST_LIB).unwrap();
+        std::fs::write(dir.path().join("main.rs"), RUST_MAIN).unwrap();
+        let os = |a: &'static str| std::ffi::OsStr::new(a);
+        rustc(&[
+            os("--crate-type"),
+            os("rlib"),
+            os("--crate-name"),
+            os("recordlib"),
+            os("recordlib.rs"),
+        ]);
+        rustc(&[
+            os("--crate-name"),
+            os("crashy"),
+            os("--extern"),
+            os("recordlib=librecordlib.rlib"),
+            os("-o"),
+            out.as_os_str(),
+            os("main.rs"),
+        ]);
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    Target::spawn(&exe)
 }
 
 /// The symbol `nm` would show for the function whose demangled name `shown` is,
@@ -127,7 +136,7 @@ fn cpp_functions_are_found_by_qualified_name_parameters_and_suffix() {
     let target = cpp_program();
     let pid = target.pid();
     let ps = ProcessSymbols::load(pid, &read_maps(pid).unwrap()).unwrap();
-    let exe = target.exe_path();
+    let exe = target.exe().to_string_lossy().into_owned();
     let prog = module(&ps, &exe);
     let ll = mangled_of(prog, "ns::Parser::parse(long, long)");
     let int = mangled_of(prog, "ns::Parser::parse(int)");
@@ -311,7 +320,7 @@ fn a_parameter_list_is_a_cpp_overload_only_when_no_c_symbol_has_the_name() {
     let target = cpp_program();
     let pid = target.pid();
     let ps = ProcessSymbols::load(pid, &read_maps(pid).unwrap()).unwrap();
-    let prog = module(&ps, &target.exe_path());
+    let prog = module(&ps, &target.exe().to_string_lossy());
     let int = mangled_of(prog, "ns::Parser::parse(int)");
     // `Parser::parse(int)`: no symbol is called `Parser::parse`, so the list is C++'s.
     let found = ps
@@ -343,7 +352,7 @@ fn check_rust(mangling: &str) {
     let target = rust_program(&format!("rust-{mangling}"), mangling);
     let pid = target.pid();
     let ps = ProcessSymbols::load(pid, &read_maps(pid).unwrap()).unwrap();
-    let exe = target.exe_path();
+    let exe = target.exe().to_string_lossy().into_owned();
     let prog = module(&ps, &exe);
     let ours = mangled_of(prog, "crashy::parse_record");
     let theirs = mangled_of(prog, "recordlib::parse_record");
