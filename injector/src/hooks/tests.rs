@@ -341,8 +341,8 @@ int main(void) {
 /// install then reports that the process exited, not that it has no such function.
 #[test]
 fn a_lookup_in_a_process_being_torn_down_reports_its_exit() {
-    let child = TestChild::spawn("slow_to_die", SLOW_TO_DIE, &[]);
-    let pid = child.pid;
+    let child = Target::spawn_source("slow_to_die", SLOW_TO_DIE, &[]);
+    let pid = child.pid();
     assert!(
         reader::procfs::read_maps(pid)
             .unwrap()

@@ -1746,8 +1746,8 @@ int main(void) {
     return 0;
 }
 "#;
-        let child = TestChild::spawn("vfork_parent", VFORK_PARENT, &[]);
-        let pid = child.pid;
+        let child = Target::spawn_source("vfork_parent", VFORK_PARENT, &[]);
+        let pid = child.pid();
         let start = Instant::now();
         while procfs::read_stat(pid).map_or(true, |s| s.state != 'D') {
             assert!(start.elapsed() < Duration::from_secs(10), "never in vfork");
@@ -1769,14 +1769,14 @@ int main(void) {
             }
             other => panic!("expected NoStop, got {other:?}"),
         }
-        assert_eq!(thread_state(pid, pid).1, 0, "left traced");
+        assert_eq!(thread_status(pid, pid).1, 0, "left traced");
         // The vfork child's end lets the parent go on, unstopped.
         let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
         let vforked: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
         // SAFETY: kill(2) of the test program's vfork child, found just above.
         unsafe { libc::kill(vforked, libc::SIGKILL) };
         assert_eq!(
-            child.try_line(Duration::from_secs(10)).as_deref(),
+            child.next_line(Duration::from_secs(10)).as_deref(),
             Some("child done")
         );
     }
