@@ -25,7 +25,8 @@ pub use reader::unwind::{
 use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
 use crate::memory::ProcessMemory;
-use crate::ptrace::session::{Session, SessionError};
+use crate::ptrace::session::Session;
+use crate::ptrace::session_error::SessionError;
 
 fn thread_name(pid: i32, tid: i32) -> String {
     reader::procfs::read_task_comm(pid, tid).unwrap_or_default()

@@ -6,7 +6,7 @@ use trampolines::x86_64::{Unsure, MAX_STACK_WORDS};
 use trampolines::{CodegenError, FormatError, PlanError};
 
 use crate::memory::MemoryError;
-use crate::ptrace::session::SessionError;
+use crate::ptrace::session_error::SessionError;
 use reader::core::CoreError;
 use reader::symbols::SymbolError;
 
@@ -478,7 +478,7 @@ impl std::fmt::Display for Operation {
 pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
     let refusal = matches!(
         error,
-        Error::Session(crate::ptrace::session::SessionError::NoSuchProcess { .. })
+        Error::Session(crate::ptrace::session_error::SessionError::NoSuchProcess { .. })
     );
     if refusal || pid <= 0 {
         return error;
@@ -488,20 +488,20 @@ pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
     // moment before /proc shows its threads as zombies: give the kernel that
     // moment when the error, or the process itself (a thread with PF_EXITING),
     // says it is going away.
-    let wait = if looks_gone(&error) || crate::ptrace::session::some_thread_exiting(pid) {
+    let wait = if looks_gone(&error) || crate::ptrace::wait::some_thread_exiting(pid) {
         std::time::Duration::from_millis(200)
     } else {
         std::time::Duration::ZERO
     };
     let deadline = std::time::Instant::now() + wait;
     loop {
-        if crate::ptrace::session::process_ended(pid) {
+        if crate::ptrace::wait::process_ended(pid) {
             return Error::ExitedDuring { pid, operation };
         }
         if std::time::Instant::now() >= deadline {
             // Every thread past the point of no return (a large address space
             // takes long to let go): the process is ending, whatever failed.
-            if wait > std::time::Duration::ZERO && crate::ptrace::session::process_exiting(pid) {
+            if wait > std::time::Duration::ZERO && crate::ptrace::wait::process_exiting(pid) {
                 return Error::ExitedDuring { pid, operation };
             }
             return error;
@@ -517,7 +517,8 @@ pub fn exited_during(pid: i32, operation: Operation, error: Error) -> Error {
 fn looks_gone(error: &Error) -> bool {
     matches!(
         error,
-        Error::Memory(_) | Error::Session(crate::ptrace::session::SessionError::Exited { .. })
+        Error::Memory(_)
+            | Error::Session(crate::ptrace::session_error::SessionError::Exited { .. })
     )
 }
 

@@ -116,7 +116,7 @@ pub use error::{
     UnprotectedReason, UnsureWindow, UNNAMED_CODE_ADVICE,
 };
 pub use ptrace::call::RemoteCallError;
-pub use ptrace::session::{Refusal, SessionError, UnexpectedState};
+pub use ptrace::session_error::{Refusal, SessionError, UnexpectedState};
 
 // Lower level: a process's memory, and a ptrace session on it.
 pub use memory::{Memory, MemoryError, ProcessMemory, WriteMemory};
@@ -127,7 +127,7 @@ pub use ptrace::xsave::{LayoutError, XsaveLayout};
 
 /// True when every thread of `pid` is gone or a zombie: the process has ended.
 pub fn process_ended(pid: Pid) -> bool {
-    ptrace::session::process_ended(pid.as_raw())
+    ptrace::wait::process_ended(pid.as_raw())
 }
 
 // Hooks ejected on drop.

@@ -31,7 +31,9 @@ use reader::unwind::{
 use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
 use crate::memory::ProcessMemory;
-use crate::ptrace::session::{process_ended, Session, SessionError};
+use crate::ptrace::session::Session;
+use crate::ptrace::session_error::SessionError;
+use crate::ptrace::wait::process_ended;
 
 /// How a [`Sampler`] unwinds.
 #[derive(Debug, Clone, Default)]

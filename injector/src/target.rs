@@ -9,7 +9,8 @@ use reader::procfs::{self, MapEntry, Stat};
 use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
 use crate::ptrace::gadgets::Gadgets;
-use crate::ptrace::session::{Refusal, Session, SessionError};
+use crate::ptrace::session::Session;
+use crate::ptrace::session_error::{Refusal, SessionError};
 use nix::errno::Errno;
 
 /// What an operation will do to the target, which decides what is refused.

@@ -9,7 +9,8 @@ use crate::memory::{MemoryError, ProcessMemory};
 use crate::ptrace::call::RemoteCallError;
 use crate::ptrace::gadgets::Gadgets;
 use crate::ptrace::safe_point::{borrow_at_safe_point, call_candidates, Guard, NoSafePoint};
-use crate::ptrace::session::{Session, SessionError};
+use crate::ptrace::session::Session;
+use crate::ptrace::session_error::SessionError;
 use reader::symbols::ProcessSymbols;
 use reader::unwind::Unwinder;
 

@@ -38,7 +38,7 @@ use super::report::UnwindReport;
 use super::slots::{hook_of, read_area, read_slot, set_flags, UnwindHook};
 use crate::memory::{Memory, MemoryError, WriteMemory};
 use crate::ptrace::gadgets::Gadgets;
-use crate::ptrace::session::SessionError;
+use crate::ptrace::session_error::SessionError;
 
 /// `JiTD`, as a little-endian `u32`.
 pub const JITDUMP_MAGIC: u32 = 0x4A69_5444;

@@ -24,7 +24,7 @@ use super::slots::{read_slot, set_flags, set_registered, REGISTRATION_PENDING};
 use super::*;
 use crate::memory::{Memory, MemoryError, WriteMemory};
 use crate::ptrace::gadgets::Gadgets;
-use crate::ptrace::session::SessionError;
+use crate::ptrace::session_error::SessionError;
 use argstash_tests::{Target, OUTPUT_TIMEOUT};
 
 /// Target memory made of a few regions of this process's heap.

@@ -15,7 +15,8 @@ use crate::hooks::plan::Prepared;
 use crate::hooks::undo::{Suspended, ThreadMove, Transaction};
 use crate::hooks::{HookInfo, RipCensus};
 use crate::memory::{Memory, WriteMemory};
-use crate::ptrace::session::{Session, SessionError};
+use crate::ptrace::session::Session;
+use crate::ptrace::session_error::SessionError;
 use reader::arena::read_arena;
 
 /// What a commit did.

@@ -13,7 +13,8 @@
 
 use crate::error::Error;
 use crate::memory::WriteMemory;
-use crate::ptrace::session::{Session, SessionError};
+use crate::ptrace::session::Session;
+use crate::ptrace::session_error::SessionError;
 
 /// One logged change and how to take it back.
 #[derive(Debug, Clone, PartialEq, Eq)]

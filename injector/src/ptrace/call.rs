@@ -30,9 +30,9 @@ use thiserror::Error;
 use crate::ptrace::regs::{
     get_fpregs, get_sigmask, get_xstate, set_fpregs, set_sigmask, set_xstate, sigbit,
 };
-use crate::ptrace::session::{
-    wait_tid_within, Current, Session, SessionError, UnexpectedState, Waited, STOP_DEADLINE,
-};
+use crate::ptrace::session::{Current, Session};
+use crate::ptrace::session_error::{SessionError, UnexpectedState};
+use crate::ptrace::wait::{wait_tid_within, Waited, STOP_DEADLINE};
 
 /// The user code segment selector of 64-bit code on Linux x86-64.
 const USER_CS_64: u64 = 0x33;

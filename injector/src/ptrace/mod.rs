@@ -12,9 +12,12 @@ pub mod realtime;
 pub mod regs;
 pub mod requeue;
 pub mod safe_point;
+pub mod seize;
 pub mod session;
+pub mod session_error;
 pub mod sigframe;
 pub mod syscall;
+pub mod wait;
 pub mod xsave;
 
 /// `EINVAL (Invalid argument)` for errno 22.

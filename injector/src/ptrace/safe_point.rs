@@ -58,7 +58,8 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use crate::memory::Memory;
-use crate::ptrace::session::{Session, SessionError};
+use crate::ptrace::session::Session;
+use crate::ptrace::session_error::SessionError;
 use reader::procfs::{read_maps, MapEntry};
 use reader::symbols::ProcessSymbols;
 use reader::unwind::{Frame, FrameKind, Unwinder};
@@ -721,7 +722,7 @@ pub fn borrow_at_safe_point(
             let session = match Session::attach_thread(pid, tid) {
                 Ok(s) => s,
                 Err(SessionError::Exited { .. }) | Err(SessionError::NoSuchProcess { .. })
-                    if !crate::ptrace::session::process_ended(pid) =>
+                    if !crate::ptrace::wait::process_ended(pid) =>
                 {
                     continue
                 }
@@ -733,7 +734,7 @@ pub fn borrow_at_safe_point(
                             reason: e.to_string(),
                         },
                     ));
-                    if crate::ptrace::session::process_ended(pid) {
+                    if crate::ptrace::wait::process_ended(pid) {
                         return Err(NoSafePoint {
                             samples,
                             waited: started.elapsed(),

@@ -23,9 +23,9 @@ use crate::arch::{Arch, ProcessArch, Syscall};
 use crate::memory::{Memory, WriteMemory};
 use crate::ptrace::gadgets::search_syscall;
 use crate::ptrace::regs::{get_sigmask, set_sigmask, sigbit};
-use crate::ptrace::session::{
-    wait_tid, Current, Session, SessionError, ThreadStop, UnexpectedState, Waited, EVENT_STOP,
-};
+use crate::ptrace::session::{Current, Session, ThreadStop};
+use crate::ptrace::session_error::{SessionError, UnexpectedState};
+use crate::ptrace::wait::{wait_tid, Waited, EVENT_STOP};
 use reader::procfs;
 
 /// Single-steps before giving up (each stop on the way is a held signal or a trap).

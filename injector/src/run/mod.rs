@@ -178,7 +178,7 @@ pub enum RunError {
         source: std::io::Error,
     },
     /// The command ended before reaching its entry point (e.g. a missing shared library).
-    #[error("{program} ended before its entry point ({})", crate::ptrace::session::describe_status(*.status))]
+    #[error("{program} ended before its entry point ({})", crate::ptrace::session_error::describe_status(*.status))]
     EndedEarly {
         /// The command.
         program: String,
