@@ -7,8 +7,11 @@
 
 mod auth;
 mod hints;
+mod publish;
 mod readers;
+mod requests;
 mod service;
+mod shared;
 mod worker;
 
 use std::path::PathBuf;
@@ -20,7 +23,8 @@ use clap::Parser;
 use zbus::connection::Builder;
 
 use crate::readers::ReaderCache;
-use crate::service::{Manager, Shared};
+use crate::service::Manager;
+use crate::shared::Shared;
 use crate::worker::Workers;
 use injector::reader::debuginfo::DebugSearch;
 
