@@ -1,8 +1,10 @@
 //! End-to-end: CPython 3.13, 3.14 and 3.15 read through their own
 //! `_Py_DebugOffsets` (issue 22): `bt` (live and `--core`) and `bt --python`
 //! show the Python frames, with names, files, lines and arguments, of Debian's
-//! static interpreters and of a C program embedding `libpython3.1X.so`; damaged
+//! static interpreters and of a C program embedding `libpython3.1X.so`;
+//! `record --python` places them in every sample (started or `--pid`); damaged
 //! offsets, a fake 3.16 and a 10,000-deep recursion each end in a clear note.
+//! (`bt` through argstashd: `daemon/tests/python313.rs`.)
 //!
 //! Targets run chrooted in the Debian sid root of `scripts/sid-root.sh`
 //! (`/var/cache/argstash-sid/root`, or `ARGSTASH_SID_ROOT`). The fixture
@@ -54,7 +56,7 @@ impl RootDir {
         let host = root.join(inside.trim_start_matches('/'));
         let _ = fs::remove_dir_all(&host);
         fs::create_dir_all(&host).unwrap_or_else(|e| panic!("mkdir {}: {e}", host.display()));
-        for f in ["offsets_app.py", "embed.c"] {
+        for f in ["offsets_app.py", "embed.c", "profsplit.py", "c_work.c"] {
             fs::copy(fixtures_dir().join("python").join(f), host.join(f))
                 .unwrap_or_else(|e| panic!("copy {f}: {e}"));
         }
@@ -86,6 +88,29 @@ impl RootDir {
         self.spawn(&argv)
     }
 
+    /// Runs `cmd` with `sh -c` chrooted in the root; its output, or why it failed.
+    fn sh(&self, cmd: &str) -> Result<(), String> {
+        let out = run_command(
+            Command::new("chroot")
+                .arg(&self.root)
+                .args(["sh", "-c", cmd]),
+            Duration::from_secs(120),
+        );
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{cmd}: {}", output_text(&out)))
+        }
+    }
+
+    /// `c_work.c` (profsplit.py's C half) built in the root with its own gcc.
+    fn c_work_lib(&self) -> String {
+        let lib = format!("{}/libcwork.so", self.inside);
+        let cmd = format!("gcc -O2 -g -shared -fPIC -o {lib} {}/c_work.c", self.inside);
+        self.sh(&cmd).unwrap_or_else(|e| panic!("{e}"));
+        lib
+    }
+
     /// `embed.c` built in the root against libpython3.`minor`, or why not.
     fn embedder(&self, minor: u8) -> Result<String, String> {
         let config = format!("/usr/bin/python3.{minor}-config");
@@ -93,19 +118,14 @@ impl RootDir {
             return Err(format!("no {config} in the root (python3.{minor}-dev)"));
         }
         let exe = format!("{}/embed3{minor}", self.inside);
+        if self.root.join(exe.trim_start_matches('/')).is_file() {
+            return Ok(exe);
+        }
         let cmd = format!(
             "gcc -O1 -o {exe} {dir}/embed.c $({config} --cflags --ldflags --embed)",
             dir = self.inside
         );
-        let out = run_command(
-            Command::new("chroot")
-                .arg(&self.root)
-                .args(["sh", "-c", &cmd]),
-            Duration::from_secs(120),
-        );
-        if !out.status.success() {
-            return Err(format!("{cmd}: {}", output_text(&out)));
-        }
+        self.sh(&cmd)?;
         Ok(exe)
     }
 }
@@ -638,5 +658,109 @@ fn thread_states_torn_down_while_read_never_fail_the_backtrace() {
         t.assert_healthy();
         t.write_stdin("\n");
         assert!(t.wait_exit(LINE).is_some(), "3.{minor}");
+    }
+}
+
+/// Checks a `record --python` profile of `profsplit.py` (collapsed stacks) and
+/// its stderr: Python frames named and nested as the script runs them, and C
+/// work under the Python frame that calls it, never under the one that ran
+/// before it (each sample's Python frames are paired with its own native stack).
+fn check_profile(stacks: &Stacks, stderr: &str, minor: u8, what: &str) {
+    let note = format!("--python installs no hook in CPython 3.{minor}.");
+    assert!(stderr.contains(&note), "{what}: no {note:?} in\n{stderr}");
+    assert!(stderr.contains("entry frame"), "{what}: {stderr}");
+    let py = |s: &[String]| -> Vec<String> {
+        s.iter()
+            .filter(|f| f.starts_with("[py] "))
+            .cloned()
+            .collect()
+    };
+    let mut loops = 0;
+    let mut c = 0;
+    for (s, n) in stacks {
+        let names = py(s);
+        if s.iter().any(|f| f == "c_work") {
+            // c_work runs under <module> -> py_work, and its Python frames come
+            // before it in the stack (root first).
+            assert_eq!(names, ["[py] <module>", "[py] py_work"], "{what}: {s:?}");
+            let last_py = s.iter().rposition(|f| f.starts_with("[py] ")).unwrap();
+            let at = s.iter().position(|f| f == "c_work").unwrap();
+            assert!(last_py < at, "{what}: {s:?}");
+            c += n;
+        } else if names.last().is_some_and(|f| f == "[py] py_loop") {
+            assert_eq!(
+                names,
+                ["[py] <module>", "[py] py_work", "[py] py_loop"],
+                "{what}: {s:?}"
+            );
+            loops += n;
+        }
+    }
+    assert!(
+        c >= 5 && loops >= 5,
+        "{what}: {c} samples in c_work, {loops} in py_loop: {stacks:?}\n{stderr}"
+    );
+    println!("record --python of {what}: {loops} samples in py_loop, {c} in c_work");
+}
+
+/// `record --python` on a started program and on a running one (`--pid`):
+/// the static interpreters and embedded libpython, each minor version.
+#[test]
+fn record_python_places_the_python_frames_of_313_and_later() {
+    let Some(root) = sid_root("record_python_places_the_python_frames_of_313_and_later") else {
+        return;
+    };
+    let dir = RootDir::new(&root, "record");
+    let lib = dir.c_work_lib();
+    let script = format!("{}/profsplit.py", dir.inside);
+    let root_s = root.to_str().unwrap();
+    for minor in MINORS {
+        // Started by record, chrooted: the executable is chroot's until it execs.
+        let out_file = dir.host.join(format!("static3{minor}.txt"));
+        let exe = format!("/usr/bin/python3.{minor}");
+        let out = record_ok(&[
+            "--rate",
+            "499",
+            "--python",
+            "-o",
+            out_file.to_str().unwrap(),
+            "--",
+            "chroot",
+            root_s,
+            &exe,
+            &script,
+            &lib,
+            "1.5",
+        ]);
+        let what = format!("python3.{minor} started by record");
+        assert!(text(&out.stdout).contains("pysplit"), "{what}: {out:?}");
+        check_profile(&collapsed(&out_file), &text(&out.stderr), minor, &what);
+
+        // Running already: an embedding program, recorded by --pid.
+        let embed = match dir.embedder(minor) {
+            Ok(exe) => exe,
+            Err(why) => {
+                println!("SKIPPED record of embedded 3.{minor}: {why}");
+                continue;
+            }
+        };
+        let mut t = dir.spawn(&[&embed, &script, &lib, "4"]);
+        let pid = t.pid().to_string();
+        let out_file = dir.host.join(format!("embed3{minor}.txt"));
+        let out = record_ok(&[
+            "--pid",
+            &pid,
+            "--duration",
+            "1.5",
+            "--rate",
+            "499",
+            "--python",
+            "-o",
+            out_file.to_str().unwrap(),
+        ]);
+        let what = format!("embedded libpython3.{minor} by --pid");
+        check_profile(&collapsed(&out_file), &text(&out.stderr), minor, &what);
+        t.wait_for_line(LINE, |l| l.starts_with("pysplit"));
+        assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "{what}");
     }
 }
