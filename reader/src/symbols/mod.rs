@@ -178,6 +178,26 @@ pub enum SymbolError {
         /// How to write each candidate alone (the hint), in the same order.
         spellings: Vec<String>,
     },
+    /// The file a process mapped is gone from its path or was replaced there (a
+    /// package upgrade), and the mapped file itself cannot be opened through
+    /// `/proc/PID/map_files`: the file at the path is never read in its stead.
+    #[error(
+        "{path} was {} on disk after the process mapped it, and the mapped file cannot be \
+         opened through {map_files} ({source}): opening it there needs CAP_SYS_ADMIN (run as \
+         root), or restart the process so that it maps the file now at that path",
+        if *.deleted { "deleted" } else { "replaced" }
+    )]
+    ReplacedOnDisk {
+        /// The path the process mapped.
+        path: String,
+        /// True when nothing is at the path any more; false when another file is.
+        deleted: bool,
+        /// The `/proc/PID/map_files/` entry tried.
+        map_files: String,
+        /// Why it could not be opened.
+        #[source]
+        source: io::Error,
+    },
     /// The file is not mapped in the process.
     #[error("{path} is not mapped in the process")]
     NotMapped {
@@ -608,7 +628,14 @@ impl Module {
         let data = if path == VDSO {
             read_process_image(pid, first, &path)?
         } else if path.starts_with('/') {
-            open_mapped_file(pid, &path, &entries)?
+            let (data, opened) = open_mapped_file(pid, &path, &entries)?;
+            let mut m = Module::from_data(path, data, &entries)?;
+            // Gone from its path or replaced there: the debug info is read from
+            // the mapped file too, never from what the path holds now.
+            if let Opened::MapFiles(p) = opened {
+                m.file = PathBuf::from(p);
+            }
+            return Ok(m);
         } else {
             return Err(SymbolError::Elf {
                 path,
@@ -895,13 +922,27 @@ impl Module {
     }
 }
 
-/// Opens a mapped file, preferring the exact inode the process has mapped.
+/// Which file [`open_mapped_file`] opened.
+enum Opened {
+    /// The file at the path (through `/proc/PID/root`): the very inode mapped.
+    Path,
+    /// `/proc/PID/map_files/START-END`: the path is gone or holds another file.
+    MapFiles(String),
+}
+
+/// Opens a mapped file: the exact inode the process has mapped, or nothing.
 ///
 /// `/proc/PID/root/<path>` reaches files inside the target's mount namespace (for
 /// containers). If that path is gone, deleted or now holds a different inode (the
-/// file was replaced on disk), `/proc/PID/map_files/` is tried, which opens the very
-/// file that is mapped; if that is not permitted either, the path's file is used.
-fn open_mapped_file(pid: i32, path: &str, entries: &[&MapEntry]) -> Result<FileData, SymbolError> {
+/// file was replaced on disk, as a package upgrade does), `/proc/PID/map_files/`
+/// is tried, which opens the very file that is mapped; if that is not permitted
+/// either, the file is refused ([`SymbolError::ReplacedOnDisk`]): another file's
+/// symbols and unwind tables would name and unwind frames wrongly.
+fn open_mapped_file(
+    pid: i32,
+    path: &str,
+    entries: &[&MapEntry],
+) -> Result<(FileData, Opened), SymbolError> {
     let root_path = crate::procfs::path_in_root(pid, path);
     let inode = entries.first().map_or(0, |e| e.inode);
     // Never waits on a FIFO put where a mapped file was (a deleted file in /tmp).
@@ -910,31 +951,45 @@ fn open_mapped_file(pid: i32, path: &str, entries: &[&MapEntry]) -> Result<FileD
         Ok(f) => f.metadata().is_ok_and(|m| m.ino() == inode),
         Err(_) => false,
     };
-    let (file, shown) = if same_inode {
-        (
-            by_path.map_err(|source| SymbolError::Io {
-                path: root_path.clone(),
-                source,
-            })?,
-            root_path,
-        )
-    } else {
-        let by_map = entries.first().and_then(|e| {
-            let p = format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end);
-            File::open(&p).ok().map(|f| (f, p))
+    if same_inode {
+        let file = by_path.map_err(|source| SymbolError::Io {
+            path: root_path.clone(),
+            source,
+        })?;
+        return Ok((map_elf_file(file, &root_path, path)?, Opened::Path));
+    }
+    let Some(first) = entries.first() else {
+        return Err(SymbolError::NotMapped {
+            path: path.to_string(),
         });
-        match (by_map, by_path) {
-            (Some(found), _) => found,
-            (None, Ok(f)) => (f, root_path),
-            (None, Err(source)) => {
-                return Err(SymbolError::Io {
-                    path: root_path,
-                    source,
-                })
-            }
+    };
+    let map_files = format!("/proc/{pid}/map_files/{:x}-{:x}", first.start, first.end);
+    let source = match File::open(&map_files) {
+        Ok(f) => {
+            return Ok((
+                map_elf_file(f, &map_files, path)?,
+                Opened::MapFiles(map_files),
+            ))
+        }
+        Err(e) => e,
+    };
+    let deleted = match by_path {
+        Ok(_) => false,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => true,
+        // Not a replacement: the path cannot be read (permissions, a FIFO...).
+        Err(source) => {
+            return Err(SymbolError::Io {
+                path: root_path,
+                source,
+            })
         }
     };
-    map_elf_file(file, &shown, path)
+    Err(SymbolError::ReplacedOnDisk {
+        path: path.to_string(),
+        deleted,
+        map_files,
+        source,
+    })
 }
 
 /// Maps an opened file read-only after checking it starts with an ELF header.
@@ -1261,6 +1316,9 @@ pub struct ProcessSymbols {
     pub pid: i32,
     /// One module per executable file mapping, in address order, plus the `[vdso]`.
     pub modules: Vec<Module>,
+    /// Mapped files left out because they were deleted or replaced on disk and
+    /// cannot be read as mapped ([`SymbolError::ReplacedOnDisk`]).
+    pub refused: Vec<std::sync::Arc<SymbolError>>,
     /// The executable's path when the process is a 32-bit program.
     exe_32bit: Option<String>,
 }
@@ -1295,13 +1353,19 @@ impl ProcessSymbols {
                 }
             }
         }
-        let modules = paths
-            .iter()
-            .filter_map(|p| Module::load(pid, p, maps).ok())
-            .collect();
+        let mut modules = Vec::new();
+        let mut refused = Vec::new();
+        for p in paths {
+            match Module::load(pid, p, maps) {
+                Ok(m) => modules.push(m),
+                Err(e @ SymbolError::ReplacedOnDisk { .. }) => refused.push(std::sync::Arc::new(e)),
+                Err(_) => {}
+            }
+        }
         ProcessSymbols {
             pid,
             modules,
+            refused,
             exe_32bit,
         }
     }
@@ -1347,6 +1411,7 @@ impl ProcessSymbols {
         ProcessSymbols {
             pid,
             modules,
+            refused: Vec::new(),
             exe_32bit: None,
         }
     }

@@ -764,3 +764,154 @@ fn record_python_places_the_python_frames_of_313_and_later() {
         assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "{what}");
     }
 }
+
+/// `argstash ARGS` run as uid 65534 (no CAP_SYS_ADMIN: `/proc/PID/map_files`
+/// cannot be opened).
+fn run_as_nobody(args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(argstash())
+        .args(args)
+        .env("XDG_CACHE_HOME", "/nonexistent");
+    run_command(&mut cmd, RUN_TIMEOUT)
+}
+
+/// The interpreter's file (the static `python3.1X`, or the `libpython3.13`
+/// an embedding program loaded) deleted, then replaced by another file, while
+/// the process runs, as a package upgrade does: `bt` reads the mapped file
+/// through `/proc/PID/map_files`, never the file now at the path (no warning
+/// about it, every Python frame as before); where map_files cannot be opened
+/// (uid 65534), the note names the file, the cause and the fix, and native
+/// frames are shown.
+#[test]
+fn interpreter_files_deleted_or_replaced_after_start_are_read_as_mapped() {
+    let Some(root) =
+        sid_root("interpreter_files_deleted_or_replaced_after_start_are_read_as_mapped")
+    else {
+        return;
+    };
+    let dir = RootDir::new(&root, "replaced");
+    let script = dir.script();
+    // (what, the file to delete and replace (inside the root), argv)
+    let mut cases: Vec<(String, String, Vec<String>)> = Vec::new();
+    for minor in MINORS {
+        let copy = format!("{}/python3.{minor}", dir.inside);
+        fs::copy(
+            root.join(format!("usr/bin/python3.{minor}")),
+            dir.host.join(format!("python3.{minor}")),
+        )
+        .unwrap();
+        let argv = vec![copy.clone(), script.clone(), "block".into()];
+        cases.push((format!("python3.{minor}"), copy, argv));
+    }
+    match dir.embedder(13) {
+        Ok(exe) => {
+            let lib = "libpython3.13.so.1.0";
+            let from = fs::read_dir(root.join("usr/lib"))
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.path().join(lib))
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| panic!("no {lib} under the root's /usr/lib"));
+            let libdir = format!("{}/lib", dir.inside);
+            fs::create_dir_all(dir.host.join("lib")).unwrap();
+            fs::copy(&from, dir.host.join("lib").join(lib)).unwrap();
+            let argv = vec![
+                "/usr/bin/env".into(),
+                format!("LD_LIBRARY_PATH={libdir}"),
+                exe,
+                script.clone(),
+                "block".into(),
+            ];
+            cases.push(("embedded 3.13".into(), format!("{libdir}/{lib}"), argv));
+        }
+        Err(why) => println!("SKIPPED the embedded case: {why}"),
+    }
+    // Others (uid 65534) run the targets and traverse to the files.
+    for d in [dir.host.clone(), dir.host.join("lib")] {
+        if d.is_dir() {
+            fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        }
+    }
+    for (what, file, argv) in cases {
+        let mut all = vec!["--userspec=65534:65534", dir.root.to_str().unwrap()];
+        all.extend(argv.iter().map(String::as_str));
+        let mut t = Target::spawn_with_args(Path::new("chroot"), &all);
+        let pid = t.pid();
+        let host_file = dir.root.join(file.trim_start_matches('/'));
+        let mapped = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        assert!(
+            mapped.contains(host_file.to_str().unwrap()),
+            "{what}: {file} not mapped:\n{mapped}"
+        );
+        let seen = go(&mut t);
+        wait_blocked(pid);
+        let pid_s = pid.to_string();
+        let names = |bt: &Value| -> Vec<String> {
+            thread_frames(main_thread(bt, pid))
+                .iter()
+                .map(|f| f["function"].as_str().unwrap_or("??").to_string())
+                .collect()
+        };
+        let before = names(&bt_json(pid, None));
+        for change in ["deleted", "replaced"] {
+            if change == "deleted" {
+                fs::remove_file(&host_file).unwrap();
+            } else {
+                // Not an ELF file at all: reading it in the mapped one's stead warns.
+                let other = host_file.with_extension("new");
+                fs::write(&other, vec![b'x'; 4096]).unwrap();
+                fs::rename(&other, &host_file).unwrap();
+            }
+            let out = run(&["bt", "--pid", &pid_s, "--json"]);
+            assert!(
+                out.status.success(),
+                "{what} {change}: {}",
+                output_text(&out)
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !stderr.contains(host_file.to_str().unwrap()),
+                "{what} {change}: the file at the path was read: {stderr}"
+            );
+            let bt: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let thread = main_thread(&bt, pid);
+            assert_eq!(
+                python_frames(thread_frames(thread)),
+                seen,
+                "{what} {change}: {thread:#}"
+            );
+            assert_eq!(names(&bt), before, "{what} {change}");
+
+            // Without CAP_SYS_ADMIN the mapped file cannot be opened: refused by name.
+            let out = run_as_nobody(&["bt", "--pid", &pid_s, "--json"]);
+            assert!(
+                out.status.success(),
+                "{what} {change}: {}",
+                output_text(&out)
+            );
+            let bt: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let thread = main_thread(&bt, pid);
+            let notes = thread["python_notes"].to_string();
+            for needle in [
+                format!("{} was {change} on disk", host_file.display()),
+                "CAP_SYS_ADMIN".to_string(),
+                "restart the process".to_string(),
+                "only native frames".to_string(),
+            ] {
+                assert!(
+                    notes.contains(&needle),
+                    "{what} {change}: no {needle:?} in {notes}"
+                );
+            }
+            let frames = thread_frames(thread);
+            assert!(
+                frames.iter().all(|f| f["kind"] == "native") && !frames.is_empty(),
+                "{what} {change}: {thread:#}"
+            );
+        }
+        t.assert_healthy();
+        t.write_stdin("\n");
+        assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "{what}");
+    }
+}
