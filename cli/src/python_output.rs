@@ -19,7 +19,7 @@ pub fn print_backtrace(bt: &Backtrace, json: bool, view: View) {
 pub fn from_wire(t: &argstash_dbus::Thread) -> Option<PythonStack> {
     use injector::reader::python::frames::FrameOwner;
     use injector::reader::python::pair::Placement;
-    use injector::reader::python::stack::param_kind_from_name;
+    use injector::reader::python::stack::{param_kind_from_name, InterpreterLabel};
     use injector::reader::python::{PyFrame, PyParam, PyValue};
     if !t.has_python {
         return None;
@@ -64,6 +64,10 @@ pub fn from_wire(t: &argstash_dbus::Thread) -> Option<PythonStack> {
                     eval_frame,
                     paired_by,
                 })
+            }),
+            interpreter: (f.interpreter != 0).then_some(InterpreterLabel {
+                addr: f.interpreter,
+                id: (f.interpreter_id >= 0).then_some(f.interpreter_id),
             }),
         })
         .collect();

@@ -537,6 +537,8 @@ fn py_frame(f: &injector::reader::python::StackFrame) -> argstash_dbus::PyFrame 
             .unwrap_or(-1),
         frame: f.frame.addr,
         entry: f.frame.is_entry,
+        interpreter: f.interpreter.map_or(0, |i| i.addr),
+        interpreter_id: f.interpreter.and_then(|i| i.id).unwrap_or(-1),
     }
 }
 

@@ -207,3 +207,66 @@ fn bt_through_the_daemon_shows_the_python_frames_of_313_and_later() {
     }
     let _ = std::fs::remove_dir_all(&host);
 }
+
+/// Subinterpreters: the daemon's backtrace carries each Python frame's
+/// interpreter as the standalone one does (`interpreter.id`, `interpreter.state`).
+#[test]
+fn bt_through_the_daemon_labels_frames_with_their_subinterpreter() {
+    let Some(root) = sid_root("bt_through_the_daemon_labels_frames_with_their_subinterpreter")
+    else {
+        return;
+    };
+    let inside = format!("/tmp/argstashd-test-{}-subinterp", std::process::id());
+    let host = root.join(inside.trim_start_matches('/'));
+    let _ = std::fs::remove_dir_all(&host);
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::copy(
+        fixtures_dir().join("python/subinterp_app.py"),
+        host.join("subinterp_app.py"),
+    )
+    .unwrap();
+    let script = format!("{inside}/subinterp_app.py");
+    let bus = Bus::start();
+    for minor in [13u8, 14, 15] {
+        let python = format!("/usr/bin/python3.{minor}");
+        let mut t = Target::spawn_with_args(
+            Path::new("chroot"),
+            &[root.to_str().unwrap(), &python, &script],
+        );
+        let pid = t.pid();
+        t.write_stdin("go\n");
+        let ids = t.wait_for_line(LINE, |l| l.starts_with("ids "));
+        let sub_a: i64 = ids.split(' ').nth(3).unwrap().parse().unwrap();
+        t.wait_for_line(LINE, |l| l == "end");
+        assert!(argstash_tests::wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
+                .is_ok_and(|s| s.starts_with("0 "))
+        }));
+        let pid_s = pid.to_string();
+        let args = ["bt", "--pid", pid_s.as_str(), "--json"];
+        // The main thread, blocked: the same in both (the other one runs).
+        let main_of = |v: serde_json::Value| -> serde_json::Value {
+            v["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["tid"] == pid)
+                .unwrap()
+                .clone()
+        };
+        let main = main_of(steady(&cli(Some(&bus), &args)));
+        assert_eq!(main, main_of(steady(&cli(None, &args))), "3.{minor}");
+        let labels: Vec<i64> = main["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "python")
+            .map(|f| f["interpreter"]["id"].as_i64().unwrap_or(-1))
+            .collect();
+        assert_eq!(labels, [sub_a, sub_a, sub_a, 0, 0], "3.{minor}: {main:#}");
+        t.assert_healthy();
+        t.write_stdin("\n");
+        assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "3.{minor}");
+    }
+    let _ = std::fs::remove_dir_all(&host);
+}

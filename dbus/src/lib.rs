@@ -229,6 +229,11 @@ pub struct PyFrame {
     pub frame: u64,
     /// A C-level evaluator call started at this frame.
     pub entry: bool,
+    /// Its interpreter's `PyInterpreterState` address when the process has
+    /// several (subinterpreters), 0 otherwise: `interpreter.state` of `bt --json`.
+    pub interpreter: u64,
+    /// That interpreter's id (0: the main one), -1 when unknown or not shown.
+    pub interpreter_id: i64,
 }
 
 /// One parameter of a Python frame.
@@ -804,7 +809,7 @@ mod tests {
         assert_eq!(Inlined::SIGNATURE.to_string(), format!("(ssua{param})"));
         let frame = format!("(utstsbsta(stt{param})bssua{param}a(ssua{param})s)");
         assert_eq!(Frame::SIGNATURE.to_string(), frame);
-        let py_frame = "(ssia(ssss)sitb)";
+        let py_frame = "(ssia(ssss)sitbtx)";
         assert_eq!(PyFrame::SIGNATURE.to_string(), py_frame);
         assert_eq!(
             Thread::SIGNATURE.to_string(),

@@ -139,6 +139,7 @@ mod tests {
                 eval_frame,
                 paired_by: by,
             }),
+            interpreter: None,
         }
     }
 

@@ -21,6 +21,7 @@ use crate::symbols::ProcessSymbols;
 
 use super::frames::{ChainEnd, FrameChain, FrameReader, ParamKind, PyFrame};
 use super::pair::{Merged, NativeEval, Pairing, Placement};
+use super::threads::ThreadState;
 use super::{Interpreter, PythonError};
 
 /// The most Python frames read per thread.
@@ -88,6 +89,7 @@ impl StackReader<'_> {
                     chain: None,
                     notes: vec![why.clone()],
                     unreadable: true,
+                    interpreters: Vec::new(),
                 }
             }
             (ProcessPython::Found(i), Some(f)) => (i, f),
@@ -106,6 +108,7 @@ impl StackReader<'_> {
                         chain: None,
                         notes: vec![format!("cannot read CPython's thread states: {e}")],
                         unreadable: false,
+                        interpreters: Vec::new(),
                     }
                 }
             };
@@ -116,7 +119,11 @@ impl StackReader<'_> {
                 break walk;
             }
         };
-        let Some(ts) = u64::try_from(tid).ok().and_then(|t| walk.for_tid(t)) else {
+        let states: Vec<&ThreadState> = u64::try_from(tid)
+            .ok()
+            .map(|t| walk.all_for_tid(t).collect())
+            .unwrap_or_default();
+        if states.is_empty() {
             // Not a Python thread, unless the list was cut before its state.
             let notes = walk
                 .problems
@@ -132,20 +139,86 @@ impl StackReader<'_> {
                 chain: None,
                 notes,
                 unreadable: false,
+                interpreters: Vec::new(),
             };
-        };
-        let notes = walk
+        }
+        let mut notes: Vec<String> = walk
             .problems
             .iter()
-            .filter(|p| p.addr == ts.addr)
+            .filter(|p| states.iter().any(|ts| ts.addr == p.addr))
             .map(|p| format!("thread state 0x{:x}: {}", p.addr, p.reason))
             .collect();
+        // One chain per interpreter the thread is in (subinterpreters), inner first.
+        let several = walk.interpreters.len() > 1;
+        let mut chains: Vec<(FrameChain, InterpreterLabel)> = states
+            .iter()
+            .filter_map(|ts| {
+                let frame = ts.current_frame?;
+                let label = InterpreterLabel {
+                    addr: ts.interp,
+                    id: ts.interp_id,
+                };
+                Some((frames.chain_to(frame, ts.base_frame, STACK_LIMIT), label))
+            })
+            .collect();
+        chains.sort_by_key(|(c, _)| innermost_entry(c));
+        let Some((mut chain, label)) = (!chains.is_empty()).then(|| chains.remove(0)) else {
+            return ThreadRead {
+                chain: None,
+                notes,
+                unreadable: false,
+                interpreters: Vec::new(),
+            };
+        };
+        let mut interpreters = vec![label; chain.frames.len()];
+        for (outer, label) in chains {
+            if chain.end != ChainEnd::Root {
+                notes.push(format!(
+                    "the Python frames of {} end early: {}",
+                    interpreters.last().copied().unwrap_or(label),
+                    chain.end
+                ));
+            }
+            interpreters.extend(std::iter::repeat_n(label, outer.frames.len()));
+            chain.frames.extend(outer.frames);
+            chain.end = outer.end;
+        }
         ThreadRead {
-            chain: ts
-                .current_frame
-                .map(|f| frames.chain_to(f, ts.base_frame, STACK_LIMIT)),
+            chain: Some(chain),
             notes,
             unreadable: false,
+            interpreters: if several { interpreters } else { Vec::new() },
+        }
+    }
+}
+
+/// Where a chain sits on the C stack: the address of its innermost entry frame
+/// (3.12+: an evaluator call's entry frame is a local of its native frame, so a
+/// lower address is a deeper call); `u64::MAX` without one (the walk's order
+/// stands: the newest interpreter first).
+fn innermost_entry(chain: &FrameChain) -> u64 {
+    chain
+        .frames
+        .iter()
+        .find_map(|f| f.entry_frame)
+        .unwrap_or(u64::MAX)
+}
+
+/// The interpreter a Python frame runs in, shown when a process has several
+/// (subinterpreters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpreterLabel {
+    /// Address of its `PyInterpreterState`.
+    pub addr: u64,
+    /// Its id (0: the main interpreter), when read.
+    pub id: Option<i64>,
+}
+
+impl fmt::Display for InterpreterLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.id {
+            Some(id) => write!(f, "interpreter {id}"),
+            None => write!(f, "interpreter 0x{:x}", self.addr),
         }
     }
 }
@@ -162,6 +235,9 @@ pub struct ThreadRead {
     /// thread, since the evaluator's native frames may not be named (3.13+
     /// builds keep its body in unnamed code).
     pub unreadable: bool,
+    /// The interpreter of each frame of `chain`, when the process has more
+    /// than one (else empty).
+    pub interpreters: Vec<InterpreterLabel>,
 }
 
 impl ThreadRead {
@@ -185,12 +261,18 @@ impl ThreadRead {
             ChainEnd::Root => {}
             end => notes.push(format!("Python frames end early: {end}")),
         }
+        let mut labels = self.interpreters.into_iter();
         let frames = chain
             .frames
             .into_iter()
             .zip(pairing.python)
-            .filter(|(f, _)| !f.incomplete)
-            .map(|(frame, placement)| StackFrame { frame, placement })
+            .map(|(frame, placement)| (frame, placement, labels.next()))
+            .filter(|(f, ..)| !f.incomplete)
+            .map(|(frame, placement, interpreter)| StackFrame {
+                frame,
+                placement,
+                interpreter,
+            })
             .collect();
         Some(PythonStack { frames, notes })
     }
@@ -204,6 +286,8 @@ pub struct StackFrame {
     /// Its native evaluator frame (index among the thread's native frames) and
     /// how it was paired; `None` when no native frame claims it.
     pub placement: Option<Placement>,
+    /// Its interpreter, when the process has several (subinterpreters).
+    pub interpreter: Option<InterpreterLabel>,
 }
 
 /// A thread's Python frames, innermost first, as a backtrace shows them
@@ -302,6 +386,7 @@ mod tests {
             }),
             notes: Vec::new(),
             unreadable: false,
+            interpreters: Vec::new(),
         };
         let stashed = NativeEval {
             is_eval: true,
@@ -354,6 +439,7 @@ mod tests {
             }),
             notes: Vec::new(),
             unreadable: false,
+            interpreters: Vec::new(),
         };
         let stack = read.assemble(&[eval]).unwrap();
         assert_eq!(stack.frames.len(), 1);
@@ -363,6 +449,7 @@ mod tests {
             chain: None,
             notes: vec!["cannot read CPython's thread states".into()],
             unreadable: false,
+            interpreters: Vec::new(),
         };
         assert!(unreadable.clone().assemble(&[C]).is_none());
         assert_eq!(unreadable.clone().assemble(&[eval]).unwrap().notes.len(), 1);

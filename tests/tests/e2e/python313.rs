@@ -56,7 +56,13 @@ impl RootDir {
         let host = root.join(inside.trim_start_matches('/'));
         let _ = fs::remove_dir_all(&host);
         fs::create_dir_all(&host).unwrap_or_else(|e| panic!("mkdir {}: {e}", host.display()));
-        for f in ["offsets_app.py", "embed.c", "profsplit.py", "c_work.c"] {
+        for f in [
+            "offsets_app.py",
+            "embed.c",
+            "profsplit.py",
+            "c_work.c",
+            "subinterp_app.py",
+        ] {
             fs::copy(fixtures_dir().join("python").join(f), host.join(f))
                 .unwrap_or_else(|e| panic!("copy {f}: {e}"));
         }
@@ -247,6 +253,13 @@ fn check_live(t: &mut Target, what: &str) {
     );
     let notes = thread["python_notes"].to_string();
     assert!(!notes.contains("end early"), "{what}: {notes}");
+    // One interpreter: no frame is labeled with it.
+    assert!(
+        thread_frames(thread)
+            .iter()
+            .all(|f| f.get("interpreter").is_none()),
+        "{what}: {thread:#}"
+    );
     // One evaluator call runs them all, found by its entry frame.
     let py: Vec<&Value> = thread_frames(thread)
         .iter()
@@ -910,6 +923,108 @@ fn interpreter_files_deleted_or_replaced_after_start_are_read_as_mapped() {
                 "{what} {change}: {thread:#}"
             );
         }
+        t.assert_healthy();
+        t.write_stdin("\n");
+        assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "{what}");
+    }
+}
+
+/// Subinterpreters (`_interpreters`): the main thread runs code in one, a second
+/// thread in another. Every interpreter's threads are walked: each OS thread's
+/// frames of every interpreter it is in, innermost first, each labeled with its
+/// interpreter's id, all paired by entry frame; checked against the frames each
+/// interpreter reports of itself.
+#[test]
+fn subinterpreters_frames_are_all_read_and_labeled_with_their_interpreter() {
+    let Some(root) =
+        sid_root("subinterpreters_frames_are_all_read_and_labeled_with_their_interpreter")
+    else {
+        return;
+    };
+    let dir = RootDir::new(&root, "subinterp");
+    let script = format!("{}/subinterp_app.py", dir.inside);
+    for minor in MINORS {
+        let what = format!("python3.{minor}");
+        let exe = format!("/usr/bin/python3.{minor}");
+        let mut t = dir.spawn(&[&exe, &script]);
+        let pid = t.pid();
+        t.write_stdin("go\n");
+        let ids: Vec<i64> = t
+            .wait_for_line(LINE, |l| l.starts_with("ids "))
+            .split(' ')
+            .skip(1)
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let (main_tid, thread_tid, sub_a, sub_b) = (ids[0], ids[1], ids[2], ids[3]);
+        assert_eq!(main_tid, i64::from(pid), "{what}");
+        assert!(sub_a > 0 && sub_b > 0 && sub_a != sub_b, "{what}: {ids:?}");
+        // (interpreter id, function, file, line), innermost first.
+        let mut seen: Vec<(i64, String, String, i64)> = Vec::new();
+        loop {
+            let line = t.expect_line(LINE);
+            let f: Vec<&str> = line.split('\t').collect();
+            match f.as_slice() {
+                ["frame", id, q, file, l] => seen.push((
+                    id.parse().unwrap(),
+                    q.to_string(),
+                    file.to_string(),
+                    l.parse().unwrap(),
+                )),
+                ["end"] => break,
+                _ => t.fail(&format!("unexpected report line {line:?}")),
+            }
+        }
+        wait_blocked(pid);
+        let bt = bt_json(pid, None);
+        let frames_of = |tid: i64| -> Vec<(i64, String, String, i64, String)> {
+            let thread = bt_thread(&bt, tid as i32).unwrap_or_else(|| panic!("no {tid} in {bt}"));
+            assert!(
+                thread["python_notes"]
+                    .as_array()
+                    .is_none_or(|n| n.is_empty()),
+                "{what}: {thread:#}"
+            );
+            thread_frames(thread)
+                .iter()
+                .filter(|f| f["kind"] == "python")
+                .map(|f| {
+                    (
+                        f["interpreter"]["id"].as_i64().unwrap_or(-1),
+                        f["function"].as_str().unwrap().to_string(),
+                        f["file"].as_str().unwrap().to_string(),
+                        f["line"].as_i64().unwrap_or(-1),
+                        f["paired_by"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        };
+        let main: Vec<(i64, String, String, i64)> = frames_of(main_tid)
+            .into_iter()
+            .map(|(id, f, file, line, by)| {
+                assert_eq!(by, "entry-frame", "{what}: {f}");
+                (id, f, file, line)
+            })
+            .collect();
+        assert_eq!(main, seen, "{what}");
+        // The other thread: its subinterpreter's frames inside the main
+        // interpreter's, which started the thread.
+        let other = frames_of(thread_tid);
+        let got: Vec<(i64, &str)> = other.iter().map(|f| (f.0, f.1.as_str())).collect();
+        assert_eq!(
+            got[..3],
+            [(sub_b, "loop_sub"), (sub_b, "<module>"), (0, "in_thread")],
+            "{what}: {other:?}"
+        );
+        assert!(got[3..].iter().all(|f| f.0 == 0), "{what}: {other:?}");
+        assert!(other.iter().all(|f| f.4 == "entry-frame"), "{what}");
+        // The text names the interpreter after each frame.
+        let text = run_ok(&["bt", "--pid", &pid.to_string(), "--python"]);
+        let inner = format!(
+            "[py] inner_sub (tag='sub1') at {}:{} [interpreter {sub_a}]",
+            seen[0].2, seen[0].3
+        );
+        assert!(text.contains(&inner), "{what}: no {inner:?} in\n{text}");
+        assert!(text.contains("[interpreter 0]"), "{what}: {text}");
         t.assert_healthy();
         t.write_stdin("\n");
         assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "{what}");
