@@ -171,17 +171,18 @@ impl StackReader<'_> {
             };
         };
         let mut interpreters = vec![label; chain.frames.len()];
+        let mut inner = label;
         for (outer, label) in chains {
             if chain.end != ChainEnd::Root {
                 notes.push(format!(
-                    "the Python frames of {} end early: {}",
-                    interpreters.last().copied().unwrap_or(label),
+                    "the Python frames of {inner} end early: {}",
                     chain.end
                 ));
             }
             interpreters.extend(std::iter::repeat_n(label, outer.frames.len()));
             chain.frames.extend(outer.frames);
             chain.end = outer.end;
+            inner = label;
         }
         ThreadRead {
             chain: Some(chain),
