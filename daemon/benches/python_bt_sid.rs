@@ -1,4 +1,4 @@
-//! `argstash bt` on CPython 3.13 and 3.14 processes 50 Python frames deep
+//! `argstash bt` on CPython 3.13, 3.14 and 3.15 processes 50 Python frames deep
 //! (issue 22): the cold CLI, the warm daemon (a D-Bus `Backtrace` round trip on
 //! a private bus) and the CLI through the daemon, next to `py-spy dump --native`
 //! and `pystack remote --native` on the same process, interleaved round by
@@ -27,7 +27,7 @@ use support::{cli, frame_lines, has_word, in_order, median, ms, on_path, run};
 
 const ROUNDS: usize = 20;
 /// The minor versions measured.
-const MINORS: [u8; 2] = [13, 14];
+const MINORS: [u8; 3] = [13, 14, 15];
 
 /// 49 `recurse` frames under `<module>`: 50 Python frames; the innermost blocks
 /// reading stdin.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use injector::reader::args::{ArgSource, ArgValue};
 use injector::reader::python::frames::{FrameOwner, ParamKind};
 use injector::reader::python::pair::Placement;
-use injector::reader::python::stack::param_kind_name;
+use injector::reader::python::stack::{param_kind_name, InterpreterLabel};
 use injector::reader::python::{PairedBy, PyFrame, PyParam, PyValue, PythonStack, StackFrame};
 use injector::{
     Backtrace, Capture, Frame, FrameKind, Hint, HookInfo, HookState, HookUnwindStatus,
@@ -534,6 +534,8 @@ fn py_frame(f: &crate::PyFrame) -> Result<StackFrame> {
         owner: wire_owner,
         incomplete,
         params_note,
+        interpreter,
+        interpreter_id,
     } = f;
     Ok(StackFrame {
         frame: PyFrame {
@@ -563,6 +565,10 @@ fn py_frame(f: &crate::PyFrame) -> Result<StackFrame> {
             params_note: non_empty(params_note).map(Cow::Owned),
         },
         placement: placement(f)?,
+        interpreter: (*interpreter != 0).then_some(InterpreterLabel {
+            addr: *interpreter,
+            id: (*interpreter_id >= 0).then_some(*interpreter_id),
+        }),
     })
 }
 

@@ -256,6 +256,11 @@ pub struct PyFrame {
     pub incomplete: bool,
     /// Why `params` is empty or short, empty when nothing was wrong.
     pub params_note: String,
+    /// Its interpreter's `PyInterpreterState` address when the process has
+    /// several (subinterpreters), 0 otherwise: `interpreter.state` of `bt --json`.
+    pub interpreter: u64,
+    /// That interpreter's id (0: the main one), -1 when unknown or not shown.
+    pub interpreter_id: i64,
 }
 
 /// One parameter of a Python frame.
@@ -847,7 +852,7 @@ mod tests {
         assert_eq!(Inlined::SIGNATURE.to_string(), format!("(ssua{param})"));
         let frame = format!("(utstsbsta(stt{param})bssua{param}a(ssua{param})sttt)");
         assert_eq!(Frame::SIGNATURE.to_string(), frame);
-        let py_frame = "(ssia(ssss)sitbtitsbs)";
+        let py_frame = "(ssia(ssss)sitbtitsbstx)";
         assert_eq!(PyFrame::SIGNATURE.to_string(), py_frame);
         assert_eq!(
             Thread::SIGNATURE.to_string(),

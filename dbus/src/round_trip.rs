@@ -9,6 +9,7 @@ use std::time::Duration;
 use injector::reader::args::{ArgSource, ArgValue};
 use injector::reader::python::frames::{FrameOwner, ParamKind};
 use injector::reader::python::pair::Placement;
+use injector::reader::python::stack::InterpreterLabel;
 use injector::reader::python::{PairedBy, PyFrame, PyParam, PyValue, PythonStack, StackFrame};
 use injector::{
     Backtrace, Capture, Frame, FrameKind, Hint, HookInfo, HookState, HookUnwindStatus,
@@ -305,6 +306,15 @@ fn py(
             params_note: note.map(|n| Cow::Owned(n.to_string())),
         },
         placement,
+        // A frame with no placement stands for one of a subinterpreter here, so
+        // both label forms (with and without an id) cross the wire.
+        interpreter: match placement {
+            Some(_) => None,
+            None => Some(InterpreterLabel {
+                addr: 0x7f33_0000_1000,
+                id: (owner == FrameOwner::Thread).then_some(2),
+            }),
+        },
     }
 }
 

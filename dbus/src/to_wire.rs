@@ -609,7 +609,11 @@ pub(crate) fn owner_name(owner: FrameOwner) -> String {
 /// One Python frame in its wire form.
 fn py_frame(f: &injector::reader::python::StackFrame) -> crate::PyFrame {
     use injector::reader::python::stack::param_kind_name;
-    let injector::reader::python::StackFrame { frame, placement } = f;
+    let injector::reader::python::StackFrame {
+        frame,
+        placement,
+        interpreter,
+    } = f;
     let injector::reader::python::PyFrame {
         addr,
         code,
@@ -651,6 +655,8 @@ fn py_frame(f: &injector::reader::python::StackFrame) -> crate::PyFrame {
         owner: owner_name(*owner),
         incomplete: *incomplete,
         params_note: params_note.as_deref().unwrap_or_default().to_string(),
+        interpreter: interpreter.map_or(0, |i| i.addr),
+        interpreter_id: interpreter.and_then(|i| i.id).unwrap_or(-1),
     }
 }
 

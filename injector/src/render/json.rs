@@ -82,7 +82,7 @@ pub fn frame_json(index: usize, f: &Frame) -> Value {
 /// One Python frame in JSON.
 fn python_json(index: usize, f: &StackFrame, eval_frame: Option<usize>) -> Value {
     let p = &f.frame;
-    json!({
+    let mut v = json!({
         "index": index,
         "kind": "python",
         "function": p.qualname,
@@ -98,7 +98,12 @@ fn python_json(index: usize, f: &StackFrame, eval_frame: Option<usize>) -> Value
         "eval_frame": eval_frame,
         "frame": format!("0x{:x}", p.addr),
         "entry": p.is_entry,
-    })
+    });
+    // Only in a process with several interpreters (subinterpreters).
+    if let Some(i) = f.interpreter {
+        v["interpreter"] = json!({"id": i.id, "state": format!("0x{:x}", i.addr)});
+    }
+    v
 }
 
 /// One native frame in JSON: the plain renderer's object with `"kind": "native"`

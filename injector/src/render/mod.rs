@@ -140,6 +140,7 @@ mod tests {
                 eval_frame,
                 paired_by: by,
             }),
+            interpreter: None,
         }
     }
 

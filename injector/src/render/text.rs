@@ -137,7 +137,10 @@ fn python_text(f: &StackFrame) -> String {
         Some(PairedBy::Order) => " [paired by order]",
         None => " [no evaluator frame found]",
     };
-    format!("[py] {}{how}", f.frame)
+    match f.interpreter {
+        Some(i) => format!("[py] {}{how} [{i}]", f.frame),
+        None => format!("[py] {}{how}", f.frame),
+    }
 }
 
 /// The text lines of one thread.

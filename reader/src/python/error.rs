@@ -3,6 +3,7 @@
 use thiserror::Error;
 
 use crate::memory::MemoryError;
+use crate::symbols::SymbolError;
 
 use super::debug_offsets::OffsetsProblem;
 use super::release::PythonVersion;
@@ -58,6 +59,14 @@ pub enum PythonError {
         runtime: u64,
         /// What is wrong.
         problem: OffsetsProblem,
+    },
+    /// The interpreter's file (the executable or libpython) was deleted or
+    /// replaced on disk after the process mapped it, and cannot be read as mapped.
+    #[error("the CPython interpreter cannot be read: {source}; only native frames can be shown")]
+    FileReplaced {
+        /// Why the mapped file cannot be read, with the fix.
+        #[source]
+        source: std::sync::Arc<SymbolError>,
     },
     /// Reading the interpreter's global state failed.
     #[error("cannot read CPython's runtime state: {0}")]

@@ -35,6 +35,9 @@ pub struct InterpLayout {
     pub next: u64,
     /// `threads.head`: the newest `PyThreadState*`.
     pub threads_head: u64,
+    /// `id` (an `int64_t`, 0 for the main interpreter): 3.13+, from the debug
+    /// offsets; `None` in the 3.11 table (interpreters are then named by address).
+    pub id: Option<u64>,
 }
 
 /// Offsets in `PyThreadState` and the way to its current frame.
@@ -232,6 +235,7 @@ pub const PY311: Layout = Layout {
     interp: InterpLayout {
         next: 0,
         threads_head: 16,
+        id: None,
     },
     thread: ThreadLayout {
         next: 8,
@@ -461,6 +465,7 @@ impl Layout {
             interp: InterpLayout {
                 next: at("interpreter_state", "next"),
                 threads_head: at("interpreter_state", "threads_head"),
+                id: o.get("interpreter_state", "id"),
             },
             thread: ThreadLayout {
                 next: at("thread_state", "next"),

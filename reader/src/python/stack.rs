@@ -21,6 +21,7 @@ use crate::symbols::ProcessSymbols;
 
 use super::frames::{ChainEnd, FrameChain, FrameReader, ParamKind, PyFrame};
 use super::pair::{Merged, NativeEval, Pairing, Placement};
+use super::threads::ThreadState;
 use super::{Interpreter, PythonError};
 
 /// The most Python frames read per thread.
@@ -93,6 +94,7 @@ impl StackReader<'_> {
                     chain: None,
                     notes: vec![why.clone()],
                     on_every_thread: true,
+                    interpreters: Vec::new(),
                 }
             }
             (ProcessPython::Found(i), Some(f)) => (i, f),
@@ -120,6 +122,7 @@ impl StackReader<'_> {
                         chain: None,
                         notes: vec![format!("cannot read CPython's thread states: {e}")],
                         on_every_thread: false,
+                        interpreters: Vec::new(),
                     }
                 }
             };
@@ -133,7 +136,11 @@ impl StackReader<'_> {
                 break walk;
             }
         };
-        let Some(ts) = u64::try_from(tid).ok().and_then(|t| walk.for_tid(t)) else {
+        let states: Vec<&ThreadState> = u64::try_from(tid)
+            .ok()
+            .map(|t| walk.all_for_tid(t).collect())
+            .unwrap_or_default();
+        if states.is_empty() {
             // Not a Python thread, unless the list was cut before its state: then
             // whether it runs Python is unknown, and the note says so on any thread
             // (a stripped 3.13+ evaluator has no named native frame to show it by).
@@ -151,20 +158,87 @@ impl StackReader<'_> {
                 chain: None,
                 on_every_thread: !notes.is_empty(),
                 notes,
+                interpreters: Vec::new(),
             };
-        };
-        let notes = walk
+        }
+        let mut notes: Vec<String> = walk
             .problems
             .iter()
-            .filter(|p| p.addr == ts.addr)
+            .filter(|p| states.iter().any(|ts| ts.addr == p.addr))
             .map(|p| format!("thread state 0x{:x}: {}", p.addr, p.reason))
             .collect();
+        // One chain per interpreter the thread is in (subinterpreters), inner first.
+        let several = walk.interpreters.len() > 1;
+        let mut chains: Vec<(FrameChain, InterpreterLabel)> = states
+            .iter()
+            .filter_map(|ts| {
+                let frame = ts.current_frame?;
+                let label = InterpreterLabel {
+                    addr: ts.interp,
+                    id: ts.interp_id,
+                };
+                Some((frames.chain_to(frame, ts.base_frame, STACK_LIMIT), label))
+            })
+            .collect();
+        chains.sort_by_key(|(c, _)| innermost_entry(c));
+        let Some((mut chain, label)) = (!chains.is_empty()).then(|| chains.remove(0)) else {
+            return ThreadRead {
+                chain: None,
+                notes,
+                on_every_thread: false,
+                interpreters: Vec::new(),
+            };
+        };
+        let mut interpreters = vec![label; chain.frames.len()];
+        let mut inner = label;
+        for (outer, label) in chains {
+            if chain.end != ChainEnd::Root {
+                notes.push(format!(
+                    "the Python frames of {inner} end early: {}",
+                    chain.end
+                ));
+            }
+            interpreters.extend(std::iter::repeat_n(label, outer.frames.len()));
+            chain.frames.extend(outer.frames);
+            chain.end = outer.end;
+            inner = label;
+        }
         ThreadRead {
-            chain: ts
-                .current_frame
-                .map(|f| frames.chain_to(f, ts.base_frame, STACK_LIMIT)),
+            chain: Some(chain),
             notes,
             on_every_thread: false,
+            interpreters: if several { interpreters } else { Vec::new() },
+        }
+    }
+}
+
+/// Where a chain sits on the C stack: the address of its innermost entry frame
+/// (3.12+: an evaluator call's entry frame is a local of its native frame, so a
+/// lower address is a deeper call); `u64::MAX` without one (the walk's order
+/// stands: the newest interpreter first).
+fn innermost_entry(chain: &FrameChain) -> u64 {
+    chain
+        .frames
+        .iter()
+        .find_map(|f| f.entry_frame)
+        .unwrap_or(u64::MAX)
+}
+
+/// The interpreter a Python frame runs in, shown when a process has several
+/// (subinterpreters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpreterLabel {
+    /// Address of its `PyInterpreterState`.
+    pub addr: u64,
+    /// Its id (0: the main interpreter), when read.
+    pub id: Option<i64>,
+}
+
+impl fmt::Display for InterpreterLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.id {
+            Some(id) => write!(f, "interpreter {id}"),
+            None => write!(f, "interpreter 0x{:x}", self.addr),
         }
     }
 }
@@ -182,6 +256,9 @@ pub struct ThreadRead {
     /// read at all (a version without a layout, damaged debug offsets), or its
     /// thread list was cut short before this thread's state was found.
     pub on_every_thread: bool,
+    /// The interpreter of each frame of `chain`, when the process has more
+    /// than one (else empty).
+    pub interpreters: Vec<InterpreterLabel>,
 }
 
 impl ThreadRead {
@@ -205,12 +282,18 @@ impl ThreadRead {
             ChainEnd::Root => {}
             end => notes.push(format!("Python frames end early: {end}")),
         }
+        let mut labels = self.interpreters.into_iter();
         let frames = chain
             .frames
             .into_iter()
             .zip(pairing.python)
-            .filter(|(f, _)| !f.incomplete)
-            .map(|(frame, placement)| StackFrame { frame, placement })
+            .map(|(frame, placement)| (frame, placement, labels.next()))
+            .filter(|(f, ..)| !f.incomplete)
+            .map(|(frame, placement, interpreter)| StackFrame {
+                frame,
+                placement,
+                interpreter,
+            })
             .collect();
         Some(PythonStack { frames, notes })
     }
@@ -224,6 +307,8 @@ pub struct StackFrame {
     /// Its native evaluator frame (index among the thread's native frames) and
     /// how it was paired; `None` when no native frame claims it.
     pub placement: Option<Placement>,
+    /// Its interpreter, when the process has several (subinterpreters).
+    pub interpreter: Option<InterpreterLabel>,
 }
 
 /// A thread's Python frames, innermost first, as a backtrace shows them
@@ -322,6 +407,7 @@ mod tests {
             }),
             notes: Vec::new(),
             on_every_thread: false,
+            interpreters: Vec::new(),
         };
         let stashed = NativeEval {
             is_eval: true,
@@ -374,6 +460,7 @@ mod tests {
             }),
             notes: Vec::new(),
             on_every_thread: false,
+            interpreters: Vec::new(),
         };
         let stack = read.assemble(&[eval]).unwrap();
         assert_eq!(stack.frames.len(), 1);
@@ -383,6 +470,7 @@ mod tests {
             chain: None,
             notes: vec!["cannot read CPython's thread states".into()],
             on_every_thread: false,
+            interpreters: Vec::new(),
         };
         assert!(unreadable.clone().assemble(&[C]).is_none());
         assert_eq!(unreadable.clone().assemble(&[eval]).unwrap().notes.len(), 1);

@@ -25,6 +25,9 @@ pub struct ThreadState {
     pub addr: u64,
     /// Address of the interpreter whose list holds it.
     pub interp: u64,
+    /// That interpreter's id (0: the main interpreter), when the layout has it
+    /// and it could be read.
+    pub interp_id: Option<i64>,
     /// The OS thread id (`native_thread_id`; a Linux tid), 0 if never set.
     pub native_thread_id: u64,
     /// The innermost `_PyInterpreterFrame*`, `None` when the thread runs no Python
@@ -85,9 +88,19 @@ pub struct ThreadWalk {
 }
 
 impl ThreadWalk {
-    /// The thread state of OS thread `tid`, if one names it.
+    /// The thread state of OS thread `tid`, if one names it (the newest
+    /// interpreter's, when several do: see [`ThreadWalk::all_for_tid`]).
     pub fn for_tid(&self, tid: u64) -> Option<&ThreadState> {
         self.threads.iter().find(|t| t.native_thread_id == tid)
+    }
+
+    /// Every thread state of OS thread `tid`: one per interpreter the thread
+    /// has run code of (a thread that calls into a subinterpreter keeps its
+    /// state in the calling interpreter too), newest interpreter first.
+    pub fn all_for_tid(&self, tid: u64) -> impl Iterator<Item = &ThreadState> {
+        self.threads
+            .iter()
+            .filter(move |t| t.native_thread_id == tid)
     }
 }
 
@@ -119,8 +132,20 @@ pub fn walk_threads(
             break;
         }
         walk.interpreters.push(interp);
+        let id = layout
+            .interp
+            .id
+            .and_then(|off| mem.read_u64(interp.wrapping_add(off)).ok())
+            .map(|v| v as i64);
         match mem.read_u64(interp.wrapping_add(layout.interp.threads_head)) {
-            Ok(head) => walk_one(mem, layout, interp, head, &mut seen_threads, &mut walk),
+            Ok(head) => walk_one(
+                mem,
+                layout,
+                (interp, id),
+                head,
+                &mut seen_threads,
+                &mut walk,
+            ),
             Err(_) => walk.problems.push(WalkProblem {
                 addr: interp,
                 reason: WalkReason::Unreadable("thread list"),
@@ -144,7 +169,7 @@ pub fn walk_threads(
 fn walk_one(
     mem: &dyn Memory,
     layout: &Layout,
-    interp: u64,
+    (interp, interp_id): (u64, Option<i64>),
     head: u64,
     seen: &mut HashSet<u64>,
     walk: &mut ThreadWalk,
@@ -189,6 +214,7 @@ fn walk_one(
         walk.threads.push(ThreadState {
             addr: ts,
             interp,
+            interp_id,
             native_thread_id: tid,
             current_frame,
             base_frame,

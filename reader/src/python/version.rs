@@ -13,7 +13,7 @@
 //! layout then checks it against `_Py_DebugOffsets`' own.
 
 use crate::memory::Memory;
-use crate::symbols::{Module, ProcessSymbols};
+use crate::symbols::{Module, ProcessSymbols, SymbolError};
 
 use super::error::PythonError;
 pub use super::release::PythonVersion;
@@ -84,6 +84,22 @@ pub struct Located {
     pub types: BuiltinTypes,
 }
 
+/// Why no module is CPython's: an interpreter file (`python3.X`, `libpython3.X`)
+/// deleted or replaced on disk and unreadable as mapped, else not a CPython.
+fn not_python(symbols: &ProcessSymbols) -> PythonError {
+    let interpreter = |path: &str| {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        name.starts_with("python") || name.starts_with("libpython")
+    };
+    symbols
+        .refused
+        .iter()
+        .find(|e| matches!(&***e, SymbolError::ReplacedOnDisk { path, .. } if interpreter(path)))
+        .map_or(PythonError::NotPython { pid: symbols.pid }, |e| {
+            PythonError::FileReplaced { source: e.clone() }
+        })
+}
+
 /// Finds the CPython interpreter among a process's modules.
 pub fn locate(symbols: &ProcessSymbols, mem: &dyn Memory) -> Result<Located, PythonError> {
     // CPython exports its evaluator (extension modules link against it), so the
@@ -101,7 +117,7 @@ pub fn locate(symbols: &ProcessSymbols, mem: &dyn Memory) -> Result<Located, Pyt
                     .map(|s| (m, s.addr))
             })
         })
-        .ok_or(PythonError::NotPython { pid: symbols.pid })?;
+        .ok_or_else(|| not_python(symbols))?;
     if !module.is_64 {
         return Err(PythonError::Not64Bit {
             module: module.path.clone(),

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::fs::File;
+use std::io;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
@@ -83,17 +84,27 @@ pub(super) struct SymbolTable {
     pub(super) ifuncs: Vec<(String, u64)>,
 }
 
-/// Opens a mapped file, preferring the exact inode the process has mapped.
+/// Which file [`open_mapped_file`] opened.
+pub(super) enum Opened {
+    /// The file at the path (through `/proc/PID/root`): the very inode mapped.
+    Path,
+    /// `/proc/PID/map_files/START-END`: the path is gone or holds another file.
+    MapFiles(String),
+}
+
+/// Opens a mapped file: the exact inode the process has mapped, or nothing.
 ///
 /// `/proc/PID/root/<path>` reaches files inside the target's mount namespace (for
 /// containers). If that path is gone, deleted or now holds a different inode (the
-/// file was replaced on disk), `/proc/PID/map_files/` is tried, which opens the very
-/// file that is mapped; if that is not permitted either, the path's file is used.
+/// file was replaced on disk, as a package upgrade does), `/proc/PID/map_files/`
+/// is tried, which opens the very file that is mapped; if that is not permitted
+/// either, the file is refused ([`SymbolError::ReplacedOnDisk`]): another file's
+/// symbols and unwind tables would name and unwind frames wrongly.
 pub(super) fn open_mapped_file(
     pid: i32,
     path: &str,
     entries: &[&MapEntry],
-) -> Result<FileData, SymbolError> {
+) -> Result<(FileData, Opened), SymbolError> {
     let root_path = crate::procfs::path_in_root(pid, path);
     let inode = entries.first().map_or(0, |e| e.inode);
     // Never waits on a FIFO put where a mapped file was (a deleted file in /tmp).
@@ -102,31 +113,45 @@ pub(super) fn open_mapped_file(
         Ok(f) => f.metadata().is_ok_and(|m| m.ino() == inode),
         Err(_) => false,
     };
-    let (file, shown) = if same_inode {
-        (
-            by_path.map_err(|source| SymbolError::Io {
-                path: root_path.clone(),
-                source,
-            })?,
-            root_path,
-        )
-    } else {
-        let by_map = entries.first().and_then(|e| {
-            let p = format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end);
-            File::open(&p).ok().map(|f| (f, p))
+    if same_inode {
+        let file = by_path.map_err(|source| SymbolError::Io {
+            path: root_path.clone(),
+            source,
+        })?;
+        return Ok((map_elf_file(file, &root_path, path)?, Opened::Path));
+    }
+    let Some(first) = entries.first() else {
+        return Err(SymbolError::NotMapped {
+            path: path.to_string(),
         });
-        match (by_map, by_path) {
-            (Some(found), _) => found,
-            (None, Ok(f)) => (f, root_path),
-            (None, Err(source)) => {
-                return Err(SymbolError::Io {
-                    path: root_path,
-                    source,
-                })
-            }
+    };
+    let map_files = format!("/proc/{pid}/map_files/{:x}-{:x}", first.start, first.end);
+    let source = match File::open(&map_files) {
+        Ok(f) => {
+            return Ok((
+                map_elf_file(f, &map_files, path)?,
+                Opened::MapFiles(map_files),
+            ))
+        }
+        Err(e) => e,
+    };
+    let deleted = match by_path {
+        Ok(_) => false,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => true,
+        // Not a replacement: the path cannot be read (permissions, a FIFO...).
+        Err(source) => {
+            return Err(SymbolError::Io {
+                path: root_path,
+                source,
+            })
         }
     };
-    map_elf_file(file, &shown, path)
+    Err(SymbolError::ReplacedOnDisk {
+        path: path.to_string(),
+        deleted,
+        map_files,
+        source,
+    })
 }
 
 /// Maps an opened file read-only after checking it starts with an ELF header.

@@ -120,6 +120,26 @@ pub enum SymbolError {
         /// How to write each candidate alone (the hint), in the same order.
         spellings: Vec<String>,
     },
+    /// The file a process mapped is gone from its path or was replaced there (a
+    /// package upgrade), and the mapped file itself cannot be opened through
+    /// `/proc/PID/map_files`: the file at the path is never read in its stead.
+    #[error(
+        "{path} was {} on disk after the process mapped it, and the mapped file cannot be \
+         opened through {map_files} ({source}): opening it there needs CAP_SYS_ADMIN (run as \
+         root), or restart the process so that it maps the file now at that path",
+        if *.deleted { "deleted" } else { "replaced" }
+    )]
+    ReplacedOnDisk {
+        /// The path the process mapped.
+        path: String,
+        /// True when nothing is at the path any more; false when another file is.
+        deleted: bool,
+        /// The `/proc/PID/map_files/` entry tried.
+        map_files: String,
+        /// Why it could not be opened.
+        #[source]
+        source: io::Error,
+    },
     /// The file is not mapped in the process.
     #[error("{path} is not mapped in the process")]
     NotMapped {

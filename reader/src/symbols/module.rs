@@ -9,7 +9,7 @@ use goblin::elf::section_header::SHN_UNDEF;
 use super::demangled::Demangled;
 use super::elf::{
     collect_symbols, map_elf_file, open_mapped_file, parse_module, parse_view, read_process_image,
-    separate_symbols, FileData, Load, Section, SymbolTable, PAGE_MASK,
+    separate_symbols, FileData, Load, Opened, Section, SymbolTable, PAGE_MASK,
 };
 use super::error::{ElfProblem, SymbolError};
 use super::symbol::{Symbol, VDSO};
@@ -83,7 +83,14 @@ impl Module {
         let data = if path == VDSO {
             read_process_image(pid, first, &path)?
         } else if path.starts_with('/') {
-            open_mapped_file(pid, &path, &entries)?
+            let (data, opened) = open_mapped_file(pid, &path, &entries)?;
+            let mut m = Module::from_data(path, data, &entries)?;
+            // Gone from its path or replaced there: the debug info is read from
+            // the mapped file too, never from what the path holds now.
+            if let Opened::MapFiles(p) = opened {
+                m.file = PathBuf::from(p);
+            }
+            return Ok(m);
         } else {
             return Err(SymbolError::Elf {
                 path,

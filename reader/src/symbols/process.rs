@@ -20,6 +20,9 @@ pub struct ProcessSymbols {
     pub pid: i32,
     /// One module per executable file mapping, in address order, plus the `[vdso]`.
     pub modules: Vec<Module>,
+    /// Mapped files left out because they were deleted or replaced on disk and
+    /// cannot be read as mapped ([`SymbolError::ReplacedOnDisk`]).
+    pub refused: Vec<std::sync::Arc<SymbolError>>,
     /// The executable's path when the process is a 32-bit program.
     exe_32bit: Option<String>,
 }
@@ -54,13 +57,19 @@ impl ProcessSymbols {
                 }
             }
         }
-        let modules = paths
-            .iter()
-            .filter_map(|p| Module::load(pid, p, maps).ok())
-            .collect();
+        let mut modules = Vec::new();
+        let mut refused = Vec::new();
+        for p in paths {
+            match Module::load(pid, p, maps) {
+                Ok(m) => modules.push(m),
+                Err(e @ SymbolError::ReplacedOnDisk { .. }) => refused.push(std::sync::Arc::new(e)),
+                Err(_) => {}
+            }
+        }
         ProcessSymbols {
             pid,
             modules,
+            refused,
             exe_32bit,
         }
     }
@@ -106,6 +115,7 @@ impl ProcessSymbols {
         ProcessSymbols {
             pid,
             modules,
+            refused: Vec::new(),
             exe_32bit: None,
         }
     }

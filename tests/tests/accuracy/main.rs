@@ -249,19 +249,89 @@ fn python_split_matches_the_fixtures_own_measurement() {
     compile_c(&src, &lib, &["-O2", "-g", "-shared", "-fPIC"]);
     let script = fixtures_dir().join("python/profsplit.py");
     let _turn = turn();
-    let out_file = temp("py.txt");
-    let out = record_ok(&[
+    python_split(
+        "CPython 3.11",
+        &[
+            py.to_str().unwrap(),
+            script.to_str().unwrap(),
+            lib.to_str().unwrap(),
+        ],
+    );
+    let _ = fs::remove_file(lib);
+}
+
+/// [`python_split_matches_the_fixtures_own_measurement`] on Debian's CPython
+/// 3.14 (static, chrooted in the sid root of `scripts/sid-root.sh`): no hook,
+/// the Python frames of each sample paired by their entry frames.
+///
+/// Ignored: it misses, the profile gives py_loop 5-7 points more than the
+/// fixture measures (docs/BENCHMARKS.md, "record --python on CPython 3.14");
+/// run it with `--ignored`.
+#[test]
+#[ignore = "record --python on 3.14 attributes 5-7 points too many to the Python loop (docs/BENCHMARKS.md)"]
+fn python_314_split_matches_the_fixtures_own_measurement() {
+    let root = std::env::var_os("ARGSTASH_SID_ROOT").map_or_else(
+        || PathBuf::from("/var/cache/argstash-sid/root"),
+        PathBuf::from,
+    );
+    if !root.join(".argstash-sid-root").is_file() || !root.join("usr/bin/python3.14").is_file() {
+        eprintln!(
+            "skipped: no Debian sid root with python3.14 at {} (scripts/sid-root.sh)",
+            root.display()
+        );
+        return;
+    }
+    // The fixture and its C half inside the root, the library built by the root's gcc.
+    let inside = format!("/tmp/argstash-accuracy-{}-py314", std::process::id());
+    let host = root.join(inside.trim_start_matches('/'));
+    let _ = fs::remove_dir_all(&host);
+    fs::create_dir_all(&host).unwrap();
+    for f in ["profsplit.py", "c_work.c"] {
+        fs::copy(fixtures_dir().join("python").join(f), host.join(f)).unwrap();
+    }
+    let lib = format!("{inside}/libcwork.so");
+    let built = Command::new("chroot")
+        .arg(&root)
+        .args(["gcc", "-O2", "-g", "-shared", "-fPIC", "-o", &lib])
+        .arg(format!("{inside}/c_work.c"))
+        .status()
+        .unwrap();
+    assert!(built.success(), "gcc in {}", root.display());
+    let script = format!("{inside}/profsplit.py");
+    let _turn = turn();
+    let out = python_split(
+        "CPython 3.14",
+        &[
+            "chroot",
+            root.to_str().unwrap(),
+            "/usr/bin/python3.14",
+            &script,
+            &lib,
+        ],
+    );
+    assert!(
+        out.contains("--python installs no hook in CPython 3.14."),
+        "{out}"
+    );
+    let _ = fs::remove_dir_all(&host);
+}
+
+/// Records `argv` (profsplit.py under some interpreter, its seconds added)
+/// with `--python` at 999 Hz and checks the Python/C split against the
+/// fixture's own; returns `record`'s stderr.
+fn python_split(what: &str, argv: &[&str]) -> String {
+    let out_file = temp(&format!("py-{}.txt", what.replace(' ', "-")));
+    let mut args = vec![
         "--rate",
         "999",
         "--python",
         "-o",
         out_file.to_str().unwrap(),
         "--",
-        py.to_str().unwrap(),
-        script.to_str().unwrap(),
-        lib.to_str().unwrap(),
-        "6",
-    ]);
+    ];
+    args.extend_from_slice(argv);
+    args.push("6");
+    let out = record_ok(&args);
     let truth = measured(&text(&out.stdout), "pysplit");
     let (py_t, c_t) = (truth[0].1, truth[1].1);
     let stacks = collapsed(&out_file);
@@ -272,9 +342,29 @@ fn python_split_matches_the_fixtures_own_measurement() {
         .filter(|(s, _)| !s.iter().any(|f| f == "c_work"))
         .map(|(_, n)| *n as f64)
         .sum::<f64>();
-    assert_enough(c + py_self, 200.0, &stacks, &text(&out.stderr));
-    assert_share("Python py_loop", py_self, c + py_self, py_t / (py_t + c_t));
-    assert_share("C c_work", c, c + py_self, c_t / (py_t + c_t));
+    let stderr = text(&out.stderr);
+    assert_enough(c + py_self, 200.0, &stacks, &stderr);
+    // The figures, for docs/BENCHMARKS.md (`--nocapture`).
+    println!(
+        "{what}: py_loop {:.1}% of {} samples (the fixture measured {:.1}%), c_work {:.1}% ({:.1}%)",
+        100.0 * py_self / (c + py_self),
+        c + py_self,
+        100.0 * py_t / (py_t + c_t),
+        100.0 * c / (c + py_self),
+        100.0 * c_t / (py_t + c_t)
+    );
+    assert_share(
+        &format!("{what} Python py_loop"),
+        py_self,
+        c + py_self,
+        py_t / (py_t + c_t),
+    );
+    assert_share(
+        &format!("{what} C c_work"),
+        c,
+        c + py_self,
+        c_t / (py_t + c_t),
+    );
     // Python frames sit at their exact places: c_work runs under [py] py_work.
     let c_stack = stacks
         .iter()
@@ -285,5 +375,5 @@ fn python_split_matches_the_fixtures_own_measurement() {
     let c_work = c_stack.iter().position(|f| f == "c_work");
     assert!(py_work < c_work && py_work.is_some(), "{c_stack:?}");
     let _ = fs::remove_file(out_file);
-    let _ = fs::remove_file(lib);
+    stderr
 }

@@ -1,8 +1,10 @@
 //! End-to-end: CPython 3.13, 3.14 and 3.15 read through their own
 //! `_Py_DebugOffsets` (issue 22): `bt` (live and `--core`) and `bt --python`
 //! show the Python frames, with names, files, lines and arguments, of Debian's
-//! static interpreters and of a C program embedding `libpython3.1X.so`; damaged
+//! static interpreters and of a C program embedding `libpython3.1X.so`;
+//! `record --python` places them in every sample (started or `--pid`); damaged
 //! offsets, a fake 3.16 and a 10,000-deep recursion each end in a clear note.
+//! (`bt` through argstashd: `daemon/tests/python313.rs`.)
 //!
 //! Targets run chrooted in the Debian sid root of `scripts/sid-root.sh`
 //! (`/var/cache/argstash-sid/root`, or `ARGSTASH_SID_ROOT`). The fixture
@@ -54,7 +56,13 @@ impl RootDir {
         let host = root.join(inside.trim_start_matches('/'));
         let _ = fs::remove_dir_all(&host);
         fs::create_dir_all(&host).unwrap_or_else(|e| panic!("mkdir {}: {e}", host.display()));
-        for f in ["offsets_app.py", "embed.c"] {
+        for f in [
+            "offsets_app.py",
+            "embed.c",
+            "profsplit.py",
+            "c_work.c",
+            "subinterp_app.py",
+        ] {
             fs::copy(fixtures_dir().join("python").join(f), host.join(f))
                 .unwrap_or_else(|e| panic!("copy {f}: {e}"));
         }
@@ -86,6 +94,29 @@ impl RootDir {
         self.spawn(&argv)
     }
 
+    /// Runs `cmd` with `sh -c` chrooted in the root; its output, or why it failed.
+    fn sh(&self, cmd: &str) -> Result<(), String> {
+        let out = run_command(
+            Command::new("chroot")
+                .arg(&self.root)
+                .args(["sh", "-c", cmd]),
+            Duration::from_secs(120),
+        );
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{cmd}: {}", output_text(&out)))
+        }
+    }
+
+    /// `c_work.c` (profsplit.py's C half) built in the root with its own gcc.
+    fn c_work_lib(&self) -> String {
+        let lib = format!("{}/libcwork.so", self.inside);
+        let cmd = format!("gcc -O2 -g -shared -fPIC -o {lib} {}/c_work.c", self.inside);
+        self.sh(&cmd).unwrap_or_else(|e| panic!("{e}"));
+        lib
+    }
+
     /// `embed.c` built in the root against libpython3.`minor`, or why not.
     fn embedder(&self, minor: u8) -> Result<String, String> {
         let config = format!("/usr/bin/python3.{minor}-config");
@@ -93,19 +124,14 @@ impl RootDir {
             return Err(format!("no {config} in the root (python3.{minor}-dev)"));
         }
         let exe = format!("{}/embed3{minor}", self.inside);
+        if self.root.join(exe.trim_start_matches('/')).is_file() {
+            return Ok(exe);
+        }
         let cmd = format!(
             "gcc -O1 -o {exe} {dir}/embed.c $({config} --cflags --ldflags --embed)",
             dir = self.inside
         );
-        let out = run_command(
-            Command::new("chroot")
-                .arg(&self.root)
-                .args(["sh", "-c", &cmd]),
-            Duration::from_secs(120),
-        );
-        if !out.status.success() {
-            return Err(format!("{cmd}: {}", output_text(&out)));
-        }
+        self.sh(&cmd)?;
         Ok(exe)
     }
 }
@@ -227,6 +253,13 @@ fn check_live(t: &mut Target, what: &str) {
     );
     let notes = thread["python_notes"].to_string();
     assert!(!notes.contains("end early"), "{what}: {notes}");
+    // One interpreter: no frame is labeled with it.
+    assert!(
+        thread_frames(thread)
+            .iter()
+            .all(|f| f.get("interpreter").is_none()),
+        "{what}: {thread:#}"
+    );
     // One evaluator call runs them all, found by its entry frame.
     let py: Vec<&Value> = thread_frames(thread)
         .iter()
@@ -644,5 +677,362 @@ fn thread_states_torn_down_while_read_never_fail_the_backtrace() {
         t.assert_healthy();
         t.write_stdin("\n");
         assert!(t.wait_exit(LINE).is_some(), "3.{minor}");
+    }
+}
+
+/// Checks a `record --python` profile of `profsplit.py` (collapsed stacks) and
+/// its stderr: Python frames named and nested as the script runs them, and C
+/// work under the Python frame that calls it, never under the one that ran
+/// before it (each sample's Python frames are paired with its own native stack).
+fn check_profile(stacks: &Stacks, stderr: &str, minor: u8, what: &str) {
+    let note = format!("--python installs no hook in CPython 3.{minor}.");
+    assert!(stderr.contains(&note), "{what}: no {note:?} in\n{stderr}");
+    assert!(stderr.contains("entry frame"), "{what}: {stderr}");
+    let py = |s: &[String]| -> Vec<String> {
+        s.iter()
+            .filter(|f| f.starts_with("[py] "))
+            .cloned()
+            .collect()
+    };
+    let mut loops = 0;
+    let mut c = 0;
+    for (s, n) in stacks {
+        let names = py(s);
+        if s.iter().any(|f| f == "c_work") {
+            // c_work runs under <module> -> py_work, and its Python frames come
+            // before it in the stack (root first).
+            assert_eq!(names, ["[py] <module>", "[py] py_work"], "{what}: {s:?}");
+            let last_py = s.iter().rposition(|f| f.starts_with("[py] ")).unwrap();
+            let at = s.iter().position(|f| f == "c_work").unwrap();
+            assert!(last_py < at, "{what}: {s:?}");
+            c += n;
+        } else if names.last().is_some_and(|f| f == "[py] py_loop") {
+            assert_eq!(
+                names,
+                ["[py] <module>", "[py] py_work", "[py] py_loop"],
+                "{what}: {s:?}"
+            );
+            loops += n;
+        }
+    }
+    assert!(
+        c >= 5 && loops >= 5,
+        "{what}: {c} samples in c_work, {loops} in py_loop: {stacks:?}\n{stderr}"
+    );
+    println!("record --python of {what}: {loops} samples in py_loop, {c} in c_work");
+}
+
+/// `record --python` on a started program and on a running one (`--pid`):
+/// the static interpreters and embedded libpython, each minor version.
+#[test]
+fn record_python_places_the_python_frames_of_313_and_later() {
+    let Some(root) = sid_root("record_python_places_the_python_frames_of_313_and_later") else {
+        return;
+    };
+    let dir = RootDir::new(&root, "record");
+    let lib = dir.c_work_lib();
+    let script = format!("{}/profsplit.py", dir.inside);
+    let root_s = root.to_str().unwrap();
+    for minor in MINORS {
+        // Started by record, chrooted: the executable is chroot's until it execs.
+        let out_file = dir.host.join(format!("static3{minor}.txt"));
+        let exe = format!("/usr/bin/python3.{minor}");
+        let out = record_ok(&[
+            "--rate",
+            "499",
+            "--python",
+            "-o",
+            out_file.to_str().unwrap(),
+            "--",
+            "chroot",
+            root_s,
+            &exe,
+            &script,
+            &lib,
+            "1.5",
+        ]);
+        let what = format!("python3.{minor} started by record");
+        assert!(text(&out.stdout).contains("pysplit"), "{what}: {out:?}");
+        check_profile(&collapsed(&out_file), &text(&out.stderr), minor, &what);
+
+        // Running already: an embedding program, recorded by --pid.
+        let embed = match dir.embedder(minor) {
+            Ok(exe) => exe,
+            Err(why) => {
+                println!("SKIPPED record of embedded 3.{minor}: {why}");
+                continue;
+            }
+        };
+        let mut t = dir.spawn(&[&embed, &script, &lib, "4"]);
+        let pid = t.pid().to_string();
+        let out_file = dir.host.join(format!("embed3{minor}.txt"));
+        let out = record_ok(&[
+            "--pid",
+            &pid,
+            "--duration",
+            "1.5",
+            "--rate",
+            "499",
+            "--python",
+            "-o",
+            out_file.to_str().unwrap(),
+        ]);
+        let what = format!("embedded libpython3.{minor} by --pid");
+        check_profile(&collapsed(&out_file), &text(&out.stderr), minor, &what);
+        t.wait_for_line(LINE, |l| l.starts_with("pysplit"));
+        assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "{what}");
+    }
+}
+
+/// `argstash ARGS` run as uid 65534 (no CAP_SYS_ADMIN: `/proc/PID/map_files`
+/// cannot be opened).
+fn run_as_nobody(args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(argstash())
+        .args(args)
+        .env("XDG_CACHE_HOME", "/nonexistent");
+    run_command(&mut cmd, RUN_TIMEOUT)
+}
+
+/// The interpreter's file (the static `python3.1X`, or the `libpython3.13`
+/// an embedding program loaded) deleted, then replaced by another file, while
+/// the process runs, as a package upgrade does: `bt` reads the mapped file
+/// through `/proc/PID/map_files`, never the file now at the path (no warning
+/// about it, every Python frame as before); where map_files cannot be opened
+/// (uid 65534), the note names the file, the cause and the fix, and native
+/// frames are shown.
+#[test]
+fn interpreter_files_deleted_or_replaced_after_start_are_read_as_mapped() {
+    let Some(root) =
+        sid_root("interpreter_files_deleted_or_replaced_after_start_are_read_as_mapped")
+    else {
+        return;
+    };
+    let dir = RootDir::new(&root, "replaced");
+    let script = dir.script();
+    // (what, the file to delete and replace (inside the root), argv)
+    let mut cases: Vec<(String, String, Vec<String>)> = Vec::new();
+    for minor in MINORS {
+        let copy = format!("{}/python3.{minor}", dir.inside);
+        fs::copy(
+            root.join(format!("usr/bin/python3.{minor}")),
+            dir.host.join(format!("python3.{minor}")),
+        )
+        .unwrap();
+        let argv = vec![copy.clone(), script.clone(), "block".into()];
+        cases.push((format!("python3.{minor}"), copy, argv));
+    }
+    match dir.embedder(13) {
+        Ok(exe) => {
+            let lib = "libpython3.13.so.1.0";
+            let from = fs::read_dir(root.join("usr/lib"))
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.path().join(lib))
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| panic!("no {lib} under the root's /usr/lib"));
+            let libdir = format!("{}/lib", dir.inside);
+            fs::create_dir_all(dir.host.join("lib")).unwrap();
+            fs::copy(&from, dir.host.join("lib").join(lib)).unwrap();
+            let argv = vec![
+                "/usr/bin/env".into(),
+                format!("LD_LIBRARY_PATH={libdir}"),
+                exe,
+                script.clone(),
+                "block".into(),
+            ];
+            cases.push(("embedded 3.13".into(), format!("{libdir}/{lib}"), argv));
+        }
+        Err(why) => println!("SKIPPED the embedded case: {why}"),
+    }
+    // Others (uid 65534) run the targets and traverse to the files.
+    for d in [dir.host.clone(), dir.host.join("lib")] {
+        if d.is_dir() {
+            fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        }
+    }
+    for (what, file, argv) in cases {
+        let mut all = vec!["--userspec=65534:65534", dir.root.to_str().unwrap()];
+        all.extend(argv.iter().map(String::as_str));
+        let mut t = Target::spawn_with_args(Path::new("chroot"), &all);
+        let pid = t.pid();
+        let host_file = dir.root.join(file.trim_start_matches('/'));
+        let mapped = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        assert!(
+            mapped.contains(host_file.to_str().unwrap()),
+            "{what}: {file} not mapped:\n{mapped}"
+        );
+        let seen = go(&mut t);
+        wait_blocked(pid);
+        let pid_s = pid.to_string();
+        let names = |bt: &Value| -> Vec<String> {
+            thread_frames(main_thread(bt, pid))
+                .iter()
+                .map(|f| f["function"].as_str().unwrap_or("??").to_string())
+                .collect()
+        };
+        let before = names(&bt_json(pid, None));
+        for change in ["deleted", "replaced"] {
+            if change == "deleted" {
+                fs::remove_file(&host_file).unwrap();
+            } else {
+                // Not an ELF file at all: reading it in the mapped one's stead warns.
+                let other = host_file.with_extension("new");
+                fs::write(&other, vec![b'x'; 4096]).unwrap();
+                fs::rename(&other, &host_file).unwrap();
+            }
+            let out = run(&["bt", "--pid", &pid_s, "--json"]);
+            assert!(
+                out.status.success(),
+                "{what} {change}: {}",
+                output_text(&out)
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !stderr.contains(host_file.to_str().unwrap()),
+                "{what} {change}: the file at the path was read: {stderr}"
+            );
+            let bt: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let thread = main_thread(&bt, pid);
+            assert_eq!(
+                python_frames(thread_frames(thread)),
+                seen,
+                "{what} {change}: {thread:#}"
+            );
+            assert_eq!(names(&bt), before, "{what} {change}");
+
+            // Without CAP_SYS_ADMIN the mapped file cannot be opened: refused by name.
+            let out = run_as_nobody(&["bt", "--pid", &pid_s, "--json"]);
+            assert!(
+                out.status.success(),
+                "{what} {change}: {}",
+                output_text(&out)
+            );
+            let bt: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let thread = main_thread(&bt, pid);
+            let notes = thread["python_notes"].to_string();
+            for needle in [
+                format!("{} was {change} on disk", host_file.display()),
+                "CAP_SYS_ADMIN".to_string(),
+                "restart the process".to_string(),
+                "only native frames".to_string(),
+            ] {
+                assert!(
+                    notes.contains(&needle),
+                    "{what} {change}: no {needle:?} in {notes}"
+                );
+            }
+            let frames = thread_frames(thread);
+            assert!(
+                frames.iter().all(|f| f["kind"] == "native") && !frames.is_empty(),
+                "{what} {change}: {thread:#}"
+            );
+        }
+        t.assert_healthy();
+        t.write_stdin("\n");
+        assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "{what}");
+    }
+}
+
+/// Subinterpreters (`_interpreters`): the main thread runs code in one, a second
+/// thread in another. Every interpreter's threads are walked: each OS thread's
+/// frames of every interpreter it is in, innermost first, each labeled with its
+/// interpreter's id, all paired by entry frame; checked against the frames each
+/// interpreter reports of itself.
+#[test]
+fn subinterpreters_frames_are_all_read_and_labeled_with_their_interpreter() {
+    let Some(root) =
+        sid_root("subinterpreters_frames_are_all_read_and_labeled_with_their_interpreter")
+    else {
+        return;
+    };
+    let dir = RootDir::new(&root, "subinterp");
+    let script = format!("{}/subinterp_app.py", dir.inside);
+    for minor in MINORS {
+        let what = format!("python3.{minor}");
+        let exe = format!("/usr/bin/python3.{minor}");
+        let mut t = dir.spawn(&[&exe, &script]);
+        let pid = t.pid();
+        t.write_stdin("go\n");
+        let ids: Vec<i64> = t
+            .wait_for_line(LINE, |l| l.starts_with("ids "))
+            .split(' ')
+            .skip(1)
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let (main_tid, thread_tid, sub_a, sub_b) = (ids[0], ids[1], ids[2], ids[3]);
+        assert_eq!(main_tid, i64::from(pid), "{what}");
+        assert!(sub_a > 0 && sub_b > 0 && sub_a != sub_b, "{what}: {ids:?}");
+        // (interpreter id, function, file, line), innermost first.
+        let mut seen: Vec<(i64, String, String, i64)> = Vec::new();
+        loop {
+            let line = t.expect_line(LINE);
+            let f: Vec<&str> = line.split('\t').collect();
+            match f.as_slice() {
+                ["frame", id, q, file, l] => seen.push((
+                    id.parse().unwrap(),
+                    q.to_string(),
+                    file.to_string(),
+                    l.parse().unwrap(),
+                )),
+                ["end"] => break,
+                _ => t.fail(&format!("unexpected report line {line:?}")),
+            }
+        }
+        wait_blocked(pid);
+        let bt = bt_json(pid, None);
+        let frames_of = |tid: i64| -> Vec<(i64, String, String, i64, String)> {
+            let thread = bt_thread(&bt, tid as i32).unwrap_or_else(|| panic!("no {tid} in {bt}"));
+            assert!(
+                thread["python_notes"]
+                    .as_array()
+                    .is_none_or(|n| n.is_empty()),
+                "{what}: {thread:#}"
+            );
+            thread_frames(thread)
+                .iter()
+                .filter(|f| f["kind"] == "python")
+                .map(|f| {
+                    (
+                        f["interpreter"]["id"].as_i64().unwrap_or(-1),
+                        f["function"].as_str().unwrap().to_string(),
+                        f["file"].as_str().unwrap().to_string(),
+                        f["line"].as_i64().unwrap_or(-1),
+                        f["paired_by"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        };
+        let main: Vec<(i64, String, String, i64)> = frames_of(main_tid)
+            .into_iter()
+            .map(|(id, f, file, line, by)| {
+                assert_eq!(by, "entry-frame", "{what}: {f}");
+                (id, f, file, line)
+            })
+            .collect();
+        assert_eq!(main, seen, "{what}");
+        // The other thread: its subinterpreter's frames inside the main
+        // interpreter's, which started the thread.
+        let other = frames_of(thread_tid);
+        let got: Vec<(i64, &str)> = other.iter().map(|f| (f.0, f.1.as_str())).collect();
+        assert_eq!(
+            got[..3],
+            [(sub_b, "loop_sub"), (sub_b, "<module>"), (0, "in_thread")],
+            "{what}: {other:?}"
+        );
+        assert!(got[3..].iter().all(|f| f.0 == 0), "{what}: {other:?}");
+        assert!(other.iter().all(|f| f.4 == "entry-frame"), "{what}");
+        // The text names the interpreter after each frame.
+        let text = run_ok(&["bt", "--pid", &pid.to_string(), "--python"]);
+        let inner = format!(
+            "[py] inner_sub (tag='sub1') at {}:{} [interpreter {sub_a}]",
+            seen[0].2, seen[0].3
+        );
+        assert!(text.contains(&inner), "{what}: no {inner:?} in\n{text}");
+        assert!(text.contains("[interpreter 0]"), "{what}: {text}");
+        t.assert_healthy();
+        t.write_stdin("\n");
+        assert!(t.wait_exit(LINE).is_some_and(|s| s.success()), "{what}");
     }
 }
