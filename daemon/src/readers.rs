@@ -8,6 +8,11 @@
 //! from `libc6-dbg` alone decompresses to tens of MiB). What is evicted is
 //! dropped on a janitor thread, off the caller's path: freeing a large module's
 //! DWARF takes milliseconds.
+//!
+//! When a cached reader's symbols must be reloaded (a library loaded, an
+//! `exec`) is not this cache's business: each reader holds a
+//! `reader::process_view::ProcessView`, whose one rule decides that on every
+//! call. The cache only tells processes apart, by pid and start time.
 
 use std::collections::VecDeque;
 use std::sync::mpsc;

@@ -9,24 +9,23 @@
 //! copy) or a frame needs a register only a stop gives; and always with
 //! [`BacktraceOptions::always_stop`].
 
-use reader::arena::discover;
 use reader::debuginfo::{DebugSearch, DwarfCache, ModuleDebug};
 use reader::ids::{Pid, Tid};
 use reader::memory::{Memory, PageCache, StackSnapshot};
-use reader::procfs::{read_maps, MapEntry};
+use reader::process_view::{Detail, ProcessView, Refresh};
 use reader::python::ProcessPython;
 use reader::symbols::ProcessSymbols;
-use reader::unwind::{stack_range, Unwinder};
+use reader::unwind::stack_range;
 pub use reader::unwind::{
     Backtrace, BacktraceOptions, Capture, Frame, FrameKind, InlinedFrame, StashSlot, StashedArgs,
     StopReason, ThreadBacktrace,
 };
 
-use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
 use crate::memory::ProcessMemory;
 use crate::ptrace::session::Session;
 use crate::ptrace::session_error::SessionError;
+use crate::target::{live_state, load_symbols};
 
 fn thread_name(pid: i32, tid: i32) -> String {
     reader::procfs::read_task_comm(pid, tid).unwrap_or_default()
@@ -40,35 +39,19 @@ pub fn thread_ids(pid: i32) -> Result<Vec<i32>, Error> {
     })
 }
 
-/// The file-backed executable mappings: when they are unchanged, so are the
-/// symbols and unwind tables parsed from them.
-fn code_key(maps: &[MapEntry]) -> Vec<(u64, u64, u64, u64, String)> {
-    maps.iter()
-        .filter(|m| m.perms.exec && m.is_file())
-        .map(|m| (m.start, m.end, m.offset, m.inode, m.path.clone()))
-        .collect()
-}
-
-/// Start time of a process (field 22 of `/proc/PID/stat`): tells a reused pid apart.
-fn start_time(pid: i32) -> Option<u64> {
-    reader::procfs::read_stat(pid).ok().map(|s| s.start_time)
-}
-
-/// Reads backtraces of one process again and again, keeping its parsed symbols and
-/// unwind tables between calls (for long-running readers such as the daemon).
+/// Reads backtraces of one process again and again, keeping its
+/// [`ProcessView`] (parsed symbols and unwind tables) between calls (for
+/// long-running readers such as the daemon).
 ///
-/// Every call revalidates: the hooks are re-read from the arenas in the target
-/// (the source of truth), and the symbols are reloaded when the code mappings or
-/// the process (a reused pid) changed. 64-bit and 32-bit processes are served alike.
+/// Every call refreshes the view: the hooks are re-read from the arenas in the
+/// target (the source of truth), and the symbols are reloaded when the view is
+/// stale (the rule is [`reader::process_view`]'s: the code mappings or the
+/// process changed). 64-bit and 32-bit processes are served alike.
 pub struct ProcessReader {
     pid: i32,
-    started: Option<u64>,
-    key: Vec<(u64, u64, u64, u64, String)>,
-    unwind: Option<Unwinder>,
+    view: Option<ProcessView>,
     search: DebugSearch,
     dwarf: DwarfCache,
-    /// The interpreter, found again whenever the symbols are reloaded.
-    python: ProcessPython,
 }
 
 impl ProcessReader {
@@ -77,29 +60,26 @@ impl ProcessReader {
     pub fn new(pid: Pid) -> ProcessReader {
         ProcessReader {
             pid: pid.as_raw(),
-            started: None,
-            key: Vec::new(),
-            unwind: None,
+            view: None,
             search: DebugSearch::default(),
             dwarf: DwarfCache::new(),
-            python: ProcessPython::NotPython,
         }
     }
 
     /// Shares DWARF parses with every other user of `cache` (a daemon's
     /// readers of many processes parse libc's once).
     pub fn set_dwarf_cache(&mut self, cache: DwarfCache) {
-        if let Some(u) = self.unwind.as_mut() {
-            u.set_dwarf_cache(cache.clone());
+        if let Some(v) = self.view.as_mut() {
+            v.set_dwarf_cache(cache.clone());
         }
         self.dwarf = cache;
     }
 
     /// Problems met while loading debug info (e.g. a debug file of another build).
     pub fn debug_warnings(&self) -> Vec<String> {
-        self.unwind
+        self.view
             .as_ref()
-            .map(Unwinder::debug_warnings)
+            .map(ProcessView::debug_warnings)
             .unwrap_or_default()
     }
 
@@ -111,9 +91,9 @@ impl ProcessReader {
     /// Takes out the loaded debug info of modules with more than `max_bytes` of
     /// DWARF (a long-lived caller's memory bound; symbols and unwind tables stay).
     pub fn take_debug_over(&mut self, max_bytes: usize) -> Vec<ModuleDebug> {
-        self.unwind
+        self.view
             .as_mut()
-            .map_or_else(Vec::new, |u| u.take_debug_over(max_bytes))
+            .map_or_else(Vec::new, |v| v.take_debug_over(max_bytes))
     }
 
     /// Takes a backtrace, reusing the cached symbols when they are still valid.
@@ -134,54 +114,51 @@ impl ProcessReader {
 
     fn read(&mut self, opts: &BacktraceOptions, stopper: Stopper) -> Result<Backtrace, Error> {
         let pid = self.pid;
-        if opts.debug_search != self.search {
-            self.search = opts.debug_search.clone();
-            if let Some(u) = self.unwind.as_mut() {
-                u.set_debug_search(self.search.clone());
-            }
-        }
-        let arch = Arch::of_process(pid);
-        let maps = read_maps(pid).map_err(|source| Error::Proc {
-            path: format!("/proc/{pid}/maps"),
-            source,
-        })?;
-        let key = code_key(&maps);
-        let started = start_time(pid);
+        self.search = opts.debug_search.clone();
+        let state = live_state(pid)?;
         let mem = ProcessMemory::open(pid)?;
-        // A replaced context lives until this call ends, so the debug info it
-        // parsed is shared with the new one instead of parsed again.
-        let (unwind, _previous, fresh) = match self.unwind.take() {
-            Some(u) if key == self.key && started == self.started => (u, None, false),
-            previous => {
-                let symbols = ProcessSymbols::load(pid, &maps)?;
-                self.python = ProcessPython::attach(&symbols, &mem);
-                let mut u = Unwinder::new(arch, symbols, Vec::new());
-                u.set_debug_search(self.search.clone());
-                u.set_dwarf_cache(self.dwarf.clone());
-                (u, previous, true)
+        // A replaced view's parts live until this call ends, so the debug info
+        // they parsed is shared with the new one instead of parsed again.
+        let (view, _retired, fresh) = match self.view.take() {
+            Some(mut v) => {
+                v.set_debug_search(&self.search);
+                match v.refresh(state, &mem, load_symbols(pid)) {
+                    Ok(Refresh::Kept) => (v, None, false),
+                    Ok(Refresh::Reloaded(retired)) => (v, Some(retired), true),
+                    Err(e) => {
+                        self.view = Some(v);
+                        return Err(e);
+                    }
+                }
+            }
+            None => {
+                let v = ProcessView::build(
+                    state,
+                    &mem,
+                    self.search.clone(),
+                    self.dwarf.clone(),
+                    load_symbols(pid),
+                )?;
+                (v, None, true)
             }
         };
-        let unwind = self.unwind.insert(unwind);
-        self.key = key;
-        self.started = started;
-        unwind.set_arenas(discover(&maps, &mem)?);
+        let view = &*self.view.insert(view);
         // Fresh symbols: the largest tables the unwind will need are read on the
         // other CPU while the threads are stopped and copied.
         let likely = match fresh {
-            true => likely_modules(pid, unwind.symbols(), &self.python),
+            true => likely_modules(pid, view.symbols(), view.python()),
             false => Vec::new(),
         };
-        let python = &self.python;
         let bt = std::thread::scope(|scope| {
             if !likely.is_empty() {
-                let symbols = unwind.symbols();
+                let symbols = view.symbols();
                 let paths: Vec<&str> = likely.iter().map(String::as_str).collect();
                 scope.spawn(move || symbols.read_tables(&paths));
             }
-            read_threads(pid, &maps, &mem, unwind, python, opts, stopper)
+            read_threads(pid, &mem, view, opts, stopper)
         });
         // What this backtrace learned from DWARF serves the next process's too.
-        unwind.save_debug_answers();
+        view.save_debug_answers();
         bt
     }
 }
@@ -208,6 +185,13 @@ fn likely_modules(pid: i32, symbols: &ProcessSymbols, python: &ProcessPython) ->
     paths
 }
 
+/// How much a backtrace's unwind of each thread tells.
+fn detail(opts: &BacktraceOptions) -> Detail {
+    Detail::Annotated {
+        show_trampolines: opts.show_trampolines,
+    }
+}
+
 /// How [`read_threads`] gets each thread still.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stopper {
@@ -226,16 +210,15 @@ pub fn backtrace(pid: Pid, opts: &BacktraceOptions) -> Result<Backtrace, Error> 
 /// Stops each thread just long enough to copy its registers and stack, then unwinds the copy.
 fn read_threads(
     pid: i32,
-    maps: &[MapEntry],
     mem: &ProcessMemory,
-    unwind: &Unwinder,
-    python: &ProcessPython,
+    view: &ProcessView,
     opts: &BacktraceOptions,
     stopper: Stopper,
 ) -> Result<Backtrace, Error> {
+    let maps = view.maps();
     // Python frames are many small reads in a few pages: one system call a page.
     let pages = PageCache::new(mem);
-    let mut py = python.reader(&pages);
+    let mut py = view.python().reader(&pages);
     let tids = match opts.tid.map(Tid::as_raw) {
         Some(t) => {
             if !thread_ids(pid)?.contains(&t) {
@@ -246,11 +229,12 @@ fn read_threads(
         None => thread_ids(pid)?,
     };
     let mut threads = Vec::new();
-    let unstopped =
-        stopper == Stopper::Attach && !opts.always_stop && unwind.arch() == Arch::X86_64;
+    let unstopped = stopper == Stopper::Attach
+        && !opts.always_stop
+        && view.arch() == reader::unwind::Arch::X86_64;
     for tid in tids {
         if unstopped {
-            if let Some(t) = read_unstopped(pid, tid, maps, mem, unwind, &pages, &mut py, opts) {
+            if let Some(t) = read_unstopped(pid, tid, mem, view, &pages, &mut py, opts) {
                 threads.push(t);
                 continue;
             }
@@ -298,15 +282,14 @@ fn read_threads(
             bytes.clear();
         }
         let snapshot = StackSnapshot::new(start, bytes, mem);
-        let regs = reader::unwind::dwarf_registers(unwind.arch(), &regs);
-        let (frames, truncated) = unwind.unwind(&regs, &snapshot, opts.show_trampolines);
-        let native: Vec<_> = frames.iter().map(Frame::python_eval).collect();
+        let regs = reader::unwind::dwarf_registers(view.arch(), &regs);
+        let thread = view.unwind_thread(&regs, &snapshot, py_read, detail(opts));
         threads.push(ThreadBacktrace {
             tid: Tid::from_raw(tid),
             name: thread_name(pid, tid),
-            python: py_read.assemble(&native),
-            frames,
-            truncated,
+            python: thread.python,
+            frames: thread.frames,
+            truncated: thread.truncated,
             stopped,
             capture: Capture::Stopped,
         });
@@ -320,24 +303,22 @@ fn read_threads(
 /// Reads thread `tid` without stopping it, if it is blocked in a system call
 /// and the read is exact: `None` when it must be stopped (it is running, woke
 /// during the copy, or a frame needs a register that only a stop gives).
-#[allow(clippy::too_many_arguments)]
 fn read_unstopped(
     pid: i32,
     tid: i32,
-    maps: &[MapEntry],
     mem: &ProcessMemory,
-    unwind: &Unwinder,
+    view: &ProcessView,
     pages: &PageCache<&ProcessMemory>,
     py: &mut reader::python::stack::StackReader<'_>,
     opts: &BacktraceOptions,
 ) -> Option<ThreadBacktrace> {
-    let blocked = crate::unstopped::read_blocked(pid, tid, maps, mem, || {
+    let blocked = crate::unstopped::read_blocked(pid, tid, view.maps(), mem, || {
         pages.clear();
         py.read(tid)
     })?;
     let snapshot = StackSnapshot::new(blocked.start, blocked.bytes, mem);
     let regs = reader::unwind::sp_pc_registers(blocked.sp, blocked.pc);
-    let (frames, truncated) = unwind.unwind(&regs, &snapshot, opts.show_trampolines);
+    let (frames, truncated) = view.frames(&regs, &snapshot, detail(opts));
     if matches!(truncated, Some(StopReason::RegisterUnknown { .. })) {
         return None;
     }
@@ -353,4 +334,231 @@ fn read_unstopped(
             syscall: blocked.syscall,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The staleness rule of [`ProcessView`] against a real process: a library
+    //! loaded after the first backtrace is seen, and its frames are named.
+
+    use super::*;
+    use argstash_tests::{build_source, wait_all_blocked, Target, OUTPUT_TIMEOUT, SOURCE_FLAGS};
+    use std::process::Command;
+
+    /// The library the fixture loads late; its function blocks in `read`.
+    const LIB: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((noinline)) int argstash_view_late_wait(void) {
+    char buf[16];
+    puts("in lib");
+    fflush(stdout);
+    return (int)read(0, buf, sizeof buf);
+}
+"#;
+
+    /// Waits for a line, then `dlopen`s the library named by its argument and
+    /// calls into it.
+    const MAIN: &str = r#"
+#include <dlfcn.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char buf[16];
+    puts("ready");
+    fflush(stdout);
+    if (read(0, buf, sizeof buf) <= 0) return 2;
+    void *h = dlopen(argv[1], RTLD_NOW);
+    if (!h) { printf("dlopen: %s\n", dlerror()); fflush(stdout); return 1; }
+    int (*f)(void) = (int (*)(void))dlsym(h, "argstash_view_late_wait");
+    return f ? f() : 3;
+}
+"#;
+
+    /// Builds the late library in the temp dir.
+    fn build_lib() -> std::path::PathBuf {
+        let dir = std::env::temp_dir();
+        let base = format!("as-view-late-{}", std::process::id());
+        let src = dir.join(format!("{base}.c"));
+        let lib = dir.join(format!("lib{base}.so"));
+        std::fs::write(&src, LIB).unwrap();
+        let out = Command::new("cc")
+            .args(["-O1", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .output()
+            .expect("cc runs");
+        let _ = std::fs::remove_file(&src);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lib
+    }
+
+    /// Where `nm` says `name` lies in `lib` (value, size), independent of our ELF reader.
+    fn nm_symbol(lib: &std::path::Path, name: &str) -> (u64, u64) {
+        let out = Command::new("nm")
+            .args(["-S", "--defined-only"])
+            .arg(lib)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(3) == Some(name))
+            .unwrap_or_else(|| panic!("nm lists no {name}:\n{text}"));
+        let mut w = line.split_whitespace();
+        let value = u64::from_str_radix(w.next().unwrap(), 16).unwrap();
+        let size = u64::from_str_radix(w.next().unwrap(), 16).unwrap();
+        (value, size)
+    }
+
+    /// The load base of `lib` in `pid`, from `/proc/PID/maps` as text.
+    fn load_base(pid: i32, lib: &std::path::Path) -> u64 {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        let lib = lib.to_str().unwrap();
+        let line = maps
+            .lines()
+            .find(|l| l.ends_with(lib) && l.split_whitespace().nth(2) == Some("00000000"))
+            .unwrap_or_else(|| panic!("{lib} is not mapped:\n{maps}"));
+        u64::from_str_radix(line.split('-').next().unwrap(), 16).unwrap()
+    }
+
+    fn named(bt: &Backtrace, name: &str) -> Vec<Frame> {
+        bt.threads
+            .iter()
+            .flat_map(|t| t.frames.iter())
+            .filter(|f| f.function.as_deref() == Some(name))
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn a_library_loaded_after_the_first_backtrace_makes_the_view_stale_and_is_named() {
+        let lib = build_lib();
+        let mut child = Target::spawn_source("view-late", MAIN, &[lib.to_str().unwrap()]);
+        let pid = child.pid();
+        wait_all_blocked(pid);
+
+        let mut reader = ProcessReader::new(Pid::from_raw(pid));
+        let first = reader.backtrace(&BacktraceOptions::default()).unwrap();
+        assert!(!named(&first, "main").is_empty(), "{first:?}");
+        assert!(named(&first, "argstash_view_late_wait").is_empty());
+
+        // The view on its own: data mappings aside, nothing has changed yet.
+        let mem = ProcessMemory::open(pid).unwrap();
+        let mut view = ProcessView::build(
+            live_state(pid).unwrap(),
+            &mem,
+            DebugSearch::default(),
+            DwarfCache::new(),
+            load_symbols(pid),
+        )
+        .unwrap();
+        assert!(!view.is_stale(&live_state(pid).unwrap()));
+
+        child.write_stdin("load\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "in lib");
+        wait_all_blocked(pid);
+
+        // The rule notices the new library, and a refresh names its code.
+        let (value, size) = nm_symbol(&lib, "argstash_view_late_wait");
+        let entry = load_base(pid, &lib) + value;
+        let now = live_state(pid).unwrap();
+        assert!(view.is_stale(&now));
+        assert!(view.symbols().lookup(entry).is_none());
+        let refreshed = view.refresh(now, &mem, load_symbols(pid)).unwrap();
+        assert!(refreshed.reloaded());
+        let (module, symbol, offset) = view.symbols().lookup(entry).expect("named after refresh");
+        assert_eq!(symbol.name, "argstash_view_late_wait");
+        assert_eq!((module.path.as_str(), offset), (lib.to_str().unwrap(), 0));
+        assert!(!view.is_stale(&live_state(pid).unwrap()));
+        assert!(!view
+            .refresh(live_state(pid).unwrap(), &mem, load_symbols(pid))
+            .unwrap()
+            .reloaded());
+
+        // The reader kept from before sees the library in its next backtrace.
+        let second = reader.backtrace(&BacktraceOptions::default()).unwrap();
+        let frames = named(&second, "argstash_view_late_wait");
+        assert_eq!(frames.len(), 1, "{second:?}");
+        let f = &frames[0];
+        assert_eq!(f.module.as_deref(), lib.to_str());
+        assert!(
+            f.pc > entry && f.pc <= entry + size,
+            "{:#x} not in {entry:#x}+{size:#x}",
+            f.pc
+        );
+        assert_eq!(f.offset, f.pc - entry);
+
+        child.write_stdin("done\n");
+        let _ = std::fs::remove_file(&lib);
+    }
+
+    /// Blocks in a function of its own, then (on a line) `exec`s the program
+    /// named by its argument.
+    const BEFORE_EXEC: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((noinline)) int argstash_view_before_exec(void) {
+    char buf[16];
+    return (int)read(0, buf, sizeof buf);
+}
+int main(int argc, char **argv) {
+    puts("ready");
+    fflush(stdout);
+    if (argstash_view_before_exec() <= 0) return 2;
+    execl(argv[1], argv[1], (char *)0);
+    return 1;
+}
+"#;
+
+    /// What the first program becomes.
+    const AFTER_EXEC: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((noinline)) int argstash_view_after_exec(void) {
+    char buf[16];
+    puts("execed");
+    fflush(stdout);
+    return (int)read(0, buf, sizeof buf);
+}
+int main(void) { return argstash_view_after_exec(); }
+"#;
+
+    #[test]
+    fn an_exec_makes_the_view_stale_and_the_new_program_is_named() {
+        let after = build_source("view-after-exec", AFTER_EXEC, SOURCE_FLAGS);
+        let mut child =
+            Target::spawn_source("view-before-exec", BEFORE_EXEC, &[after.to_str().unwrap()]);
+        let pid = child.pid();
+        wait_all_blocked(pid);
+        let mut reader = ProcessReader::new(Pid::from_raw(pid));
+        let first = reader.backtrace(&BacktraceOptions::default()).unwrap();
+        assert_eq!(
+            named(&first, "argstash_view_before_exec").len(),
+            1,
+            "{first:?}"
+        );
+
+        child.write_stdin("go\n");
+        assert_eq!(child.expect_line(OUTPUT_TIMEOUT), "execed");
+        wait_all_blocked(pid);
+        let second = reader.backtrace(&BacktraceOptions::default()).unwrap();
+        let frames = named(&second, "argstash_view_after_exec");
+        assert_eq!(frames.len(), 1, "{second:?}");
+        assert_eq!(frames[0].module.as_deref(), after.to_str());
+        let (value, size) = nm_symbol(&after, "argstash_view_after_exec");
+        let entry = load_base(pid, &after) + value;
+        let pc = frames[0].pc;
+        assert!(
+            pc > entry && pc <= entry + size,
+            "{pc:#x} not in {entry:#x}+{size:#x}"
+        );
+        assert!(named(&second, "argstash_view_before_exec").is_empty());
+        child.write_stdin("done\n");
+        let _ = std::fs::remove_file(&after);
+    }
 }

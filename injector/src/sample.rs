@@ -16,24 +16,21 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use reader::arena::discover;
 use reader::debuginfo::{DebugSearch, DwarfCache};
 use reader::ids::{Pid, Tid};
 use reader::memory::{Memory, PageCache, StackSnapshot};
-use reader::procfs::{read_maps, MapEntry};
+use reader::process_view::{Detail, ProcessView};
+use reader::procfs::MapEntry;
 use reader::python::stack::{StackReader, ThreadRead};
-use reader::python::{ProcessPython, PythonStack};
-use reader::symbols::ProcessSymbols;
-use reader::unwind::{
-    stack_range, Capture, DwarfRegisters, Frame, FrameKind, StopReason, Unwinder,
-};
+use reader::python::PythonStack;
+use reader::unwind::{stack_range, Capture, DwarfRegisters, Frame, StopReason};
 
-use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
 use crate::memory::ProcessMemory;
 use crate::ptrace::session::Session;
 use crate::ptrace::session_error::SessionError;
 use crate::ptrace::wait::process_ended;
+use crate::target::{live_state, load_symbols};
 
 /// How a [`Sampler`] unwinds.
 #[derive(Debug, Clone, Default)]
@@ -116,28 +113,16 @@ impl Lost {
     }
 }
 
-/// The file-backed executable mappings: symbols and unwind tables hold while
-/// they are unchanged.
-fn code_key(maps: &[MapEntry]) -> Vec<(u64, u64, u64, u64, String)> {
-    maps.iter()
-        .filter(|m| m.perms.exec && m.is_file())
-        .map(|m| (m.start, m.end, m.offset, m.inode, m.path.clone()))
-        .collect()
-}
-
 /// Takes samples of one process's threads with one warm unwinding context.
 pub struct Sampler {
     pid: i32,
-    maps: Vec<MapEntry>,
-    key: Vec<(u64, u64, u64, u64, String)>,
+    /// Symbols, unwinder, Python interpreter and arenas, refreshed by [`Self::refresh`].
+    view: ProcessView,
     mem: ProcessMemory,
     /// The memory the Python frames are read through: one system call a page,
     /// cleared for each thread (its own handle, so nothing else reads stale pages).
     py_mem: PageCache<ProcessMemory>,
-    unwind: Unwinder,
-    python: ProcessPython,
     opts: SampleOptions,
-    dwarf: DwarfCache,
 }
 
 impl Sampler {
@@ -146,45 +131,22 @@ impl Sampler {
     pub fn new(pid: Pid, opts: SampleOptions) -> Result<Sampler, Error> {
         let pid = pid.as_raw();
         crate::target::check_target(pid, crate::target::Access::Stop)?;
-        let maps = Self::read_maps(pid)?;
+        let state = live_state(pid)?;
         let mem = ProcessMemory::open(pid)?;
-        let dwarf = DwarfCache::new();
-        let (unwind, python) = Self::load(pid, &maps, &mem, &opts, &dwarf)?;
-        let mut s = Sampler {
+        let view = ProcessView::build(
+            state,
+            &mem,
+            opts.debug_search.clone(),
+            DwarfCache::new(),
+            load_symbols(pid),
+        )?;
+        Ok(Sampler {
             pid,
-            key: code_key(&maps),
-            maps,
+            view,
             mem,
             py_mem: PageCache::new(ProcessMemory::open(pid)?),
-            unwind,
-            python,
             opts,
-            dwarf,
-        };
-        s.unwind.set_arenas(discover(&s.maps, &s.mem)?);
-        Ok(s)
-    }
-
-    fn read_maps(pid: i32) -> Result<Vec<MapEntry>, Error> {
-        read_maps(pid).map_err(|source| Error::Proc {
-            path: format!("/proc/{pid}/maps"),
-            source,
         })
-    }
-
-    fn load(
-        pid: i32,
-        maps: &[MapEntry],
-        mem: &ProcessMemory,
-        opts: &SampleOptions,
-        dwarf: &DwarfCache,
-    ) -> Result<(Unwinder, ProcessPython), Error> {
-        let symbols = ProcessSymbols::load(pid, maps)?;
-        let python = ProcessPython::attach(&symbols, mem);
-        let mut u = Unwinder::new(Arch::of_process(pid), symbols, Vec::new());
-        u.set_debug_search(opts.debug_search.clone());
-        u.set_dwarf_cache(dwarf.clone());
-        Ok((u, python))
     }
 
     /// The process sampled.
@@ -196,18 +158,11 @@ impl Sampler {
     /// reloaded, DWARF parses kept) and the hooks' arenas (after an install or
     /// an eject). Returns whether the symbols were reloaded.
     pub fn refresh(&mut self) -> Result<bool, Error> {
-        let maps = Self::read_maps(self.pid)?;
-        let key = code_key(&maps);
-        let reloaded = key != self.key;
-        if reloaded {
-            let (u, p) = Self::load(self.pid, &maps, &self.mem, &self.opts, &self.dwarf)?;
-            self.unwind = u;
-            self.python = p;
-            self.key = key;
-        }
-        self.maps = maps;
-        self.unwind.set_arenas(discover(&self.maps, &self.mem)?);
-        Ok(reloaded)
+        let state = live_state(self.pid)?;
+        let done = self
+            .view
+            .refresh(state, &self.mem, load_symbols(self.pid))?;
+        Ok(done.reloaded())
     }
 
     /// The process's threads now (one read of `/proc/PID/task`).
@@ -225,7 +180,7 @@ impl Sampler {
 
     /// The mappings read last ([`Self::refresh`]).
     pub(crate) fn maps(&self) -> &[MapEntry] {
-        &self.maps
+        self.view.maps()
     }
 
     /// The live process's memory (code, the hooks' arenas).
@@ -241,25 +196,19 @@ impl Sampler {
         mem: &dyn Memory,
         annotate: bool,
     ) -> (Vec<Frame>, Option<StopReason>) {
-        if annotate {
-            self.unwind.unwind(regs, mem, false)
-        } else {
-            let (mut f, t) = self.unwind.walk(regs, mem);
-            f.retain(|f| f.kind != FrameKind::Trampoline);
-            (f, t)
-        }
+        self.view.frames(regs, mem, detail(annotate))
     }
 
     /// Problems met while loading debug info (e.g. a debug file of another build).
     pub fn debug_warnings(&self) -> Vec<String> {
-        self.unwind.debug_warnings()
+        self.view.debug_warnings()
     }
 
     /// The function at `lookup` (a frame's lookup address) by its module's
     /// debug info, MiniDebugInfo symbols else DWARF: how `bt` names a frame the
     /// symbol tables do not cover (libc's internals, with libc6-dbg).
     pub fn debug_name(&self, lookup: u64) -> Option<String> {
-        let d = self.unwind.debug_for(lookup)?;
+        let d = self.view.unwinder().debug_for(lookup)?;
         if let Some((s, _)) = d.mini_symbol(lookup) {
             return Some(reader::debuginfo::demangle(&s.name));
         }
@@ -268,7 +217,7 @@ impl Sampler {
 
     /// Whether the process runs a CPython whose frames can be read.
     pub fn is_python(&self) -> bool {
-        self.python.interpreter().is_some()
+        self.view.python().interpreter().is_some()
     }
 
     /// Whether thread `tid` is off the CPU (asleep, waiting, stopped): an
@@ -287,7 +236,7 @@ impl Sampler {
     pub fn round(&self) -> Round<'_> {
         Round {
             sampler: self,
-            python: self.python.reader(&self.py_mem),
+            python: self.view.python().reader(&self.py_mem),
             slices: HashMap::new(),
         }
     }
@@ -394,13 +343,13 @@ impl Round<'_> {
     /// be stopped.
     fn without_stop(&mut self, tid: Tid, annotate: bool) -> Option<Sample> {
         let s = self.sampler;
-        if s.unwind.arch() != Arch::X86_64 {
+        if s.view.arch() != reader::unwind::Arch::X86_64 {
             return None;
         }
         let raw = tid.as_raw();
         let python = &mut self.python;
         let py_mem = &s.py_mem;
-        let blocked = crate::unstopped::read_blocked(s.pid, raw, &s.maps, &s.mem, || {
+        let blocked = crate::unstopped::read_blocked(s.pid, raw, s.view.maps(), &s.mem, || {
             py_mem.clear();
             python.read(raw)
         })?;
@@ -522,7 +471,7 @@ impl Round<'_> {
             let _ = session.detach();
             return Err(Lost::Rescheduled);
         }
-        let (start, end) = stack_range(&s.maps, regs.rsp);
+        let (start, end) = stack_range(s.view.maps(), regs.rsp);
         let mut bytes = vec![0u8; end.saturating_sub(start) as usize];
         let copied = s.mem.read(start, &mut bytes);
         s.py_mem.clear();
@@ -536,7 +485,7 @@ impl Round<'_> {
         }
         Ok(Copied {
             tid,
-            regs: reader::unwind::dwarf_registers(s.unwind.arch(), &regs),
+            regs: reader::unwind::dwarf_registers(s.view.arch(), &regs),
             start,
             bytes,
             python: py_read,
@@ -554,21 +503,15 @@ impl Round<'_> {
         let s = self.sampler;
         let stack_bytes = copied.bytes.len();
         let snapshot = StackSnapshot::new(copied.start, copied.bytes, &s.mem);
-        let regs = copied.regs;
-        let (frames, truncated) = if annotate {
-            s.unwind.unwind(&regs, &snapshot, false)
-        } else {
-            let (mut f, t) = s.unwind.walk(&regs, &snapshot);
-            f.retain(|f| f.kind != FrameKind::Trampoline);
-            (f, t)
-        };
-        let native: Vec<_> = frames.iter().map(Frame::python_eval).collect();
-        let needs_stop = matches!(truncated, Some(StopReason::RegisterUnknown { .. }));
+        let thread = s
+            .view
+            .unwind_thread(&copied.regs, &snapshot, copied.python, detail(annotate));
+        let needs_stop = matches!(thread.truncated, Some(StopReason::RegisterUnknown { .. }));
         let sample = Sample {
             tid: copied.tid,
-            python: copied.python.assemble(&native),
-            frames,
-            truncated,
+            python: thread.python,
+            frames: thread.frames,
+            truncated: thread.truncated,
             stopped: copied.stopped,
             latency: copied.latency,
             stack_bytes,
@@ -577,6 +520,17 @@ impl Round<'_> {
             capture: copied.capture,
         };
         (sample, needs_stop)
+    }
+}
+
+/// How much a sample's unwind tells: DWARF annotations (no trampoline frames)
+/// or symbol names only.
+fn detail(annotate: bool) -> Detail {
+    match annotate {
+        true => Detail::Annotated {
+            show_trampolines: false,
+        },
+        false => Detail::Names,
     }
 }
 

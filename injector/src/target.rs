@@ -1,10 +1,13 @@
 //! The target process as an operation sees it: cheap checks before anything
 //! touches it ([`check_target`]), and the context an operation reads once at its
-//! start and passes down ([`ProcessInfo`]).
+//! start and passes down ([`ProcessInfo`]); what a [`reader::process_view::ProcessView`] of a live
+//! process is built from ([`live_state`], [`load_symbols`]).
 
 use std::io;
 
+use reader::process_view::ProcessState;
 use reader::procfs::{self, MapEntry, Stat};
+use reader::symbols::ProcessSymbols;
 
 use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
@@ -12,6 +15,20 @@ use crate::ptrace::gadgets::Gadgets;
 use crate::ptrace::session::Session;
 use crate::ptrace::session_error::{Refusal, SessionError};
 use nix::errno::Errno;
+
+/// The state of live process `pid` that a view of it is built from and
+/// checked against (its mappings, start time and architecture).
+pub(crate) fn live_state(pid: i32) -> Result<ProcessState, Error> {
+    ProcessState::live(pid, Arch::of_process(pid)).map_err(|source| Error::Proc {
+        path: format!("/proc/{pid}/maps"),
+        source,
+    })
+}
+
+/// Loads the symbols of live process `pid` for a view of it.
+pub(crate) fn load_symbols(pid: i32) -> impl FnOnce(&[MapEntry]) -> Result<ProcessSymbols, Error> {
+    move |maps| Ok(ProcessSymbols::load(pid, maps)?)
+}
 
 /// What an operation will do to the target, which decides what is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

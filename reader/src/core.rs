@@ -9,7 +9,7 @@
 //! `coredump_filter`) are read from the mapped file on disk when it is there.
 //!
 //! Hooks need nothing outside the core: arenas are anonymous private `r-x`
-//! mappings, which the kernel dumps, and [`discover`] finds them by their magic in
+//! mappings, which the kernel dumps, and [`crate::arena::discover`] finds them by their magic in
 //! the mappings rebuilt from the segments. A mapped file missing on disk only costs
 //! its frames their names (they show addresses); it never fails the backtrace.
 
@@ -24,13 +24,15 @@ use goblin::elf::header::{ELFCLASS32, ELFCLASS64, EM_386, EM_X86_64, ET_CORE, ET
 use goblin::elf::note::{NoteDataIterator, NT_FILE, NT_PRPSINFO, NT_PRSTATUS};
 use goblin::elf::program_header::{ProgramHeader, PF_R, PF_W, PF_X, PT_LOAD, PT_NOTE};
 
-use crate::arena::{discover, ArenaError};
+use crate::arena::ArenaError;
+use crate::debuginfo::DwarfCache;
 use crate::hint::Hint;
 use crate::ids::{Pid, Tid};
 use crate::memory::{Memory, MemoryError};
+use crate::process_view::{Detail, ProcessState, ProcessView};
 use crate::procfs::{MapEntry, Perms};
 use crate::symbols::{Module, ProcessSymbols, SymbolError, VDSO};
-use crate::unwind::{Arch, Backtrace, BacktraceOptions, DwarfRegisters, ThreadBacktrace, Unwinder};
+use crate::unwind::{Arch, Backtrace, BacktraceOptions, DwarfRegisters, ThreadBacktrace};
 
 /// `NT_AUXV`: the auxiliary vector the process started with.
 const NT_AUXV: u32 = 6;
@@ -1291,13 +1293,25 @@ pub fn backtrace_core(
     core: &CoreFile,
     opts: &BacktraceOptions,
 ) -> Result<CoreBacktrace, CoreError> {
-    let maps = core.maps();
-    let (symbols, missing) = core.symbols(&maps);
-    let arenas = discover(&maps, core)?;
-    let python = crate::python::ProcessPython::attach(&symbols, core);
-    let mut py = python.reader(core);
-    let mut unwind = Unwinder::new(core.arch, symbols, arenas);
-    unwind.set_debug_search(opts.debug_search.clone());
+    let state = ProcessState {
+        arch: core.arch,
+        started: None,
+        maps: core.maps(),
+    };
+    let mut missing = Vec::new();
+    // A core never changes: its view is built once and never refreshed.
+    let view = ProcessView::build(
+        state,
+        core,
+        opts.debug_search.clone(),
+        DwarfCache::new(),
+        |maps| -> Result<_, CoreError> {
+            let (symbols, not_loaded) = core.symbols(maps);
+            missing = not_loaded;
+            Ok(symbols)
+        },
+    )?;
+    let mut py = view.python().reader(core);
     let selected: Vec<&CoreThread> = match opts.tid {
         Some(tid) => {
             let t: Vec<&CoreThread> = core.threads.iter().filter(|t| tid == t.tid).collect();
@@ -1315,9 +1329,10 @@ pub fn backtrace_core(
     let threads = selected
         .into_iter()
         .map(|t| {
-            let (frames, truncated) = unwind.unwind(&t.registers, core, opts.show_trampolines);
-            let native: Vec<_> = frames.iter().map(|f| f.python_eval()).collect();
-            let python = py.read(t.tid).assemble(&native);
+            let detail = Detail::Annotated {
+                show_trampolines: opts.show_trampolines,
+            };
+            let thread = view.unwind_thread(&t.registers, core, py.read(t.tid), detail);
             ThreadBacktrace {
                 tid: Tid::from_raw(t.tid),
                 name: if t.tid == core.pid {
@@ -1325,10 +1340,10 @@ pub fn backtrace_core(
                 } else {
                     String::new()
                 },
-                frames,
-                truncated,
+                frames: thread.frames,
+                truncated: thread.truncated,
                 stopped: Duration::ZERO,
-                python,
+                python: thread.python,
                 capture: crate::unwind::Capture::Stopped,
             }
         })
@@ -1340,7 +1355,7 @@ pub fn backtrace_core(
         },
         signal: core.threads.first().map_or(0, |t| t.signal),
         missing,
-        debug_warnings: unwind.debug_warnings(),
+        debug_warnings: view.debug_warnings(),
     })
 }
 

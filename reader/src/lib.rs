@@ -16,6 +16,8 @@
 //! - [`symbols`], [`debuginfo`]: ELF symbol tables, separate debug files, DWARF.
 //! - [`arena`]: the hooks' arenas found in a target's memory.
 //! - [`unwind`]: frames, stash frames, the x86-64 and i386 unwinders.
+//! - [`process_view`]: one view of a process (symbols, Python, unwinder, arenas)
+//!   and the rule for when it is stale; live backtraces, the sampler and cores use it.
 //! - [`core`]: core files as a memory, thread and module source.
 //! - [`python`]: CPython's threads, frames and arguments, paired with native frames.
 
@@ -32,6 +34,7 @@ pub mod error;
 pub mod hint;
 pub mod ids;
 pub mod memory;
+pub mod process_view;
 pub mod procfs;
 pub mod python;
 pub mod shared_file;
