@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use args::{BtArgs, EjectArgs, InjectArgs, ListArgs};
 use clap::{Parser, Subcommand};
-use injector::{backtrace_core, BacktraceOptions, CoreFile, CoreOptions};
+use injector::{backtrace_core_cached, BacktraceOptions, CoreFile, CoreOptions, DwarfCache};
 use ops::{Operations, Standalone};
 
 /// Stash function arguments on the stack of a running process, then read them back from any unwind.
@@ -127,7 +127,7 @@ fn bt_core(
         );
     }
     let core = CoreFile::open(path, CoreOptions { exe, sysroot })?;
-    let bt = backtrace_core(&core, opts)?;
+    let bt = backtrace_core_cached(&core, opts, &DwarfCache::from_env())?;
     for w in &bt.debug_warnings {
         eprintln!("argstash: warning: {w}");
     }

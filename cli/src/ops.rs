@@ -6,8 +6,8 @@
 
 use anyhow::Result;
 use injector::{
-    Backtrace, BacktraceOptions, DebugSearch, EjectOptions, EjectReport, EjectWhat, FuncSpec,
-    HookInfo, HookTarget, HookUnwindStatus, InstallReport, Pid, ProcessReader,
+    Backtrace, BacktraceOptions, DebugSearch, DwarfCache, EjectOptions, EjectReport, EjectWhat,
+    FuncSpec, HookInfo, HookTarget, HookUnwindStatus, InstallReport, Pid, ProcessReader,
 };
 
 use crate::args::{BtArgs, EjectArgs, InjectArgs};
@@ -104,6 +104,7 @@ impl Operations for Local {
 
     fn backtrace(&self, pid: Pid, a: &BtArgs) -> Result<(Backtrace, Vec<String>)> {
         let mut reader = ProcessReader::new(pid);
+        reader.set_dwarf_cache(DwarfCache::from_env());
         let bt = reader.backtrace(&bt_options(a))?;
         let warnings = reader.debug_warnings();
         // The process exits after printing: skip freeing megabytes of parsed debug info.

@@ -282,6 +282,7 @@ pub fn main(a: RunArgs) -> i32 {
         report_signals: a.on_signal.clone(),
         follow_forks: a.follow_forks,
         backtrace: Default::default(),
+        dwarf_cache: injector::DwarfCache::from_env(),
         on_event: Some(Box::new(on_event)),
     };
     // Before the child starts: a signal that comes while it starts (the child

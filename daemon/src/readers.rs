@@ -59,7 +59,7 @@ impl ReaderCache {
             capacity,
             debug_bytes,
             search,
-            dwarf: DwarfCache::new(),
+            dwarf: DwarfCache::from_env(),
             janitor,
         }
     }

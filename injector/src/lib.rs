@@ -105,7 +105,9 @@ pub use kernel_sampler::{
     perf_event_paranoid, KernelError, KernelRecord, KernelSampler, KernelStats,
     STACK_COPY as KERNEL_STACK_COPY,
 };
-pub use reader::core::{backtrace_core, CoreBacktrace, CoreFile, CoreOptions};
+pub use reader::core::{
+    backtrace_core, backtrace_core_cached, CoreBacktrace, CoreFile, CoreOptions,
+};
 pub use reader::debugfile::DebugSearch;
 pub use reader::debuginfo::DwarfCache;
 pub use sample::{Lost, Round, Sample, SampleOptions, Sampler};

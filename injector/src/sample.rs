@@ -41,6 +41,9 @@ pub struct SampleOptions {
     pub annotate: bool,
     /// Where separate debug files are looked for.
     pub debug_search: DebugSearch,
+    /// Where DWARF parses are shared and kept (memory only by default;
+    /// [`DwarfCache::from_env`] adds the user's on-disk cache).
+    pub dwarf_cache: DwarfCache,
 }
 
 /// One thread's stack at one instant.
@@ -137,7 +140,7 @@ impl Sampler {
             state,
             &mem,
             opts.debug_search.clone(),
-            DwarfCache::new(),
+            opts.dwarf_cache.clone(),
             load_symbols(pid),
         )?;
         Ok(Sampler {
@@ -202,6 +205,12 @@ impl Sampler {
     /// Problems met while loading debug info (e.g. a debug file of another build).
     pub fn debug_warnings(&self) -> Vec<String> {
         self.view.debug_warnings()
+    }
+
+    /// Saves what symbolization learned into the on-disk cache of
+    /// [`SampleOptions::dwarf_cache`], if it has one, for the next run.
+    pub fn save_debug_answers(&self) {
+        self.view.save_debug_answers();
     }
 
     /// The function at `lookup` (a frame's lookup address) by its module's

@@ -1288,10 +1288,21 @@ pub struct CoreBacktrace {
 }
 
 /// Unwinds every thread (or `opts.tid`) of a core, with stashed arguments from
-/// its arenas, looking for separate debug files where `opts.debug_search` says.
+/// its arenas, looking for separate debug files where `opts.debug_search` says;
+/// DWARF parses in memory only (see [`backtrace_core_cached`]).
 pub fn backtrace_core(
     core: &CoreFile,
     opts: &BacktraceOptions,
+) -> Result<CoreBacktrace, CoreError> {
+    backtrace_core_cached(core, opts, &DwarfCache::new())
+}
+
+/// [`backtrace_core`] sharing DWARF parses through `dwarf`, and saving what it
+/// learned into `dwarf`'s on-disk cache, if it has one, before it returns.
+pub fn backtrace_core_cached(
+    core: &CoreFile,
+    opts: &BacktraceOptions,
+    dwarf: &DwarfCache,
 ) -> Result<CoreBacktrace, CoreError> {
     let state = ProcessState {
         arch: core.arch,
@@ -1304,7 +1315,7 @@ pub fn backtrace_core(
         state,
         core,
         opts.debug_search.clone(),
-        DwarfCache::new(),
+        dwarf.clone(),
         |maps| -> Result<_, CoreError> {
             let (symbols, not_loaded) = core.symbols(maps);
             missing = not_loaded;
@@ -1348,6 +1359,7 @@ pub fn backtrace_core(
             }
         })
         .collect();
+    view.save_debug_answers();
     Ok(CoreBacktrace {
         backtrace: Backtrace {
             pid: Pid::from_raw(core.pid),

@@ -199,6 +199,8 @@ impl ProcessView {
     ) -> Result<Refresh, E> {
         let now = BuiltFrom::of(&state);
         let done = if now != self.built_from {
+            // What the retired parts learned is saved before they go.
+            self.unwind.save_debug_answers();
             let symbols = load(&state.maps)?;
             let (unwind, python) = assemble(state.arch, symbols, mem, &self.search, &self.dwarf);
             self.python = python;

@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use injector::{DebugSearch, KernelError, KernelSampler, Lost, Pid, SampleOptions, Sampler, Tid};
+use injector::{
+    DebugSearch, DwarfCache, KernelError, KernelSampler, Lost, Pid, SampleOptions, Sampler, Tid,
+};
 
 use self::format::Output;
 use self::hooks::Hooks;
@@ -215,6 +217,7 @@ fn record(
     let mut opts = SampleOptions {
         annotate: false,
         debug_search: DebugSearch::default(),
+        dwarf_cache: DwarfCache::from_env(),
     };
     if !a.debug_dirs.is_empty() {
         opts.debug_search = DebugSearch {
@@ -268,6 +271,7 @@ fn record(
         for w in kernel.sampler().debug_warnings() {
             notes.push(format!("warning: {w}"));
         }
+        kernel.sampler().save_debug_answers();
         drop(kernel);
         return finish(pid, end, profile, notes, hooks, program);
     }
@@ -285,6 +289,7 @@ fn record(
     for w in sampler.debug_warnings() {
         notes.push(format!("warning: {w}"));
     }
+    sampler.save_debug_answers();
     drop(sampler);
     finish(pid, end, profile, notes, hooks, program)
 }

@@ -31,6 +31,7 @@ use std::process::{ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use reader::debuginfo::DwarfCache;
 use reader::ids::{Pid, Tid};
 
 use crate::backtrace::{Backtrace, BacktraceOptions};
@@ -51,6 +52,9 @@ pub struct RunOptions {
     pub follow_forks: bool,
     /// How backtraces are read.
     pub backtrace: BacktraceOptions,
+    /// Where the backtraces' DWARF parses are kept (memory only by default;
+    /// [`DwarfCache::from_env`] adds the user's on-disk cache).
+    pub dwarf_cache: DwarfCache,
     /// Called on the supervisor thread for every [`RunEvent`], before the command
     /// goes on (a crash report is handled before the signal takes effect). Without
     /// it, reports are kept for [`Running::take_events`].
@@ -69,6 +73,7 @@ impl Default for RunOptions {
             report_signals: Vec::new(),
             follow_forks: false,
             backtrace: BacktraceOptions::default(),
+            dwarf_cache: DwarfCache::default(),
             on_event: None,
         }
     }

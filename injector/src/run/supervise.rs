@@ -293,7 +293,11 @@ impl Supervisor {
         let opts: BacktraceOptions = self.opts.backtrace.clone();
         self.readers
             .entry(tgid)
-            .or_insert_with(|| ProcessReader::new(Pid::from_raw(tgid)))
+            .or_insert_with(|| {
+                let mut reader = ProcessReader::new(Pid::from_raw(tgid));
+                reader.set_dwarf_cache(self.opts.dwarf_cache.clone());
+                reader
+            })
             .backtrace_held(&opts)
     }
 

@@ -28,7 +28,9 @@ pub(super) type SharedFiles = Vec<(FileKey, std::sync::Weak<DwarfData>)>;
 /// no parse alive.
 ///
 /// It may also keep what it parses on disk ([`DiskCache`]), for the next
-/// process: by default in the user's cache directory, unless `ARGSTASH_CACHE=off`.
+/// process: [`DwarfCache::from_env`] is the one place that decides where from the
+/// environment (the user's cache directory, unless `ARGSTASH_CACHE=off`); the
+/// default keeps everything in memory and touches no file.
 #[derive(Clone)]
 pub struct DwarfCache {
     files: Arc<std::sync::Mutex<SharedFiles>>,
@@ -37,13 +39,7 @@ pub struct DwarfCache {
 
 impl Default for DwarfCache {
     fn default() -> Self {
-        // Unit tests never touch the user's cache.
-        let disk = if cfg!(test) {
-            None
-        } else {
-            DiskCache::from_env()
-        };
-        DwarfCache::with_disk(disk)
+        DwarfCache::with_disk(None)
     }
 }
 
@@ -57,10 +53,16 @@ impl std::fmt::Debug for DwarfCache {
 }
 
 impl DwarfCache {
-    /// An empty cache, shared by nothing yet, backed by the user's on-disk
-    /// cache as the environment says ([`DiskCache::from_env`]).
+    /// An empty cache, shared by nothing yet, in memory only.
     pub fn new() -> DwarfCache {
         DwarfCache::default()
+    }
+
+    /// An empty cache backed by the user's on-disk cache as the environment
+    /// says ([`DiskCache::from_env`]: `ARGSTASH_CACHE`, `XDG_CACHE_HOME`,
+    /// `HOME`): what the command-line tools and argstashd choose.
+    pub fn from_env() -> DwarfCache {
+        DwarfCache::with_disk(DiskCache::from_env())
     }
 
     /// An empty cache backed by `disk` (none: memory only).

@@ -48,6 +48,7 @@ impl ModulesDebug {
 
     /// Sets where separate debug files are looked for (forgets what was loaded so far).
     pub fn set_search(&mut self, search: DebugSearch) {
+        self.save_answers();
         self.search = search;
         let n = self.cells.len();
         self.cells = (0..n).map(|_| std::cell::OnceCell::new()).collect();
@@ -55,6 +56,7 @@ impl ModulesDebug {
 
     /// Shares DWARF parses through `cache` (forgets what was loaded so far).
     pub fn set_cache(&mut self, cache: DwarfCache) {
+        self.save_answers();
         self.cache = cache;
         let n = self.cells.len();
         self.cells = (0..n).map(|_| std::cell::OnceCell::new()).collect();
@@ -84,6 +86,7 @@ impl ModulesDebug {
     /// `max_bytes` of DWARF (it is loaded again when next needed). The caller
     /// decides where to drop it: freeing a large module's DWARF takes milliseconds.
     pub fn take_over(&mut self, max_bytes: usize) -> Vec<ModuleDebug> {
+        self.save_answers();
         self.cells
             .iter_mut()
             .filter(|cell| cell.get().is_some_and(|d| d.dwarf_bytes() > max_bytes))

@@ -39,12 +39,6 @@ pub struct ModuleDebug {
     saved: Option<answers::Saved>,
 }
 
-impl Drop for ModuleDebug {
-    fn drop(&mut self) {
-        self.save_answers();
-    }
-}
-
 /// How many answers of each kind a [`Memo`] keeps before it starts over.
 pub(super) const MEMO_MAX: usize = 4096;
 
@@ -211,7 +205,9 @@ impl ModuleDebug {
 
     /// Saves the answers found in the DWARF since the last save, with those
     /// saved before, for the next run (nothing to do when every answer came from
-    /// disk). Also done on drop.
+    /// disk). Never done behind the caller's back (not on drop): the owners
+    /// call it ([`crate::debuginfo::ModulesDebug::save_answers`], before they
+    /// forget loaded debug info and at the end of each backtrace or recording).
     pub fn save_answers(&self) {
         let Some((disk, key)) = &self.persist else {
             return;
