@@ -95,7 +95,7 @@ impl Operations for Bus {
         let func_names: Vec<&str> = a
             .funcs
             .iter()
-            .map(|f| injector::reader::args::split_function(f).map_or(f.as_str(), |(name, _)| name))
+            .map(|f| injector::names::split_function(f).map_or(f.as_str(), |(name, _)| name))
             .collect();
         let windows: HashMap<String, u16> =
             a.stash.function_windows(&func_names)?.into_iter().collect();
@@ -121,7 +121,7 @@ impl Operations for Bus {
         } else {
             let mut names: Vec<&str> = a.funcs.iter().map(String::as_str).collect();
             if a.python > 0 {
-                names.push(injector::reader::python::EVAL_FRAME_FUNCTION);
+                names.push(injector::pyframes::EVAL_FRAME_FUNCTION);
             }
             proxy.eject_with_report(pid, &names)?
         };

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use injector::reader::symbols::FuncSpec;
+use injector::names::FuncSpec;
 use injector::{backtrace, Backtrace, BacktraceOptions};
 use injector::{eject, install, EjectOptions, InstallOptions, Pid};
 
@@ -136,8 +136,8 @@ pub fn run() -> Result<()> {
     crate::output::print_eject(&ejected);
     // The code in memory must equal the file on disk again.
     let mem = injector::ProcessMemory::open(pid)?;
-    let maps = injector::reader::procfs::read_maps(pid)?;
-    let symbols = injector::reader::symbols::ProcessSymbols::load(pid, &maps)?;
+    let maps = injector::process::read_maps(pid)?;
+    let symbols = injector::process::ProcessSymbols::load(pid, &maps)?;
     for h in &ejected.hooks {
         let module = symbols
             .module_for(h.function)

@@ -5,7 +5,7 @@
 //! same hint for D-Bus callers and also sends it typed, so `--bus` prints here
 //! exactly what the standalone command prints.
 
-use injector::reader::args::{SignatureError, SyntaxReason};
+use injector::names::{SignatureError, SyntaxReason};
 use injector::{hint_of, Hint, RequestOption, UNNAMED_CODE_ADVICE};
 
 /// A hint in command-line syntax, as a clause appended to the error's message.
@@ -156,8 +156,8 @@ mod tests {
 
     use super::*;
     use argstash_dbus::{ErrorHint, ErrorKind, HINT_EJECT_FIRST};
-    use injector::reader::core::CoreError;
-    use injector::reader::symbols::{AddressPlace, IfuncTarget, SymbolError};
+    use injector::names::{AddressPlace, IfuncTarget, SymbolError};
+    use injector::CoreError;
     use injector::UnsureWindow;
     use trampolines::x86_64::Unsure;
 
@@ -307,7 +307,7 @@ mod tests {
 
     #[test]
     fn refused_signatures_point_at_the_byte() {
-        let e = injector::reader::args::split_signature("step(int a[)").unwrap_err();
+        let e = injector::names::split_signature("step(int a[)").unwrap_err();
         assert_eq!(
             printed(e),
             "cannot read the signature `step(int a[)`: expected an array size or `]`, found `)`\n  \
@@ -315,7 +315,7 @@ mod tests {
              `int a[]` (it is the pointer `int *a`)"
         );
         // Columns count characters, and a tab shows as one space.
-        let e = injector::reader::args::split_signature("f\u{e9}(int\t;)").unwrap_err();
+        let e = injector::names::split_signature("f\u{e9}(int\t;)").unwrap_err();
         let text = printed(e);
         assert!(
             text.starts_with(

@@ -51,7 +51,7 @@ impl Operations for Local {
         let mut targets: Vec<HookTarget> = Vec::new();
         let mut names = Vec::new();
         for f in &a.funcs {
-            let (name, signature) = injector::reader::args::split_function(f)?;
+            let (name, signature) = injector::names::split_function(f)?;
             names.push(name);
             targets.push(HookTarget {
                 function: FuncSpec::parse(name),
@@ -82,7 +82,7 @@ impl Operations for Local {
             let mut specs: Vec<FuncSpec> = a.funcs.iter().map(|f| FuncSpec::parse(f)).collect();
             if a.python > 0 {
                 specs.push(FuncSpec::Name(
-                    injector::reader::python::EVAL_FRAME_FUNCTION.to_string(),
+                    injector::pyframes::EVAL_FRAME_FUNCTION.to_string(),
                 ));
             }
             EjectWhat::Functions(specs)

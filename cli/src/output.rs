@@ -180,7 +180,7 @@ pub fn print_eject(r: &EjectReport) {
 fn hook_json(h: &HookInfo) -> Value {
     json!({
         "function": h.name,
-        "demangled": injector::reader::symbols::shown_name(&h.name),
+        "demangled": injector::names::shown_name(&h.name),
         "module": h.module,
         "address": format!("0x{:x}", h.function),
         "patch_address": format!("0x{:x}", h.patch_addr),
@@ -218,8 +218,8 @@ pub fn print_list(pid: injector::Pid, hooks: &[HookInfo], json: bool) {
     );
     for h in hooks {
         let name = match &h.signature {
-            Some(sig) => format!("{}({sig})", injector::reader::symbols::shown_name(&h.name)),
-            None => injector::reader::symbols::shown_name(&h.name),
+            Some(sig) => format!("{}({sig})", injector::names::shown_name(&h.name)),
+            None => injector::names::shown_name(&h.name),
         };
         let kind = match (h.variadic, h.xmm) {
             _ if h.is_call_through() => "pep523-ext",

@@ -190,7 +190,7 @@ pub fn main(a: RunArgs) -> i32 {
     let mut targets: Vec<HookTarget> = Vec::new();
     let mut names = Vec::new();
     for f in &a.funcs {
-        match injector::reader::args::split_function(f) {
+        match injector::names::split_function(f) {
             Ok((name, signature)) => {
                 names.push(name);
                 targets.push(HookTarget {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use argstash_tests::{Target, Variant};
 use common::Bus;
-use injector::reader::symbols::FuncSpec;
+use injector::names::FuncSpec;
 use injector::{backtrace, BacktraceOptions, ProcessReader};
 use injector::{eject, install, EjectOptions, InstallOptions, Pid};
 

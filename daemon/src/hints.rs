@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use injector::reader::shared_file;
+use injector::process::shared_file;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};

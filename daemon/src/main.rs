@@ -26,7 +26,7 @@ use crate::readers::ReaderCache;
 use crate::service::Manager;
 use crate::shared::Shared;
 use crate::worker::Workers;
-use injector::reader::debuginfo::DebugSearch;
+use injector::DebugSearch;
 
 /// Serve the argstash injector on D-Bus.
 #[derive(Parser)]

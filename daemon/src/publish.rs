@@ -12,7 +12,7 @@ use argstash_dbus::OPT_PYTHON;
 use argstash_dbus::{Error, MANAGER_PATH};
 use async_io::{Async, Timer};
 use futures_lite::future;
-use injector::reader::args::split_function;
+use injector::names::split_function;
 use injector::SessionError;
 use injector::{
     eject, install, list, EjectOptions, EjectReport, EjectWhat, HookInfo, HookTarget,

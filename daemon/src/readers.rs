@@ -18,8 +18,8 @@ use std::collections::VecDeque;
 use std::sync::mpsc;
 use std::sync::Mutex;
 
-use injector::reader::debuginfo::{DebugSearch, DwarfCache};
 use injector::{Backtrace, BacktraceOptions, Pid, ProcessReader};
+use injector::{DebugSearch, DwarfCache};
 
 /// One cached reader: a process is identified by its pid and start time.
 struct Entry {

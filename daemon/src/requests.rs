@@ -7,9 +7,9 @@ use argstash_dbus::{OPT_ALWAYS_STOP, OPT_PYTHON};
 use argstash_dbus::{
     OPT_FLOAT_ARGS, OPT_FUNCTION_STACK_ARGS, OPT_SHOW_TRAMPOLINES, OPT_SIGNATURES, OPT_STACK_ARGS,
 };
-use injector::reader::args::{parse_params, split_function, Signature};
-use injector::reader::symbols::FuncSpec;
-use injector::reader::unwind::BacktraceOptions;
+use injector::names::FuncSpec;
+use injector::names::{parse_params, split_function, Signature};
+use injector::BacktraceOptions;
 use injector::{EjectWhat, InstallOptions, Tid};
 use std::collections::HashMap;
 use zbus::zvariant::OwnedValue;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use argstash_dbus::{Error, HookEntry, Thread};
-use injector::reader::symbols::FuncSpec;
+use injector::names::FuncSpec;
 use injector::{list, EjectWhat, HookInfo, Pid};
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;

@@ -10,11 +10,11 @@ use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use injector::reader::args::{ArgSource, ArgValue};
-use injector::reader::python::frames::{FrameOwner, ParamKind};
-use injector::reader::python::pair::Placement;
-use injector::reader::python::stack::{param_kind_name, InterpreterLabel};
-use injector::reader::python::{PairedBy, PyFrame, PyParam, PyValue, PythonStack, StackFrame};
+use injector::names::{ArgSource, ArgValue};
+use injector::pyframes::Placement;
+use injector::pyframes::{param_kind_name, InterpreterLabel};
+use injector::pyframes::{FrameOwner, ParamKind};
+use injector::pyframes::{PairedBy, PyFrame, PyParam, PyValue, PythonStack, StackFrame};
 use injector::{
     Backtrace, Capture, Frame, FrameKind, Hint, HookInfo, HookState, HookUnwindStatus,
     InlinedFrame, Pid, RequestOption, StashedArgs, StopReason, ThreadBacktrace, Tid,

@@ -6,11 +6,11 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use injector::reader::args::{ArgSource, ArgValue};
-use injector::reader::python::frames::{FrameOwner, ParamKind};
-use injector::reader::python::pair::Placement;
-use injector::reader::python::stack::InterpreterLabel;
-use injector::reader::python::{PairedBy, PyFrame, PyParam, PyValue, PythonStack, StackFrame};
+use injector::names::{ArgSource, ArgValue};
+use injector::pyframes::InterpreterLabel;
+use injector::pyframes::Placement;
+use injector::pyframes::{FrameOwner, ParamKind};
+use injector::pyframes::{PairedBy, PyFrame, PyParam, PyValue, PythonStack, StackFrame};
 use injector::{
     Backtrace, Capture, Frame, FrameKind, Hint, HookInfo, HookState, HookUnwindStatus,
     InlinedFrame, Pid, RequestOption, SignalFate, SignalOutcome, StashedArgs, StopReason,

@@ -9,9 +9,9 @@ use crate::{
     hook_path, Arg, Error, ErrorHint, ErrorKind, Frame, HookEntry, HookUnwind, Inlined, Param,
     Thread, UnwindStatus, OPT_FLOAT_ARGS, OPT_PYTHON, OPT_STACK_ARGS,
 };
-use injector::reader::args::{ArgValue, SignatureError};
-use injector::reader::python::frames::FrameOwner;
-use injector::reader::symbols::SymbolError;
+use injector::names::SymbolError;
+use injector::names::{ArgValue, SignatureError};
+use injector::pyframes::FrameOwner;
 use injector::HookInfo;
 use injector::{Backtrace, FrameKind};
 use injector::{Hint, RequestOption, UNNAMED_CODE_ADVICE};
@@ -285,7 +285,7 @@ pub fn hook_entry(pid: i32, h: &HookInfo) -> HookEntry {
         variadic: *variadic,
         xmm: *xmm,
         signature: signature.clone().unwrap_or_default(),
-        demangled: injector::reader::symbols::shown_name(name),
+        demangled: injector::names::shown_name(name),
     }
 }
 
@@ -481,8 +481,8 @@ fn param(a: &ArgValue) -> Param {
 }
 
 /// One frame in its wire form: the same fields, in the same order, as `bt --json`.
-fn frame(index: usize, f: &injector::reader::unwind::Frame) -> Frame {
-    let injector::reader::unwind::Frame {
+fn frame(index: usize, f: &injector::Frame) -> Frame {
+    let injector::Frame {
         pc,
         function,
         offset,
@@ -607,14 +607,14 @@ pub(crate) fn owner_name(owner: FrameOwner) -> String {
 }
 
 /// One Python frame in its wire form.
-fn py_frame(f: &injector::reader::python::StackFrame) -> crate::PyFrame {
-    use injector::reader::python::stack::param_kind_name;
-    let injector::reader::python::StackFrame {
+fn py_frame(f: &injector::pyframes::StackFrame) -> crate::PyFrame {
+    use injector::pyframes::param_kind_name;
+    let injector::pyframes::StackFrame {
         frame,
         placement,
         interpreter,
     } = f;
-    let injector::reader::python::PyFrame {
+    let injector::pyframes::PyFrame {
         addr,
         code,
         qualname,

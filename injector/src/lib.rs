@@ -25,7 +25,11 @@
 //! are [`Error`], whose [`Error::hint`] says what the caller can do.
 //!
 //! Reading without ptrace (symbols, DWARF, argument types, unwinding from any
-//! [`Memory`], core files, CPython frames) is the [`reader`] crate, re-exported.
+//! [`Memory`], core files, CPython frames) is the `reader` crate. It is not
+//! re-exported: what the front ends need of it is here, in [`names`] (function
+//! names, signatures, argument values), [`pyframes`] (CPython frames) and
+//! [`process`] (`/proc` files, symbols, files in shared directories), beside
+//! the backtrace and core types at the top.
 //!
 //! # Example
 //!
@@ -72,7 +76,33 @@ mod sample;
 mod target;
 mod unstopped;
 
-pub use reader;
+// What the front ends need of the reader, and no more (the reader crate itself is
+// not re-exported: its modules are the injector's business).
+/// Function names, signatures and argument values as people write and read them.
+pub mod names {
+    pub use reader::args::{
+        parse_params, split_function, split_signature, ArgSource, ArgValue, Signature,
+        SignatureError, SyntaxReason,
+    };
+    pub use reader::debuginfo::demangle;
+    pub use reader::symbols::{shown_name, AddressPlace, FuncSpec, IfuncTarget, SymbolError};
+}
+/// CPython frames as backtraces and samples carry them.
+pub mod pyframes {
+    pub use reader::python::frames::{FrameOwner, ParamKind};
+    pub use reader::python::pair::{Merged, Placement};
+    pub use reader::python::stack::{param_kind_from_name, param_kind_name, InterpreterLabel};
+    pub use reader::python::{
+        PairedBy, PyFrame, PyParam, PyValue, PythonStack, StackFrame, EVAL_FRAME_FUNCTION,
+    };
+}
+/// A process's `/proc` files and symbols, and files in shared directories opened safely.
+pub mod process {
+    pub use reader::procfs::{read_maps, read_task_comm};
+    pub use reader::shared_file;
+    pub use reader::symbols::ProcessSymbols;
+}
+pub use reader::core::CoreError;
 pub use reader::ids::{IdError, Pid, Tid};
 
 // Hooks.

@@ -11,8 +11,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use injector::reader::args::split_signature;
-use injector::reader::symbols::SymbolError;
+use injector::names::split_signature;
+use injector::names::SymbolError;
 use injector::render::{backtrace_json, backtrace_text, View};
 use injector::{
     Backtrace, EjectOptions, EjectWhat, FuncSpec, Hint, HookTarget, InstallOptions, Pid,
@@ -339,7 +339,7 @@ fn eject(
             };
             if python {
                 specs.push(FuncSpec::Name(
-                    injector::reader::python::EVAL_FRAME_FUNCTION.to_string(),
+                    injector::pyframes::EVAL_FRAME_FUNCTION.to_string(),
                 ));
             }
             EjectWhat::Functions(specs)

@@ -40,9 +40,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use argstash_tests::{argstash, build, consts, Opt, Target, Variant};
-use injector::reader::symbols::FuncSpec;
 use injector::{backtrace, BacktraceOptions, ProcessReader};
 use injector::{eject, install, EjectOptions, InstallOptions, InstallReport, Pid};
+use reader::symbols::FuncSpec;
 
 /// Timeout for one fixture reply.
 const REPLY: Duration = Duration::from_secs(30);
@@ -1146,9 +1146,9 @@ fn bench_core() {
         ))
         .0));
         let t0 = Instant::now();
-        let c = injector::reader::core::CoreFile::open(&core, Default::default())
+        let c = reader::core::CoreFile::open(&core, Default::default())
             .unwrap_or_else(|e| panic!("{e}"));
-        let bt = injector::reader::core::backtrace_core(&c, &BacktraceOptions::default())
+        let bt = reader::core::backtrace_core(&c, &BacktraceOptions::default())
             .unwrap_or_else(|e| panic!("{e}"));
         lib.push(ms(t0.elapsed()));
         assert!(bt.backtrace.threads[0]

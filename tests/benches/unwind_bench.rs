@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use argstash_tests::*;
-use injector::reader::symbols::FuncSpec;
 use injector::{eject, install, EjectOptions, InstallOptions, Pid};
+use reader::symbols::FuncSpec;
 
 const ROUNDS: usize = 15;
 

@@ -39,7 +39,7 @@ impl Hooks {
     pub fn new(pid: Pid, funcs: &[String], python: bool, spawned: bool) -> Result<Hooks> {
         let mut pending = Vec::new();
         for f in funcs {
-            let (name, signature) = injector::reader::args::split_function(f)?;
+            let (name, signature) = injector::names::split_function(f)?;
             pending.push(HookTarget {
                 function: FuncSpec::parse(name),
                 signature,
@@ -109,7 +109,7 @@ impl Hooks {
     }
 
     fn retry_or(&mut self, e: Error) -> Result<bool> {
-        use injector::reader::symbols::SymbolError as S;
+        use injector::names::SymbolError as S;
         // Code the program has not loaded yet may come; a name that is ambiguous or
         // malformed stays so, and is refused at once (a short recording would
         // otherwise end before the retries do, never saying why nothing was hooked).

@@ -120,11 +120,10 @@ fn take(a: &RecordArgs, kernel: &mut KernelSampler, naming: &mut Naming, profile
         }
         let name = match profile.threads.contains_key(&tid.as_raw()) {
             true => String::new(),
-            false => injector::reader::procfs::read_task_comm(
-                kernel.sampler().pid().as_raw(),
-                tid.as_raw(),
-            )
-            .unwrap_or_default(),
+            false => {
+                injector::process::read_task_comm(kernel.sampler().pid().as_raw(), tid.as_raw())
+                    .unwrap_or_default()
+            }
         };
         let stack = naming.stack(&s);
         profile.add_timed(tid.as_raw(), &name, stack, Duration::ZERO, Duration::ZERO);

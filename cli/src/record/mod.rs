@@ -591,7 +591,7 @@ fn sample_loop(
                         naming.name_from_debug(&mut s, |pc| sampler.debug_name(pc));
                         let name = match profile.threads.contains_key(&tid.as_raw()) {
                             true => String::new(),
-                            false => injector::reader::procfs::read_task_comm(
+                            false => injector::process::read_task_comm(
                                 sampler.pid().as_raw(),
                                 tid.as_raw(),
                             )

@@ -5,8 +5,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use injector::reader::args::ArgSource;
-use injector::reader::python::pair::Merged;
+use injector::names::ArgSource;
+use injector::pyframes::Merged;
 use injector::{Frame, Sample};
 
 use super::profile::{FrameInfo, FrameOrigin};
@@ -205,7 +205,7 @@ impl Naming {
         self.demangled
             .borrow_mut()
             .entry(name.to_string())
-            .or_insert_with(|| injector::reader::debuginfo::demangle(name))
+            .or_insert_with(|| injector::names::demangle(name))
             .clone()
     }
 
@@ -295,7 +295,7 @@ fn is_register(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use injector::reader::args::ArgValue;
+    use injector::names::ArgValue;
     use injector::{StashedArgs, Tid};
     use std::time::Duration;
 

@@ -597,8 +597,8 @@ fn blocked_remote_call_is_released_and_returns_by_itself() {
 
 /// Runtime address of `name` in the loaded module named `module` (as argstash resolves it).
 fn runtime_addr_in(pid: i32, module: &str, name: &str) -> u64 {
-    use injector::reader::symbols::{FuncSpec, ProcessSymbols};
-    let maps = injector::reader::procfs::read_maps(pid).expect("maps");
+    use reader::symbols::{FuncSpec, ProcessSymbols};
+    let maps = reader::procfs::read_maps(pid).expect("maps");
     let symbols = ProcessSymbols::load(pid, &maps).expect("symbols");
     symbols
         .resolve(&FuncSpec::Qualified {

@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use argstash_tests::*;
-use injector::reader::symbols::FuncSpec;
 use injector::{eject, install, EjectOptions, InstallOptions, Pid, RipCensus};
+use reader::symbols::FuncSpec;
 
 const CYCLES: usize = 200;
 
@@ -187,9 +187,9 @@ fn rip_of(pid: i32, tid: i32) -> u64 {
 
 /// The active record of the hook on `function`.
 fn record_of(pid: i32, function: u64) -> trampolines::arena::HookRecord {
-    let maps = injector::reader::procfs::read_maps(pid).unwrap();
+    let maps = reader::procfs::read_maps(pid).unwrap();
     let mem = injector::ProcessMemory::open(pid).unwrap();
-    let arenas = injector::reader::arena::discover(&maps, &mem).unwrap();
+    let arenas = reader::arena::discover(&maps, &mem).unwrap();
     arenas
         .iter()
         .find_map(|a| a.active_for(function).map(|(_, r)| r.clone()))
