@@ -105,7 +105,7 @@ fn debug_offsets_seeds() -> Vec<(String, Vec<u8>)> {
             continue;
         };
         let start = sh.sh_offset as usize;
-        let len = (sh.sh_size as usize).min(reader::python::debug_offsets::MAX_LEN);
+        let len = (sh.sh_size as usize).min(reader::python::DEBUG_OFFSETS_MAX_LEN);
         let Some(bytes) = data.get(start..start + len) else {
             continue;
         };

@@ -15,10 +15,10 @@ use reader::debuginfo::{EntryDebug, ModuleDebug};
 use reader::dwarf_cache::{DiskCache, EntryKey};
 use reader::memory::Memory;
 use reader::procfs::{MapEntry, Perms};
-use reader::python::debug_offsets::{self, DebugOffsets};
-use reader::python::layout::{facts_for, Layout, PY311};
-use reader::python::value::Objects;
-use reader::python::version::BuiltinTypes;
+use reader::python::BuiltinTypes;
+use reader::python::Objects;
+use reader::python::{facts_for, Layout, PY311};
+use reader::python::{probe_debug_offsets, DebugOffsets};
 use reader::python::{FrameReader, NativeEval};
 use reader::symbols::{FuncSpec, Module, ProcessSymbols};
 use reader::unwind::{Arch, BacktraceOptions, Unwinder};
@@ -340,7 +340,7 @@ pub fn fuzz_python(data: &[u8]) {
 pub fn fuzz_python_offsets(data: &[u8]) {
     let image = Image::decode(data, PYTHON_WORDS);
     let runtime = image.word(0);
-    black_box(debug_offsets::probe(&image, runtime));
+    black_box(probe_debug_offsets(&image, runtime));
     for minor in [13, 14, 15] {
         let Some(facts) = facts_for(minor) else {
             continue;
@@ -385,7 +385,7 @@ fn python_over(image: &Image, layout: &Layout) {
     let mut frames = FrameReader::new(mem, layout, Objects::new(mem, layout, &types));
     let mut starts = vec![w(1)];
     let mut bases = vec![None];
-    if let Ok(walk) = reader::python::threads::walk_threads(mem, layout, w(0)) {
+    if let Ok(walk) = reader::python::walk_threads(mem, layout, w(0)) {
         black_box(walk.for_tid(1));
         for t in &walk.threads {
             if let Some(f) = t.current_frame {

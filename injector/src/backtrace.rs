@@ -309,7 +309,7 @@ fn read_unstopped(
     mem: &ProcessMemory,
     view: &ProcessView,
     pages: &PageCache<&ProcessMemory>,
-    py: &mut reader::python::stack::StackReader<'_>,
+    py: &mut reader::python::StackReader<'_>,
     opts: &BacktraceOptions,
 ) -> Option<ThreadBacktrace> {
     let blocked = crate::unstopped::read_blocked(pid, tid, view.maps(), mem, || {

@@ -524,18 +524,9 @@ fn looks_gone(error: &Error) -> bool {
 
 impl From<reader::arena::ArenaError> for Error {
     fn from(e: reader::arena::ArenaError) -> Error {
-        reader::Error::from(e).into()
-    }
-}
-
-impl From<reader::Error> for Error {
-    fn from(e: reader::Error) -> Error {
         match e {
-            reader::Error::Memory(e) => Error::Memory(e),
-            reader::Error::Symbol(e) => Error::Symbol(e),
-            reader::Error::Core(e) => Error::Core(e),
-            reader::Error::Format { addr, source } => Error::Format { addr, source },
-            reader::Error::Proc { path, source } => Error::Proc { path, source },
+            reader::arena::ArenaError::Memory(e) => Error::Memory(e),
+            reader::arena::ArenaError::Format { addr, source } => Error::Format { addr, source },
         }
     }
 }

@@ -89,9 +89,9 @@ pub mod names {
 }
 /// CPython frames as backtraces and samples carry them.
 pub mod pyframes {
-    pub use reader::python::frames::{FrameOwner, ParamKind};
-    pub use reader::python::pair::{Merged, Placement};
-    pub use reader::python::stack::{param_kind_from_name, param_kind_name, InterpreterLabel};
+    pub use reader::python::{param_kind_from_name, param_kind_name, InterpreterLabel};
+    pub use reader::python::{FrameOwner, ParamKind};
+    pub use reader::python::{Merged, Placement};
     pub use reader::python::{
         PairedBy, PyFrame, PyParam, PyValue, PythonStack, StackFrame, EVAL_FRAME_FUNCTION,
     };
@@ -179,8 +179,6 @@ pub fn hint_of(error: &(dyn std::error::Error + 'static)) -> Option<Hint> {
     if let Some(e) = error.downcast_ref::<Error>() {
         e.hint()
     } else if let Some(run::RunError::Install(e)) = error.downcast_ref() {
-        e.hint()
-    } else if let Some(e) = error.downcast_ref::<reader::Error>() {
         e.hint()
     } else if let Some(e) = error.downcast_ref::<reader::symbols::SymbolError>() {
         e.hint()

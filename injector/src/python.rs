@@ -3,7 +3,7 @@
 //!
 //! Its stash holds `(tstate, frame, throwflag)`, so a backtrace pairs each native
 //! evaluator frame with exactly the Python frames it runs (see
-//! [`reader::python::stack`]). Nothing runs in the interpreter and no PEP 523
+//! [`reader::python::StackReader`]). Nothing runs in the interpreter and no PEP 523
 //! slot is touched, so CPython keeps inlining Python-to-Python calls.
 //!
 //! The PEP 523 extension (`pep523-ext`, `import argstash`) records *call-through*
@@ -38,8 +38,8 @@ pub fn python_hook(pid: Pid) -> Result<HookTarget, Error> {
     let mem = ProcessMemory::open(pid)?;
     // The version decides first: from 3.12 the hook is refused whatever the reader
     // can do with that version's frames.
-    let located = reader::python::version::locate(&symbols, &mem)
-        .map_err(|source| Error::Python { pid, source })?;
+    let located =
+        reader::python::locate(&symbols, &mem).map_err(|source| Error::Python { pid, source })?;
     let attached = Interpreter::attach(&symbols, &mem);
     if let Some(reason) = PythonHookRefusal::for_version(located.version) {
         return Err(Error::PythonHookRefused {

@@ -21,8 +21,8 @@ use reader::ids::{Pid, Tid};
 use reader::memory::{Memory, PageCache, StackSnapshot};
 use reader::process_view::{Detail, ProcessView};
 use reader::procfs::MapEntry;
-use reader::python::stack::{StackReader, ThreadRead};
 use reader::python::PythonStack;
+use reader::python::{StackReader, ThreadRead};
 use reader::unwind::{stack_range, Capture, DwarfRegisters, Frame, StopReason};
 
 use crate::error::Error;

@@ -10,7 +10,7 @@
 //!
 //! - [`procfs`]: `/proc/PID/maps`, auxv.
 //! - [`memory`]: the [`memory::Memory`] and [`memory::WriteMemory`] traits, stack snapshots.
-//! - [`dwarf`]: the gimli reader type shared by the DWARF readers.
+//! - `dwarf` (private): the gimli reader type shared by the DWARF readers.
 //! - [`args`]: the type model, DWARF parameters, user signatures, ABI placement
 //!   per architecture, value formatting.
 //! - [`symbols`], [`debuginfo`]: ELF symbol tables, separate debug files, DWARF.
@@ -20,6 +20,13 @@
 //!   and the rule for when it is stale; live backtraces, the sampler and cores use it.
 //! - [`core`]: core files as a memory, thread and module source.
 //! - [`python`]: CPython's threads, frames and arguments, paired with native frames.
+//!
+//! Each public module is a front door of its own: its submodules are private
+//! where callers need only a few of their items (`python`, `unwind`'s CFA
+//! rules), which it re-exports; the per-architecture modules (`args::x86_64`,
+//! `unwind::i386`, ...) and the on-disk answer format (`debuginfo::answers`, which
+//! a fuzz target reads) stay public. Errors are each module's own (`SymbolError`,
+//! `CoreError`, `ArenaError`, `PythonError`...): there is no catch-all error type.
 
 #![deny(missing_docs)]
 
@@ -28,9 +35,8 @@ pub mod args;
 pub mod core;
 pub mod debugfile;
 pub mod debuginfo;
-pub mod dwarf;
+mod dwarf;
 pub mod dwarf_cache;
-pub mod error;
 pub mod hint;
 pub mod ids;
 pub mod memory;
@@ -40,5 +46,3 @@ pub mod python;
 pub mod shared_file;
 pub mod symbols;
 pub mod unwind;
-
-pub use error::Error;

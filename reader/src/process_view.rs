@@ -33,7 +33,7 @@ use crate::arena::{discover, ArenaError};
 use crate::debuginfo::{DebugSearch, DwarfCache, ModuleDebug};
 use crate::memory::Memory;
 use crate::procfs::MapEntry;
-use crate::python::stack::ThreadRead;
+use crate::python::ThreadRead;
 use crate::python::{ProcessPython, PythonStack};
 use crate::symbols::ProcessSymbols;
 use crate::unwind::{Arch, DwarfRegisters, Frame, FrameKind, StopReason, Unwinder};

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use reader::memory::{Memory, MemoryError};
 use reader::procfs::read_maps;
-use reader::python::layout::PY311;
+use reader::python::PY311;
 use reader::python::{ChainEnd, Interpreter, PythonError};
 use reader::symbols::ProcessSymbols;
 
@@ -257,7 +257,7 @@ fn frames_threads_and_arguments_match_what_python_says() {
         let hex = ask(&exe, "import sys; print(sys.hexversion)").unwrap();
         assert_eq!(
             interp.located().version_source,
-            reader::python::version::VersionSource::PyVersion
+            reader::python::VersionSource::PyVersion
         );
         let want = reader::python::PythonVersion::from_hex(hex.parse().unwrap());
         assert_eq!(interp.version(), want, "{}", exe.display());

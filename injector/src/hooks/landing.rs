@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use reader::symbols::Module;
-use reader::unwind::cfa::{CfaRule, ModuleCfa};
+use reader::unwind::{CfaRule, ModuleCfa};
 
 /// DWARF number of rsp.
 const RSP: u16 = 7;

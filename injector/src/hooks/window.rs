@@ -23,7 +23,7 @@
 
 use std::ops::Range;
 
-use reader::unwind::cfa::ModuleCfa;
+use reader::unwind::ModuleCfa;
 use trampolines::x86_64::{
     analyse_stack_reads_with_parts, classify_exit, disassemble_one, ArgPlacement, ExitKind,
     StackReads, TargetCfa, Unsure, MAX_STACK_WORDS,

@@ -92,7 +92,7 @@ fn python_json(index: usize, f: &StackFrame, eval_frame: Option<usize>) -> Value
             "name": a.name,
             "type": a.value.type_name,
             "display": a.value.display,
-            "kind": reader::python::stack::param_kind_name(a.kind),
+            "kind": reader::python::param_kind_name(a.kind),
         })).collect::<Vec<_>>(),
         "paired_by": f.placement.map(|pl| pl.paired_by.to_string()),
         "eval_frame": eval_frame,

@@ -26,7 +26,7 @@
 mod json;
 mod text;
 
-use reader::python::pair::Merged;
+use reader::python::Merged;
 use reader::python::{PythonStack, StackFrame};
 use reader::unwind::{Frame, ThreadBacktrace};
 
@@ -97,8 +97,8 @@ pub(crate) fn rows(t: &ThreadBacktrace, view: View) -> Vec<(Row<'_>, Option<usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reader::python::frames::{FrameOwner, ParamKind};
-    use reader::python::pair::Placement;
+    use reader::python::Placement;
+    use reader::python::{FrameOwner, ParamKind};
     use reader::python::{PairedBy, PythonStack};
     use reader::python::{PyFrame, PyParam, PyValue};
     use reader::unwind::Backtrace;

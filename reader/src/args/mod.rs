@@ -24,7 +24,7 @@
 //! - `format.rs`: values shown as gdb prints them ([`format_value`], [`gdb_float`]).
 //!
 //! Uses point one way: `types` <- `format` <- `dwarf`, `x86_64`, `i386`;
-//! `types` <- `signature`. DWARF readers use the [`crate::dwarf`] leaf, never
+//! `types` <- `signature`. DWARF readers use the `dwarf` leaf, never
 //! [`crate::debuginfo`], which builds on this module.
 
 mod dwarf;

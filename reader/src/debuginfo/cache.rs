@@ -24,7 +24,7 @@ pub(super) type SharedFiles = Vec<(FileKey, std::sync::Weak<DwarfData>)>;
 /// The caller owns it and hands a clone (a handle to the same cache) to each
 /// reader that should share parses: the daemon gives one to all its process
 /// readers, so libc's DWARF is parsed once however many processes it serves. An
-/// entry lives as long as some [`ModuleDebug`] uses it; the cache itself holds
+/// entry lives as long as some [`ModuleDebug`](crate::debuginfo::ModuleDebug) uses it; the cache itself holds
 /// no parse alive.
 ///
 /// It may also keep what it parses on disk ([`DiskCache`]), for the next

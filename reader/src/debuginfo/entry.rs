@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// and the line, location and range sections are never read: the description
 /// of a function entry needs names and types only. Without an address index
 /// (clang emits none by default) [`EntryDebug::function_info`] says so and the
-/// caller reads everything ([`ModuleDebug`]).
+/// caller reads everything ([`ModuleDebug`](crate::debuginfo::ModuleDebug)).
 pub struct EntryDebug {
     /// The file holding the DWARF, when there is one.
     file: Option<ElfSections>,
@@ -49,7 +49,7 @@ pub enum EntryInfo {
 
 impl EntryDebug {
     /// Finds the DWARF of the module file `path` (loaded at `bias`) as
-    /// [`ModuleDebug::load`] does and reads its address index; nothing else yet.
+    /// [`ModuleDebug::load`](crate::debuginfo::ModuleDebug::load) does and reads its address index; nothing else yet.
     pub fn load(path: &Path, bias: u64, search: &DebugSearch) -> EntryDebug {
         let mut ed = EntryDebug {
             file: None,
@@ -87,7 +87,7 @@ impl EntryDebug {
     }
 
     /// The description of the function (not an inlined copy) whose entry is
-    /// runtime address `pc`, as [`ModuleDebug::function_info`] gives it when that
+    /// runtime address `pc`, as [`ModuleDebug::function_info`](crate::debuginfo::ModuleDebug::function_info) gives it when that
     /// function's entry is `pc`.
     pub fn function_info(&mut self, pc: u64) -> EntryInfo {
         let svma = pc.wrapping_sub(self.bias);

@@ -5,23 +5,23 @@
 //! [`Memory`] and the process's [`ProcessSymbols`], so a live process and a core
 //! file read alike. The pieces, each in a file of its own:
 //!
-//! - [`version`]: which module is the interpreter (libpython or the executable),
+//! - `version`: which module is the interpreter (libpython or the executable),
 //!   its version, `_PyRuntime` and the builtin type objects.
-//! - [`debug_offsets`]: the interpreter's own `_Py_DebugOffsets` (3.13+), parsed
+//! - `debug_offsets`: the interpreter's own `_Py_DebugOffsets` (3.13+), parsed
 //!   and checked.
-//! - [`layout`]: every layout fact: a whole table for 3.11; for 3.13, 3.14 and
+//! - `layout`: every layout fact: a whole table for 3.11; for 3.13, 3.14 and
 //!   3.15 the debug offsets plus a small table of what they do not carry.
-//! - [`threads`]: interpreters and thread states, each with its OS thread id and
+//! - `threads`: interpreters and thread states, each with its OS thread id and
 //!   innermost frame.
-//! - [`frames`]: a frame chain outward, with names, files, lines ([`linetable`])
-//!   and arguments ([`value`]).
-//! - [`mod@pair`]: which native `_PyEval_EvalFrameDefault` frame runs which Python frames.
-//! - [`stack`]: one thread's Python frames placed among its native frames (what `bt` shows).
+//! - `frames`: a frame chain outward, with names, files, lines (`linetable`)
+//!   and arguments (`value`).
+//! - `pair`: which native `_PyEval_EvalFrameDefault` frame runs which Python frames.
+//! - `stack`: one thread's Python frames placed among its native frames (what `bt` shows).
 //!
 //! A backtrace of a Python process, per OS thread:
 //!
 //! ```no_run
-//! # use reader::python::{Interpreter, pair::NativeEval};
+//! # use reader::python::{Interpreter, NativeEval};
 //! # fn bt(symbols: &reader::symbols::ProcessSymbols, mem: &dyn reader::memory::Memory,
 //! #       tid: u64, native: &[NativeEval]) -> Result<(), reader::python::PythonError> {
 //! let interp = Interpreter::attach(symbols, mem)?;
@@ -39,34 +39,40 @@
 //! [`EVAL_FRAME_FUNCTION`]; a hook's stash of it holds `(tstate, frame,
 //! throwflag)`, so the `frame` pointer is stashed argument [`EVAL_FRAME_ARG`].
 
-pub mod debug_offsets;
-pub mod error;
-pub mod frames;
-pub mod layout;
-pub mod linetable;
-pub mod pair;
-pub mod release;
-pub mod stack;
-pub mod threads;
-pub mod value;
-pub mod version;
+mod debug_offsets;
+mod error;
+mod frames;
+mod layout;
+mod linetable;
+mod pair;
+mod release;
+mod stack;
+mod threads;
+mod value;
+mod version;
 
 #[cfg(test)]
 mod testmem;
 
+// The modules are private; what a caller needs of them is here.
+pub use debug_offsets::{
+    probe as probe_debug_offsets, DebugOffsets, MAX_LEN as DEBUG_OFFSETS_MAX_LEN,
+};
 pub use error::PythonError;
-pub use frames::{ChainEnd, FrameChain, FrameReader, PyFrame, PyParam};
-pub use pair::{pair, NativeEval, PairedBy, Pairing, PyLink};
-pub use stack::{ProcessPython, PythonStack, StackFrame};
-pub use threads::{ThreadState, ThreadWalk};
-pub use value::PyValue;
-pub use version::{PythonVersion, EVAL_FRAME_FUNCTION};
+pub use frames::{ChainEnd, FrameChain, FrameOwner, FrameReader, ParamKind, PyFrame, PyParam};
+pub use layout::{facts_for, Layout, PY311};
+pub use pair::{pair, Merged, NativeEval, PairedBy, Pairing, Placement, PyLink};
+pub use stack::{
+    param_kind_from_name, param_kind_name, InterpreterLabel, ProcessPython, PythonStack,
+    StackFrame, StackReader, ThreadRead,
+};
+pub use threads::{walk_threads, ThreadState, ThreadWalk};
+pub use value::{Objects, PyValue};
+pub use version::{locate, BuiltinTypes, PythonVersion, VersionSource, EVAL_FRAME_FUNCTION};
 
 use crate::memory::Memory;
 use crate::symbols::ProcessSymbols;
 
-use layout::Layout;
-use value::Objects;
 use version::Located;
 
 /// Index of the `frame` argument among `_PyEval_EvalFrameDefault`'s arguments

@@ -84,7 +84,7 @@ pub enum NameMatch {
 }
 
 /// How `written` (a name as the user wrote it) names the function symbol `symbol`,
-/// by the rules [`ProcessSymbols::resolve`] uses; `None` when it does not.
+/// by the rules [`ProcessSymbols::resolve`](crate::symbols::ProcessSymbols::resolve) uses; `None` when it does not.
 pub fn name_match(written: &str, symbol: &str) -> Option<NameMatch> {
     if written == symbol {
         return Some(NameMatch::Exact);

@@ -1,6 +1,6 @@
 //! The small facts a symbol lookup answers with: a symbol, an IFUNC's target, a resolved function.
 
-/// The maps name (and [`Module::path`]) of the kernel's vDSO.
+/// The maps name (and [`Module::path`](crate::symbols::Module::path)) of the kernel's vDSO.
 pub const VDSO: &str = "[vdso]";
 /// One function symbol at its runtime address.
 #[derive(Debug, Clone, PartialEq, Eq)]

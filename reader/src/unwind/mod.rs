@@ -23,7 +23,8 @@
 //! the hooked function's frame.
 
 mod annotate;
-pub mod cfa;
+mod cfa;
+pub use cfa::{CfaRule, ModuleCfa};
 mod cfi;
 mod frame;
 pub mod i386;
