@@ -225,9 +225,13 @@ fn without_with_args_pprof_carries_the_hooked_arguments_as_labels() {
     let (tags, shown) = pprof_tags(go, &pb);
     // Every sample under apply_entry is labelled with its account: the label's
     // total is the time of those samples (a period of 499 Hz each).
-    let (total, accounts) = tags
+    let (_, accounts) = tags
         .get("apply_entry.account")
         .unwrap_or_else(|| panic!("no apply_entry.account label:\n{shown}"));
+    // The rows, not the label's `Total` line: pprof rounds that to 0.1 s
+    // once it reaches a second (the kernel sampler's 499 Hz of one busy
+    // thread for 2 s gets there).
+    let total = &accounts.values().sum::<f64>();
     let period = (1_000_000_000 / 499) as f64 / 1e6;
     let want = hooked as f64 * period;
     // At most the first sample goes unlabelled, if the annotated sample its
