@@ -1,41 +1,188 @@
-#!/bin/sh
-# `argstash record`'s two samplers next to `perf record`, one run each, on the
-# ground-truth fixture (tests/fixtures/profsplit.c measures its own hot_a/hot_b
-# split with its threads' CPU clocks). Figures in docs/BENCHMARKS.md.
+#!/bin/bash
+# `argstash record`'s two samplers next to `perf record` (and py-spy on a
+# Python spinner), one run of everything, short runs; figures in
+# docs/BENCHMARKS.md (issue 23). Each line starts with the load average at
+# that moment: the machine is shared, so compare within one run.
 #
-#   scripts/bench-record-samplers.sh            # 8 busy threads, 499 Hz, 3 s
-#   THREADS=1 RATE=999 scripts/bench-record-samplers.sh
+#   scripts/bench-record-samplers.sh                 # all parts
+#   PARTS=accuracy scripts/bench-record-samplers.sh  # accuracy | cost | python
+#   THREADS_LIST="1 8" RATE=999 SECS=2 scripts/bench-record-samplers.sh
+#
+# Parts:
+# - accuracy: `profsplit split SECS T` (tests/fixtures/profsplit.c measures
+#   its own hot_a/hot_b split with its threads' CPU clocks) for each T of
+#   THREADS_LIST (default 1 8 64) under `argstash record --pid` with
+#   `--sampler kernel` and `--sampler ptrace`, and under
+#   `perf record -e cpu-clock -F RATE -g`: hot_a's share of hot_a+hot_b
+#   against the fixture's; for argstash its own CPU (user+sys, /usr/bin/time;
+#   with --pid the target is no child of argstash, so none of its CPU is
+#   counted; loading the target's symbols is included) per sample kept, and
+#   the samples lost and why (the summary's words).
+# - cost: `profsplit spin SECS 1` (work units a second) alone, under
+#   `argstash record --sampler kernel` and under `perf record -g`, at 99 and
+#   999 Hz, REPS interleaved rounds (default 2), best of each: slowdown
+#   against the best run alone.
+# - python: the same on a pure-Python spinner (iterations a second) with
+#   `argstash record` as it picks by default (ptrace for a Python target),
+#   `--sampler kernel` (native frames only) and `py-spy record`.
 #
 # ARGSTASH (default target/release/argstash) is the binary measured.
 set -eu
 ARGSTASH=${ARGSTASH:-target/release/argstash}
 RATE=${RATE:-499}
 SECS=${SECS:-3}
-THREADS=${THREADS:-8}
+THREADS_LIST=${THREADS_LIST:-1 8 64}
+PARTS=${PARTS:-accuracy cost python}
+REPS=${REPS:-2}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cc -O2 -g -pthread -o "$dir/profsplit" tests/fixtures/profsplit.c
 
-# hot_a's share of hot_a + hot_b in the fixture's own output, and the samples
-# its CPU time in them is worth at RATE.
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+# hot_a's share of hot_a + hot_b in the fixture's own output.
 truth() {
     sed -n 's/^split hot_a=\([0-9]*\) hot_b=\([0-9]*\)$/\1 \2/p' "$1" |
-        awk -v r="$RATE" '{ printf "%.1f%%, %.2f CPU-s = %d samples at %d Hz",
-            100 * $1 / ($1 + $2), ($1 + $2) / 1e9, ($1 + $2) * r / 1e9, r }'
+        awk '{ printf "%.1f%%", 100 * $1 / ($1 + $2) }'
 }
 
-echo "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); profsplit split $SECS $THREADS at $RATE Hz"
-for s in kernel ptrace; do
-    "$ARGSTASH" record --sampler "$s" --rate "$RATE" -o "$dir/$s.txt" \
-        -- "$dir/profsplit" split "$SECS" "$THREADS" >"$dir/$s.out" 2>"$dir/$s.err"
-    got=$(awk '/hot_a/ { a += $NF } /hot_b/ { b += $NF }
-        END { printf "%.1f%% of %d samples", 100 * a / (a + b), a + b }' "$dir/$s.txt")
-    echo "argstash --sampler $s: hot_a $got (fixture: $(truth "$dir/$s.out"))"
-    grep '^argstash record:' "$dir/$s.err" | sed 's/^/    /'
-done
-perf record -q -e cpu-clock -F "$RATE" -g -o "$dir/perf.data" \
-    -- "$dir/profsplit" split "$SECS" "$THREADS" >"$dir/perf.out" 2>"$dir/perf.err"
-perf report -i "$dir/perf.data" --stdio --no-children --sort sym -g none -n -q 2>/dev/null |
-    awk '$NF == "hot_a" { a = $2 } $NF == "hot_b" { b = $2 }
-        END { printf "perf record -e cpu-clock -F '"$RATE"' -g: hot_a %.1f%% of %d samples", 100 * a / (a + b), a + b }'
-echo " (fixture: $(truth "$dir/perf.out"))"
+# hot_a's share in collapsed stacks, and the samples in hot_a + hot_b.
+share() {
+    awk '/hot_a/ { a += $NF } /hot_b/ { b += $NF }
+        END { if (a + b) printf "%.1f%% of %d samples", 100 * a / (a + b), a + b; else printf "no samples" }' "$1"
+}
+
+# One summary's samples, lost samples and why, and argstash's CPU per sample.
+costs() { # summary-file time-file
+    awk -v t="$(cat "$2")" '
+        /^argstash record:/ {
+            n = $3
+            lost = "none lost"
+            if (match($0, /[0-9]+ samples lost \([^)]*\)/)) lost = substr($0, RSTART, RLENGTH)
+            split(t, u, " ")
+            printf "argstash CPU %.2f s = %.0f us per sample; %s", u[1] + u[2],
+                n ? 1e6 * (u[1] + u[2]) / n : 0, lost
+        }
+        /throttled/ { sub(/^argstash: note: /, ""); printf "; %s", $0 }' "$1"
+}
+
+echo "$(nproc) CPUs; $(uname -r); kernel.perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid); $ARGSTASH"
+
+if [[ " $PARTS " == *" accuracy "* ]]; then
+    echo "== accuracy: profsplit split $SECS T at $RATE Hz (fixture's own hot_a share in brackets)"
+    for t in $THREADS_LIST; do
+        for s in kernel ptrace; do
+            l=$(load)
+            # The target runs a little longer than the recording: the share
+            # it measures is the same throughout.
+            "$dir/profsplit" split "$(awk -v s="$SECS" 'BEGIN { print s + 0.5 }')" "$t" >"$dir/$s.out" &
+            target=$!
+            sleep 0.2
+            /usr/bin/time -f '%U %S' -o "$dir/$s.time" "$ARGSTASH" record --pid "$target" \
+                --sampler "$s" --rate "$RATE" --duration "$SECS" -o "$dir/$s.txt" 2>"$dir/$s.err"
+            wait "$target"
+            echo "load $l | T=$t argstash --sampler $s: hot_a $(share "$dir/$s.txt") ($(truth "$dir/$s.out")); $(costs "$dir/$s.err" "$dir/$s.time")"
+        done
+        l=$(load)
+        perf record -q -e cpu-clock -F "$RATE" -g -o "$dir/perf.data" \
+            -- "$dir/profsplit" split "$SECS" "$t" >"$dir/perf.out" 2>"$dir/perf.err"
+        perf report -i "$dir/perf.data" --stdio --no-children --sort sym -g none -n -q 2>/dev/null |
+            awk '$NF == "hot_a" { a = $2 } $NF == "hot_b" { b = $2 }
+                END { printf "hot_a %.1f%% of %d samples", 100 * a / (a + b), a + b }' >"$dir/perf.share"
+        lost=$(perf report -i "$dir/perf.data" --stats 2>/dev/null | awk '/LOST/ { print $2 }' | head -1)
+        echo "load $l | T=$t perf record -e cpu-clock -F $RATE -g: $(cat "$dir/perf.share") ($(truth "$dir/perf.out")); lost ${lost:-0}"
+    done
+fi
+
+# Work units a run printed ("spin units=N").
+units() { sed -n 's/^spin units=\([0-9]*\).*/\1/p' "$1"; }
+# user+sys seconds in a /usr/bin/time file.
+cpu() { awk '{ print $1 + $2 }' "$1"; }
+
+# One run of the spinner $@ under profiler $prof at $hz: the target's units
+# and CPU seconds, and the profiler's own CPU (argstash and py-spy attach with
+# --pid, so their CPU is theirs alone; perf's is not measured).
+# Prints "units target-cpu profiler-cpu".
+spin_run() { # prof cmd...
+    local prof=$1 out="$dir/run.out" pid w
+    shift
+    : >"$out"
+    echo 0 0 >"$dir/prof.time"
+    if [ "$prof" = perf ]; then
+        perf record -q -e cpu-clock -F "$hz" -g -o "$dir/perf.data" \
+            -- /usr/bin/time -f '%U %S' -o "$dir/target.time" "$@" >"$out" 2>/dev/null
+    else
+        /usr/bin/time -f '%U %S' -o "$dir/target.time" "$@" >"$out" &
+        w=$!
+        until grep -q '^ready' "$out"; do sleep 0.01; done
+        pid=$(awk '/^ready/ { print $2 }' "$out")
+        case $prof in
+        alone) ;;
+        py-spy) /usr/bin/time -f '%U %S' -o "$dir/prof.time" py-spy record -r "$hz" -f raw \
+            -o "$dir/spy.txt" --pid "$pid" >/dev/null 2>&1 ;;
+        *) # shellcheck disable=SC2086 # "--sampler kernel": two words
+            /usr/bin/time -f '%U %S' -o "$dir/prof.time" "$ARGSTASH" record $prof --rate "$hz" \
+            -o "$dir/a.txt" --pid "$pid" 2>"$dir/$hz.err" ;;
+        esac
+        wait "$w"
+    fi
+    echo "$(units "$out") $(cpu "$dir/target.time") $(cpu "$dir/prof.time")"
+}
+
+# Runs the spinner alone and under each profiler, REPS rounds interleaved,
+# and prints for each profiler its best run's units (a wall-clock rate) and
+# units per target CPU-second against the best run alone, and the
+# profiler's CPU as a share of the target's.
+compare() { # spinner-cmd... -- profilers...
+    local cmd=() profs=() p r got tcpu pcpu
+    while [ "$1" != -- ]; do cmd+=("$1"); shift; done
+    shift
+    profs=("$@")
+    declare -A u c pc
+    for r in $(seq "$REPS"); do
+        for p in alone "${profs[@]}"; do
+            read -r got tcpu pcpu < <(spin_run "$p" "${cmd[@]}")
+            # The best run of each (least disturbed by the machine's other load).
+            if [ "${got:-0}" -gt "${u[$p]:-0}" ]; then u[$p]=$got c[$p]=$tcpu pc[$p]=$pcpu; fi
+        done
+    done
+    for p in alone "${profs[@]}"; do
+        awk -v n="$p" -v u="${u[$p]}" -v c="${c[$p]}" -v pc="${pc[$p]}" \
+            -v bu="${u[alone]}" -v bc="${c[alone]}" 'BEGIN {
+            if (n == "alone") { printf "  alone: %d units, %.2f CPU-s\n", u, c; exit }
+            printf "  %s: units %+.1f%%, units per target CPU-s %+.1f%%", n,
+                100 * (u - bu) / bu, 100 * (u / c - bu / bc) / (bu / bc)
+            if (pc > 0) printf ", profiler CPU %.1f%% of the target CPU", 100 * pc / c
+            printf "\n" }'
+    done
+}
+
+if [[ " $PARTS " == *" cost "* ]]; then
+    for hz in 99 999; do
+        echo "== cost at $hz Hz: profsplit spin $SECS 1, best of $REPS interleaved; load $(load)"
+        compare "$dir/profsplit" spin "$SECS" 1 -- "--sampler kernel" perf
+        grep '^argstash record:' "$dir/$hz.err" | sed 's/. Top self time.*//; s/^/    last argstash run: /'
+        echo "  (load $(load) after)"
+    done
+fi
+
+if [[ " $PARTS " == *" python "* ]]; then
+    cat >"$dir/pyspin.py" <<'PY'
+import os, sys, time
+print("ready", os.getpid(), flush=True)
+end = time.monotonic() + float(sys.argv[1])
+n = 0
+while time.monotonic() < end:
+    for i in range(1000):
+        pass
+    n += 1
+print("spin units=%d" % n, flush=True)
+PY
+    for hz in 99 999; do
+        echo "== python at $hz Hz: $(python3 --version) spinner (units of 1000 iterations), best of $REPS interleaved; load $(load)"
+        echo "   (argstash's default on a Python target is the ptrace sampler; --sampler kernel reads native frames only)"
+        compare python3 "$dir/pyspin.py" "$SECS" -- "--sampler ptrace" "--sampler kernel" py-spy
+        grep '^argstash record:' "$dir/$hz.err" | sed 's/. Top self time.*//; s/^/    last argstash run: /'
+        echo "  (load $(load) after)"
+    done
+fi

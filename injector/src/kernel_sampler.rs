@@ -12,8 +12,9 @@
 //! caller decides how often): a thread that starts and ends between two
 //! listings is not sampled.
 //!
-//! 32-bit targets are refused ([`KernelError::Unsupported`]): the caller uses
-//! the ptrace sampler for them.
+//! 32-bit targets are refused ([`KernelError::Unsupported`]): the kernel
+//! samples them (registers marked as the 32-bit ABI), but the unwinder is fed
+//! x86-64 register samples only; the caller uses the ptrace sampler for them.
 
 use std::collections::HashMap;
 use std::io;
@@ -313,7 +314,7 @@ impl KernelSampler {
     pub fn new(pid: Pid, opts: SampleOptions, hz: u32) -> Result<KernelSampler, KernelError> {
         if Arch::of_process(pid.as_raw()) != Arch::X86_64 {
             return Err(KernelError::Unsupported {
-                what: "a 32-bit target (its sampled registers are not the unwinder's)".into(),
+                what: "a 32-bit target (the kernel samples it, but argstash unwinds only x86-64 register samples so far)".into(),
             });
         }
         let sampler = Sampler::new(pid, opts)?;

@@ -29,8 +29,8 @@ pub(super) fn sample_loop(
     naming: &mut Naming,
     profile: &mut Profile,
     program: &mut Option<&mut Program>,
+    start: Instant,
 ) -> Result<End> {
-    let start = Instant::now();
     let mut last_follow = start;
     // The first pass lists the threads at once (the summary's threads seen).
     let mut listed = false;
@@ -43,6 +43,10 @@ pub(super) fn sample_loop(
     let end = loop {
         if !python_noted && kernel.sampler().is_python() {
             python_noted = true;
+            // Not asked for by name: ptrace takes over, for the [py] frames.
+            if a.sampler.is_none() {
+                break End::PythonFound;
+            }
             profile.notes.push(
                 "the kernel sampler does not read Python frames yet: the profile shows CPython's native frames (--sampler ptrace places [py] frames among them)".into(),
             );

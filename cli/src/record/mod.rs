@@ -72,11 +72,12 @@ pub struct RecordArgs {
     /// .txt (collapsed), .pb.gz (pprof). Repeatable: one recording, several files.
     #[arg(short = 'o', long = "output", value_name = "FILE", required = true, value_parser = format::parse_output)]
     outputs: Vec<Output>,
-    /// Who takes the samples: `ptrace` stops each thread for a moment and copies
-    /// its stack; `kernel` has the kernel copy it (perf_event_open, no stop;
-    /// falls back to ptrace with a note where the kernel refuses).
-    #[arg(long, value_enum, default_value_t = SamplerKind::Ptrace)]
-    sampler: SamplerKind,
+    /// Who takes the samples: `kernel` (the default) has the kernel copy each
+    /// thread's stack (perf_event_open, no thread stopped; falls back to ptrace
+    /// with a note where it cannot serve); `ptrace` stops each thread for a
+    /// moment and copies its stack.
+    #[arg(long, value_enum)]
+    sampler: Option<SamplerKind>,
     /// Look for separate debug files under DIR instead of /usr/lib/debug. Repeatable.
     #[arg(long = "debug-dir", value_name = "DIR")]
     debug_dirs: Vec<std::path::PathBuf>,
@@ -147,6 +148,8 @@ enum End {
     Interrupted,
     ProgramExited(String),
     ProcessExited,
+    /// The default kernel sampler found CPython in the target: ptrace takes over.
+    PythonFound,
 }
 
 /// Runs `argstash record`.
@@ -230,32 +233,9 @@ fn record(
     hooks.poll()?;
     let mut profile = Profile::new(a.rate);
     let mut notes = Vec::new();
-    let kernel = match (a.sampler, a.idle) {
-        (SamplerKind::Ptrace, _) => None,
-        (SamplerKind::Kernel, true) => {
-            notes.push(
-                "--idle records sleeping threads, which the kernel sampler (CPU time only) never samples: sampled with ptrace instead".into(),
-            );
-            None
-        }
-        (SamplerKind::Kernel, false) if a.python => {
-            notes.push(
-                "--python places Python frames exactly, which the kernel sampler does not read yet: sampled with ptrace instead".into(),
-            );
-            None
-        }
-        (SamplerKind::Kernel, false) => match KernelSampler::new(pid, opts.clone(), a.rate) {
-            Ok(k) => Some(k),
-            Err(KernelError::Setup(e)) => return Err(e.into()),
-            Err(e) => {
-                notes.push(format!(
-                    "the kernel sampler cannot run ({e}): sampled with ptrace instead{}",
-                    refusal_hint(&e)
-                ));
-                None
-            }
-        },
-    };
+    let (kernel, why) = choose_sampler(a, pid, &opts, &mut notes)?;
+    profile.sampler_why = why;
+    let start = Instant::now();
     if let Some(mut kernel) = kernel {
         check_threads(a, kernel.sampler(), pid)?;
         profile.sampler = "kernel (perf_event_open)";
@@ -266,14 +246,28 @@ fn record(
             &mut naming,
             &mut profile,
             &mut program,
+            start,
         )?;
-        profile.without_signature = naming.without_signature();
         for w in kernel.sampler().debug_warnings() {
             notes.push(format!("warning: {w}"));
         }
         kernel.sampler().save_debug_answers();
         drop(kernel);
-        return finish(pid, end, profile, notes, hooks, program);
+        if !matches!(end, End::PythonFound) {
+            profile.without_signature = naming.without_signature();
+            return finish(pid, end, profile, notes, hooks, program);
+        }
+        // A started program became CPython once it ran (its interpreter is
+        // found only then): the rest of the recording is ptrace's.
+        notes.push(format!(
+            "the target runs CPython, whose Python frames the kernel sampler does not read yet: \
+             the ptrace sampler took over after {:.1} s, the samples before have native frames only \
+             (--sampler kernel keeps the kernel sampler)",
+            start.elapsed().as_secs_f64()
+        ));
+        profile.sampler = "ptrace";
+        profile.sampler_why = "a Python target".into();
+        profile.rounds = 0;
     }
     let mut sampler = Sampler::new(pid, opts)?;
     check_threads(a, &sampler, pid)?;
@@ -284,6 +278,7 @@ fn record(
         &mut naming,
         &mut profile,
         &mut program,
+        start,
     )?;
     profile.without_signature = naming.without_signature();
     for w in sampler.debug_warnings() {
@@ -292,6 +287,73 @@ fn record(
     sampler.save_debug_answers();
     drop(sampler);
     finish(pid, end, profile, notes, hooks, program)
+}
+
+/// The kernel sampler where it can serve (the default, or `--sampler
+/// kernel`), else `None` for ptrace, with a note saying why; and, for the
+/// summary, why the sampler that runs was chosen.
+fn choose_sampler(
+    a: &RecordArgs,
+    pid: Pid,
+    opts: &SampleOptions,
+    notes: &mut Vec<String>,
+) -> Result<(Option<KernelSampler>, String)> {
+    let asked = a.sampler.is_some();
+    let mut fall_back = |why: &str, note: String| {
+        notes.push(note);
+        Ok((None, why.to_string()))
+    };
+    match a.sampler {
+        Some(SamplerKind::Ptrace) => return Ok((None, "asked with --sampler ptrace".into())),
+        _ if a.idle => {
+            return fall_back(
+                "--idle needs it",
+                "--idle records sleeping threads, which the kernel sampler (CPU time only) never samples: sampled with ptrace instead".into(),
+            )
+        }
+        _ if a.python => {
+            return fall_back(
+                "--python needs it",
+                "--python places Python frames exactly, which the kernel sampler does not read yet: sampled with ptrace instead".into(),
+            )
+        }
+        _ => {}
+    }
+    let kernel = match KernelSampler::new(pid, opts.clone(), a.rate) {
+        Ok(k) => k,
+        Err(KernelError::Setup(e)) => return Err(e.into()),
+        Err(e) => {
+            let why = match &e {
+                KernelError::NotPermitted { seccomp: true, .. } => {
+                    "perf_event_open refused under a seccomp filter"
+                }
+                KernelError::NotPermitted { .. } => {
+                    "perf_event_open refused by kernel.perf_event_paranoid"
+                }
+                KernelError::Unsupported { .. } => "the kernel sampler cannot serve this target",
+                _ => "the kernel sampler could not start",
+            };
+            return fall_back(
+                why,
+                format!(
+                    "the kernel sampler cannot run ({e}): sampled with ptrace instead{}",
+                    refusal_hint(&e)
+                ),
+            );
+        }
+    };
+    // By default a Python target keeps its [py] frames: only ptrace reads them.
+    if !asked && kernel.sampler().is_python() {
+        return fall_back(
+            "a Python target",
+            "the kernel sampler does not read Python frames yet: sampled with ptrace instead, which places [py] frames (--sampler kernel for native frames only)".into(),
+        );
+    }
+    let why = match asked {
+        true => "asked with --sampler kernel",
+        false => "the default",
+    };
+    Ok((Some(kernel), why.into()))
 }
 
 /// What lets the kernel sampler run, for a refusal (command-line syntax: the CLI's).
@@ -341,7 +403,7 @@ fn finish(
                 .notes
                 .push(format!("the program {how} after {secs:.1} s"))
         }
-        End::Interrupted | End::Duration => {}
+        End::Interrupted | End::Duration | End::PythonFound => {}
     }
     let alive = matches!(end, End::Duration | End::Interrupted);
     notes.extend(hooks.eject(alive, signals::count() > 1));
@@ -492,11 +554,12 @@ fn sample_loop(
     naming: &mut Naming,
     profile: &mut Profile,
     program: &mut Option<&mut Program>,
+    start: Instant,
 ) -> Result<End> {
     let period = Duration::from_secs_f64(1.0 / f64::from(a.rate));
-    let start = Instant::now();
-    let mut next = start;
-    let mut last_refresh = start;
+    // After a handover from the kernel sampler `start` is past: rounds start now.
+    let mut next = Instant::now();
+    let mut last_refresh = next;
     let mut rotate = 0usize;
     let mut progress = Progress::new();
     let mut tids: Vec<Tid> = Vec::new();

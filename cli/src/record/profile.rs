@@ -84,6 +84,8 @@ pub struct Profile {
     pub unstopped: u64,
     /// Which sampler ran (`ptrace`, or `kernel (perf_event_open)`).
     pub sampler: &'static str,
+    /// Why that sampler ran (`the default`, `--idle needs it`, ...).
+    pub sampler_why: String,
     /// Hooked functions named without arguments under `--with-args`: no
     /// signature is known for them.
     pub without_signature: Vec<String>,
@@ -95,6 +97,7 @@ impl Profile {
         Profile {
             rate,
             sampler: "ptrace",
+            sampler_why: String::new(),
             ..Profile::default()
         }
     }
@@ -244,20 +247,24 @@ impl Profile {
             self.most_at_once.max(sampled.min(1)),
             self.sampler,
         );
+        let why = match self.sampler_why.as_str() {
+            "" => String::new(),
+            w => format!("{w}; "),
+        };
         if self.sampler == "ptrace" {
             let missed = match self.rounds_missed {
                 0 => String::new(),
                 n => format!(", {n} rounds missed: the sampler was behind schedule"),
             };
             s += &format!(
-                " ({per_thread:.0} rounds a second, {} Hz asked{missed}); threads held \
+                " ({why}{per_thread:.0} rounds a second, {} Hz asked{missed}); threads held \
                  {mean_stop:.0} us per sample on average ({} us at most), after {mean_latency:.0} \
                  us to stop",
                 self.rate,
                 self.max_stop.as_micros()
             );
         } else {
-            s += &format!(" ({} Hz asked, no thread stopped)", self.rate);
+            s += &format!(" ({why}{} Hz asked, no thread stopped)", self.rate);
         }
         let lost = self.lost_total();
         if lost > 0 {
@@ -361,9 +368,12 @@ mod tests {
         );
         assert!(s.contains("by the ptrace sampler"), "{s}");
         p.sampler = "kernel (perf_event_open)";
+        p.sampler_why = "the default".into();
         let s = p.summary("out.svg");
         assert!(
-            s.contains("by the kernel (perf_event_open) sampler (99 Hz asked, no thread stopped)"),
+            s.contains(
+                "by the kernel (perf_event_open) sampler (the default; 99 Hz asked, no thread stopped)"
+            ),
             "{s}"
         );
         assert!(s.contains("2 samples lost (2 thread exited)"), "{s}");

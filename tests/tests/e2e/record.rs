@@ -295,39 +295,62 @@ fn noperf() -> PathBuf {
 }
 
 #[test]
-fn kernel_sampler_refused_by_seccomp_falls_back_to_ptrace_with_a_note() {
+fn the_kernel_sampler_is_the_default_and_a_seccomp_refusal_falls_back_with_a_note() {
     let exe = profsplit();
     let out_file = temp("noperf.txt");
-    let mut cmd = Command::new(noperf());
-    cmd.arg(argstash()).args([
-        "record",
-        "--sampler",
-        "kernel",
-        "--rate",
-        "499",
-        "-o",
-        out_file.to_str().unwrap(),
-        "--",
-        exe.to_str().unwrap(),
-        "split",
-        "1",
-    ]);
-    let out = run_command(&mut cmd, RUN_TIMEOUT);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    // The kernel's refusal, its cause, and what ran instead.
+    let record = |wrap: bool, sampler: &[&str]| {
+        let mut cmd = match wrap {
+            true => {
+                let mut c = Command::new(noperf());
+                c.arg(argstash());
+                c
+            }
+            false => Command::new(argstash()),
+        };
+        cmd.arg("record")
+            .args(sampler)
+            .args(["--rate", "499", "-o", out_file.to_str().unwrap(), "--"])
+            .arg(&exe)
+            .args(["split", "1"]);
+        let out = run_command(&mut cmd, RUN_TIMEOUT);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            count(&collapsed(&out_file), |f| f == "hot_a") > 0,
+            "{stderr}"
+        );
+        stderr
+    };
+    // Where the kernel allows it, `record` alone samples through the kernel,
+    // and the summary says why; `--sampler ptrace` still picks ptrace.
+    let stderr = record(false, &[]);
     assert!(
-        stderr.contains("the kernel sampler cannot run (the kernel refused to sample thread")
-            && stderr.contains("Operation not permitted")
-            && stderr.contains("argstash runs under a seccomp filter")
-            && stderr.contains("sampled with ptrace instead"),
+        stderr.contains("by the kernel (perf_event_open) sampler (the default; 499 Hz asked"),
         "{stderr}"
     );
-    assert!(stderr.contains("by the ptrace sampler"), "{stderr}");
+    assert!(!stderr.contains("sampled with ptrace instead"), "{stderr}");
+    let stderr = record(false, &["--sampler", "ptrace"]);
     assert!(
-        count(&collapsed(&out_file), |f| f == "hot_a") > 0,
+        stderr.contains("by the ptrace sampler (asked with --sampler ptrace;"),
         "{stderr}"
     );
+    // Under a seccomp filter that fails perf_event_open, by default or asked:
+    // the kernel's refusal, its cause, and what ran instead.
+    for sampler in [&[][..], &["--sampler", "kernel"][..]] {
+        let stderr = record(true, sampler);
+        assert!(
+            stderr.contains("the kernel sampler cannot run (the kernel refused to sample thread")
+                && stderr.contains("Operation not permitted")
+                && stderr.contains("argstash runs under a seccomp filter")
+                && stderr.contains("sampled with ptrace instead"),
+            "{sampler:?}: {stderr}"
+        );
+        assert!(
+            stderr
+                .contains("by the ptrace sampler (perf_event_open refused under a seccomp filter;"),
+            "{sampler:?}: {stderr}"
+        );
+    }
     let _ = fs::remove_file(out_file);
 }
 
@@ -489,6 +512,28 @@ fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so(
         count(&stacks, |f| f.starts_with("_PyEval_EvalFrame")) > 0
             && count(&stacks, |f| f.starts_with("[py]")) == 0,
         "{stacks:?}"
+    );
+    // By default a Python target keeps its [py] frames: ptrace samples it
+    // (from the start, or from when its interpreter is found), and says so.
+    let out = record_ok(&[
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        script,
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("by the ptrace sampler (a Python target;")
+            && (stderr.contains("the ptrace sampler took over after")
+                || stderr.contains("sampled with ptrace instead, which places [py] frames")),
+        "{stderr}"
+    );
+    let stacks = collapsed(&out_file);
+    assert!(
+        count(&stacks, |f| f.starts_with("[py]")) > 0,
+        "{stacks:?}\n{stderr}"
     );
     let _ = fs::remove_file(out_file);
 }
