@@ -447,6 +447,47 @@ fn fair(s: &injector::Sample) -> bool {
     s.on_cpu.unwrap_or(!s.at_syscall)
 }
 
+/// Keeps the time between rounds independent of what the last round found
+/// when the sampler cannot keep the asked rate. A round's cost after the
+/// threads are let go (unwinding, naming) depends on where they were: a deep
+/// native stack costs more than an interpreter loop. Were the next round
+/// started as soon as this one ended, a thread would run longer before its
+/// next sample after a costly one, and the places that cost little to sample
+/// would be seen more often than their share (measured: a Python loop 5
+/// points over its share beside a C function, CPython 3.14, 999 Hz asked and
+/// 438 kept; docs/BENCHMARKS.md). The rate is lowered evenly instead: each
+/// gap gets a delay that leaves room for a round half again as dear as the
+/// recent ones on average, whatever this one cost.
+#[derive(Default)]
+struct Pace {
+    /// The recent rounds' mean cost (moving average over about 16 rounds).
+    mean: Duration,
+    /// Rounds of the asked rate given up by the delays, not yet counted.
+    skipped: f64,
+}
+
+impl Pace {
+    /// The delay added to the jittered period (at least half a period) after a
+    /// round that took `cost`: none while the rounds are cheap.
+    fn delay(&mut self, period: Duration, cost: Duration) -> Duration {
+        self.mean = if self.mean.is_zero() {
+            cost
+        } else {
+            (self.mean * 15 + cost) / 16
+        };
+        self.mean.mul_f64(1.5).saturating_sub(period / 2)
+    }
+
+    /// The rounds of `period` given up by a `delay` (counted as missed
+    /// rounds, whole ones as they add up).
+    fn skipped(&mut self, delay: Duration, period: Duration) -> u64 {
+        self.skipped += delay.as_secs_f64() / period.as_secs_f64();
+        let whole = self.skipped.floor();
+        self.skipped -= whole;
+        whole as u64
+    }
+}
+
 /// Spreads the rounds: each waits a period times a uniform draw in [0.5, 1.5),
 /// the same rate on average. Evenly spaced samples can alias with a target's
 /// own regular cycles: a sample stops the thread for about the same time each
@@ -564,6 +605,7 @@ fn sample_loop(
     let mut progress = Progress::new();
     let mut tids: Vec<Tid> = Vec::new();
     let mut jitter = Jitter::new();
+    let mut pace = Pace::default();
     // See priority.rs: the samples start on time on a busy machine, and the
     // sampler does not share its targets' CPUs.
     let _realtime = injector::Realtime::enter();
@@ -583,7 +625,6 @@ fn sample_loop(
         // threads would have been running then, and so sampled, is unknown).
         let behind = ((now - next).as_nanos() / period.as_nanos()) as u64;
         profile.rounds_missed += behind;
-        next += period * behind as u32 + jitter.next(period);
         if tids.is_empty() || last_refresh.elapsed() >= Duration::from_millis(100) {
             last_refresh = Instant::now();
             let refreshed = match hooks.poll() {
@@ -674,6 +715,11 @@ fn sample_loop(
                 }
             }
         }
+        // The next round is drawn from this one's start, with room for its
+        // cost whatever it is (Pace).
+        let delay = pace.delay(period, round_start.elapsed());
+        profile.rounds_missed += pace.skipped(delay, period);
+        next = round_start + delay + jitter.next(period);
         rotate = (rotate + done) % n.max(1);
         if let Some(p) = placement.as_mut() {
             p.avoid(&busy_cpus);
@@ -716,5 +762,33 @@ mod tests {
         assert!(parse_threads("3,x").is_err());
         assert!(parse_duration("0").is_err());
         assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn pace_adds_no_delay_to_cheap_rounds_and_the_same_to_any_dear_one() {
+        let period = Duration::from_millis(1);
+        let mut cheap = Pace::default();
+        for _ in 0..50 {
+            assert_eq!(
+                cheap.delay(period, Duration::from_micros(200)),
+                Duration::ZERO
+            );
+        }
+        assert_eq!(cheap.skipped(Duration::ZERO, period), 0);
+        // Rounds of 2 ms: the delay leaves room for 3 ms, half a period in the jitter.
+        let mut dear = Pace::default();
+        let mut last = Duration::ZERO;
+        for _ in 0..200 {
+            last = dear.delay(period, Duration::from_millis(2));
+        }
+        assert_eq!(last, Duration::from_micros(2500));
+        // One round dearer or cheaper than the others barely moves the next gap.
+        let mean = dear.mean;
+        let after_dear = Pace { mean, skipped: 0.0 }.delay(period, Duration::from_millis(3));
+        let after_cheap = Pace { mean, skipped: 0.0 }.delay(period, Duration::from_millis(1));
+        assert!(after_dear - after_cheap < Duration::from_micros(200));
+        // 2.5 periods a round given up, counted as whole rounds as they add up.
+        let skipped: u64 = (0..4).map(|_| dear.skipped(last, period)).sum();
+        assert_eq!(skipped, 10);
     }
 }
