@@ -31,8 +31,8 @@ use crate::ptrace::regs::{
     get_fpregs, get_sigmask, get_xstate, set_fpregs, set_sigmask, set_xstate, sigbit,
 };
 use crate::ptrace::session::{Current, Session};
-use crate::ptrace::session_error::{SessionError, UnexpectedState};
-use crate::ptrace::wait::{wait_tid_within, Waited, STOP_DEADLINE};
+use crate::ptrace::session_error::SessionError;
+use crate::ptrace::wait::{try_wait, wait_tid_within, Waited, STOP_DEADLINE};
 
 /// The user code segment selector of 64-bit code on Linux x86-64.
 const USER_CS_64: u64 = 0x33;
@@ -87,41 +87,6 @@ pub enum RemoteCallError {
 /// Read fresh before each call: the program may change its SIGSEGV disposition at any time.
 fn segv_ignored(pid: i32) -> bool {
     reader::procfs::read_status(pid).is_ok_and(|st| st.ignores(libc::SIGSEGV))
-}
-
-/// Non-blocking wait for `tid`: `None` while it runs.
-fn poll_tid(tid: i32) -> Result<Option<Waited>, SessionError> {
-    let mut status: libc::c_int = 0;
-    // SAFETY: waitpid only writes the status word through the pointer, which points to a live local.
-    let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
-    if r == 0 {
-        return Ok(None);
-    }
-    if r == tid {
-        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-            return Ok(Some(Waited::Gone));
-        }
-        if libc::WIFSTOPPED(status) {
-            return Ok(Some(Waited::Stop {
-                sig: libc::WSTOPSIG(status),
-                event: (status >> 16) & 0xff,
-                raw: status,
-            }));
-        }
-        return Err(SessionError::Unexpected {
-            tid,
-            state: UnexpectedState::Wait(status),
-        });
-    }
-    match nix::errno::Errno::last() {
-        nix::errno::Errno::EINTR => Ok(None),
-        nix::errno::Errno::ECHILD => Ok(Some(Waited::Gone)),
-        source => Err(SessionError::Ptrace {
-            op: "waitpid",
-            tid,
-            source,
-        }),
-    }
 }
 
 /// How the called function ended.
@@ -261,7 +226,7 @@ impl Session {
             self.threads[i].resumed = true;
             let mut nap = Duration::from_micros(10);
             let waited = loop {
-                if let Some(w) = poll_tid(tid)? {
+                if let Some(w) = try_wait(tid)? {
                     break w;
                 }
                 if Instant::now() >= deadline {
