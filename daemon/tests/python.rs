@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use argstash_dbus::OPT_PYTHON;
 use argstash_tests::{fixtures_dir, Target};
-use common::Bus;
+use common::{cli, steady, Bus};
 use zbus::zvariant::Value;
 
 /// A CPython 3.11 with ctypes (`python3` on PATH, else Debian's), or `None`.
@@ -43,31 +43,6 @@ fn callback_lib(dir: &Path) -> PathBuf {
         .unwrap();
     assert!(built.success());
     out
-}
-
-/// `argstash [--bus ADDR] ARGS` stdout; asserts success.
-fn cli(bus: Option<&Bus>, args: &[&str]) -> String {
-    let mut all: Vec<&str> = Vec::new();
-    if let Some(b) = bus {
-        all.extend(["--bus", b.address.as_str()]);
-    }
-    all.extend(args);
-    let out = argstash_tests::argstash_cmd(&all).output().unwrap();
-    assert!(
-        out.status.success(),
-        "argstash {all:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The backtrace JSON without what differs from one stop to the next.
-fn steady(text: &str) -> serde_json::Value {
-    let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
-    for t in v["threads"].as_array_mut().unwrap() {
-        t["stopped_us"] = 0.into();
-    }
-    v
 }
 
 #[test]
