@@ -53,6 +53,7 @@ pub mod json;
 pub mod process;
 pub mod procfs;
 pub mod profile;
+pub mod pyreport;
 
 pub use checks::*;
 pub use cli::*;
@@ -64,3 +65,4 @@ pub use json::*;
 pub use process::*;
 pub use procfs::*;
 pub use profile::*;
+pub use pyreport::*;

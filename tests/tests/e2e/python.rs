@@ -86,46 +86,7 @@ fn script() -> PathBuf {
 }
 
 /// One frame as the script reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Seen {
-    function: String,
-    file: String,
-    line: i64,
-    params: Vec<(String, String)>,
-}
-
-/// Reads the fixture's report, up to its `end` line.
-fn report(t: &mut Target) -> Vec<Seen> {
-    let mut frames: Vec<Seen> = Vec::new();
-    loop {
-        let line = t.expect_line(Duration::from_secs(20));
-        let f: Vec<&str> = line.split('\t').collect();
-        match f.as_slice() {
-            ["frame", q, file, l] => frames.push(Seen {
-                function: q.to_string(),
-                file: file.to_string(),
-                line: l.parse().unwrap(),
-                params: Vec::new(),
-            }),
-            ["param", n, d] => frames
-                .last_mut()
-                .unwrap()
-                .params
-                .push((n.to_string(), d.to_string())),
-            ["end"] => return frames,
-            _ => t.fail(&format!("unexpected report line {line:?}")),
-        }
-    }
-}
-
-/// Waits until the main thread blocks in `read` (syscall 0): its frames are then the reported ones.
-fn wait_blocked(pid: i32) {
-    let blocked = wait_until(Duration::from_secs(10), || {
-        fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
-            .is_ok_and(|s| s.split(' ').next() == Some("0"))
-    });
-    assert!(blocked, "pid {pid} did not block reading stdin");
-}
+type Seen = ReportedFrame;
 
 /// Starts the fixture under `python` in `mode` (extra `args`).
 fn start(python: &Path, mode: &str, args: &[&str]) -> Target {
@@ -245,8 +206,8 @@ fn mixed_stack_pairs_new_calls_by_stash_and_old_ones_by_order() {
         assert!(run_ok(&["list", "--pid", &pid_s]).contains(" python "));
 
         t.write_stdin("go\n");
-        let seen = report(&mut t);
-        wait_blocked(pid);
+        let seen = read_python_report(&mut t, Duration::from_secs(20));
+        wait_main_thread_reading(pid);
         let bt = bt_json(pid, None);
         let frames = main_frames(&bt, pid);
         check_mixed(&frames, &seen, true);
@@ -297,8 +258,8 @@ fn frames_live_at_inject_time_pair_by_order_without_a_hook() {
     for python in pythons("frames_live_at_inject_time_pair_by_order_without_a_hook") {
         let mut t = start(&python, "block", &[]);
         t.write_stdin("go\n");
-        let seen = report(&mut t);
-        wait_blocked(t.pid());
+        let seen = read_python_report(&mut t, Duration::from_secs(20));
+        wait_main_thread_reading(t.pid());
         let frames = main_frames(&bt_json(t.pid(), None), t.pid());
         check_mixed(&frames, &seen, false);
     }
@@ -352,7 +313,7 @@ fn core_of_a_crashed_python_shows_the_mixed_stack() {
         assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
         run_ok(&["inject", "--pid", &pid.to_string(), "--python"]);
         t.write_stdin("go\n");
-        let seen = report(&mut t);
+        let seen = read_python_report(&mut t, Duration::from_secs(20));
         let status = t
             .wait_exit(Duration::from_secs(30))
             .unwrap_or_else(|| t.fail("did not abort"));
@@ -598,7 +559,7 @@ fn ten_thousand_deep_recursion_stops_at_the_frame_limit() {
         run_ok(&["inject", "--pid", &pid_s, "--python"]);
         t.write_stdin("go\n");
         t.wait_for_line(Duration::from_secs(30), |l| l == "bottom");
-        wait_blocked(pid);
+        wait_main_thread_reading(pid);
         let bt = bt_json(pid, None);
         let thread = bt_thread(&bt, pid).unwrap_or_else(|| panic!("no thread {pid} in {bt}"));
         let py: Vec<&Value> = thread_frames(thread)
@@ -672,8 +633,8 @@ fn libpython_deleted_or_replaced_on_disk_is_hooked_and_read_from_memory() {
             let out = run_ok(&["inject", "--pid", &pid.to_string(), "--python"]);
             assert!(out.contains("hooked _PyEval_EvalFrameDefault"), "{out}");
             t.write_stdin("go\n");
-            let seen = report(&mut t);
-            wait_blocked(pid);
+            let seen = read_python_report(&mut t, Duration::from_secs(20));
+            wait_main_thread_reading(pid);
             check_mixed(&main_frames(&bt_json(pid, None), pid), &seen, true);
             t.assert_healthy();
             drop(t);

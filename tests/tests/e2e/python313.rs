@@ -143,46 +143,7 @@ impl Drop for RootDir {
 }
 
 /// One frame as the script reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Seen {
-    function: String,
-    file: String,
-    line: i64,
-    params: Vec<(String, String)>,
-}
-
-/// Reads the fixture's report, up to its `end` line.
-fn report(t: &mut Target) -> Vec<Seen> {
-    let mut frames: Vec<Seen> = Vec::new();
-    loop {
-        let line = t.expect_line(LINE);
-        let f: Vec<&str> = line.split('\t').collect();
-        match f.as_slice() {
-            ["frame", q, file, l] => frames.push(Seen {
-                function: q.to_string(),
-                file: file.to_string(),
-                line: l.parse().unwrap(),
-                params: Vec::new(),
-            }),
-            ["param", n, d] => frames
-                .last_mut()
-                .unwrap()
-                .params
-                .push((n.to_string(), d.to_string())),
-            ["end"] => return frames,
-            _ => t.fail(&format!("unexpected report line {line:?}")),
-        }
-    }
-}
-
-/// Waits until the main thread blocks in `read` (syscall 0).
-fn wait_blocked(pid: i32) {
-    let blocked = wait_until(Duration::from_secs(10), || {
-        fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
-            .is_ok_and(|s| s.split(' ').next() == Some("0"))
-    });
-    assert!(blocked, "pid {pid} did not block reading stdin");
-}
+type Seen = ReportedFrame;
 
 /// The Python frames of a `bt --json` thread, as the script reports frames.
 fn python_frames(frames: &[Value]) -> Vec<Seen> {
@@ -234,14 +195,14 @@ fn main_thread(bt: &Value, pid: i32) -> &Value {
 /// Lets `t` (past its `ready` line) build its stack, and returns its report.
 fn go(t: &mut Target) -> Vec<Seen> {
     t.write_stdin("go\n");
-    report(t)
+    read_python_report(t, LINE)
 }
 
 /// Checks live `bt --json` and `bt --python` of a blocked fixture against its report.
 fn check_live(t: &mut Target, what: &str) {
     let seen = go(t);
     let pid = t.pid();
-    wait_blocked(pid);
+    wait_main_thread_reading(pid);
     assert_eq!(seen[0].function, "innermost", "{what}: {seen:?}");
     assert!(seen.iter().any(|s| s.function == "Outer.method"), "{what}");
     let bt = bt_json(pid, None);
@@ -301,7 +262,7 @@ fn bt_shows_the_python_frames_of_the_static_interpreters() {
 fn check_entry_pairing(t: &mut Target, what: &str) {
     let seen = go(t);
     let pid = t.pid();
-    wait_blocked(pid);
+    wait_main_thread_reading(pid);
     let lambda = seen
         .iter()
         .position(|s| s.function.ends_with("<lambda>"))
@@ -482,7 +443,7 @@ fn ten_thousand_deep_recursion_stops_at_the_frame_limit_with_a_note() {
         t.write_stdin("go\n");
         t.wait_for_line(LINE, |l| l == "bottom");
         let pid = t.pid();
-        wait_blocked(pid);
+        wait_main_thread_reading(pid);
         let bt = bt_json(pid, None);
         let thread = main_thread(&bt, pid);
         let py: Vec<&Value> = thread_frames(thread)
@@ -551,7 +512,7 @@ fn damaged_debug_offsets_are_refused_by_name_and_native_frames_shown() {
     for minor in MINORS {
         let mut t = dir.python(minor, &["block"]);
         let pid = t.pid();
-        wait_blocked(pid);
+        wait_main_thread_reading(pid);
         let exe = root.join(format!("usr/bin/python3.{minor}"));
         let runtime = runtime_addr(pid, &exe);
         let pid_s = pid.to_string();
@@ -585,7 +546,7 @@ fn damaged_debug_offsets_are_refused_by_name_and_native_frames_shown() {
         }
         // Restored: read again, and the process never noticed.
         let seen = go(&mut t);
-        wait_blocked(pid);
+        wait_main_thread_reading(pid);
         let bt = bt_json(pid, None);
         assert_eq!(python_frames(thread_frames(main_thread(&bt, pid))), seen);
         t.assert_healthy();
@@ -650,7 +611,7 @@ fn thread_states_torn_down_while_read_never_fail_the_backtrace() {
         let exe = format!("/usr/bin/python3.{minor}");
         let mut t = dir.spawn(&[&exe, &script]);
         let pid = t.pid();
-        wait_blocked(pid);
+        wait_main_thread_reading(pid);
         let pid_s = pid.to_string();
         for round in 0..30 {
             let out = run(&["bt", "--pid", &pid_s, "--json"]);
@@ -864,7 +825,7 @@ fn interpreter_files_deleted_or_replaced_after_start_are_read_as_mapped() {
             "{what}: {file} not mapped:\n{mapped}"
         );
         let seen = go(&mut t);
-        wait_blocked(pid);
+        wait_main_thread_reading(pid);
         let pid_s = pid.to_string();
         let names = |bt: &Value| -> Vec<String> {
             thread_frames(main_thread(bt, pid))
@@ -980,7 +941,7 @@ fn subinterpreters_frames_are_all_read_and_labeled_with_their_interpreter() {
                 _ => t.fail(&format!("unexpected report line {line:?}")),
             }
         }
-        wait_blocked(pid);
+        wait_main_thread_reading(pid);
         let bt = bt_json(pid, None);
         let frames_of = |tid: i64| -> Vec<(i64, String, String, i64, String)> {
             let thread = bt_thread(&bt, tid as i32).unwrap_or_else(|| panic!("no {tid} in {bt}"));
