@@ -15,14 +15,13 @@ mod common;
 mod support;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::Bus;
 use injector::{BacktraceOptions, Pid, ProcessReader};
-use support::{cli, frame_lines, has_word, in_order, median, ms, on_path, run};
+use support::{cli, frame_lines, has_word, in_order, median, ms, on_path, run, Py};
 
 const ROUNDS: usize = 20;
 
@@ -65,66 +64,6 @@ fn interpreters() -> Vec<PathBuf> {
         }
     }
     found
-}
-
-/// A running fixture: stdin to release it, stdout to read its report.
-struct Py {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Py {
-    fn spawn(python: &Path, args: &[&str]) -> Py {
-        let mut child = Command::new(python)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut py = Py {
-            child,
-            stdin,
-            stdout,
-        };
-        let first = py.line();
-        assert!(first.starts_with("ready "), "{first}");
-        py
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.stdout.read_line(&mut l).unwrap();
-        l.trim_end().to_string()
-    }
-
-    /// Releases it and waits until it prints `until` and its main thread blocks in `read`.
-    fn go(&mut self, until: &str) {
-        self.stdin.write_all(b"go\n").unwrap();
-        self.stdin.flush().unwrap();
-        while self.line() != until {}
-        let pid = self.pid();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
-            .is_ok_and(|s| s.starts_with("0 "))
-        {
-            assert!(Instant::now() < deadline, "pid {pid} did not block");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for Py {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn timed(cmd: &Path, args: &[&str]) -> Duration {
@@ -229,7 +168,7 @@ fn main() {
             python.display(),
             String::from_utf8_lossy(&version.stdout).trim()
         );
-        let mut py = Py::spawn(&python, &[plain.to_str().unwrap()]);
+        let mut py = Py::spawn(python_command(&python, &[plain.to_str().unwrap()]));
         let pid = py.pid();
         let p = pid.to_string();
         timed(&argstash, &["inject", "--pid", &p, "--python"]);
@@ -314,7 +253,7 @@ fn main() {
         timed(&argstash, &["eject", "--pid", &p, "--python"]);
         check("plain, ejected", &p, &plain_order, Some(("recurse", 49)));
         drop(py);
-        let mut py = Py::spawn(&python, &[plain.to_str().unwrap()]);
+        let mut py = Py::spawn(python_command(&python, &[plain.to_str().unwrap()]));
         let p = py.pid().to_string();
         py.go("ready");
         check(
@@ -334,18 +273,18 @@ fn main() {
             "outer",
             "<module>",
         ];
-        let mut mixed_py = Py::spawn(
+        let mut mixed_py = Py::spawn(python_command(
             &python,
             &[mixed.to_str().unwrap(), lib.to_str().unwrap(), "block"],
-        );
+        ));
         let m = mixed_py.pid().to_string();
         mixed_py.go("end");
         check("mixed, never hooked", &m, &mixed_order, None);
         drop(mixed_py);
-        let mut mixed_py = Py::spawn(
+        let mut mixed_py = Py::spawn(python_command(
             &python,
             &[mixed.to_str().unwrap(), lib.to_str().unwrap(), "block"],
-        );
+        ));
         let m = mixed_py.pid().to_string();
         timed(&argstash, &["inject", "--pid", &m, "--python"]);
         mixed_py.go("end");
@@ -359,4 +298,11 @@ fn main() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `python ARGS`, for [`Py::spawn`].
+fn python_command(python: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(python);
+    command.args(args);
+    command
 }

@@ -17,13 +17,12 @@ mod common;
 mod support;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::Bus;
-use support::{cli, frame_lines, has_word, in_order, median, ms, on_path, run};
+use support::{cli, frame_lines, has_word, in_order, median, ms, on_path, run, Py};
 
 const ROUNDS: usize = 20;
 /// The minor versions measured.
@@ -45,69 +44,6 @@ print("ready %d" % os.getpid(), flush=True)
 sys.stdin.readline()
 recurse(48, "plain")
 "#;
-
-/// A running fixture: stdin to release it, stdout to read its report.
-struct Py {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Py {
-    /// `chroot ROOT python3.MINOR SCRIPT` (`chroot` execs the interpreter: same pid).
-    fn spawn(root: &Path, minor: u8, script: &str) -> Py {
-        let mut child = Command::new("chroot")
-            .arg(root)
-            .args([&format!("/usr/bin/python3.{minor}"), script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("chroot");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut py = Py {
-            child,
-            stdin,
-            stdout,
-        };
-        let first = py.line();
-        assert!(first.starts_with("ready "), "{first}");
-        assert_eq!(first, format!("ready {}", py.pid()), "chroot did not exec");
-        py
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.stdout.read_line(&mut l).unwrap();
-        l.trim_end().to_string()
-    }
-
-    /// Releases it and waits until it prints `until` and its main thread blocks in `read`.
-    fn go(&mut self, until: &str) {
-        self.stdin.write_all(b"go\n").unwrap();
-        self.stdin.flush().unwrap();
-        while self.line() != until {}
-        let pid = self.pid();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
-            .is_ok_and(|s| s.starts_with("0 "))
-        {
-            assert!(Instant::now() < deadline, "pid {pid} did not block");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for Py {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The time of one run, or what it printed when it failed.
 fn timed(cmd: &Path, args: &[&str]) -> Result<Duration, String> {
@@ -262,7 +198,12 @@ fn main() {
             root.display(),
             String::from_utf8_lossy(&version.stdout).trim()
         );
-        let mut py = Py::spawn(&root, minor, &script);
+        // `chroot` execs the interpreter: the `ready PID` line checks it is the same pid.
+        let mut chrooted = Command::new("chroot");
+        chrooted
+            .arg(&root)
+            .args([&format!("/usr/bin/python3.{minor}"), &script]);
+        let mut py = Py::spawn(chrooted);
         let pid = py.pid();
         let p = pid.to_string();
         py.go("ready");

@@ -4,9 +4,10 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 pub fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -74,4 +75,72 @@ pub fn in_order(text: &str, order: &[&str], outermost_first: bool) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// A running Python fixture: stdin to release it, stdout to read its report.
+/// It prints `ready PID` first; `PID` is checked against the child's own pid
+/// (a `chroot` in front of the interpreter must exec it, not fork).
+pub struct Py {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Py {
+    /// Starts `command` with piped stdin and stdout and reads its `ready PID` line.
+    pub fn spawn(mut command: Command) -> Py {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the Python fixture");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut py = Py {
+            child,
+            stdin,
+            stdout,
+        };
+        let first = py.line();
+        assert_eq!(
+            first,
+            format!("ready {}", py.pid()),
+            "the fixture's first line"
+        );
+        py
+    }
+
+    /// The fixture's pid.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// The next line it prints.
+    pub fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.stdout.read_line(&mut l).unwrap();
+        l.trim_end().to_string()
+    }
+
+    /// Releases it and waits until it prints `until` and its main thread blocks in `read`.
+    pub fn go(&mut self, until: &str) {
+        self.stdin.write_all(b"go\n").unwrap();
+        self.stdin.flush().unwrap();
+        while self.line() != until {}
+        let pid = self.pid();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall"))
+            .is_ok_and(|s| s.starts_with("0 "))
+        {
+            assert!(Instant::now() < deadline, "pid {pid} did not block");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Py {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
