@@ -35,7 +35,7 @@ NEEDS=(
     # argstash record: its SVG flame graph is checked in a headless browser (tests/tests/e2e/record.rs).
     "chromium chromium"
     "golang-go go"         # `go tool pprof` reads record's pprof output (tests/tests/e2e/record_pprof.rs)
-    # README's CTest line under ctest (tests/tests/e2e/runners.rs).
+    # The guide's CTest line (docs/guide/crash-reports.md) under ctest (tests/tests/e2e/runners.rs).
     "cmake cmake"
 )
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command (README and .ci/run both call this).
+# The project's test command (README.md and .ci/run both call this).
 #
 # Debug build: the tests do not need optimised argstash code and debug
 # compiles much faster. --no-fail-fast: every test binary runs, so one
@@ -13,6 +13,10 @@ cd "$(dirname "$0")/.."
 export XDG_CACHE_HOME="$PWD/target/xdg-cache"
 status=0
 cargo test --workspace --no-fail-fast -- --test-threads=2 "$@" || status=$?
+# The docs (README.md, docs/guide): every relative link and #anchor resolves, and
+# every marked example's output is what the current build prints.
+python3 scripts/check-links.py || status=$?
+python3 scripts/docs-examples.py --check || status=$?
 # Then the Python extension's pytest suite (pep523-ext), under each CPython 3.11 here
 # and CPython 3.13-3.15 of the sid root (skipped, saying why, where it is missing).
 scripts/test-python.sh || status=$?

@@ -1,5 +1,5 @@
 //! End-to-end: the counts in `argstash record`'s summary, each with one meaning
-//! (README, "Profiling"), the same for both samplers. tailspin.c runs its work
+//! (docs/guide/profiling.md), the same for both samplers. tailspin.c runs its work
 //! in threads that come and go one after another (`tailspin SECS WAVES`): the
 //! summary's "N samples of T threads (of S seen, at most M at once)" must give
 //! N = the samples in the written profile, T = the threads that have samples

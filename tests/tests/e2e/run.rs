@@ -548,7 +548,7 @@ fn library_harness_prints_backtrace_of_a_hung_child() {
     assert_eq!(child.wait().signal(), Some(libc::SIGKILL));
 }
 
-/// The cargo set-up from the README, for real: a crate whose
+/// The cargo set-up from docs/guide/crash-reports.md, for real: a crate whose
 /// `.cargo/config.toml` makes `argstash run` its runner; `cargo run` of a
 /// program that crashes prints the backtrace with arguments.
 #[test]

@@ -1,16 +1,16 @@
-//! End-to-end: README's one-line set-ups of `argstash run` under a test runner,
-//! taken from README.md itself so that they work as written there: cargo's
-//! `runner` in `.cargo/config.toml` (a fresh `cargo new` crate: `cargo run`,
-//! `cargo run --release`, `cargo test`) and CMake's
+//! End-to-end: the guide's one-line set-ups of `argstash run` under a test
+//! runner, taken from docs/guide/crash-reports.md itself so that they work as
+//! written there: cargo's `runner` in `.cargo/config.toml` (a fresh `cargo new`
+//! crate: `cargo run`, `cargo run --release`, `cargo test`) and CMake's
 //! `CMAKE_CROSSCOMPILING_EMULATOR` under CTest. Each program crashes in
 //! `parse_record(id, len)`; the report must show the values the program printed
 //! before the call, stashed, and the runner must see the death it sees without
 //! argstash.
 //!
-//! `argstash` is found on PATH, as README tells users to put it there: the tests
-//! prepend the directory of the binary the harness built (README's way is
-//! `cargo install --path cli`, which puts it in `~/.cargo/bin`; too slow for a
-//! test, and it would replace the user's copy).
+//! `argstash` is found on PATH, as docs/guide/install.md tells users to put it
+//! there: the tests prepend the directory of the binary the harness built (the
+//! guide's way is `cargo install --path cli`, which puts it in `~/.cargo/bin`;
+//! too slow for a test, and it would replace the user's copy).
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -23,18 +23,22 @@ use argstash_tests::*;
 /// cargo and cmake builds of a small program, on a loaded machine.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The fenced block of README.md's `argstash run` section that starts with
+/// The guide page that documents the runner set-ups.
+const GUIDE: &str = "docs/guide/crash-reports.md";
+
+/// The fenced block of the guide's `argstash run` section that starts with
 /// ```` ```LANG ````, as written there (indentation removed).
-fn readme_block(lang: &str) -> String {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
-    let section = readme
+fn guide_block(lang: &str) -> String {
+    let guide = std::fs::read_to_string(workspace_root().join(GUIDE))
+        .unwrap_or_else(|e| panic!("reading {GUIDE}: {e}"));
+    let section = guide
         .split("\n## ")
-        .find(|s| s.starts_with("Crash reports from a test runner"))
-        .expect("README has the `argstash run` section");
+        .find(|s| s.starts_with("`argstash run`"))
+        .unwrap_or_else(|| panic!("{GUIDE} has no `argstash run` section"));
     let fence = format!("```{lang}\n");
     let start = section
         .find(&fence)
-        .unwrap_or_else(|| panic!("README's run section has no {lang} block"))
+        .unwrap_or_else(|| panic!("{GUIDE}'s run section has no {lang} block"))
         + fence.len();
     let body = &section[start..];
     let end = body.find("```").expect("the block ends");
@@ -136,49 +140,16 @@ fn frame_line<'a>(err: &'a str, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no frame of {name} in the report: {err}"))
 }
 
-const CRASHY_MAIN: &str = r#"use std::io::Write;
+/// The crate's `src/main.rs`: the guide's example (docs/examples/crashy.rs).
+const CRASHY_MAIN: &str = include_str!("../../../docs/examples/crashy.rs");
 
-/// Parses one record; a length over 8 writes through a null pointer: the crash.
-#[inline(never)]
-fn parse_record(id: u64, len: u64) -> u64 {
-    if len > 8 {
-        let header = std::hint::black_box(std::ptr::null_mut::<u64>());
-        // SAFETY: none: the crash the runner must report.
-        unsafe { std::ptr::write_volatile(header, id) };
-    }
-    id * 31 + len
-}
-
-/// Prints the call first, on stderr written directly (not captured by libtest).
-fn announce(id: u64, len: u64) {
-    let _ = writeln!(std::io::stderr(), "parse_record({id}, {len})");
-}
-
-fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().unwrap()).collect();
-    announce(args[0], args[1]);
-    println!("{}", parse_record(args[0], args[1]));
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn long_record() {
-        let id: u64 = std::env::var("CRASHY_ID").unwrap().parse().unwrap();
-        let len: u64 = std::env::var("CRASHY_LEN").unwrap().parse().unwrap();
-        super::announce(id, len);
-        assert_eq!(super::parse_record(id, len), id * 31 + len);
-    }
-}
-"#;
-
-/// A `cargo new` crate with the crashing program and README's runner.
+/// A `cargo new` crate with the crashing program and the guide's runner.
 fn crashy_crate(dir: &Path) -> PathBuf {
     must(tool("cargo", dir).args(["new", "--quiet", "--vcs", "none", "crashy"]));
     let krate = dir.join("crashy");
     std::fs::write(krate.join("src/main.rs"), CRASHY_MAIN).unwrap();
     std::fs::create_dir_all(krate.join(".cargo")).unwrap();
-    let config = readme_block("toml");
+    let config = guide_block("toml");
     assert!(
         config.contains("runner = \"argstash run --func parse_record --\""),
         "{config}"
@@ -265,17 +236,17 @@ fn without_runner<T>(krate: &Path, f: impl FnOnce() -> T) -> T {
 }
 
 #[test]
-fn cargo_run_with_readme_runner_reports_the_crash() {
+fn cargo_run_with_guide_runner_reports_the_crash() {
     cargo_run(false);
 }
 
 #[test]
-fn cargo_run_release_with_readme_runner_reports_the_crash() {
+fn cargo_run_release_with_guide_runner_reports_the_crash() {
     cargo_run(true);
 }
 
 #[test]
-fn cargo_test_with_readme_runner_reports_the_crashing_test() {
+fn cargo_test_with_guide_runner_reports_the_crashing_test() {
     let dir = scratch("test");
     let krate = crashy_crate(&dir);
     let (id, len) = record_args();
@@ -369,17 +340,17 @@ int main(int argc, char **argv)
 "#;
 
 #[test]
-fn ctest_with_readme_emulator_line_reports_the_crashing_test() {
+fn ctest_with_guide_emulator_line_reports_the_crashing_test() {
     let dir = scratch("cmake");
     let src = dir.join("src");
     std::fs::create_dir_all(&src).unwrap();
-    let cmake = readme_block("cmake");
+    let cmake = guide_block("cmake");
     let line = cmake
         .lines()
         .find(|l| l.starts_with("set(CMAKE_CROSSCOMPILING_EMULATOR "))
-        .unwrap_or_else(|| panic!("README's cmake block has no emulator line: {cmake}"));
+        .unwrap_or_else(|| panic!("{GUIDE}'s cmake block has no emulator line: {cmake}"));
     let (id, len) = record_args();
-    // As README says: the line goes before the targets it applies to.
+    // As the guide says: the line goes before the targets it applies to.
     std::fs::write(
         src.join("CMakeLists.txt"),
         format!(
