@@ -18,8 +18,8 @@ returns the transcript.
 
 What changes from run to run is normalised before comparing (both sides):
 addresses, pids and tids, timings, paths under /tmp, the leftover registers
-rdx, rcx, r8 and r9 of hooked frames (the examples' functions take one or two
-arguments), and the parameter values of unhooked frames (DWARF recovers more of
+rdx, rcx, r8 and r9 (and i386 eax and stack words past stack+4) of hooked
+frames (the examples' functions take fewer arguments), and the parameter values of unhooked frames (DWARF recovers more of
 them when a thread is read stopped). --write stores the
 output as it came, so the docs show a real run.
 """
@@ -77,7 +77,9 @@ class Ctx:
 
     def start(self, argv: list[str], *, cwd=None) -> int:
         """Starts a target that prints `ready PID` first; returns the pid."""
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=cwd or ROOT, env=ENV)
+        p = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=cwd or ROOT, env=ENV
+        )
         self.children.append(p)
         line = p.stdout.readline().split()
         if len(line) != 2 or line[0] != "ready" or int(line[1]) != p.pid:
@@ -96,13 +98,14 @@ def demo_target(ctx: Ctx) -> int:
     return ctx.start([str(exe)])
 
 
-def bt_until(ctx: Ctx, args: list[str], want: str) -> str:
-    """`argstash bt ARGS` until its output contains WANT and the thread was read
-    without a stop (blocked in its sleep, as it is nearly all the time)."""
+def bt_until(ctx: Ctx, args: list[str], want: str, without_stop: bool = True) -> str:
+    """`argstash bt ARGS` until its output contains WANT and (WITHOUT_STOP) the
+    thread was read without a stop (blocked in its sleep, as it is nearly all the
+    time; 32-bit processes are always stopped)."""
     out = ""
-    for _ in range(50):
+    for _ in range(100):
         out = ctx.argstash_run(args)
-        if want in out and "(read without a stop" in out:
+        if want in out and (not without_stop or "(read without a stop" in out):
             return out
         time.sleep(0.05)
     raise ExampleError(f"argstash {' '.join(args)} never showed {want!r}:\n{out}")
@@ -146,12 +149,13 @@ def ex_bad_signature(ctx: Ctx, args: list[str]) -> str:
 
 
 def ex_python(ctx: Ctx, args: list[str]) -> str:
-    """`bt --python` of docs/examples/app.py (run from the checkout, path relative)."""
-    pid = ctx.start(["python3", "docs/examples/app.py"])
+    """`bt --python` of a copy of docs/examples/app.py."""
+    (ctx.scratch / "app.py").write_text((ROOT / "docs/examples/app.py").read_text())
+    pid = ctx.start(["python3", "app.py"], cwd=ctx.scratch)
     bt = ["bt", "--pid", str(pid), "--python"]
     out = bt_until(ctx, bt, "[py] handle (")
     return transcript(
-        ("python3 docs/examples/app.py &", f"ready {pid}\n"),
+        ("python3 app.py &", f"ready {pid}\n"),
         (f"argstash bt --pid {pid} --python", out),
     )
 
@@ -176,6 +180,58 @@ def ex_crash(ctx: Ctx, args: list[str]) -> str:
         ("argstash run --func parse_record -- ./parse 7 16", p.stdout),
         ("echo $?", f"{128 + signal.SIGSEGV}\n"),
     )
+
+
+def frames_of(out: str, *names: str) -> list[str]:
+    """The frame lines of a backtrace that are in one of NAMES."""
+    return [l for l in out.split("\n") if any(f" in {n} (" in l for n in names)]
+
+
+def ex_dwarf(ctx: Ctx, args: list[str]) -> str:
+    """tests/fixtures/dwarfargs.c at -O2 -g: a hooked `report`, an unhooked `outer`
+    whose arguments come from DWARF; the two frames of `bt`."""
+    exe = ctx.cc(ROOT / "tests/fixtures/dwarfargs.c", "dwarfargs", "-g", f"-I{ROOT / 'tests/fixtures'}")
+    pid = ctx.start([str(exe)])
+    ctx.argstash_run(["inject", "--pid", str(pid), "--func", "report"])
+    out = bt_until(ctx, ["bt", "--pid", str(pid)], "[stashed] at dwarfargs.c")
+    lines = frames_of(out, "report", "outer")
+    if len(lines) != 2:
+        raise ExampleError(f"no report and outer frames in:\n{out}")
+    return "\n".join(lines) + "\n"
+
+
+def ex_i386(ctx: Ctx, args: list[str]) -> str:
+    """tests/fixtures/dwarf32.c built with `cc -m32 -O2 -g`, then stripped: the
+    hooked functions' frames with DWARF (two backtraces: each runs in turn), and
+    without."""
+    inc = f"-I{ROOT / 'tests/fixtures'}"
+    exe = ctx.cc(ROOT / "tests/fixtures/dwarf32.c", "prog32", "-m32", "-g", inc)
+    stripped = ctx.scratch / "prog32-stripped"
+    subprocess.run(["strip", "--strip-debug", "-o", str(stripped), str(exe)], check=True)
+    argv = ["86", "0x100000011", "stash-me", "2.5"]
+    pid = ctx.start([str(exe), *argv])
+    ctx.argstash_run(["inject", "--pid", str(pid), "--func", "mixed_cdecl", "--func", "fast_two"])
+    bt = ["bt", "--pid", str(pid)]
+    first = frames_of(bt_until(ctx, bt, "in mixed_cdecl (a=", False), "mixed_cdecl")
+    second = frames_of(bt_until(ctx, bt, "in fast_two (a=", False), "fast_two", "main")
+    pid2 = ctx.start([str(stripped), *argv])
+    ctx.argstash_run(["inject", "--pid", str(pid2), "--func", "fast_two"])
+    third = frames_of(bt_until(ctx, ["bt", "--pid", str(pid2)], "in fast_two (", False), "fast_two")
+    return transcript(
+        (f"argstash bt --pid {pid}        # twice: mixed_cdecl, then fast_two on the stack", "\n".join(first + second) + "\n"),
+        (f"argstash bt --pid {pid2}        # the same, stripped of debug info", "\n".join(third) + "\n"),
+    )
+
+
+def ex_exceptions(ctx: Ctx, args: list[str]) -> str:
+    """`inject` into a C++ program that throws through the hooked function
+    (tests/fixtures/exceptions.cpp, `callee` mode: relay(i) calls a thrower)."""
+    exe = ROOT / "tests/fixtures/exceptions.cpp"
+    prog = ctx.scratch / "exceptions"
+    subprocess.run(["c++", "-O2", f"-I{ROOT / 'tests/fixtures'}", "-o", str(prog), str(exe)], check=True)
+    pid = ctx.start([str(prog), "callee", "1"])
+    cmd = ["inject", "--pid", str(pid), "--func", "relay"]
+    return transcript((f"argstash inject --pid {pid} --func relay", ctx.argstash_run(cmd)))
 
 
 def guide_block(page: str, lang: str) -> str:
@@ -275,6 +331,9 @@ EXAMPLES = {
     "crash": ex_crash,
     "daemon": ex_daemon,
     "cargo-runner": ex_cargo_runner,
+    "dwarf": ex_dwarf,
+    "i386": ex_i386,
+    "exceptions": ex_exceptions,
 }
 
 HEX = re.compile(r"0x[0-9a-f]+")
@@ -285,9 +344,10 @@ PID_CONTEXTS = re.compile(
 )
 TIMING = re.compile(r"\b\d+(?:\.\d+)? ?(us|ms|s)\b")
 FRAME = re.compile(r"^\s*#\d+ ")
-# Registers a one- or two-argument function does not read: what they hold at the
+# Registers a one- or two-argument function (eax: an i386 fastcall one) does not
+# read, and the stack words above the i386 example's three arguments: what they hold at the
 # call is whatever the caller left there, which differs from run to run.
-LEFTOVER = re.compile(r"\b(rdx|rcx|r8|r9)=[^,)]+")
+LEFTOVER = re.compile(r"\b(rdx|rcx|r8|r9|eax|stack\+(?:[89]|[1-9][0-9]+))=[^,)]+")
 # An unhooked frame's parameter: DWARF recovers it or says <optimized out>
 # depending on whether the thread was read stopped or without a stop.
 PARAM = re.compile(r"\b(\w+)=(?:\([^()]*\) )?(?:<optimized out>|[^,)]+)")
@@ -298,6 +358,7 @@ def normalise(text: str) -> str:
     pids = {m.group(1) or m.group(2) for m in PID_CONTEXTS.finditer(text)}
     for pid in sorted(pids, key=len, reverse=True):
         text = re.sub(rf"\b{pid}\b", "PID", text)
+    text = text.replace(str(ROOT) + "/", "")
     text = HEX.sub("0xX", text)
     text = TMP.sub("/tmp/T", text)
     text = TIMING.sub(r"N\1", text)

@@ -1,7 +1,7 @@
 """The Python example of README.md and docs/guide/python.md: a request handler
 that waits, so `argstash bt --pid PID --python` finds it on the stack.
 
-    python3 docs/examples/app.py &
+    python3 app.py &     # a copy of docs/examples/app.py
     argstash bt --pid $! --python
 """
 import os
