@@ -47,9 +47,6 @@ pub(super) fn sample_loop(
             if a.sampler.is_none() {
                 break End::PythonFound;
             }
-            profile.notes.push(
-                "the kernel sampler does not read Python frames yet: the profile shows CPython's native frames (--sampler ptrace places [py] frames among them)".into(),
-            );
         }
         profile.elapsed = start.elapsed();
         take(a, kernel, naming, profile);
@@ -87,7 +84,9 @@ pub(super) fn sample_loop(
             threads,
             start.elapsed(),
         );
-        std::thread::sleep(DRAIN);
+        // A Python target's rings wake this loop at each sample, so that its
+        // Python frames are read soon after (KernelSampler::wait).
+        kernel.wait(DRAIN);
     };
     take(a, kernel, naming, profile);
     profile.elapsed = start.elapsed();
@@ -145,6 +144,12 @@ fn account(stats: &KernelStats, profile: &mut Profile) {
         profile.notes.push(format!(
             "the kernel throttled the sampling {} times (kernel.perf_cpu_time_max_percent): fewer samples than asked",
             stats.throttled
+        ));
+    }
+    if stats.python_after + stats.python_moved > 0 {
+        profile.notes.push(format!(
+            "Python frames ([py~]) were read right after each kernel sample, while the thread ran on: {} samples had Python frames consistent with their copied stack, {} had moved on and show native frames only (--sampler ptrace reads them exactly, [py])",
+            stats.python_after, stats.python_moved
         ));
     }
     if stats.beyond_copy > 0 {

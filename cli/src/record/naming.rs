@@ -1,6 +1,8 @@
 //! The names a sample's frames get in a profile: native frames by symbol (a
 //! hooked frame with its arguments under `--with-args`), Python frames as
-//! `[py] NAME` at their exact place among the native ones.
+//! `[py] NAME` at their exact place among the native ones when read while
+//! the thread was stopped, `[py~] NAME` when read right after the kernel's
+//! sample and found consistent with it (see [`py_tag`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -154,7 +156,7 @@ impl Naming {
                         continue;
                     };
                     out.push(FrameInfo {
-                        name: clean(&format!("[py] {}", py.frame.qualname)),
+                        name: clean(&format!("{} {}", py_tag(s.python_read), py.frame.qualname)),
                         file: Some(py.frame.file.clone()),
                         origin: FrameOrigin::Python,
                     });
@@ -292,6 +294,17 @@ fn is_register(name: &str) -> bool {
     REGS.contains(&name) || name.starts_with("stack+") || name.starts_with("xmm")
 }
 
+/// The mark a Python frame's name starts with, saying how it was paired with
+/// the native frames: `[py]` read while the thread was stopped (exact),
+/// `[py~]` read right after the kernel's sample, while the thread ran on, and
+/// found consistent with the sample's copied stack.
+pub fn py_tag(read: injector::PythonRead) -> &'static str {
+    match read {
+        injector::PythonRead::Stopped => "[py]",
+        injector::PythonRead::AfterSample | injector::PythonRead::MovedOn => "[py~]",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,6 +343,7 @@ mod tests {
             at_syscall: false,
             on_cpu: Some(true),
             capture: injector::Capture::Stopped,
+            python_read: injector::PythonRead::Stopped,
         }
     }
 
