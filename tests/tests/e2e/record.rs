@@ -436,7 +436,7 @@ fn kernel_sampler_on_a_running_process_that_exits_keeps_the_samples_and_its_thre
 }
 
 #[test]
-fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so() {
+fn kernel_sampler_leaves_idle_profiles_to_ptrace_and_reads_python_frames_after_each_sample() {
     // --idle: a CPU clock never samples a sleeping thread.
     let exe = profsplit();
     let out_file = temp("kernel-idle.txt");
@@ -462,8 +462,9 @@ fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so(
         "{stderr}"
     );
     // A CPython whose frames argstash reads (3.11 here): its Python frames are
-    // not in the kernel's stack copy. --python falls back to ptrace; without
-    // it the profile is of native frames, and a note says so.
+    // not in the kernel's stack copy. --python falls back to ptrace (exact,
+    // `[py]`); by default, and with --sampler kernel, they are read right
+    // after each sample and marked `[py~]`, and the summary says so.
     let py = Command::new("python3")
         .args(["-c", "import sys; print(sys.version_info[:2] == (3, 11))"])
         .output()
@@ -473,7 +474,7 @@ fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so(
         eprintln!("skipped the Python half: no CPython 3.11 as python3");
         return;
     }
-    let script = "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass";
+    let script = "import time\ndef spin():\n    t = time.time()\n    while time.time() - t < 1.5: pass\nspin()";
     let out = record_ok(&[
         "--sampler",
         "kernel",
@@ -487,53 +488,50 @@ fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so(
     ]);
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("--python places Python frames exactly, which the kernel sampler does not read yet: sampled with ptrace instead")
+        stderr.contains("--python pairs Python frames through a hook, read while each thread is stopped: sampled with ptrace instead")
             && stderr.contains("by the ptrace sampler"),
         "{stderr}"
     );
-    let out = record_ok(&[
-        "--sampler",
-        "kernel",
-        "-o",
-        out_file.to_str().unwrap(),
-        "--",
-        "python3",
-        "-c",
-        script,
-    ]);
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("the kernel sampler does not read Python frames yet: the profile shows CPython's native frames")
-            && stderr.contains("by the kernel (perf_event_open) sampler"),
-        "{stderr}"
-    );
     let stacks = collapsed(&out_file);
     assert!(
-        count(&stacks, |f| f.starts_with("_PyEval_EvalFrame")) > 0
-            && count(&stacks, |f| f.starts_with("[py]")) == 0,
+        count(&stacks, |f| f == "[py] spin") > 0 && count(&stacks, |f| f.starts_with("[py~]")) == 0,
         "{stacks:?}"
     );
-    // By default a Python target keeps its [py] frames: ptrace samples it
-    // (from the start, or from when its interpreter is found), and says so.
-    let out = record_ok(&[
-        "-o",
-        out_file.to_str().unwrap(),
-        "--",
-        "python3",
-        "-c",
-        script,
-    ]);
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("by the ptrace sampler (a Python target;")
-            && (stderr.contains("the ptrace sampler took over after")
-                || stderr.contains("sampled with ptrace instead, which places [py] frames")),
-        "{stderr}"
-    );
-    let stacks = collapsed(&out_file);
-    assert!(
-        count(&stacks, |f| f.starts_with("[py]")) > 0,
-        "{stacks:?}\n{stderr}"
-    );
+    for asked in [&["--sampler", "kernel"][..], &[]] {
+        let mut args = asked.to_vec();
+        args.extend([
+            "-o",
+            out_file.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            script,
+        ]);
+        let out = record_ok(&args);
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("by the kernel (perf_event_open) sampler")
+                && stderr.contains(
+                    "a Python target: its Python frames read right after each sample ([py~])"
+                )
+                && stderr.contains("samples had Python frames consistent with their copied stack"),
+            "{asked:?}: {stderr}"
+        );
+        let stacks = collapsed(&out_file);
+        // Python frames under the evaluator that runs them, in every kept sample.
+        let with_spin = count(&stacks, |f| f == "[py~] spin");
+        assert!(
+            with_spin > 0 && count(&stacks, |f| f.starts_with("[py] ")) == 0,
+            "{asked:?}: {stacks:?}\n{stderr}"
+        );
+        for (s, _) in stacks
+            .iter()
+            .filter(|(s, _)| s.iter().any(|f| f == "[py~] spin"))
+        {
+            let eval = s.iter().position(|f| f.starts_with("_PyEval_EvalFrame"));
+            let spin = s.iter().position(|f| f == "[py~] spin");
+            assert!(eval < spin, "{asked:?}: {s:?}");
+        }
+    }
     let _ = fs::remove_file(out_file);
 }
