@@ -535,3 +535,147 @@ fn kernel_sampler_leaves_idle_profiles_to_ptrace_and_reads_python_frames_after_e
     }
     let _ = fs::remove_file(out_file);
 }
+
+/// A program whose hot loop runs under 96 frames of 1 KiB each (about 100 KiB
+/// of stack), deeper than the kernel's 32 KiB stack copy, for `argv[1]` seconds.
+const DEEP: &str = r#"
+#include <stdlib.h>
+#include <time.h>
+static volatile unsigned long sink;
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+__attribute__((noinline)) void deep_leaf(double end) {
+    while (now() < end)
+        for (int i = 0; i < 100000; i++) sink += i;
+}
+__attribute__((noinline)) void descend(int n, double end) {
+    volatile char pad[1024];
+    pad[0] = (char)n;
+    if (n > 0) descend(n - 1, end);
+    else deep_leaf(end);
+    sink += pad[0];
+}
+int main(int argc, char **argv) {
+    descend(96, now() + atof(argv[1]));
+    return 0;
+}
+"#;
+
+#[test]
+fn a_stack_deeper_than_the_kernels_copy_is_cut_at_the_copy_and_said() {
+    let exe = build_source(
+        "deep_stack",
+        DEEP,
+        &["-O1", "-g", "-fno-omit-frame-pointer"],
+    );
+    let out_file = temp("deep.txt");
+    let run = |sampler: &str| {
+        let out = record_ok(&[
+            "--sampler",
+            sampler,
+            "--rate",
+            "199",
+            "-o",
+            out_file.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+            "1.5",
+        ]);
+        (text(&out.stderr), collapsed(&out_file))
+    };
+    // The kernel sampler: the hot loop and the frames in the copy, not main;
+    // the summary's notes say how many samples were cut and what reaches further.
+    let (stderr, stacks) = run("kernel");
+    assert!(
+        stderr.contains("samples had stacks deeper than the kernel's 32 KiB copy: their outer frames are missing (--sampler ptrace copies up to 256 KiB)"),
+        "{stderr}"
+    );
+    let leaf: Vec<_> = stacks
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == "deep_leaf"))
+        .collect();
+    assert!(!leaf.is_empty(), "{stacks:?}\n{stderr}");
+    for (s, _) in &leaf {
+        let depth = s.iter().filter(|f| *f == "descend").count();
+        assert!(
+            (10..96).contains(&depth) && !s.iter().any(|f| f == "main"),
+            "{depth} descend frames: {s:?}"
+        );
+    }
+    // The ptrace sampler copies the whole stack: main is reached.
+    let (stderr, stacks) = run("ptrace");
+    assert!(!stderr.contains("deeper than the kernel's"), "{stderr}");
+    assert!(
+        stacks
+            .iter()
+            .any(|(s, _)| s.iter().any(|f| f == "deep_leaf")
+                && s.iter().any(|f| f == "main")
+                && s.iter().filter(|f| *f == "descend").count() == 97),
+        "{stacks:?}\n{stderr}"
+    );
+    let _ = fs::remove_file(out_file);
+}
+
+/// A program that for `argv[1]` seconds starts a thread that spins 30 ms in
+/// `short_lived` and exits, one after another.
+const COME_AND_GO: &str = r#"
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+static volatile unsigned long sink;
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+__attribute__((noinline)) static void *short_lived(void *arg) {
+    double end = now() + 0.03;
+    while (now() < end)
+        for (int i = 0; i < 10000; i++) sink += i;
+    return arg;
+}
+int main(int argc, char **argv) {
+    double end = now() + atof(argv[1]);
+    while (now() < end) {
+        pthread_t t;
+        pthread_create(&t, 0, short_lived, 0);
+        pthread_join(t, 0);
+    }
+    return 0;
+}
+"#;
+
+#[test]
+fn kernel_sampler_follows_threads_that_exit_between_samples() {
+    let exe = build_source("come_and_go", COME_AND_GO, &["-O1", "-g", "-pthread"]);
+    let out_file = temp("come-and-go.txt");
+    let out = record_ok(&[
+        "--sampler",
+        "kernel",
+        "--rate",
+        "499",
+        "-o",
+        out_file.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "1.5",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("by the kernel (perf_event_open) sampler")
+            && stderr.contains("the program exited with code 0"),
+        "{stderr}"
+    );
+    // About 50 threads lived 30 ms each: most were given an event and sampled
+    // (one that starts and ends between two listings, 20 ms apart, may not be).
+    let sampled = summary_number(&stderr, "threads");
+    assert!(sampled >= 10, "{sampled} threads sampled: {stderr}");
+    assert!(!stderr.contains("could not be sampled"), "{stderr}");
+    let stacks = collapsed(&out_file);
+    let n = count(&stacks, |f| f == "short_lived");
+    assert!(n >= 100, "{n} samples in short_lived: {stacks:?}");
+    let _ = fs::remove_file(out_file);
+}
