@@ -619,7 +619,7 @@ fn a_stack_deeper_than_the_kernels_copy_is_cut_at_the_copy_and_said() {
     let _ = fs::remove_file(out_file);
 }
 
-/// A program that for `argv[1]` seconds starts a thread that spins 30 ms in
+/// A program that for `argv[1]` seconds starts a thread that spins 100 ms in
 /// `short_lived` and exits, one after another.
 const COME_AND_GO: &str = r#"
 #include <pthread.h>
@@ -632,7 +632,7 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 __attribute__((noinline)) static void *short_lived(void *arg) {
-    double end = now() + 0.03;
+    double end = now() + 0.1;
     while (now() < end)
         for (int i = 0; i < 10000; i++) sink += i;
     return arg;
@@ -661,7 +661,7 @@ fn kernel_sampler_follows_threads_that_exit_between_samples() {
         out_file.to_str().unwrap(),
         "--",
         exe.to_str().unwrap(),
-        "1.5",
+        "2",
     ]);
     let stderr = text(&out.stderr);
     assert!(
@@ -669,13 +669,14 @@ fn kernel_sampler_follows_threads_that_exit_between_samples() {
             && stderr.contains("the program exited with code 0"),
         "{stderr}"
     );
-    // About 50 threads lived 30 ms each: most were given an event and sampled
-    // (one that starts and ends between two listings, 20 ms apart, may not be).
+    // About 20 threads lived 100 ms each: each is given an event at the next
+    // listing of the threads (every 20 ms) and sampled until it exits; on a
+    // busy machine fewer of them get a CPU, so the bounds are loose.
     let sampled = summary_number(&stderr, "threads");
-    assert!(sampled >= 10, "{sampled} threads sampled: {stderr}");
+    assert!(sampled >= 5, "{sampled} threads sampled: {stderr}");
     assert!(!stderr.contains("could not be sampled"), "{stderr}");
     let stacks = collapsed(&out_file);
     let n = count(&stacks, |f| f == "short_lived");
-    assert!(n >= 100, "{n} samples in short_lived: {stacks:?}");
+    assert!(n >= 30, "{n} samples in short_lived: {stacks:?}\n{stderr}");
     let _ = fs::remove_file(out_file);
 }
