@@ -243,6 +243,12 @@ impl Naming {
                 }
             }
         }
+        // How its Python frames were paired: `exact`, `after-sample`, or
+        // `moved-on` (left out), as the `[py]`/`[py~]` marks say in the names.
+        let has_python = s.python.as_ref().is_some_and(|p| !p.frames.is_empty());
+        if has_python || s.python_read == injector::PythonRead::MovedOn {
+            out.push(("python_frames".into(), s.python_read.name().into()));
+        }
         out
     }
 
@@ -414,5 +420,20 @@ mod tests {
     #[test]
     fn names_stay_one_collapsed_field() {
         assert_eq!(clean("f(s=\"a;b\")\n"), "f(s=\"a,b\") ");
+    }
+
+    #[test]
+    fn a_sample_whose_python_frames_moved_on_is_labelled_so() {
+        let mut n = Naming::new(false, Vec::new());
+        n.labels = true;
+        let mut s = sample(vec![frame("_PyEval_EvalFrameDefault")]);
+        assert!(n.sample_labels(&s).is_empty());
+        s.python_read = injector::PythonRead::MovedOn;
+        assert_eq!(
+            n.sample_labels(&s),
+            [("python_frames".to_string(), "moved-on".to_string())]
+        );
+        assert_eq!(py_tag(injector::PythonRead::Stopped), "[py]");
+        assert_eq!(py_tag(injector::PythonRead::AfterSample), "[py~]");
     }
 }
