@@ -633,8 +633,7 @@ impl KernelSampler {
                             .and_then(|n| n.stack)
                             .map(|(_, cfa)| cfa);
                         let held = |addr: u64| {
-                            regs.iter().any(|r| *r == Some(addr))
-                                || stack_holds(sp, parsed.stack, cfa, addr)
+                            regs.contains(&Some(addr)) || stack_holds(sp, parsed.stack, cfa, addr)
                         };
                         match python_consistent(&py, &native, held) {
                             true => (Some(py), PythonRead::AfterSample),
