@@ -6,6 +6,7 @@
 #
 #   scripts/bench-record-samplers.sh                 # all parts
 #   PARTS=accuracy scripts/bench-record-samplers.sh  # accuracy | cost | python
+#                                        # | args | slowdown99 | pysplit
 #   THREADS_LIST="1 8" RATE=999 SECS=2 scripts/bench-record-samplers.sh
 #
 # Parts:
@@ -23,8 +24,25 @@
 #   999 Hz, REPS interleaved rounds (default 2), best of each: slowdown
 #   against the best run alone.
 # - python: the same on a pure-Python spinner (iterations a second) with
-#   `argstash record` as it picks by default (ptrace for a Python target),
-#   `--sampler kernel` (native frames only) and `py-spy record`.
+#   `argstash record --sampler ptrace`, `--sampler kernel` (the default) and
+#   `py-spy record`.
+# - args: `profsplit accounts SECS` (apply_entry(account, amount), the
+#   fixture measures each account's CPU time: 10/20/70%) under `argstash
+#   record --func apply_entry --args account` with each sampler, and under
+#   perf (which has no arguments: apply_entry's share only), REPS rounds.
+# - slowdown99: `profsplit spin SECS 1` alone, under `argstash record`
+#   (kernel) and under `perf record -g`, at 99 Hz, REPS rounds (default 11),
+#   the three runs of a round back to back in a rotating order: each
+#   profiled run's work units against the unprofiled run of its round, the
+#   median and the spread (lowest, highest) of those ratios, and the load.
+# - pysplit: `tests/fixtures/python/profsplit.py` (py_loop in Python, c_work
+#   in C; the fixture measures both with its thread's CPU clock) under the
+#   host's python3 and, when present, the sid root's python3.14
+#   (scripts/sid-root.sh), REPS rounds of: `argstash record` (default: the
+#   kernel sampler, `[py~]` frames), `--sampler ptrace` (`[py]`), and
+#   `py-spy record`; py_loop's share of py_loop + c_work against the
+#   fixture's, the share of kernel samples whose Python frames were kept,
+#   and each profiler's CPU as a share of the target's.
 #
 # ARGSTASH (default target/release/argstash) is the binary measured.
 set -eu
@@ -32,7 +50,9 @@ ARGSTASH=${ARGSTASH:-target/release/argstash}
 RATE=${RATE:-499}
 SECS=${SECS:-3}
 THREADS_LIST=${THREADS_LIST:-1 8 64}
-PARTS=${PARTS:-accuracy cost python}
+PARTS=${PARTS:-accuracy cost python args slowdown99 pysplit}
+PYRATE=${PYRATE:-99}
+SID_ROOT=${SID_ROOT:-/var/cache/argstash-sid/root}
 REPS=${REPS:-2}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -180,9 +200,132 @@ print("spin units=%d" % n, flush=True)
 PY
     for hz in 99 999; do
         echo "== python at $hz Hz: $(python3 --version) spinner (units of 1000 iterations), best of $REPS interleaved; load $(load)"
-        echo "   (argstash's default on a Python target is the ptrace sampler; --sampler kernel reads native frames only)"
+        echo "   (argstash's default on a Python target is the kernel sampler, Python frames read after each sample)"
         compare python3 "$dir/pyspin.py" "$SECS" -- "--sampler ptrace" "--sampler kernel" py-spy
         grep '^argstash record:' "$dir/$hz.err" | sed 's/. Top self time.*//; s/^/    last argstash run: /'
         echo "  (load $(load) after)"
+    done
+fi
+
+if [[ " $PARTS " == *" args "* ]]; then
+    echo "== args: profsplit accounts $SECS at $RATE Hz, $REPS rounds (fixture's own shares in brackets)"
+    acct() { # collapsed-file: each account's share of the three
+        awk '{ n = $NF; for (a = 1001; a <= 1003; a++) if (index($0, "apply_entry(account=" a ")")) c[a] += n }
+            END { t = c[1001] + c[1002] + c[1003]; if (!t) { printf "no samples"; exit }
+                printf "1001 %.1f%%, 1002 %.1f%%, 1003 %.1f%% of %d", 100 * c[1001] / t, 100 * c[1002] / t, 100 * c[1003] / t, t }' "$1"
+    }
+    acct_truth() {
+        sed -n 's/^accounts 1001=\([0-9]*\) 1002=\([0-9]*\) 1003=\([0-9]*\)$/\1 \2 \3/p' "$1" |
+            awk '{ t = $1 + $2 + $3; printf "%.1f%%, %.1f%%, %.1f%%", 100 * $1 / t, 100 * $2 / t, 100 * $3 / t }'
+    }
+    for r in $(seq "$REPS"); do
+        for s in kernel ptrace; do
+            l=$(load)
+            "$ARGSTASH" record --sampler "$s" --rate "$RATE" --func apply_entry --args account \
+                -o "$dir/acc.txt" -- "$dir/profsplit" accounts "$SECS" >"$dir/acc.out" 2>"$dir/acc.err"
+            echo "load $l | round $r --sampler $s: $(acct "$dir/acc.txt") ($(acct_truth "$dir/acc.out"))"
+        done
+        l=$(load)
+        perf record -q -e cpu-clock -F "$RATE" -g -o "$dir/perf.data" \
+            -- "$dir/profsplit" accounts "$SECS" >"$dir/perf.out" 2>"$dir/perf.err"
+        perf report -i "$dir/perf.data" --stdio --no-children --sort sym -g none -n -q 2>/dev/null |
+            awk '$NF == "apply_entry" { a = $2 } { t += $2 } END { printf "apply_entry %d of %d samples, no arguments", a, t }' >"$dir/perf.share"
+        echo "load $l | round $r perf record -g: $(cat "$dir/perf.share") ($(acct_truth "$dir/perf.out"))"
+    done
+fi
+
+if [[ " $PARTS " == *" slowdown99 "* ]]; then
+    SREPS=${SREPS:-11}
+    echo "== slowdown at 99 Hz: profsplit spin $SECS 1, $SREPS rounds of alone / argstash (kernel) / perf, order rotated each round"
+    hz=99
+    : >"$dir/ratios"
+    profs=(alone "--sampler kernel" perf)
+    for r in $(seq "$SREPS"); do
+        declare -A got=()
+        l=$(load)
+        for k in 0 1 2; do
+            p=${profs[$(((k + r) % 3))]}
+            read -r u _ _ < <(spin_run "$p" "$dir/profsplit" spin "$SECS" 1)
+            got[$p]=$u
+        done
+        echo "  round $r (load $l): alone ${got[alone]}, kernel ${got[--sampler kernel]}, perf ${got[perf]}"
+        awk -v a="${got[alone]}" -v k="${got[--sampler kernel]}" -v p="${got[perf]}" \
+            'BEGIN { printf "%.3f %.3f\n", 100 * (k - a) / a, 100 * (p - a) / a }' >>"$dir/ratios"
+    done
+    for col in 1 2; do
+        name=$([ $col = 1 ] && echo "argstash (kernel)" || echo "perf record -g")
+        sort -g -k$col,$col "$dir/ratios" | awk -v c=$col -v n="$name" '{ v[NR] = $c }
+            END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+                printf "  %s: work units %+.2f%% median against the round'"'"'s unprofiled run, spread %+.2f%% .. %+.2f%% (%d rounds)\n", n, m, v[1], v[NR], NR }'
+    done
+    echo "  (load $(load) after)"
+fi
+
+if [[ " $PARTS " == *" pysplit "* ]]; then
+    cc -O2 -g -shared -fPIC -o "$dir/libcwork.so" tests/fixtures/python/c_work.c
+    cp tests/fixtures/python/profsplit.py "$dir/"
+    # py_loop's share of py_loop + c_work in an argstash profile (TAG: [py~] or
+    # [py]; only samples whose Python frames were kept count, on both sides).
+    py_share() { # file tag
+        awk -v tag="$2" '{ n = $NF; c = index($0, ";c_work "); p = index($0, tag " py_loop;") || index($0, tag " py_loop ")
+                w = index($0, tag " py_work")
+                if (c && w) cw += n; else if (p && !c) pl += n }
+            END { if (pl + cw) printf "py_loop %.1f%% of %d", 100 * pl / (pl + cw), pl + cw; else printf "no samples" }' "$1"
+    }
+    # The same in py-spy's raw output (no native frames: c_work's time is
+    # py_work's own, its innermost Python frame).
+    spy_share() {
+        awk '{ n = $NF; line = $0; sub(/ [0-9]+$/, "", line); k = split(line, f, ";"); leaf = f[k]
+                if (leaf ~ /^py_loop /) pl += n; else if (leaf ~ /^py_work /) cw += n }
+            END { if (pl + cw) printf "py_loop %.1f%% of %d", 100 * pl / (pl + cw), pl + cw; else printf "no samples" }' "$1"
+    }
+    py_truth() {
+        sed -n 's/^pysplit py_self=\([0-9]*\) c=\([0-9]*\)$/\1 \2/p' "$1" | awk '{ printf "%.1f%%", 100 * $1 / ($1 + $2) }'
+    }
+    kept() {
+        sed -n 's/.*: \([0-9]*\) samples had Python frames consistent.*, \([0-9]*\) had moved on.*/\1 \2/p' "$1" |
+            awk '{ printf "; Python frames kept for %.1f%% of %d samples", 100 * $1 / ($1 + $2), $1 + $2 }'
+    }
+    pyruns=("host python3 ($(python3 --version 2>&1))|python3 $dir/profsplit.py $dir/libcwork.so")
+    if [ -x "$SID_ROOT/usr/bin/python3.14" ]; then
+        inside=/tmp/argstash-bench-py314-$$
+        mkdir -p "$SID_ROOT$inside"
+        cp tests/fixtures/python/profsplit.py tests/fixtures/python/c_work.c "$SID_ROOT$inside/"
+        chroot "$SID_ROOT" gcc -O2 -g -shared -fPIC -o "$inside/libcwork.so" "$inside/c_work.c"
+        trap 'rm -rf "$dir" "${SID_ROOT:?}$inside"' EXIT
+        pyruns+=("sid python3.14|chroot $SID_ROOT /usr/bin/python3.14 $inside/profsplit.py $inside/libcwork.so")
+    fi
+    for entry in "${pyruns[@]}"; do
+        label=${entry%%|*}
+        read -r -a cmd <<<"${entry#*|}"
+        echo "== pysplit on $label at $PYRATE Hz, $SECS s, $REPS rounds (fixture's own py_loop share in brackets)"
+        for r in $(seq "$REPS"); do
+            for p in default ptrace py-spy; do
+                l=$(load)
+                out="$dir/py.out"
+                : >"$out"
+                "${cmd[@]}" "$SECS" >"$out" &
+                w=$!
+                until grep -q '^ready' "$out"; do sleep 0.01; done
+                pid=$(awk '/^ready/ { print $2 }' "$out")
+                case $p in
+                default) /usr/bin/time -f '%U %S' -o "$dir/prof.time" "$ARGSTASH" record --rate "$PYRATE" \
+                    -o "$dir/py.txt" --pid "$pid" 2>"$dir/py.err" ;;
+                ptrace) /usr/bin/time -f '%U %S' -o "$dir/prof.time" "$ARGSTASH" record --sampler ptrace \
+                    --rate "$PYRATE" -o "$dir/py.txt" --pid "$pid" 2>"$dir/py.err" ;;
+                py-spy) /usr/bin/time -f '%U %S' -o "$dir/prof.time" py-spy record -r "$PYRATE" -f raw \
+                    -o "$dir/py.txt" --pid "$pid" >"$dir/py.err" 2>&1 ;;
+                esac
+                wait "$w"
+                tcpu=$(sed -n 's/^pysplit py_self=\([0-9]*\) c=\([0-9]*\)$/\1 \2/p' "$out" | awk '{ print ($1 + $2) / 1e9 }')
+                pcpu=$(cpu "$dir/prof.time")
+                case $p in
+                default) res="argstash (default, $(grep -o 'by the [a-z (_)]* sampler' "$dir/py.err" | head -1)): $(py_share "$dir/py.txt" '[py~]')$(kept "$dir/py.err")" ;;
+                ptrace) res="argstash --sampler ptrace: $(py_share "$dir/py.txt" '[py]')" ;;
+                py-spy) res="py-spy record: $(spy_share "$dir/py.txt")" ;;
+                esac
+                echo "load $l | round $r $res ($(py_truth "$out")); profiler CPU $(awk -v p="$pcpu" -v t="$tcpu" 'BEGIN { printf "%.1f%%", t ? 100 * p / t : 0 }') of the target's"
+            done
+        done
     done
 fi

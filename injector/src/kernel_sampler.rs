@@ -12,6 +12,15 @@
 //! caller decides how often): a thread that starts and ends between two
 //! listings is not sampled.
 //!
+//! Python: CPython's frames live in heap memory, not in the stack copy, so
+//! they are read (`process_vm_readv`, no stop) right after the rings are
+//! drained, while the thread runs on; the rings of a Python target wake
+//! argstash at each sample ([`KernelSampler::wait`]) to keep that delay short.
+//! Each thread's chain, read once per drain, is paired with the native frames
+//! of each of its samples in the drain and kept only when consistent with
+//! that sample ([`PythonRead::AfterSample`], see [`python_consistent`]);
+//! otherwise the sample keeps its native frames only ([`PythonRead::MovedOn`]).
+//!
 //! 32-bit targets are refused ([`KernelError::Unsupported`]): the kernel
 //! samples them (registers marked as the 32-bit ABI), but the unwinder is fed
 //! x86-64 register samples only; the caller uses the ptrace sampler for them.
@@ -23,11 +32,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use reader::ids::{Pid, Tid};
 use reader::memory::{Memory, MemoryError};
+use reader::python::{NativeEval, PythonStack, ThreadRead};
 use reader::unwind::{Capture, DwarfRegisters, StopReason};
 
 use crate::arch::{Arch, ProcessArch};
 use crate::error::Error;
-use crate::sample::{Sample, SampleOptions, Sampler};
+use crate::sample::{detail, PythonRead, Sample, SampleOptions, Sampler};
 
 /// Bytes of user stack the kernel copies with each sample (from the stack
 /// pointer up). A stack deeper than this is unwound down to the copy's end and
@@ -206,6 +216,13 @@ pub struct KernelStats {
     pub beyond_copy: u64,
     /// Threads that were given an event.
     pub threads: u64,
+    /// Samples of a Python target whose Python frames, read after the sample,
+    /// were consistent with it and kept ([`PythonRead::AfterSample`]).
+    pub python_after: u64,
+    /// Samples of a Python target whose Python frames were left out: read
+    /// after the sample, they disagreed with it, or a later sample of the
+    /// thread came first ([`PythonRead::MovedOn`]).
+    pub python_moved: u64,
 }
 
 /// One thread's event and its mapped ring buffer.
@@ -331,6 +348,9 @@ impl KernelSampler {
             flags: FLAG_DISABLED | FLAG_FREQ | FLAG_EXCLUDE_HV,
             sample_regs_user: REGS_MASK,
             sample_stack_user: STACK_COPY,
+            // A Python target's frames are read as soon as possible after
+            // each sample: its rings wake argstash at every sample.
+            wakeup_events: u32::from(sampler.is_python()),
             ..Attr::default()
         };
         let mut k = KernelSampler {
@@ -373,7 +393,34 @@ impl KernelSampler {
         self.rings.len()
     }
 
+    /// Waits up to `timeout` for a sample: the rings of a Python target wake
+    /// the caller at each sample (so its Python frames are read soon after);
+    /// the others only when half full, so this mostly sleeps `timeout`.
+    pub fn wait(&self, timeout: std::time::Duration) {
+        let mut fds: Vec<libc::pollfd> = self
+            .rings
+            .values()
+            .map(|r| libc::pollfd {
+                fd: r.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        if fds.is_empty() {
+            std::thread::sleep(timeout);
+            return;
+        }
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs that
+        // poll may write the revents of; the fds are our own open events.
+        unsafe {
+            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms);
+        }
+    }
+
     fn open(&mut self, tid: i32) -> Result<(), KernelError> {
+        // A target found to run CPython since: its new threads' rings wake too.
+        self.attr.wakeup_events = u32::from(self.sampler.is_python());
         let fd = match self.open_event(tid) {
             // Unprivileged under perf_event_paranoid 2: user space only.
             Err(KernelError::NotPermitted { .. }) if self.attr.flags & FLAG_EXCLUDE_KERNEL == 0 => {
@@ -498,7 +545,11 @@ impl KernelSampler {
                 match kind {
                     RECORD_SAMPLE => {
                         self.stats.samples += 1;
-                        out.push(KernelRecord(body.to_vec()));
+                        out.push(KernelRecord {
+                            tid: parse_sample(body).map_or(0, |p| p.tid),
+                            bytes: body.to_vec(),
+                            python: PyAt::NotPython,
+                        });
                     }
                     RECORD_LOST => self.stats.lost += read_u64(body, 8).unwrap_or(0),
                     RECORD_THROTTLE => self.stats.throttled += 1,
@@ -508,14 +559,37 @@ impl KernelSampler {
             }
         }
         self.buf = buf;
+        self.read_python(&mut out);
         out
+    }
+
+    /// Reads the Python frames of each thread sampled in `records` now, right
+    /// after the drain, once per thread: each of its samples in the drain is
+    /// checked against that one reading (when the loop fell behind, a thread
+    /// has several, the earlier ones older).
+    fn read_python(&self, records: &mut [KernelRecord]) {
+        if !self.sampler.is_python() || records.is_empty() {
+            return;
+        }
+        let mut tids: Vec<Tid> = records.iter().map(|r| Tid::from_raw(r.tid)).collect();
+        tids.sort_unstable_by_key(|t| t.as_raw());
+        tids.dedup();
+        let Some(reads) = self.sampler.read_python_now(&tids) else {
+            return;
+        };
+        let reads: HashMap<i32, ThreadRead> = tids.iter().map(|t| t.as_raw()).zip(reads).collect();
+        for r in records.iter_mut() {
+            if let Some(read) = reads.get(&r.tid) {
+                r.python = PyAt::Read(read.clone());
+            }
+        }
     }
 
     /// Unwinds one sample read by [`Self::drain`] (with DWARF's names, types
     /// and lines when `annotate`); `None` when it holds no user registers or is
     /// malformed (counted).
     pub fn unwind(&mut self, record: &KernelRecord, annotate: bool) -> Option<Sample> {
-        let Some(parsed) = parse_sample(&record.0) else {
+        let Some(parsed) = parse_sample(&record.bytes) else {
             self.stats.malformed += 1;
             return None;
         };
@@ -536,7 +610,50 @@ impl KernelSampler {
             mapping,
             rest: self.sampler.memory(),
         };
-        let (frames, truncated) = self.sampler.unwind_with(&regs, &mem, annotate);
+        let (frames, truncated, python, python_read) = match &record.python {
+            PyAt::NotPython => {
+                let (f, t) = self.sampler.unwind_with(&regs, &mem, annotate);
+                (f, t, None, PythonRead::Stopped)
+            }
+            PyAt::Read(read) => {
+                let thread =
+                    self.sampler
+                        .view()
+                        .unwind_thread(&regs, &mem, read.clone(), detail(annotate));
+                let native: Vec<NativeEval> =
+                    thread.frames.iter().map(|f| f.python_eval()).collect();
+                let (python, how) = match thread.python {
+                    Some(py) => {
+                        // The stack of the evaluator call that runs the innermost frame.
+                        let cfa = py
+                            .frames
+                            .first()
+                            .and_then(|f| f.placement)
+                            .and_then(|p| native.get(p.eval_frame))
+                            .and_then(|n| n.stack)
+                            .map(|(_, cfa)| cfa);
+                        let held = |addr: u64| {
+                            regs.contains(&Some(addr)) || stack_holds(sp, parsed.stack, cfa, addr)
+                        };
+                        match python_consistent(&py, &native, held) {
+                            true => (Some(py), PythonRead::AfterSample),
+                            false => (None, PythonRead::MovedOn),
+                        }
+                    }
+                    // No Python frames now where the sample ran the evaluator.
+                    None if native.iter().any(|n| n.is_eval) => (None, PythonRead::MovedOn),
+                    None => (None, PythonRead::Stopped),
+                };
+                (thread.frames, thread.truncated, python, how)
+            }
+        };
+        if !annotate {
+            match python_read {
+                PythonRead::AfterSample => self.stats.python_after += 1,
+                PythonRead::MovedOn => self.stats.python_moved += 1,
+                PythonRead::Stopped => {}
+            }
+        }
         if !annotate
             && parsed.stack.len() as u32 >= STACK_COPY
             && matches!(truncated, Some(StopReason::Unreadable { .. }))
@@ -546,7 +663,8 @@ impl KernelSampler {
         Some(Sample {
             tid: Tid::from_raw(parsed.tid),
             frames,
-            python: None,
+            python,
+            python_read,
             truncated,
             stopped: std::time::Duration::ZERO,
             latency: std::time::Duration::ZERO,
@@ -558,15 +676,69 @@ impl KernelSampler {
     }
 }
 
-/// One sample as the kernel wrote it (registers and stack copy), not yet unwound.
+/// One sample as the kernel wrote it (registers and stack copy), not yet
+/// unwound, with its thread's Python frames read right after the drain.
 #[derive(Debug, Clone)]
-pub struct KernelRecord(Vec<u8>);
+pub struct KernelRecord {
+    tid: i32,
+    bytes: Vec<u8>,
+    python: PyAt,
+}
+
+/// A record's Python frames.
+#[derive(Debug, Clone)]
+enum PyAt {
+    /// The process runs no CPython.
+    NotPython,
+    /// Read right after the drain.
+    Read(ThreadRead),
+}
 
 impl KernelRecord {
     /// The thread sampled (0 when malformed).
     pub fn tid(&self) -> Tid {
-        Tid::from_raw(parse_sample(&self.0).map_or(0, |p| p.tid))
+        Tid::from_raw(self.tid)
     }
+}
+
+/// Whether Python frames `py`, read after a sample, agree with the sample's
+/// native frames `native`, so that pairing them says where the sample was:
+/// - nothing in the pairing was out of place (no notes) and every Python
+///   frame found its evaluator frame;
+/// - as many C-level evaluator calls in the native frames (where they are
+///   named) as entry frames in the Python chain;
+/// - the innermost Python frame's address is `held` by the sample (in its
+///   registers or its copied stack): the evaluator running it keeps it there,
+///   while a frame entered after the sample (a call made since) is not.
+///
+/// Python frames that pass are still a reading after the sample: a thread
+/// that left a function and entered it again at the same frame address, or
+/// moved on within the same frame, passes.
+pub fn python_consistent(
+    py: &PythonStack,
+    native: &[NativeEval],
+    held: impl Fn(u64) -> bool,
+) -> bool {
+    if !py.notes.is_empty() || py.frames.iter().any(|f| f.placement.is_none()) {
+        return false;
+    }
+    let evals = native.iter().filter(|n| n.is_eval).count();
+    let entries = py.frames.iter().filter(|f| f.frame.is_entry).count();
+    if evals > 0 && evals != entries {
+        return false;
+    }
+    py.frames.first().is_none_or(|f| held(f.frame.addr))
+}
+
+/// Whether the stack copy `stack` (taken at `sp`) holds the 8-byte value
+/// `addr`, up to `cfa` (the end of the evaluator frame that runs the
+/// innermost Python frame) when known, else in the whole copy.
+fn stack_holds(sp: u64, stack: &[u8], cfa: Option<u64>, addr: u64) -> bool {
+    let end = cfa.map_or(stack.len(), |cfa| {
+        (cfa.saturating_sub(sp) as usize).min(stack.len())
+    });
+    let want = addr.to_ne_bytes();
+    stack[..end].chunks_exact(8).any(|w| w == want)
 }
 
 fn read_u64(b: &[u8], at: usize) -> Option<u64> {
@@ -690,6 +862,94 @@ mod tests {
         // Code and arenas: the live process.
         mem.read(0x5555_0000, &mut b).unwrap();
         assert_eq!(b, [0xee; 8]);
+    }
+
+    fn py_frame(
+        addr: u64,
+        is_entry: bool,
+        eval_frame: Option<usize>,
+    ) -> reader::python::StackFrame {
+        reader::python::StackFrame {
+            frame: reader::python::PyFrame {
+                addr,
+                code: 0,
+                qualname: format!("f{addr:x}"),
+                file: "x.py".into(),
+                line: None,
+                first_line: 1,
+                is_entry,
+                entry_frame: None,
+                owner: reader::python::FrameOwner::Thread,
+                incomplete: false,
+                params: Vec::new(),
+                params_note: None,
+            },
+            placement: eval_frame.map(|eval_frame| reader::python::Placement {
+                eval_frame,
+                paired_by: reader::python::PairedBy::Order,
+            }),
+            interpreter: None,
+        }
+    }
+
+    fn eval(is_eval: bool) -> NativeEval {
+        NativeEval {
+            is_eval,
+            stashed_frame: None,
+            stack: None,
+        }
+    }
+
+    #[test]
+    fn python_read_after_a_sample_is_kept_only_when_it_agrees_with_it() {
+        // c_work called from an evaluator running py_work (0x100) under
+        // <module> (0x80, the entry frame).
+        let native = [eval(false), eval(true), eval(false)];
+        let py = PythonStack {
+            frames: vec![
+                py_frame(0x100, false, Some(1)),
+                py_frame(0x80, true, Some(1)),
+            ],
+            notes: Vec::new(),
+        };
+        let held = |a: u64| a == 0x100;
+        assert!(python_consistent(&py, &native, held));
+        // The innermost frame is one the sample does not hold: entered since.
+        assert!(!python_consistent(&py, &native, |a| a == 0x80));
+        // A Python frame no evaluator frame claims.
+        let mut unplaced = py.clone();
+        unplaced.frames[1].placement = None;
+        assert!(!python_consistent(&unplaced, &native, held));
+        // A pairing note.
+        let mut noted = py.clone();
+        noted.notes.push("Python frames end early".into());
+        assert!(!python_consistent(&noted, &native, held));
+        // Two evaluator calls in the sample, one entry frame read after it
+        // (the inner call returned since).
+        let two = [eval(true), eval(false), eval(true)];
+        assert!(!python_consistent(&py, &two, held));
+        // No named evaluator frame (3.13+ builds): the count is not checked.
+        let unnamed = [eval(false), eval(false)];
+        assert!(python_consistent(&py, &unnamed, held));
+        // No Python frames now: consistent only with a sample that ran no
+        // evaluator (a thread that runs no Python).
+        let empty = PythonStack::default();
+        assert!(python_consistent(&empty, &[eval(false)], |_| false));
+        assert!(!python_consistent(&empty, &native, |_| false));
+    }
+
+    #[test]
+    fn a_held_value_is_looked_for_up_to_the_evaluators_frame() {
+        let sp = 0x7000_0000u64;
+        let mut stack = vec![0u8; 64];
+        stack[40..48].copy_from_slice(&0xdead_beefu64.to_ne_bytes());
+        assert!(stack_holds(sp, &stack, None, 0xdead_beef));
+        assert!(stack_holds(sp, &stack, Some(sp + 48), 0xdead_beef));
+        // Past the evaluator's frame: not looked at.
+        assert!(!stack_holds(sp, &stack, Some(sp + 40), 0xdead_beef));
+        // A CFA past the copy is cut to it.
+        assert!(stack_holds(sp, &stack, Some(sp + 4096), 0xdead_beef));
+        assert!(!stack_holds(sp, &stack, None, 0xbeef));
     }
 
     #[test]

@@ -140,7 +140,7 @@ pub use reader::core::{
 };
 pub use reader::debugfile::DebugSearch;
 pub use reader::debuginfo::DwarfCache;
-pub use sample::{Lost, Round, Sample, SampleOptions, Sampler};
+pub use sample::{Lost, PythonRead, Round, Sample, SampleOptions, Sampler};
 
 // Errors.
 pub use error::{

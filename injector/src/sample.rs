@@ -81,6 +81,39 @@ pub struct Sample {
     /// How the thread was read: stopped, or (blocked in a system call, x86-64)
     /// without a stop, its call undisturbed (see [`crate::Capture`]).
     pub capture: Capture,
+    /// When the Python frames in [`Self::python`] were read, and so how far
+    /// their pairing with the native frames can be trusted.
+    pub python_read: PythonRead,
+}
+
+/// When a sample's Python frames were read. CPython keeps its frames in heap
+/// memory, not on the native stack, so a sampler that does not stop the
+/// thread reads them after the sample was taken, while the thread runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PythonRead {
+    /// Read while the thread was stopped, with its registers and stack (the
+    /// ptrace sampler), or blocked in a system call: exact.
+    #[default]
+    Stopped,
+    /// Read right after the kernel's sample while the thread ran on, and
+    /// consistent with the sample's copied stack (see
+    /// [`crate::KernelSampler`]): the same evaluator calls, every Python frame
+    /// placed, the innermost Python frame's address held in the sample.
+    AfterSample,
+    /// Read after the kernel's sample but inconsistent with it (the thread had
+    /// moved on): the sample's Python frames were left out, its native frames kept.
+    MovedOn,
+}
+
+impl PythonRead {
+    /// A short, stable name (`exact`, `after-sample`, `moved-on`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PythonRead::Stopped => "exact",
+            PythonRead::AfterSample => "after-sample",
+            PythonRead::MovedOn => "moved-on",
+        }
+    }
 }
 
 /// Why a sample was not taken.
@@ -238,6 +271,28 @@ impl Sampler {
     /// The CPU thread `tid` runs on or is queued on now (one read of its `stat`).
     pub fn cpu_of(&self, tid: Tid) -> Option<u32> {
         reader::procfs::read_stat(tid.as_raw()).ok()?.cpu
+    }
+
+    /// The Python frame chain of each thread of `tids` as it is now (the
+    /// threads run on meanwhile), `None` for a process without CPython.
+    pub(crate) fn read_python_now(&self, tids: &[Tid]) -> Option<Vec<ThreadRead>> {
+        if !self.is_python() {
+            return None;
+        }
+        let mut reader = self.view.python().reader(&self.py_mem);
+        Some(
+            tids.iter()
+                .map(|t| {
+                    self.py_mem.clear();
+                    reader.read(t.as_raw())
+                })
+                .collect(),
+        )
+    }
+
+    /// The view the samples are unwound with.
+    pub(crate) fn view(&self) -> &ProcessView {
+        &self.view
     }
 
     /// Starts a round of samples: Python code objects decoded during the round
@@ -527,6 +582,7 @@ impl Round<'_> {
             at_syscall: copied.at_syscall,
             on_cpu: copied.on_cpu,
             capture: copied.capture,
+            python_read: PythonRead::Stopped,
         };
         (sample, needs_stop)
     }
@@ -534,7 +590,7 @@ impl Round<'_> {
 
 /// How much a sample's unwind tells: DWARF annotations (no trampoline frames)
 /// or symbol names only.
-fn detail(annotate: bool) -> Detail {
+pub(crate) fn detail(annotate: bool) -> Detail {
     match annotate {
         true => Detail::Annotated {
             show_trampolines: false,

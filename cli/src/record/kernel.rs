@@ -43,13 +43,7 @@ pub(super) fn sample_loop(
     let end = loop {
         if !python_noted && kernel.sampler().is_python() {
             python_noted = true;
-            // Not asked for by name: ptrace takes over, for the [py] frames.
-            if a.sampler.is_none() {
-                break End::PythonFound;
-            }
-            profile.notes.push(
-                "the kernel sampler does not read Python frames yet: the profile shows CPython's native frames (--sampler ptrace places [py] frames among them)".into(),
-            );
+            profile.sampler_why += "; a Python target: its Python frames read right after each sample ([py~]), --sampler ptrace reads them while each thread is stopped ([py])";
         }
         profile.elapsed = start.elapsed();
         take(a, kernel, naming, profile);
@@ -87,7 +81,9 @@ pub(super) fn sample_loop(
             threads,
             start.elapsed(),
         );
-        std::thread::sleep(DRAIN);
+        // A Python target's rings wake this loop at each sample, so that its
+        // Python frames are read soon after (KernelSampler::wait).
+        kernel.wait(DRAIN);
     };
     take(a, kernel, naming, profile);
     profile.elapsed = start.elapsed();
@@ -145,6 +141,12 @@ fn account(stats: &KernelStats, profile: &mut Profile) {
         profile.notes.push(format!(
             "the kernel throttled the sampling {} times (kernel.perf_cpu_time_max_percent): fewer samples than asked",
             stats.throttled
+        ));
+    }
+    if stats.python_after + stats.python_moved > 0 {
+        profile.notes.push(format!(
+            "Python frames ([py~]) were read right after each kernel sample, while the thread ran on: {} samples had Python frames consistent with their copied stack, {} had moved on and show native frames only (--sampler ptrace reads them exactly, [py])",
+            stats.python_after, stats.python_moved
         ));
     }
     if stats.beyond_copy > 0 {

@@ -73,9 +73,10 @@ pub struct RecordArgs {
     #[arg(short = 'o', long = "output", value_name = "FILE", required = true, value_parser = format::parse_output)]
     outputs: Vec<Output>,
     /// Who takes the samples: `kernel` (the default) has the kernel copy each
-    /// thread's stack (perf_event_open, no thread stopped; falls back to ptrace
-    /// with a note where it cannot serve); `ptrace` stops each thread for a
-    /// moment and copies its stack.
+    /// thread's stack (perf_event_open, no thread stopped; Python frames read
+    /// right after each sample, `[py~]`; falls back to ptrace with a note where
+    /// it cannot serve); `ptrace` stops each thread for a moment and copies its
+    /// stack and Python frames (exact, `[py]`).
     #[arg(long, value_enum)]
     sampler: Option<SamplerKind>,
     /// Look for separate debug files under DIR instead of /usr/lib/debug. Repeatable.
@@ -148,8 +149,6 @@ enum End {
     Interrupted,
     ProgramExited(String),
     ProcessExited,
-    /// The default kernel sampler found CPython in the target: ptrace takes over.
-    PythonFound,
 }
 
 /// Runs `argstash record`.
@@ -253,21 +252,8 @@ fn record(
         }
         kernel.sampler().save_debug_answers();
         drop(kernel);
-        if !matches!(end, End::PythonFound) {
-            profile.without_signature = naming.without_signature();
-            return finish(pid, end, profile, notes, hooks, program);
-        }
-        // A started program became CPython once it ran (its interpreter is
-        // found only then): the rest of the recording is ptrace's.
-        notes.push(format!(
-            "the target runs CPython, whose Python frames the kernel sampler does not read yet: \
-             the ptrace sampler took over after {:.1} s, the samples before have native frames only \
-             (--sampler kernel keeps the kernel sampler)",
-            start.elapsed().as_secs_f64()
-        ));
-        profile.sampler = "ptrace";
-        profile.sampler_why = "a Python target".into();
-        profile.rounds = 0;
+        profile.without_signature = naming.without_signature();
+        return finish(pid, end, profile, notes, hooks, program);
     }
     let mut sampler = Sampler::new(pid, opts)?;
     check_threads(a, &sampler, pid)?;
@@ -314,7 +300,7 @@ fn choose_sampler(
         _ if a.python => {
             return fall_back(
                 "--python needs it",
-                "--python places Python frames exactly, which the kernel sampler does not read yet: sampled with ptrace instead".into(),
+                "--python pairs Python frames through a hook, read while each thread is stopped: sampled with ptrace instead".into(),
             )
         }
         _ => {}
@@ -342,13 +328,6 @@ fn choose_sampler(
             );
         }
     };
-    // By default a Python target keeps its [py] frames: only ptrace reads them.
-    if !asked && kernel.sampler().is_python() {
-        return fall_back(
-            "a Python target",
-            "the kernel sampler does not read Python frames yet: sampled with ptrace instead, which places [py] frames (--sampler kernel for native frames only)".into(),
-        );
-    }
     let why = match asked {
         true => "asked with --sampler kernel",
         false => "the default",
@@ -403,7 +382,7 @@ fn finish(
                 .notes
                 .push(format!("the program {how} after {secs:.1} s"))
         }
-        End::Interrupted | End::Duration | End::PythonFound => {}
+        End::Interrupted | End::Duration => {}
     }
     let alive = matches!(end, End::Duration | End::Interrupted);
     notes.extend(hooks.eject(alive, signals::count() > 1));
@@ -598,7 +577,6 @@ fn sample_loop(
     start: Instant,
 ) -> Result<End> {
     let period = Duration::from_secs_f64(1.0 / f64::from(a.rate));
-    // After a handover from the kernel sampler `start` is past: rounds start now.
     let mut next = Instant::now();
     let mut last_refresh = next;
     let mut rotate = 0usize;

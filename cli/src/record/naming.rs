@@ -1,6 +1,8 @@
 //! The names a sample's frames get in a profile: native frames by symbol (a
 //! hooked frame with its arguments under `--with-args`), Python frames as
-//! `[py] NAME` at their exact place among the native ones.
+//! `[py] NAME` at their exact place among the native ones when read while
+//! the thread was stopped, `[py~] NAME` when read right after the kernel's
+//! sample and found consistent with it (see [`py_tag`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -154,7 +156,7 @@ impl Naming {
                         continue;
                     };
                     out.push(FrameInfo {
-                        name: clean(&format!("[py] {}", py.frame.qualname)),
+                        name: clean(&format!("{} {}", py_tag(s.python_read), py.frame.qualname)),
                         file: Some(py.frame.file.clone()),
                         origin: FrameOrigin::Python,
                     });
@@ -241,6 +243,12 @@ impl Naming {
                 }
             }
         }
+        // How its Python frames were paired: `exact`, `after-sample`, or
+        // `moved-on` (left out), as the `[py]`/`[py~]` marks say in the names.
+        let has_python = s.python.as_ref().is_some_and(|p| !p.frames.is_empty());
+        if has_python || s.python_read == injector::PythonRead::MovedOn {
+            out.push(("python_frames".into(), s.python_read.name().into()));
+        }
         out
     }
 
@@ -292,6 +300,17 @@ fn is_register(name: &str) -> bool {
     REGS.contains(&name) || name.starts_with("stack+") || name.starts_with("xmm")
 }
 
+/// The mark a Python frame's name starts with, saying how it was paired with
+/// the native frames: `[py]` read while the thread was stopped (exact),
+/// `[py~]` read right after the kernel's sample, while the thread ran on, and
+/// found consistent with the sample's copied stack.
+pub fn py_tag(read: injector::PythonRead) -> &'static str {
+    match read {
+        injector::PythonRead::Stopped => "[py]",
+        injector::PythonRead::AfterSample | injector::PythonRead::MovedOn => "[py~]",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,6 +349,7 @@ mod tests {
             at_syscall: false,
             on_cpu: Some(true),
             capture: injector::Capture::Stopped,
+            python_read: injector::PythonRead::Stopped,
         }
     }
 
@@ -400,5 +420,20 @@ mod tests {
     #[test]
     fn names_stay_one_collapsed_field() {
         assert_eq!(clean("f(s=\"a;b\")\n"), "f(s=\"a,b\") ");
+    }
+
+    #[test]
+    fn a_sample_whose_python_frames_moved_on_is_labelled_so() {
+        let mut n = Naming::new(false, Vec::new());
+        n.labels = true;
+        let mut s = sample(vec![frame("_PyEval_EvalFrameDefault")]);
+        assert!(n.sample_labels(&s).is_empty());
+        s.python_read = injector::PythonRead::MovedOn;
+        assert_eq!(
+            n.sample_labels(&s),
+            [("python_frames".to_string(), "moved-on".to_string())]
+        );
+        assert_eq!(py_tag(injector::PythonRead::Stopped), "[py]");
+        assert_eq!(py_tag(injector::PythonRead::AfterSample), "[py~]");
     }
 }

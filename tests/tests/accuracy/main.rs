@@ -240,17 +240,30 @@ fn python() -> Option<PathBuf> {
 
 #[test]
 fn python_split_matches_the_fixtures_own_measurement() {
+    python_311_split(PySampler::Ptrace);
+}
+
+/// [`python_split_matches_the_fixtures_own_measurement`] with the kernel
+/// sampler: the Python frames read right after each sample, kept where they
+/// agree with the sample's copied stack (`[py~]`).
+#[test]
+fn python_kernel_split_matches_the_fixtures_own_measurement() {
+    python_311_split(PySampler::Kernel);
+}
+
+fn python_311_split(sampler: PySampler) {
     let Some(py) = python() else {
         eprintln!("skipped: no CPython 3.11 as python3");
         return;
     };
-    let lib = temp("libcwork.so");
+    let lib = temp(&format!("libcwork-{sampler:?}.so"));
     let src = fixtures_dir().join("python/c_work.c");
     compile_c(&src, &lib, &["-O2", "-g", "-shared", "-fPIC"]);
     let script = fixtures_dir().join("python/profsplit.py");
     let _turn = turn();
     python_split(
         "CPython 3.11",
+        sampler,
         &[
             py.to_str().unwrap(),
             script.to_str().unwrap(),
@@ -268,6 +281,24 @@ fn python_split_matches_the_fixtures_own_measurement() {
 /// (docs/BENCHMARKS.md, "record --python on CPython 3.14").
 #[test]
 fn python_314_split_matches_the_fixtures_own_measurement() {
+    if let Some(out) = python_314_split(PySampler::Ptrace) {
+        assert!(
+            out.contains("--python installs no hook in CPython 3.14."),
+            "{out}"
+        );
+    }
+}
+
+/// [`python_314_split_matches_the_fixtures_own_measurement`] with the kernel
+/// sampler (`[py~]` frames, paired by their entry frames in the stack copy).
+#[test]
+fn python_314_kernel_split_matches_the_fixtures_own_measurement() {
+    python_314_split(PySampler::Kernel);
+}
+
+/// Runs profsplit.py under the sid root's CPython 3.14 with `sampler`;
+/// `record`'s stderr, or `None` when there is no sid root.
+fn python_314_split(sampler: PySampler) -> Option<String> {
     let root = std::env::var_os("ARGSTASH_SID_ROOT").map_or_else(
         || PathBuf::from("/var/cache/argstash-sid/root"),
         PathBuf::from,
@@ -277,10 +308,13 @@ fn python_314_split_matches_the_fixtures_own_measurement() {
             "skipped: no Debian sid root with python3.14 at {} (scripts/sid-root.sh)",
             root.display()
         );
-        return;
+        return None;
     }
     // The fixture and its C half inside the root, the library built by the root's gcc.
-    let inside = format!("/tmp/argstash-accuracy-{}-py314", std::process::id());
+    let inside = format!(
+        "/tmp/argstash-accuracy-{}-py314-{sampler:?}",
+        std::process::id()
+    );
     let host = root.join(inside.trim_start_matches('/'));
     let _ = fs::remove_dir_all(&host);
     fs::create_dir_all(&host).unwrap();
@@ -299,6 +333,7 @@ fn python_314_split_matches_the_fixtures_own_measurement() {
     let _turn = turn();
     let out = python_split(
         "CPython 3.14",
+        sampler,
         &[
             "chroot",
             root.to_str().unwrap(),
@@ -307,44 +342,78 @@ fn python_314_split_matches_the_fixtures_own_measurement() {
             &lib,
         ],
     );
-    assert!(
-        out.contains("--python installs no hook in CPython 3.14."),
-        "{out}"
-    );
     let _ = fs::remove_dir_all(&host);
+    Some(out)
+}
+
+/// How a Python split is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PySampler {
+    /// `--python`: the ptrace sampler, Python frames read while each thread is stopped (`[py]`).
+    Ptrace,
+    /// `--sampler kernel`: Python frames read right after each kernel sample (`[py~]`).
+    Kernel,
 }
 
 /// Records `argv` (profsplit.py under some interpreter, its seconds added)
-/// with `--python` at 999 Hz and checks the Python/C split against the
-/// fixture's own; returns `record`'s stderr.
-fn python_split(what: &str, argv: &[&str]) -> String {
-    let out_file = temp(&format!("py-{}.txt", what.replace(' ', "-")));
-    let mut args = vec![
-        "--rate",
-        "999",
-        "--python",
-        "-o",
-        out_file.to_str().unwrap(),
-        "--",
-    ];
+/// with `sampler` at 999 Hz and checks the Python/C split against the
+/// fixture's own; returns `record`'s stderr. With the kernel sampler only
+/// the samples whose Python frames were kept count on both sides (a sample
+/// in c_work whose Python frames had moved on is not counted for c_work,
+/// as one in py_loop would not be), and at least half of them must be kept.
+fn python_split(what: &str, sampler: PySampler, argv: &[&str]) -> String {
+    let out_file = temp(&format!("py-{}-{sampler:?}.txt", what.replace(' ', "-")));
+    let mut args = match sampler {
+        PySampler::Ptrace => vec!["--python"],
+        PySampler::Kernel => vec!["--sampler", "kernel"],
+    };
+    args.extend(["--rate", "999", "-o", out_file.to_str().unwrap(), "--"]);
     args.extend_from_slice(argv);
     args.push("6");
     let out = record_ok(&args);
+    let tag = match sampler {
+        PySampler::Ptrace => "[py]",
+        PySampler::Kernel => "[py~]",
+    };
+    let (py_loop, py_work) = (format!("{tag} py_loop"), format!("{tag} py_work"));
     let truth = measured(&text(&out.stdout), "pysplit");
     let (py_t, c_t) = (truth[0].1, truth[1].1);
     let stacks = collapsed(&out_file);
-    let c = count(&stacks, |f| f == "c_work") as f64;
+    let has = |s: &[String], name: &str| s.iter().any(|f| f == name);
+    let c = stacks
+        .iter()
+        .filter(|(s, _)| has(s, "c_work") && (sampler == PySampler::Ptrace || has(s, &py_work)))
+        .map(|(_, n)| *n as f64)
+        .sum::<f64>();
     let py_self = stacks
         .iter()
-        .filter(|(s, _)| s.iter().any(|f| f == "[py] py_loop"))
-        .filter(|(s, _)| !s.iter().any(|f| f == "c_work"))
+        .filter(|(s, _)| has(s, &py_loop) && !has(s, "c_work"))
         .map(|(_, n)| *n as f64)
         .sum::<f64>();
     let stderr = text(&out.stderr);
     assert_enough(c + py_self, 200.0, &stacks, &stderr);
+    if sampler == PySampler::Kernel {
+        assert!(
+            stderr.contains("by the kernel (perf_event_open) sampler"),
+            "{stderr}"
+        );
+        let (kept, moved) = python_kept(&stderr);
+        println!(
+            "{what} kernel: Python frames kept for {kept} samples, moved on for {moved} ({:.1}% kept)",
+            100.0 * kept / (kept + moved)
+        );
+        assert!(kept >= moved, "{kept} kept, {moved} moved on: {stderr}");
+        // No exact mark in a kernel sampler's profile.
+        assert!(
+            stacks
+                .iter()
+                .all(|(s, _)| s.iter().all(|f| !f.starts_with("[py] "))),
+            "{stacks:?}"
+        );
+    }
     // The figures, for docs/BENCHMARKS.md (`--nocapture`).
     println!(
-        "{what}: py_loop {:.1}% of {} samples (the fixture measured {:.1}%), c_work {:.1}% ({:.1}%)",
+        "{what} {sampler:?}: py_loop {:.1}% of {} samples (the fixture measured {:.1}%), c_work {:.1}% ({:.1}%)",
         100.0 * py_self / (c + py_self),
         c + py_self,
         100.0 * py_t / (py_t + c_t),
@@ -363,15 +432,36 @@ fn python_split(what: &str, argv: &[&str]) -> String {
         c + py_self,
         c_t / (py_t + c_t),
     );
-    // Python frames sit at their exact places: c_work runs under [py] py_work.
+    // Python frames sit at their places: c_work runs under py_work.
     let c_stack = stacks
         .iter()
-        .find(|(s, _)| s.iter().any(|f| f == "c_work"))
+        .find(|(s, _)| has(s, "c_work") && has(s, &py_work))
         .map(|(s, _)| s.clone())
         .unwrap();
-    let py_work = c_stack.iter().position(|f| f == "[py] py_work");
+    let py_work = c_stack.iter().position(|f| *f == py_work);
     let c_work = c_stack.iter().position(|f| f == "c_work");
     assert!(py_work < c_work && py_work.is_some(), "{c_stack:?}");
     let _ = fs::remove_file(out_file);
     stderr
+}
+
+/// The kernel sampler's note on Python frames read after the samples: how
+/// many samples kept them, how many had moved on.
+fn python_kept(stderr: &str) -> (f64, f64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("samples had Python frames consistent"))
+        .unwrap_or_else(|| panic!("no note on Python frames: {stderr}"));
+    let number_before = |words: &str| -> f64 {
+        let at = line.find(words).unwrap();
+        line[..at]
+            .split_whitespace()
+            .last()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    (
+        number_before(" samples had Python frames consistent"),
+        number_before(" had moved on"),
+    )
 }

@@ -436,7 +436,7 @@ fn kernel_sampler_on_a_running_process_that_exits_keeps_the_samples_and_its_thre
 }
 
 #[test]
-fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so() {
+fn kernel_sampler_leaves_idle_profiles_to_ptrace_and_reads_python_frames_after_each_sample() {
     // --idle: a CPU clock never samples a sleeping thread.
     let exe = profsplit();
     let out_file = temp("kernel-idle.txt");
@@ -462,8 +462,9 @@ fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so(
         "{stderr}"
     );
     // A CPython whose frames argstash reads (3.11 here): its Python frames are
-    // not in the kernel's stack copy. --python falls back to ptrace; without
-    // it the profile is of native frames, and a note says so.
+    // not in the kernel's stack copy. --python falls back to ptrace (exact,
+    // `[py]`); by default, and with --sampler kernel, they are read right
+    // after each sample and marked `[py~]`, and the summary says so.
     let py = Command::new("python3")
         .args(["-c", "import sys; print(sys.version_info[:2] == (3, 11))"])
         .output()
@@ -473,7 +474,7 @@ fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so(
         eprintln!("skipped the Python half: no CPython 3.11 as python3");
         return;
     }
-    let script = "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass";
+    let script = "import time\ndef spin():\n    t = time.time()\n    while time.time() - t < 1.5: pass\nspin()";
     let out = record_ok(&[
         "--sampler",
         "kernel",
@@ -487,53 +488,195 @@ fn kernel_sampler_leaves_idle_profiles_and_python_targets_to_ptrace_and_says_so(
     ]);
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("--python places Python frames exactly, which the kernel sampler does not read yet: sampled with ptrace instead")
+        stderr.contains("--python pairs Python frames through a hook, read while each thread is stopped: sampled with ptrace instead")
             && stderr.contains("by the ptrace sampler"),
         "{stderr}"
     );
+    let stacks = collapsed(&out_file);
+    assert!(
+        count(&stacks, |f| f == "[py] spin") > 0 && count(&stacks, |f| f.starts_with("[py~]")) == 0,
+        "{stacks:?}"
+    );
+    for asked in [&["--sampler", "kernel"][..], &[]] {
+        let mut args = asked.to_vec();
+        args.extend([
+            "-o",
+            out_file.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            script,
+        ]);
+        let out = record_ok(&args);
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("by the kernel (perf_event_open) sampler")
+                && stderr.contains(
+                    "a Python target: its Python frames read right after each sample ([py~])"
+                )
+                && stderr.contains("samples had Python frames consistent with their copied stack"),
+            "{asked:?}: {stderr}"
+        );
+        let stacks = collapsed(&out_file);
+        // Python frames under the evaluator that runs them, in every kept sample.
+        let with_spin = count(&stacks, |f| f == "[py~] spin");
+        assert!(
+            with_spin > 0 && count(&stacks, |f| f.starts_with("[py] ")) == 0,
+            "{asked:?}: {stacks:?}\n{stderr}"
+        );
+        for (s, _) in stacks
+            .iter()
+            .filter(|(s, _)| s.iter().any(|f| f == "[py~] spin"))
+        {
+            let eval = s.iter().position(|f| f.starts_with("_PyEval_EvalFrame"));
+            let spin = s.iter().position(|f| f == "[py~] spin");
+            assert!(eval < spin, "{asked:?}: {s:?}");
+        }
+    }
+    let _ = fs::remove_file(out_file);
+}
+
+/// A program whose hot loop runs under 96 frames of 1 KiB each (about 100 KiB
+/// of stack), deeper than the kernel's 32 KiB stack copy, for `argv[1]` seconds.
+const DEEP: &str = r#"
+#include <stdlib.h>
+#include <time.h>
+static volatile unsigned long sink;
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+__attribute__((noinline)) void deep_leaf(double end) {
+    while (now() < end)
+        for (int i = 0; i < 100000; i++) sink += i;
+}
+__attribute__((noinline)) void descend(int n, double end) {
+    volatile char pad[1024];
+    pad[0] = (char)n;
+    if (n > 0) descend(n - 1, end);
+    else deep_leaf(end);
+    sink += pad[0];
+}
+int main(int argc, char **argv) {
+    descend(96, now() + atof(argv[1]));
+    return 0;
+}
+"#;
+
+#[test]
+fn a_stack_deeper_than_the_kernels_copy_is_cut_at_the_copy_and_said() {
+    let exe = build_source(
+        "deep_stack",
+        DEEP,
+        &["-O1", "-g", "-fno-omit-frame-pointer"],
+    );
+    let out_file = temp("deep.txt");
+    let run = |sampler: &str| {
+        let out = record_ok(&[
+            "--sampler",
+            sampler,
+            "--rate",
+            "199",
+            "-o",
+            out_file.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+            "1.5",
+        ]);
+        (text(&out.stderr), collapsed(&out_file))
+    };
+    // The kernel sampler: the hot loop and the frames in the copy, not main;
+    // the summary's notes say how many samples were cut and what reaches further.
+    let (stderr, stacks) = run("kernel");
+    assert!(
+        stderr.contains("samples had stacks deeper than the kernel's 32 KiB copy: their outer frames are missing (--sampler ptrace copies up to 256 KiB)"),
+        "{stderr}"
+    );
+    let leaf: Vec<_> = stacks
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == "deep_leaf"))
+        .collect();
+    assert!(!leaf.is_empty(), "{stacks:?}\n{stderr}");
+    for (s, _) in &leaf {
+        let depth = s.iter().filter(|f| *f == "descend").count();
+        assert!(
+            (10..96).contains(&depth) && !s.iter().any(|f| f == "main"),
+            "{depth} descend frames: {s:?}"
+        );
+    }
+    // The ptrace sampler copies the whole stack: main is reached.
+    let (stderr, stacks) = run("ptrace");
+    assert!(!stderr.contains("deeper than the kernel's"), "{stderr}");
+    assert!(
+        stacks
+            .iter()
+            .any(|(s, _)| s.iter().any(|f| f == "deep_leaf")
+                && s.iter().any(|f| f == "main")
+                && s.iter().filter(|f| *f == "descend").count() == 97),
+        "{stacks:?}\n{stderr}"
+    );
+    let _ = fs::remove_file(out_file);
+}
+
+/// A program that for `argv[1]` seconds starts a thread that spins 100 ms in
+/// `short_lived` and exits, one after another.
+const COME_AND_GO: &str = r#"
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+static volatile unsigned long sink;
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+__attribute__((noinline)) static void *short_lived(void *arg) {
+    double end = now() + 0.1;
+    while (now() < end)
+        for (int i = 0; i < 10000; i++) sink += i;
+    return arg;
+}
+int main(int argc, char **argv) {
+    double end = now() + atof(argv[1]);
+    while (now() < end) {
+        pthread_t t;
+        pthread_create(&t, 0, short_lived, 0);
+        pthread_join(t, 0);
+    }
+    return 0;
+}
+"#;
+
+#[test]
+fn kernel_sampler_follows_threads_that_exit_between_samples() {
+    let exe = build_source("come_and_go", COME_AND_GO, &["-O1", "-g", "-pthread"]);
+    let out_file = temp("come-and-go.txt");
     let out = record_ok(&[
         "--sampler",
         "kernel",
+        "--rate",
+        "499",
         "-o",
         out_file.to_str().unwrap(),
         "--",
-        "python3",
-        "-c",
-        script,
+        exe.to_str().unwrap(),
+        "2",
     ]);
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("the kernel sampler does not read Python frames yet: the profile shows CPython's native frames")
-            && stderr.contains("by the kernel (perf_event_open) sampler"),
+        stderr.contains("by the kernel (perf_event_open) sampler")
+            && stderr.contains("the program exited with code 0"),
         "{stderr}"
     );
+    // About 20 threads lived 100 ms each: each is given an event at the next
+    // listing of the threads (every 20 ms) and sampled until it exits; on a
+    // busy machine fewer of them get a CPU, so the bounds are loose.
+    let sampled = summary_number(&stderr, "threads");
+    assert!(sampled >= 5, "{sampled} threads sampled: {stderr}");
+    assert!(!stderr.contains("could not be sampled"), "{stderr}");
     let stacks = collapsed(&out_file);
-    assert!(
-        count(&stacks, |f| f.starts_with("_PyEval_EvalFrame")) > 0
-            && count(&stacks, |f| f.starts_with("[py]")) == 0,
-        "{stacks:?}"
-    );
-    // By default a Python target keeps its [py] frames: ptrace samples it
-    // (from the start, or from when its interpreter is found), and says so.
-    let out = record_ok(&[
-        "-o",
-        out_file.to_str().unwrap(),
-        "--",
-        "python3",
-        "-c",
-        script,
-    ]);
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("by the ptrace sampler (a Python target;")
-            && (stderr.contains("the ptrace sampler took over after")
-                || stderr.contains("sampled with ptrace instead, which places [py] frames")),
-        "{stderr}"
-    );
-    let stacks = collapsed(&out_file);
-    assert!(
-        count(&stacks, |f| f.starts_with("[py]")) > 0,
-        "{stacks:?}\n{stderr}"
-    );
+    let n = count(&stacks, |f| f == "short_lived");
+    assert!(n >= 30, "{n} samples in short_lived: {stacks:?}\n{stderr}");
     let _ = fs::remove_file(out_file);
 }
