@@ -37,6 +37,9 @@ NEEDS=(
     "golang-go go"         # `go tool pprof` reads record's pprof output (tests/tests/e2e/record_pprof.rs)
     # README's CTest line under ctest (tests/tests/e2e/runners.rs).
     "cmake cmake"
+    # packaging/man: the man pages are checked with groff and `man -l` (tests/tests/e2e/packaging.rs).
+    "groff-base groff"
+    "man-db man"
 )
 
 have() {

@@ -28,6 +28,7 @@ mod jump_tables;
 mod lifecycle;
 mod many_args;
 mod names;
+mod packaging;
 mod python;
 mod python313;
 mod python_hook_refusal;
