@@ -37,6 +37,12 @@ NEEDS=(
     "golang-go go"         # `go tool pprof` reads record's pprof output (tests/tests/e2e/record_pprof.rs)
     # The guide's CTest line (docs/guide/crash-reports.md) under ctest (tests/tests/e2e/runners.rs).
     "cmake cmake"
+    # packaging/man: the man pages are checked with groff and `man -l` (tests/tests/e2e/packaging.rs).
+    "groff-base groff"
+    "man-db man"
+    # The Debian package test (tests/tests/e2e/deb.rs) boots a bookworm root under systemd.
+    "systemd-container systemd-nspawn"
+    "debootstrap debootstrap"
 )
 
 have() {
@@ -123,6 +129,16 @@ else
     cargo install -q --locked "cargo-machete@$MACHETE_VERSION"
 fi
 
+# cargo-deb (crates.io): builds the Debian package (`cargo deb -p argstash`) that
+# tests/tests/e2e/deb.rs installs in a booted bookworm container. Built from source once.
+CARGO_DEB_VERSION=3.8.0
+if cargo deb --version >/dev/null 2>&1; then
+    echo "setup: ok       cargo-deb"
+else
+    echo "setup: cargo install cargo-deb@$CARGO_DEB_VERSION"
+    cargo install -q --locked "cargo-deb@$CARGO_DEB_VERSION"
+fi
+
 # ptrace permission: informative only (tests attach to their own children).
 if [[ -r /proc/sys/kernel/yama/ptrace_scope ]] && [[ $(cat /proc/sys/kernel/yama/ptrace_scope) == 3 ]]; then
     echo "setup: warning: kernel.yama.ptrace_scope=3 forbids ptrace; argstash tests will fail" >&2
@@ -132,3 +148,7 @@ fi
 # 3.13-3.15, g++): built once (~1 min, ~800 MB) into /var/cache/argstash-sid/root,
 # kept afterwards; where it cannot be built it says why and those tests skip.
 bash "$(dirname "$0")/sid-root.sh" || echo "setup: warning: scripts/sid-root.sh failed; the tests that need the sid root will skip" >&2
+
+# The clean Debian 12 root the Debian package test boots (systemd, dbus; gcc downloaded
+# but not installed): built once (~2 min, ~400 MB) into /var/cache/argstash-deb/root.
+bash "$(dirname "$0")/deb-root.sh" || echo "setup: warning: scripts/deb-root.sh failed; the Debian package test will skip" >&2

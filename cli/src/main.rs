@@ -6,6 +6,7 @@
 mod args;
 mod bus;
 mod demo;
+mod docs;
 mod errors;
 mod ops;
 mod output;
@@ -17,13 +18,13 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use args::{BtArgs, EjectArgs, InjectArgs, ListArgs};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use injector::{backtrace_core_cached, BacktraceOptions, CoreFile, CoreOptions, DwarfCache};
 use ops::{Operations, Standalone};
 
 /// Stash function arguments on the stack of a running process, then read them back from any unwind.
 #[derive(Parser)]
-#[command(name = "argstash", version, about, long_about = None)]
+#[command(name = "argstash", version)]
 struct Cli {
     /// Send the subcommand through argstashd on this bus: system, session or a D-Bus address.
     #[arg(long, global = true, value_name = "BUS")]
@@ -49,6 +50,21 @@ enum Command {
     /// Start a command with hooks in place before its main; print every thread's
     /// backtrace if it crashes, times out or gets a chosen signal.
     Run(run::RunArgs),
+    /// Print a shell completion script for bash, zsh, fish, elvish or powershell.
+    ///
+    /// The Debian package installs those for bash, zsh and fish. Otherwise, e.g. for bash:
+    /// argstash completions bash > ~/.local/share/bash-completion/completions/argstash
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (argstash.1, argstash-SUBCOMMAND.1) into DIR.
+    #[command(hide = true)]
+    ManPages {
+        /// Directory to write them into (created if missing).
+        dir: PathBuf,
+    },
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -99,6 +115,8 @@ fn run(cli: Cli) -> Result<()> {
             ops.allows(Standalone::Run)?;
             std::process::exit(run::main(a))
         }
+        Command::Completions { shell } => docs::completions(Cli::command(), shell),
+        Command::ManPages { dir } => docs::man_pages(Cli::command(), &dir)?,
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use argstash_dbus::{BUS_NAME, MANAGER_PATH};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use zbus::connection::Builder;
 
 use crate::readers::ReaderCache;
@@ -59,6 +59,9 @@ struct Args {
     /// instead of /usr/lib/debug; repeat for several, in order.
     #[arg(long, value_name = "DIR")]
     debug_dir: Vec<PathBuf>,
+    /// Print the argstashd(8) man page (roff) and exit.
+    #[arg(long, hide = true, exclusive = true)]
+    print_man_page: bool,
 }
 
 async fn serve(args: Args) -> Result<()> {
@@ -117,6 +120,15 @@ async fn serve(args: Args) -> Result<()> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.print_man_page {
+        return match print_man_page() {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("argstashd: writing the man page: {e}");
+                std::process::ExitCode::from(1)
+            }
+        };
+    }
     // The daemon lives long and parses large files now and then (debug info), so
     // keep its heap from holding on to them: one glibc arena per worker thread
     // (one thread per target pid) would keep each thread's freed memory apart,
@@ -134,6 +146,13 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(1)
         }
     }
+}
+
+/// Writes argstashd(8) to stdout (scripts/packaging-files.sh keeps packaging/man/ current).
+fn print_man_page() -> std::io::Result<()> {
+    clap_mangen::Man::new(Args::command())
+        .section("8")
+        .render(&mut std::io::stdout())
 }
 
 /// `e` and its causes, each said once: a cause whose text an outer message

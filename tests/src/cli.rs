@@ -30,17 +30,29 @@ pub const E2E_TIMEOUT: Duration = Duration::from_secs(10);
 /// (`target/<profile>/deps/..`). Cargo releases its build lock before it
 /// runs tests, so the nested build does not deadlock.
 pub fn argstash() -> PathBuf {
-    if let Some(p) = std::env::var_os("ARGSTASH_BIN") {
+    static BUILD: Once = Once::new();
+    built_binary("ARGSTASH_BIN", "argstash", "argstash", &BUILD)
+}
+
+/// Path of the `argstashd` binary (package `argstashd` in `daemon/`), built on first
+/// use like [`argstash`]; `$ARGSTASHD_BIN` if set.
+pub fn argstashd() -> PathBuf {
+    static BUILD: Once = Once::new();
+    built_binary("ARGSTASHD_BIN", "argstashd", "argstashd", &BUILD)
+}
+
+/// `$env_var` if set, else `<profile dir>/bin` after one `cargo build -p package --bin bin`.
+fn built_binary(env_var: &str, package: &str, bin_name: &str, build: &Once) -> PathBuf {
+    if let Some(p) = std::env::var_os(env_var) {
         return PathBuf::from(p);
     }
-    static BUILD: Once = Once::new();
     let profile = profile_dir();
-    let bin = profile.join("argstash");
-    BUILD.call_once(|| {
+    let bin = profile.join(bin_name);
+    build.call_once(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.current_dir(workspace_root())
-            .args(["build", "--quiet", "-p", "argstash", "--bin", "argstash"]);
+            .args(["build", "--quiet", "-p", package, "--bin", bin_name]);
         if profile.file_name() == Some(OsStr::new("release")) {
             cmd.arg("--release");
         }
@@ -53,7 +65,7 @@ pub fn argstash() -> PathBuf {
         {
             cmd.arg("--target-dir").arg(target);
         }
-        check_tool(&mut cmd, "build the argstash binary");
+        check_tool(&mut cmd, &format!("build the {bin_name} binary"));
     });
     assert!(bin.is_file(), "{} missing after cargo build", bin.display());
     bin
