@@ -32,6 +32,8 @@ NEEDS=(
     "python3.11-dev -"
     "python3.11-venv -"
     "python3-pytest -"     # pytest for Debian's python3.11
+    # pip's own wheel: scripts/test-python.sh gives the sid root's venvs pip from it.
+    "python3-pip-whl -"
     # argstash record: its SVG flame graph is checked in a headless browser (tests/tests/e2e/record.rs).
     "chromium chromium"
     "golang-go go"         # `go tool pprof` reads record's pprof output (tests/tests/e2e/record_pprof.rs)
@@ -88,6 +90,14 @@ else
     echo "setup: python3 -m pip install maturin pytest"
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore maturin pytest
     python3 -c 'import maturin, pytest' || { echo "setup: maturin/pytest still missing for python3" >&2; exit 1; }
+fi
+# The wheel's check (scripts/test-python.sh): `auditwheel show` reads its manylinux tag.
+if python3 -c 'import auditwheel' >/dev/null 2>&1; then
+    echo "setup: ok       auditwheel (python3 -m pip)"
+else
+    echo "setup: python3 -m pip install auditwheel"
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore auditwheel
+    python3 -c 'import auditwheel' || { echo "setup: auditwheel still missing for python3" >&2; exit 1; }
 fi
 
 # The peers the benchmarks compare with (record_bench: py-spy record; `cargo bench -p
