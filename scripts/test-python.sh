@@ -14,14 +14,15 @@
 # missing. The extension has no abi3 build (private PEP 523 API), so each version
 # gets its own wheel, built on the host without running that interpreter (its
 # glibc is newer than the host's): pyo3 reads a config file written from the
-# root's own pyconfig.h (PYO3_CONFIG_FILE, which maturin honours). A wheel is
+# root's own pyconfig.h (PYO3_CONFIG_FILE, which maturin honours), by `maturin
+# build` after the build backend's `stage` step put the command in place. A wheel is
 # built once per version and source hash (target/pep523-sid/). Its tests run
 # inside the root, in a private mount namespace (unshare) holding the root's
 # /proc, a tmpfs /tmp and this checkout at /mnt: nothing is mounted or written
-# in the shared root itself. The root has no pip: the venv gets the pip wheel the
-# host's Python ships (/usr/share/python-wheels, or ensurepip's), as ensurepip
-# would, and that pip installs the argstash wheel; the same user checks follow. ARGSTASH_SID_PYTHONS="3.14" limits the versions;
-# ARGSTASH_HOST_PYTHON=0 skips the host's 3.11 runs.
+# in the shared root itself. The root has no pip: the venv gets pip from a current
+# pip wheel (scripts/setup.sh), as ensurepip would, and that pip installs the
+# argstash wheel; the same user checks follow. ARGSTASH_SID_PYTHONS="3.14" limits
+# the versions; ARGSTASH_HOST_PYTHON=0 skips the host's 3.11 runs.
 #
 # Exits non-zero if any run fails. Extra arguments go to pytest.
 #
@@ -144,15 +145,13 @@ if ((${#sid_versions[@]})); then
     sid=$target/pep523-sid
     mkdir -p "$sid"
     # What the wheel is built from: the extension's crate, the workspace crates it links,
-    # the lock file, the backend, and the staged command.
+    # the lock file, and the staged command.
     hash=$( { git ls-files -z --cached --others --exclude-standard -- pep523-ext/src pep523-ext/python pep523-ext/build.rs pep523-ext/Cargo.toml pep523-ext/pyproject.toml \
-        pep523-ext/build_backend trampolines injector reader Cargo.toml Cargo.lock; printf '%s\0' "$staged"; } \
+        trampolines injector reader Cargo.toml Cargo.lock; printf '%s\0' "$staged"; } \
         | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
-    # pip for the root's venvs (the root has none): the newest pip wheel the host ships.
-    pipwheel=$(ls /usr/share/python-wheels/pip-*.whl \
-        "$(python3 -c 'import ensurepip, os; print(os.path.dirname(ensurepip.__file__))')"/_bundled/pip-*.whl 2>/dev/null \
-        | awk -F/ '{print $NF "\t" $0}' | sort -V | tail -1 | cut -f2)
-    [[ -n $pipwheel ]] || { echo "test-python: no pip wheel on the host (python3.11-venv ships one; run scripts/setup.sh)" >&2; exit 1; }
+    # pip for the root's venvs (the root has none): a current pip wheel (scripts/setup.sh).
+    pipwheel=$(compgen -G "$target/python-wheels/pip-*.whl" | sort -V | tail -1 || true)
+    [[ -n $pipwheel ]] || { echo "test-python: no pip wheel in $target/python-wheels (run scripts/setup.sh)" >&2; exit 1; }
 fi
 for v in "${sid_versions[@]}"; do
     pyconfig=$root/usr/include/x86_64-linux-gnu/python$v/pyconfig.h
@@ -182,7 +181,7 @@ for v in "${sid_versions[@]}"; do
     echo "test-python: $root/usr/bin/python$v ($(chroot "$root" "python$v" -c 'import sys; print(sys.version.split()[0])')) in $venv"
     # Inside the namespace: the root's own /proc and a private /tmp, this checkout at
     # /mnt and the target dir at /mnt/target; chroot; a venv of the root's interpreter
-    # (with its pytest) into which pip (from the host's pip wheel, copied to the private
+    # (with its pytest) into which pip (from the pip wheel, copied to the private
     # /tmp) installs pip itself and then the argstash wheel; then the user checks, then
     # the suite.
     unshare --mount --propagation private -- bash -euo pipefail -c '

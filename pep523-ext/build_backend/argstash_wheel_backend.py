@@ -12,7 +12,8 @@ is: the ``argstash`` command is the native binary itself, not a Python launcher.
 The Cargo profile is ``wheel`` (the workspace's release profile without debug
 info, stripped) unless the maturin arguments (``MATURIN_PEP517_ARGS`` or the
 ``maturin.build-args`` config setting) name one with ``--profile``/``--release``;
-the CLI and the extension are built with the same profile. The platform tag is
+the CLI and the extension are built with the same profile, for the venv's base
+interpreter (the same build from every venv of it). The platform tag is
 pyproject.toml's ``[tool.maturin] compatibility`` (maturin's own PEP 517 entry
 defaults to a plain ``linux`` tag) unless the arguments name one.
 
@@ -94,6 +95,10 @@ def _profile_of(args: list[str]) -> str | None:
 
 
 def _settings(config_settings: Mapping[str, Any] | None, args: list[str]) -> dict[str, Any]:
+    # maturin builds for the venv's base interpreter (the same version and ABI): pyo3's
+    # build script sees the same interpreter path from every venv, so installing into
+    # another venv does not recompile pyo3 and the extension.
+    os.environ.setdefault("MATURIN_PEP517_USE_BASE_PYTHON", "1")
     out = dict(config_settings or {})
     out.pop("build-args", None)
     out["maturin.build-args"] = args
