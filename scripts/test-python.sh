@@ -15,7 +15,7 @@
 # gets its own wheel, built on the host without running that interpreter (its
 # glibc is newer than the host's): pyo3 reads a config file written from the
 # root's own pyconfig.h (PYO3_CONFIG_FILE, which maturin honours), by `maturin
-# build` after the build backend's `stage` step put the command in place. A wheel is
+# build` run by the build backend after it put the command in place. A wheel is
 # built once per version and source hash (target/pep523-sid/). Its tests run
 # inside the root, in a private mount namespace (unshare) holding the root's
 # /proc, a tmpfs /tmp and this checkout at /mnt: nothing is mounted or written
@@ -138,16 +138,15 @@ fi
 
 if ((${#sid_versions[@]})); then
     # The suite runs the CLI inside the root; a host build runs there (its glibc is newer).
-    # The same binary is the wheel's `argstash` command, staged for maturin by the backend.
+    # The same binary is the wheel's `argstash` command.
     cargo build -q -p argstash
-    staged=$(python3 pep523-ext/build_backend/argstash_wheel_backend.py stage --profile dev)
     mkdir -p "$PWD/target"
     sid=$target/pep523-sid
     mkdir -p "$sid"
     # What the wheel is built from: the extension's crate, the workspace crates it links,
     # the lock file, and the staged command.
     hash=$( { git ls-files -z --cached --others --exclude-standard -- pep523-ext/src pep523-ext/python pep523-ext/build.rs pep523-ext/Cargo.toml pep523-ext/pyproject.toml \
-        trampolines injector reader Cargo.toml Cargo.lock; printf '%s\0' "$staged"; } \
+        trampolines injector reader Cargo.toml Cargo.lock; printf '%s\0' "$target/debug/argstash"; } \
         | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
     # pip for the root's venvs (the root has none): a current pip wheel (scripts/setup.sh).
     pipwheel=$(compgen -G "$target/python-wheels/pip-*.whl" | sort -V | tail -1 || true)
@@ -168,7 +167,8 @@ for v in "${sid_versions[@]}"; do
         printf '%s\n' implementation=CPython "version=$v" shared=true abi3=false pointer_width=64 \
             "build_flags=$(IFS=,; echo "${flags[*]}")" suppress_build_script_link_lines=false >"$cfg"
         echo "test-python: building the extension for CPython $v (pyo3 config from $pyconfig)"
-        if ! PYO3_CONFIG_FILE=$cfg python3 -m maturin build -q -m pep523-ext/Cargo.toml -i "python$v" -o "$wheels"; then
+        if ! PYO3_CONFIG_FILE=$cfg python3 pep523-ext/build_backend/argstash_wheel_backend.py maturin-build --profile dev \
+            -q -i "python$v" -o "$wheels"; then
             echo "test-python: the extension did not build for CPython $v" >&2
             rm -rf "$wheels"
             status=1

@@ -17,12 +17,19 @@ interpreter (the same build from every venv of it). The platform tag is
 pyproject.toml's ``[tool.maturin] compatibility`` (maturin's own PEP 517 entry
 defaults to a plain ``linux`` tag) unless the arguments name one.
 
-Run as a script, ``python3 argstash_wheel_backend.py stage [--profile NAME]``
-only builds and stages the CLI: for ``maturin build`` run directly.
+The data directory is one per checkout, so a build holds an exclusive lock
+(``build/wheel-data.lock`` next to it) from staging until maturin has written the
+wheel: two builds at once (two pips, or a pip and the tests) take turns.
+
+Run as a script, ``python3 argstash_wheel_backend.py maturin-build [--profile NAME]
+[MATURIN BUILD ARGS...]`` stages the CLI and runs ``maturin build`` under the same
+lock (the tests use it to build wheels for interpreters they cannot run here).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -144,6 +151,19 @@ def stage_cli(profile: str) -> Path:
     return dest
 
 
+@contextlib.contextmanager
+def staging_lock():
+    """Holds the data directory's lock: staging and packing by one build at a time."""
+    build = PROJECT / "build"
+    build.mkdir(exist_ok=True)
+    fd = os.open(build / "wheel-data.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 # ---- PEP 517 hooks (maturin's, after the platform check and the CLI build) ----
 
 
@@ -163,8 +183,9 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     check_platform()
     args = _maturin_args(config_settings)
-    stage_cli(_profile_of(args))
-    return maturin.build_wheel(wheel_directory, _settings(config_settings, args), metadata_directory)
+    with staging_lock():
+        stage_cli(_profile_of(args))
+        return maturin.build_wheel(wheel_directory, _settings(config_settings, args), metadata_directory)
 
 
 def build_sdist(sdist_directory, config_settings=None):
@@ -181,9 +202,14 @@ get_requires_for_build_sdist = maturin.get_requires_for_build_sdist
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="Build the `argstash` command and stage it as the wheel's scripts data.")
-    parser.add_argument("action", choices=["stage"])
+    parser = argparse.ArgumentParser(
+        description="Build the `argstash` command, stage it as the wheel's scripts data and run `maturin build`."
+    )
+    parser.add_argument("action", choices=["maturin-build"])
     parser.add_argument("--profile", default=DEFAULT_PROFILE, help=f"Cargo profile (default: {DEFAULT_PROFILE})")
-    ns = parser.parse_args()
+    ns, rest = parser.parse_known_args()
     check_platform()
-    print(stage_cli(ns.profile))
+    with staging_lock():
+        stage_cli(ns.profile)
+        cmd = [sys.executable, "-m", "maturin", "build", "--profile", ns.profile, *rest]
+        sys.exit(subprocess.run(cmd, cwd=PROJECT).returncode)
