@@ -188,6 +188,18 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         return maturin.build_wheel(wheel_directory, _settings(config_settings, args), metadata_directory)
 
 
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    check_platform()
+    args = _maturin_args(config_settings)
+    with staging_lock():
+        stage_cli(_profile_of(args))
+        return maturin.build_editable(wheel_directory, _settings(config_settings, args), metadata_directory)
+
+
+get_requires_for_build_editable = get_requires_for_build_wheel
+prepare_metadata_for_build_editable = prepare_metadata_for_build_wheel
+
+
 def build_sdist(sdist_directory, config_settings=None):
     # The sdist holds the extension's sources only (maturin's choice of files), not cli/.
     raise SystemExit(
