@@ -95,6 +95,24 @@ else
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore maturin pytest
     python3 -c 'import maturin, pytest' || { echo "setup: maturin/pytest still missing for python3" >&2; exit 1; }
 fi
+# The wheel's check (scripts/test-python.sh): `auditwheel show` reads its manylinux tag.
+if python3 -c 'import auditwheel' >/dev/null 2>&1; then
+    echo "setup: ok       auditwheel (python3 -m pip)"
+else
+    echo "setup: python3 -m pip install auditwheel"
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore auditwheel
+    python3 -c 'import auditwheel' || { echo "setup: auditwheel still missing for python3" >&2; exit 1; }
+fi
+# A current pip, as a wheel under the target dir: the sid root has no pip, and
+# scripts/test-python.sh installs the argstash wheel there with this one (Debian 12's
+# pip 23 fails under CPython 3.15: importlib.metadata's Distribution changed).
+pip_wheels=${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}/python-wheels
+if compgen -G "$pip_wheels/pip-*.whl" >/dev/null; then
+    echo "setup: ok       pip wheel ($(cd "$pip_wheels" && echo pip-*.whl))"
+else
+    echo "setup: python3 -m pip download pip -d $pip_wheels"
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$pip_wheels" pip
+fi
 
 # The peers the benchmarks compare with (record_bench: py-spy record; `cargo bench -p
 # argstashd --bench python_bt`: py-spy dump --native, pystack remote --native):

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The pep523-ext tests (the `argstash` Python module): builds the wheel once with
-# maturin, then for each CPython 3.11 build present (the `python3` on PATH, and
-# Debian's static-libpython /usr/bin/python3.11 when it is another interpreter)
-# installs it into a fresh venv under target/ and runs `pytest pep523-ext/tests`.
+# The pep523-ext tests (the `argstash` Python package) and its wheel as users get it:
+# builds the wheel once through its own build backend, as pip does (pip wheel,
+# pep523-ext/build_backend: maturin plus the `argstash` command), then for each
+# CPython 3.11 build present (the `python3` on PATH, and Debian's static-libpython
+# /usr/bin/python3.11 when it is another interpreter) pip-installs it into a fresh
+# venv under target/, checks what a user does with it (scripts/test-wheel-user.sh:
+# the venv's `argstash` command, its --version, --help and demo, a pytest run with
+# the plugin's fixture) and runs `pytest pep523-ext/tests`.
 #
 # Then the same suite under CPython 3.13, 3.14 and 3.15 of the sid root
 # (scripts/sid-root.sh; ARGSTASH_SID_ROOT overrides its path), each skipped with
@@ -10,17 +14,22 @@
 # missing. The extension has no abi3 build (private PEP 523 API), so each version
 # gets its own wheel, built on the host without running that interpreter (its
 # glibc is newer than the host's): pyo3 reads a config file written from the
-# root's own pyconfig.h (PYO3_CONFIG_FILE, which maturin honours). A wheel is
+# root's own pyconfig.h (PYO3_CONFIG_FILE, which maturin honours), by `maturin
+# build` run by the build backend after it put the command in place. A wheel is
 # built once per version and source hash (target/pep523-sid/). Its tests run
 # inside the root, in a private mount namespace (unshare) holding the root's
 # /proc, a tmpfs /tmp and this checkout at /mnt: nothing is mounted or written
-# in the shared root itself. ARGSTASH_SID_PYTHONS="3.14" limits the versions;
-# ARGSTASH_HOST_PYTHON=0 skips the host's 3.11 runs.
+# in the shared root itself. The root has no pip: the venv gets pip from a current
+# pip wheel (scripts/setup.sh), as ensurepip would, and that pip installs the
+# argstash wheel; the same user checks follow. ARGSTASH_SID_PYTHONS="3.14" limits
+# the versions; ARGSTASH_HOST_PYTHON=0 skips the host's 3.11 runs.
 #
 # Exits non-zero if any run fails. Extra arguments go to pytest.
 #
 # Dev profile: the tests need no optimised Rust (the hot path is generated code),
-# and it shares compiled crates with `cargo test`. Needs scripts/setup.sh.
+# and it shares compiled crates with `cargo test` (the wheel's `argstash` is
+# target/debug/argstash). Users' installs build the `wheel` profile. Needs
+# scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
@@ -50,14 +59,52 @@ status=0
 if ((${#interpreters[@]})); then
     wheels=$target/wheels/pep523
     rm -rf "$wheels"
-    python3 -m maturin build -m pep523-ext/Cargo.toml -i "${interpreters[0]}" -o "$wheels"
+    # pip runs the project's build backend (pyproject.toml) in this checkout, with the
+    # host's maturin (no build isolation: nothing is downloaded). The tag is cp311.
+    MATURIN_PEP517_ARGS="--profile dev" "${interpreters[0]}" -m pip wheel -q --no-build-isolation --no-deps \
+        -w "$wheels" ./pep523-ext
     wheel=$(echo "$wheels"/argstash-*.whl)
+    # Its tag is one auditwheel agrees with, for every ELF file in it (the command too).
+    tag=manylinux_2_34_x86_64
+    [[ $wheel == *-$tag.whl ]] || { echo "test-python: FAIL: $wheel is not tagged $tag" >&2; status=1; }
+    audit=$(python3 -m auditwheel show "$wheel")
+    if grep -qF "consistent with the following platform tag: \"$tag\"" <<<"${audit//$'\n'/ }"; then
+        echo "test-python: ok: auditwheel show: $tag"
+    else
+        echo "test-python: FAIL: auditwheel show does not confirm $tag:"$'\n'"$audit" >&2
+        status=1
+    fi
+fi
+# An unsupported platform is refused with a message, by pip (the wheel's tag) and by
+# the build backend (from source). Provoked for real: under `setarch i686` the kernel
+# reports an i686 machine (uname), so Python and pip see linux-i686.
+if ((${#interpreters[@]})); then
+    py=${interpreters[0]}
+    if ! setarch i686 true 2>/dev/null; then
+        echo "test-python: skipping the unsupported-platform checks: setarch i686 does not run here"
+    else
+        refuse() { # expected-text command...
+            local want=$1 out; shift
+            if out=$("$@" 2>&1); then
+                echo "test-python: FAIL: '$*' succeeded under setarch i686" >&2; status=1
+            elif grep -qF -- "$want" <<<"$out"; then
+                echo "test-python: ok: refused on i686: $(grep -F -- "$want" <<<"$out" | head -1 | sed 's/^ *//')"
+            else
+                echo "test-python: FAIL: '$*' under setarch i686 did not say '$want':"$'\n'"$out" >&2; status=1
+            fi
+        }
+        refuse "is not a supported wheel on this platform" \
+            setarch i686 "$py" -m pip install --dry-run --no-index --no-deps "$wheel"
+        refuse "argstash cannot be built or run on Linux i686: it supports only Linux on x86_64" \
+            setarch i686 "$py" -m pip wheel -q --no-build-isolation --no-deps -w "$target/wheels/refused" ./pep523-ext
+    fi
 fi
 for py in "${interpreters[@]}"; do
     if [[ $py == /usr/bin/* ]]; then venv=$target/py-venv-debian; else venv=$target/py-venv; fi
     echo "test-python: $py ($("$py" -c 'import sys; print(sys.version.split()[0])')) in $venv"
     "$py" -m venv --clear --system-site-packages "$venv"
     "$venv/bin/python" -m pip install -q --no-index --no-deps "$wheel"
+    scripts/test-wheel-user.sh "$venv" || status=$?
     "$venv/bin/python" -m pytest -q pep523-ext/tests "$@" || status=$?
 done
 
@@ -91,14 +138,19 @@ fi
 
 if ((${#sid_versions[@]})); then
     # The suite runs the CLI inside the root; a host build runs there (its glibc is newer).
+    # The same binary is the wheel's `argstash` command.
     cargo build -q -p argstash
     mkdir -p "$PWD/target"
     sid=$target/pep523-sid
     mkdir -p "$sid"
-    # What the extension is built from: its crate, the workspace crates it links, the lock file.
-    hash=$(git ls-files -z --cached --others --exclude-standard -- pep523-ext/src pep523-ext/python pep523-ext/build.rs pep523-ext/Cargo.toml pep523-ext/pyproject.toml \
-        trampolines injector reader Cargo.toml Cargo.lock \
+    # What the wheel is built from: the extension's crate, the workspace crates it links,
+    # the lock file, and the staged command.
+    hash=$( { git ls-files -z --cached --others --exclude-standard -- pep523-ext/src pep523-ext/python pep523-ext/build.rs pep523-ext/Cargo.toml pep523-ext/pyproject.toml \
+        trampolines injector reader Cargo.toml Cargo.lock; printf '%s\0' "$target/debug/argstash"; } \
         | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+    # pip for the root's venvs (the root has none): a current pip wheel (scripts/setup.sh).
+    pipwheel=$(compgen -G "$target/python-wheels/pip-*.whl" | sort -V | tail -1 || true)
+    [[ -n $pipwheel ]] || { echo "test-python: no pip wheel in $target/python-wheels (run scripts/setup.sh)" >&2; exit 1; }
 fi
 for v in "${sid_versions[@]}"; do
     pyconfig=$root/usr/include/x86_64-linux-gnu/python$v/pyconfig.h
@@ -115,7 +167,8 @@ for v in "${sid_versions[@]}"; do
         printf '%s\n' implementation=CPython "version=$v" shared=true abi3=false pointer_width=64 \
             "build_flags=$(IFS=,; echo "${flags[*]}")" suppress_build_script_link_lines=false >"$cfg"
         echo "test-python: building the extension for CPython $v (pyo3 config from $pyconfig)"
-        if ! PYO3_CONFIG_FILE=$cfg python3 -m maturin build -q -m pep523-ext/Cargo.toml -i "python$v" -o "$wheels"; then
+        if ! PYO3_CONFIG_FILE=$cfg python3 pep523-ext/build_backend/argstash_wheel_backend.py maturin-build --profile dev \
+            -q -i "python$v" -o "$wheels"; then
             echo "test-python: the extension did not build for CPython $v" >&2
             rm -rf "$wheels"
             status=1
@@ -128,21 +181,28 @@ for v in "${sid_versions[@]}"; do
     echo "test-python: $root/usr/bin/python$v ($(chroot "$root" "python$v" -c 'import sys; print(sys.version.split()[0])')) in $venv"
     # Inside the namespace: the root's own /proc and a private /tmp, this checkout at
     # /mnt and the target dir at /mnt/target; chroot; a venv of the root's interpreter
-    # (with its pytest) into which the wheel is unpacked (the install: the .pth file
-    # at the top of site-packages, the package, its dist-info with the plugin's entry point).
+    # (with its pytest) into which pip (from the pip wheel, copied to the private
+    # /tmp) installs pip itself and then the argstash wheel; then the user checks, then
+    # the suite.
     unshare --mount --propagation private -- bash -euo pipefail -c '
-        root=$1 repo=$2 target=$3 venv=$4 wheel=$5 v=$6; shift 6
+        root=$1 repo=$2 target=$3 venv=$4 wheel=$5 v=$6 pipwheel=$7; shift 7
         mount -t proc proc "$root/proc"
         mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
         mount --bind "$repo" "$root/mnt"
         mount --bind "$target" "$root/mnt/target"
         inner=/mnt/target/${venv#"$target"/}
-        chroot "$root" "python$v" -m venv --without-pip --system-site-packages "$inner"
-        site=$(chroot "$root" "$inner/bin/python" -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])")
-        python3 -m zipfile -e "$wheel" "$root$site"
-        exec chroot "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 \
-            XDG_CACHE_HOME=/tmp/xdg-cache PYTHONDONTWRITEBYTECODE=1 ARGSTASH_BIN=/mnt/target/debug/argstash \
-            CARGO_TARGET_DIR=/mnt/target "$inner/bin/python" -m pytest -q -rs -p no:cacheprovider /mnt/pep523-ext/tests "$@"
-    ' sid-pytest "$root" "$PWD" "$target" "$venv" "$wheel" "$v" "$@" || status=$?
+        cp "$pipwheel" "$wheel" "$root/tmp/"
+        in_root() {
+            chroot "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 \
+                XDG_CACHE_HOME=/tmp/xdg-cache PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+                PYTHONWARNINGS=ignore::SyntaxWarning ARGSTASH_BIN=/mnt/target/debug/argstash \
+                CARGO_TARGET_DIR=/mnt/target "$@"
+        }
+        in_root "python$v" -m venv --without-pip --system-site-packages "$inner"
+        in_root "$inner/bin/python" "/tmp/${pipwheel##*/}/pip" install -q --no-index --no-deps "/tmp/${pipwheel##*/}"
+        in_root "$inner/bin/pip" install -q --no-index --no-deps "/tmp/${wheel##*/}"
+        in_root /mnt/scripts/test-wheel-user.sh "$inner"
+        in_root "$inner/bin/python" -m pytest -q -rs -p no:cacheprovider /mnt/pep523-ext/tests "$@"
+    ' sid-pytest "$root" "$PWD" "$target" "$venv" "$wheel" "$v" "$pipwheel" "$@" || status=$?
 done
 exit "$status"
