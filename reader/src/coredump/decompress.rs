@@ -190,11 +190,24 @@ mod tests {
         lz4.write_all(&data).unwrap();
         let lz4 = lz4.finish().unwrap();
         let mut out = Vec::new();
-        decompress(&lz4[..], Compression::Lz4, &mut out, 1 << 20, LimitReason::Caller).unwrap();
+        decompress(
+            &lz4[..],
+            Compression::Lz4,
+            &mut out,
+            1 << 20,
+            LimitReason::Caller,
+        )
+        .unwrap();
         assert_eq!(out, data);
 
         let mut out = Vec::new();
-        match decompress(&packed[..], Compression::Xz, &mut out, 1000, LimitReason::Caller) {
+        match decompress(
+            &packed[..],
+            Compression::Xz,
+            &mut out,
+            1000,
+            LimitReason::Caller,
+        ) {
             Err(DecompressProblem::TooLarge { limit: 1000, .. }) => {}
             other => panic!("expected TooLarge, got {other:?}"),
         }

@@ -97,14 +97,8 @@ pub fn read_attrs(file: &File) -> CoredumpAttrs {
         };
         let mut value = vec![0u8; MAX_VALUE];
         // SAFETY: `cname` is NUL-terminated, `value` is writable for its length.
-        let len = unsafe {
-            libc::fgetxattr(
-                fd,
-                cname.as_ptr(),
-                value.as_mut_ptr().cast(),
-                value.len(),
-            )
-        };
+        let len =
+            unsafe { libc::fgetxattr(fd, cname.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
         if len < 0 {
             continue;
         }

@@ -296,11 +296,7 @@ pub fn list(dir: &Path) -> Result<Vec<StoredCore>, CoredumpError> {
             size,
         });
     }
-    cores.sort_by(|a, b| {
-        b.usec()
-            .cmp(&a.usec())
-            .then_with(|| b.path.cmp(&a.path))
-    });
+    cores.sort_by(|a, b| b.usec().cmp(&a.usec()).then_with(|| b.path.cmp(&a.path)));
     Ok(cores)
 }
 
@@ -317,7 +313,11 @@ pub fn select(dir: &Path, selector: &Selector) -> Result<Selection, CoredumpErro
             pattern,
         });
     }
-    let mut matching: Vec<StoredCore> = all.iter().filter(|c| selector.matches(c)).cloned().collect();
+    let mut matching: Vec<StoredCore> = all
+        .iter()
+        .filter(|c| selector.matches(c))
+        .cloned()
+        .collect();
     if matching.is_empty() {
         return Err(CoredumpError::NoMatch {
             selector: selector.clone(),
@@ -351,7 +351,7 @@ fn free_space(file: &File) -> Option<u64> {
     }
     // SAFETY: fstatvfs returned 0, so it filled the struct.
     let st = unsafe { st.assume_init() };
-    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Opens a stored core as a [`CoreFile`]: checked on its descriptor, decompressed
