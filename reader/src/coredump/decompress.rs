@@ -13,6 +13,10 @@ use std::io::{self, BufReader, Read, Write};
 /// stored decompresses to more.
 pub const SYSTEMD_MAX_CORE: u64 = 32 << 30;
 
+/// Most memory the xz decoder may take for its dictionary, in KiB: 256 MiB, four
+/// times what `xz -9` (64 MiB dictionary) needs; a stream asking for more is refused.
+const XZ_MEMORY_KIB: u32 = 256 * 1024;
+
 /// Why a stored core could not be decompressed.
 #[derive(Debug, thiserror::Error)]
 pub enum DecompressProblem {
@@ -139,8 +143,12 @@ pub fn decompress<R: Read, W: Write>(
                 .map_err(|e| e.to_string())
         }
         Compression::Xz => {
-            let mut buffered = BufReader::new(&mut src);
-            lzma_rs::xz_decompress(&mut buffered, &mut out).map_err(|e| e.to_string())
+            // Streams with a bounded dictionary (lzma-rs's xz decoder keeps its
+            // whole output in memory until the stream ends).
+            let mut d = lzma_rust2::XzReader::new_mem_limit(&mut src, true, XZ_MEMORY_KIB);
+            io::copy(&mut d, &mut out)
+                .map(drop)
+                .map_err(|e| e.to_string())
         }
     };
     if out.over {

@@ -289,6 +289,10 @@ fn stashed(frame: &Value) -> Vec<u64> {
         .collect()
 }
 
+fn pid_s_of(pid: i32) -> String {
+    pid.to_string()
+}
+
 fn reap(c: &mut Crashed) {
     let status = c.target.wait_exit(Duration::from_secs(10)).expect("reaped");
     assert_eq!(status.signal(), Some(libc::SIGSEGV), "{status:?}");
@@ -313,7 +317,41 @@ fn coredump_shows_the_stashed_arguments_of_a_hooked_crash() {
     .unwrap();
     let small_store = TempDir::new("small-store");
     let cut = store_with_systemd(c.pid, &c.core, small_store.path(), Some(&conf));
+    // Uncompressed (Compress=no), and from it the other formats systemd-coredump
+    // writes where it is built with them: LZ4 frame and xz, by the lz4 and xz tools.
+    let plain_conf = small.path().join("plain.conf");
+    fs::write(&plain_conf, "[Coredump]\nCompress=no\n").unwrap();
+    let plain_store = TempDir::new("plain-store");
+    let plain = store_with_systemd(c.pid, &c.core, plain_store.path(), Some(&plain_conf));
     reap(&mut c);
+    let plain_name = plain.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(
+        plain_name.ends_with(&format!(".{}", c.pid)) || !plain_name.ends_with(".zst"),
+        "{plain_name}"
+    );
+    let formats = TempDir::new("formats");
+    for (tool, suffix, pid) in [("lz4", "lz4", 9001), ("xz", "xz", 9002)] {
+        let dst = formats
+            .path()
+            .join(format!("core.{}.0.{BOOT}.{pid}.2000000.{suffix}", c.comm));
+        let out = Command::new(tool)
+            .args(["-c", "-q"])
+            .stdin(fs::File::open(&plain).unwrap())
+            .stdout(fs::File::create(&dst).unwrap())
+            .status()
+            .unwrap_or_else(|e| panic!("{tool}: {e}"));
+        assert!(out.success(), "{tool}: {out:?}");
+    }
+    fs::copy(&plain, formats.path().join(&plain_name)).unwrap();
+    for spec in ["9001", "9002", pid_s_of(c.pid).as_str()] {
+        let (bt, stderr) = ok_json(formats.path(), &["bt", "--coredump", spec, "--json"]);
+        let frames = thread_frames(bt_thread(&bt, c.pid).expect("main thread")).clone();
+        let hooked = frames
+            .iter()
+            .find(|f| f["function"] == json!("stash_me"))
+            .unwrap_or_else(|| panic!("{spec}: no stash_me: {bt:#} {stderr}"));
+        assert_eq!(stashed(hooked), c.printed, "{spec}: {stderr}");
+    }
 
     // What systemd-coredump stored: name, compression, attributes, owner.
     let name = stored.file_name().unwrap().to_str().unwrap().to_string();
