@@ -130,7 +130,9 @@ pub fn decompress<R: Read, W: Write>(
         Compression::None => io::copy(&mut src, &mut out)
             .map(drop)
             .map_err(|e| e.to_string()),
-        Compression::Zstd => match ruzstd::decoding::StreamingDecoder::new(&mut src) {
+        // libzstd, as systemd-coredump itself links; its decoder refuses windows
+        // over 128 MiB (ZSTD_WINDOWLOG_LIMIT_DEFAULT), which bounds its memory.
+        Compression::Zstd => match zstd::stream::read::Decoder::new(&mut src) {
             Ok(mut d) => io::copy(&mut d, &mut out)
                 .map(drop)
                 .map_err(|e| e.to_string()),
