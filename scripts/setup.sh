@@ -43,7 +43,31 @@ NEEDS=(
     # The Debian package test (tests/tests/e2e/deb.rs) boots a bookworm root under systemd.
     "systemd-container systemd-nspawn"
     "debootstrap debootstrap"
+    # bt --coredump reads cores stored by the real systemd-coredump (tests/tests/e2e/coredump.rs).
+    "systemd-coredump coredumpctl"
 )
+
+# systemd-coredump's postinst points kernel.core_pattern at itself (and sets
+# core_pipe_limit and suid_dumpable). The core tests need the kernel to write a
+# plain file and the coredump test runs systemd-coredump itself, so the three
+# settings are put back as they were after an install, and its sysctl.d file is
+# masked so they stay so.
+CORE_SYSCTLS=(kernel/core_pattern kernel/core_pipe_limit fs/suid_dumpable)
+saved_sysctls=()
+for k in "${CORE_SYSCTLS[@]}"; do
+    saved_sysctls+=("$(cat "/proc/sys/$k" 2>/dev/null || true)")
+done
+restore_sysctls() {
+    local i k
+    for i in "${!CORE_SYSCTLS[@]}"; do
+        k=${CORE_SYSCTLS[$i]}
+        [[ -n ${saved_sysctls[$i]} ]] || continue
+        if [[ $(cat "/proc/sys/$k") != "${saved_sysctls[$i]}" ]]; then
+            echo "setup: restoring $k = ${saved_sysctls[$i]}"
+            printf '%s\n' "${saved_sysctls[$i]}" | "${sudo[@]}" tee "/proc/sys/$k" >/dev/null
+        fi
+    done
+}
 
 have() {
     local pkg=$1 cmd=$2
@@ -76,6 +100,7 @@ if ((${#missing[@]})); then
     "${sudo[@]}" apt-get update -q
     echo "setup: apt-get install ${missing[*]}"
     "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+    restore_sysctls
     for need in "${NEEDS[@]}"; do
         read -r pkg cmd <<<"$need"
         have "$pkg" "$cmd" || { echo "setup: $pkg still missing after install" >&2; exit 1; }
@@ -83,6 +108,10 @@ if ((${#missing[@]})); then
     echo "setup: installed ${missing[*]}"
 else
     echo "setup: nothing to install"
+fi
+if [[ ! -e /etc/sysctl.d/50-coredump.conf ]] && have systemd-coredump -; then
+    echo "setup: masking /usr/lib/sysctl.d/50-coredump.conf (keeps kernel.core_pattern as it is)"
+    if ((EUID == 0)); then ln -s /dev/null /etc/sysctl.d/50-coredump.conf; else sudo ln -s /dev/null /etc/sysctl.d/50-coredump.conf; fi
 fi
 
 # pep523-ext: maturin builds the `argstash` wheel and pytest runs its tests under the

@@ -212,18 +212,23 @@ pub struct ListArgs {
 
 /// `bt`.
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("from_core").args(["core", "coredump"])))]
 pub struct BtArgs {
     /// Target process id.
-    #[arg(long, required_unless_present = "core", conflicts_with_all = ["core", "exe", "sysroot"])]
+    #[arg(long, required_unless_present_any = ["core", "coredump"], conflicts_with_all = ["core", "coredump", "exe", "sysroot"])]
     pub pid: Option<Pid>,
     /// Read a core file instead of a live process.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "coredump")]
     pub core: Option<PathBuf>,
-    /// With --core: the crashed program's executable, if not at the path the core records.
-    #[arg(long, value_name = "PATH", requires = "core")]
+    /// Read a core stored by systemd-coredump: `latest`, a crashed PID, or a program
+    /// NAME (its command name or executable); the newest match is read.
+    #[arg(long, value_name = "PID|latest|NAME")]
+    pub coredump: Option<String>,
+    /// With --core or --coredump: the crashed program's executable, if not at the path the core records.
+    #[arg(long, value_name = "PATH", requires = "from_core")]
     pub exe: Option<PathBuf>,
-    /// With --core: resolve the core's mapped file paths under this directory.
-    #[arg(long, value_name = "DIR", requires = "core")]
+    /// With --core or --coredump: resolve the core's mapped file paths under this directory.
+    #[arg(long, value_name = "DIR", requires = "from_core")]
     pub sysroot: Option<PathBuf>,
     /// Only this thread.
     #[arg(long)]
@@ -236,7 +241,7 @@ pub struct BtArgs {
     pub show_trampolines: bool,
     /// Stop every thread to read it, even one blocked in a system call (read
     /// without a stop by default, so its call is not interrupted).
-    #[arg(long, conflicts_with = "core")]
+    #[arg(long, conflicts_with = "from_core")]
     pub always_stop: bool,
     /// Show only the Python frames of a CPython process.
     #[arg(long, action = clap::ArgAction::Count, conflicts_with = "native")]

@@ -167,7 +167,7 @@ impl Operations for Bus {
     fn allows(&self, what: Standalone) -> Result<()> {
         match what {
             Standalone::Core => {
-                bail!("`bt --core` reads the core file here, not through the daemon: drop --bus")
+                bail!("`bt --core` and `bt --coredump` read the core here, not through the daemon: drop --bus")
             }
             Standalone::Demo => bail!("`demo` runs standalone only: drop --bus"),
             Standalone::Run => bail!("`run` starts the command itself: drop --bus"),

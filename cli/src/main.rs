@@ -19,7 +19,9 @@ use std::process::ExitCode;
 use anyhow::Result;
 use args::{BtArgs, EjectArgs, InjectArgs, ListArgs};
 use clap::{CommandFactory, Parser, Subcommand};
-use injector::{backtrace_core_cached, BacktraceOptions, CoreFile, CoreOptions, DwarfCache};
+use injector::{
+    backtrace_core_cached, coredump, BacktraceOptions, CoreFile, CoreOptions, DwarfCache,
+};
 use ops::{Operations, Standalone};
 
 /// Stash function arguments on the stack of a running process, then read them back from any unwind.
@@ -91,7 +93,15 @@ fn run(cli: Cli) -> Result<()> {
                 (_, Some(core)) => {
                     ops.allows(Standalone::Core)?;
                     let opts = ops::bt_options(&a);
-                    bt_core(core, a.exe.clone(), a.sysroot.clone(), &opts, a.json, view)?
+                    let core = open_core(core, a.exe.clone(), a.sysroot.clone())?;
+                    bt_core(&core, &opts, a.json, view)?
+                }
+                (_, None) if a.coredump.is_some() => {
+                    ops.allows(Standalone::Core)?;
+                    let opts = ops::bt_options(&a);
+                    let spec = a.coredump.as_deref().unwrap_or("latest");
+                    let core = open_coredump(spec, a.exe.clone(), a.sysroot.clone())?;
+                    bt_core(&core, &opts, a.json, view)?
                 }
                 (Some(pid), None) => {
                     let (bt, warnings) = ops.backtrace(pid, &a)?;
@@ -100,7 +110,9 @@ fn run(cli: Cli) -> Result<()> {
                     }
                     output::print_backtrace(&bt, a.json, view);
                 }
-                (None, None) => anyhow::bail!("give --pid PID or --core FILE"),
+                (None, None) => {
+                    anyhow::bail!("give --pid PID, --core FILE or --coredump PID|latest|NAME")
+                }
             }
         }
         Command::Record(a) => {
@@ -121,15 +133,8 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-/// `bt --core`: unwinds a core file; files it maps that are missing here are named on stderr.
-fn bt_core(
-    path: &Path,
-    exe: Option<PathBuf>,
-    sysroot: Option<PathBuf>,
-    opts: &BacktraceOptions,
-    json: bool,
-    view: output::View,
-) -> Result<()> {
+/// Checks `--exe` and `--sysroot` as given with `--core` or `--coredump`.
+fn core_options(exe: Option<PathBuf>, sysroot: Option<PathBuf>) -> Result<CoreOptions> {
     if let Some(exe) = &exe {
         anyhow::ensure!(
             exe.is_file(),
@@ -144,8 +149,60 @@ fn bt_core(
             root.display()
         );
     }
-    let core = CoreFile::open(path, CoreOptions { exe, sysroot })?;
-    let bt = backtrace_core_cached(&core, opts, &DwarfCache::from_env())?;
+    Ok(CoreOptions { exe, sysroot })
+}
+
+/// `bt --core FILE`: the core file, opened where it is.
+fn open_core(path: &Path, exe: Option<PathBuf>, sysroot: Option<PathBuf>) -> Result<CoreFile> {
+    Ok(CoreFile::open(path, core_options(exe, sysroot)?)?)
+}
+
+/// `bt --coredump SPEC`: the newest core systemd-coredump stored that `spec`
+/// names; which one, and the other matches, are named on stderr.
+fn open_coredump(spec: &str, exe: Option<PathBuf>, sysroot: Option<PathBuf>) -> Result<CoreFile> {
+    let options = core_options(exe, sysroot)?;
+    let selector = coredump::Selector::parse(spec);
+    let dir = Path::new(coredump::SYSTEMD_COREDUMP_DIR);
+    let found = coredump::select(dir, &selector).map_err(coredump_error)?;
+    let c = &found.chosen;
+    eprintln!(
+        "argstash: reading {} (pid {}, {}, crashed {})",
+        c.path.display(),
+        c.pid(),
+        c.comm(),
+        coredump::utc_time(c.usec())
+    );
+    if !found.others.is_empty() {
+        let pids: Vec<String> = found.others.iter().map(|o| o.pid().to_string()).collect();
+        eprintln!(
+            "argstash: note: {} older core(s) match {selector} too (pid {}); read one with --coredump PID",
+            found.others.len(),
+            pids.join(", ")
+        );
+    }
+    coredump::open(c, options).map_err(coredump_error)
+}
+
+/// A coredump error with the command-line hint its cause calls for.
+fn coredump_error(e: coredump::CoredumpError) -> anyhow::Error {
+    use coredump::CoredumpError as E;
+    let hint = match &e {
+        E::NoMatch { .. } => Some("give one of the pids above, a name above, or `latest`"),
+        E::Decompress { .. } => Some(
+            "the stored file is damaged (test it with `zstd -t`, `lz4 -t` or `xz -t` as its suffix says); read another core with --coredump PID, or reproduce the crash",
+        ),
+        E::TempFile { .. } => Some("set TMPDIR to a writable directory with room for the core"),
+        _ => None,
+    };
+    match hint {
+        Some(h) => anyhow::anyhow!("{e}\n  {h}"),
+        None => anyhow::Error::new(e),
+    }
+}
+
+/// `bt --core`/`--coredump`: unwinds a core; files it maps that are missing here are named on stderr.
+fn bt_core(core: &CoreFile, opts: &BacktraceOptions, json: bool, view: output::View) -> Result<()> {
+    let bt = backtrace_core_cached(core, opts, &DwarfCache::from_env())?;
     for w in &bt.debug_warnings {
         eprintln!("argstash: warning: {w}");
     }

@@ -15,7 +15,7 @@ use crate::args::{BtArgs, EjectArgs, InjectArgs};
 /// What runs here only, whatever the interface: each is refused through the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Standalone {
-    /// `bt --core`: the core file is read where it is.
+    /// `bt --core` and `bt --coredump`: the core is read where it is.
     Core,
     /// `demo`.
     Demo,

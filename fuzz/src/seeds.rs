@@ -77,6 +77,8 @@ pub fn generate(dir: &Path, src: &Sources) -> io::Result<Vec<(&'static str, usiz
     };
     out("python", python)?;
     out("python_offsets", debug_offsets_seeds())?;
+    out("coredump_meta", coredump_meta_seeds())?;
+    out("coredump_stream", coredump_stream_seeds(&src.cores))?;
     Ok(counts)
 }
 
@@ -521,4 +523,91 @@ fn record_python(pid: i32) -> Option<(String, Vec<u8>)> {
         return None;
     }
     Some(("python-3.11".into(), Image::encode(&words, &regions)))
+}
+
+/// Names and attributes as systemd-coredump 252 wrote them on this machine
+/// (a root `sleep` killed by SIGSEGV; a crashed user program with a dot, a space
+/// and a non-ASCII byte in its command name; an uncompressed one).
+fn coredump_meta_seeds() -> Vec<(String, Vec<u8>)> {
+    let attrs = |pid: &str, uid: &str, comm: &str, exe: &str| -> Vec<u8> {
+        let mut b = Vec::new();
+        for (k, v) in [
+            ("user.coredump.pid", pid),
+            ("user.coredump.uid", uid),
+            ("user.coredump.gid", uid),
+            ("user.coredump.comm", comm),
+            ("user.coredump.exe", exe),
+            ("user.coredump.rlimit", "9223372036854775808"),
+            ("user.coredump.signal", "11"),
+            ("user.coredump.hostname", "vm"),
+            ("user.coredump.timestamp", "1795918376000000"),
+        ] {
+            b.extend_from_slice(k.as_bytes());
+            b.push(0);
+            b.extend_from_slice(v.as_bytes());
+            b.push(0);
+        }
+        b
+    };
+    let seed = |name: &str, attrs: Vec<u8>| {
+        let mut b = name.as_bytes().to_vec();
+        b.push(b'\n');
+        b.extend(attrs);
+        b
+    };
+    vec![
+        (
+            "sleep-zst".to_string(),
+            seed(
+                "core.sleep.0.b98cbf3ea0bd48ee9b9873a22f3a2334.30015.1795918376000000.zst",
+                attrs("30015", "0", "sleep", "/usr/bin/sleep"),
+            ),
+        ),
+        (
+            "escaped-lz4".to_string(),
+            seed(
+                "core.a.b\\x20c\\xc3\\xa9.1000.b98cbf3ea0bd48ee9b9873a22f3a2334.7.1795918376000000.lz4",
+                attrs("7", "1000", "a.b c\u{e9}", "/home/u/a.b c"),
+            ),
+        ),
+        (
+            "plain".to_string(),
+            seed(
+                "core.crash.0.b98cbf3ea0bd48ee9b9873a22f3a2334.4242.1795918376123456",
+                Vec::new(),
+            ),
+        ),
+    ]
+}
+
+/// The first core seed (else a small ELF-like buffer) compressed in each format
+/// systemd-coredump writes, by the encoders of the crates the reader decodes with.
+fn coredump_stream_seeds(cores: &[PathBuf]) -> Vec<(String, Vec<u8>)> {
+    use std::io::Write;
+    let mut data = cores
+        .first()
+        .and_then(|p| std::fs::read(p).ok())
+        .unwrap_or_else(|| b"\x7fELF core seed".repeat(64));
+    data.truncate(1 << 20);
+    let tagged = |tag: u8, body: Vec<u8>| {
+        let mut b = vec![tag];
+        b.extend(body);
+        b
+    };
+    let zstd =
+        ruzstd::encoding::compress_to_vec(&data[..], ruzstd::encoding::CompressionLevel::Fastest);
+    let mut lz4 = lz4_flex::frame::FrameEncoder::new(Vec::new());
+    lz4.write_all(&data).expect("lz4 into memory");
+    let lz4 = lz4.finish().expect("lz4 into memory");
+    let mut xz = Vec::new();
+    lzma_rs::xz_compress(&mut &data[..], &mut xz).expect("xz into memory");
+    vec![
+        ("zstd".to_string(), tagged(0, zstd)),
+        ("lz4".to_string(), tagged(1, lz4)),
+        ("xz".to_string(), tagged(2, xz)),
+        (
+            "plain".to_string(),
+            tagged(3, data[..4096.min(data.len())].to_vec()),
+        ),
+    ]
 }

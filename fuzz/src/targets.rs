@@ -49,6 +49,8 @@ pub const TARGETS: &[Target] = &[
     Target { name: "signature", about: "user signatures (split_signature, parse_params) and arena signature slots", run: fuzz_signature },
     Target { name: "prologue_x86_64", about: "x86-64 prologue analysis and relocation, jump tables, stack-read analysis", run: fuzz_prologue_x86_64 },
     Target { name: "prologue_i386", about: "i386 prologue analysis and relocation, get-PC thunks", run: fuzz_prologue_i386 },
+    Target { name: "coredump_meta", about: "systemd-coredump's stored file names and user.coredump.* attributes (parse_name, unescape, parse_attrs)", run: fuzz_coredump_meta },
+    Target { name: "coredump_stream", about: "systemd-coredump's compressed cores: zstd, LZ4 frame and xz streams through the bounded decompress", run: fuzz_coredump_stream },
 ];
 
 /// The target called `name`.
@@ -675,4 +677,54 @@ pub fn fuzz_prologue_i386(data: &[u8]) {
             black_box(plan.relocate(at).ok());
         }
     }
+}
+
+/// A stored core's file name (the first line) and its extended attributes (the
+/// rest: `name NUL value NUL` pairs), as systemd-coredump leaves them.
+pub fn fuzz_coredump_meta(data: &[u8]) {
+    let (line, rest) = match data.iter().position(|&b| b == b'\n') {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let name = String::from_utf8_lossy(line);
+    let parsed = reader::coredump::parse_name(&name);
+    black_box(reader::coredump::unescape(&name));
+    let mut fields = rest.split(|&b| b == 0);
+    let mut pairs = Vec::new();
+    while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
+        pairs.push((String::from_utf8_lossy(k).into_owned(), v));
+    }
+    let attrs = reader::coredump::parse_attrs(pairs.iter().map(|(k, v)| (k.as_str(), *v)));
+    if let Some(n) = &parsed {
+        black_box(reader::coredump::utc_time(n.usec));
+    }
+    if show() {
+        eprintln!("coredump_meta: {parsed:?} {attrs:?}");
+    }
+    black_box((parsed, attrs));
+}
+
+/// Most a `coredump_stream` input may decompress to (well under the driver's heap cap).
+const STREAM_LIMIT: u64 = 8 << 20;
+
+/// A compressed core: the first byte picks the format (zstd, LZ4 frame, xz,
+/// none), the rest is the stream, decompressed into memory under a bound.
+pub fn fuzz_coredump_stream(data: &[u8]) {
+    use reader::coredump::{decompress, Compression, LimitReason};
+    let Some((&which, stream)) = data.split_first() else {
+        return;
+    };
+    let format = match which % 4 {
+        0 => Compression::Zstd,
+        1 => Compression::Lz4,
+        2 => Compression::Xz,
+        _ => Compression::None,
+    };
+    let mut out = Vec::new();
+    let r = decompress(stream, format, &mut out, STREAM_LIMIT, LimitReason::Caller);
+    assert!(out.len() as u64 <= STREAM_LIMIT, "the bound was passed");
+    if show() {
+        eprintln!("coredump_stream: {format:?} {:?} ({} bytes)", r, out.len());
+    }
+    black_box(r.ok());
 }

@@ -138,6 +138,7 @@ pub use kernel_sampler::{
 pub use reader::core::{
     backtrace_core, backtrace_core_cached, CoreBacktrace, CoreFile, CoreOptions,
 };
+pub use reader::coredump;
 pub use reader::debugfile::DebugSearch;
 pub use reader::debuginfo::DwarfCache;
 pub use sample::{Lost, PythonRead, Round, Sample, SampleOptions, Sampler};

@@ -19,6 +19,7 @@
 //! - [`process_view`]: one view of a process (symbols, Python, unwinder, arenas)
 //!   and the rule for when it is stale; live backtraces, the sampler and cores use it.
 //! - [`core`]: core files as a memory, thread and module source.
+//! - [`coredump`]: cores stored by systemd-coredump, found by pid, name or age.
 //! - [`python`]: CPython's threads, frames and arguments, paired with native frames.
 //!
 //! Each public module is a front door of its own: its submodules are private
@@ -33,6 +34,7 @@
 pub mod arena;
 pub mod args;
 pub mod core;
+pub mod coredump;
 pub mod debugfile;
 pub mod debuginfo;
 mod dwarf;

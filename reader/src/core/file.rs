@@ -92,6 +92,22 @@ impl CoreFile {
         };
         // Never waits on a FIFO named as the core.
         let file = crate::shared_file::open_regular(path).map_err(open_err)?;
+        CoreFile::from_file(&file, path, options)
+    }
+
+    /// Parses a core from an open descriptor (a file already checked, or an
+    /// unnamed temporary file holding a decompressed core); `path` names it in
+    /// messages and is what [`CoreFile::path`] returns.
+    pub fn from_file(
+        file: &std::fs::File,
+        path: &Path,
+        options: CoreOptions,
+    ) -> Result<CoreFile, CoreError> {
+        let shown = path.display().to_string();
+        let open_err = |source| CoreError::Open {
+            path: shown.clone(),
+            source,
+        };
         let meta = file.metadata().map_err(open_err)?;
         if !meta.is_file() {
             return Err(open_err(io::Error::other("not a regular file")));
@@ -103,7 +119,7 @@ impl CoreFile {
         // changed in place once the kernel has written it; if another process truncated
         // it while we read, an access past the new end would raise SIGBUS, the risk every
         // core reader that maps its input accepts.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(open_err)?;
+        let map = unsafe { memmap2::Mmap::map(file) }.map_err(open_err)?;
         // goblin reports malformed input as errors; a panic on some input it does not
         // expect still must not take the caller down.
         let (segments, notes) =

@@ -16,6 +16,7 @@ mod busy_targets;
 mod cold_parts;
 mod concurrency;
 mod core;
+mod coredump;
 mod deb;
 mod dwarf;
 mod dwarf_cache;
