@@ -95,7 +95,7 @@ _argstash() {
             return 0
             ;;
         argstash__subcmd__bt)
-            opts="-h --pid --core --exe --sysroot --tid --json --show-trampolines --always-stop --python --native --debug-dir --bus --help"
+            opts="-h --pid --core --coredump --exe --sysroot --tid --json --show-trampolines --always-stop --python --native --debug-dir --bus --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -106,6 +106,10 @@ _argstash() {
                     return 0
                     ;;
                 --core)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --coredump)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -64,8 +64,9 @@ complete -c argstash -n "__fish_argstash_using_subcommand list" -l json -d 'Prin
 complete -c argstash -n "__fish_argstash_using_subcommand list" -s h -l help -d 'Print help'
 complete -c argstash -n "__fish_argstash_using_subcommand bt" -l pid -d 'Target process id' -r
 complete -c argstash -n "__fish_argstash_using_subcommand bt" -l core -d 'Read a core file instead of a live process' -r -F
-complete -c argstash -n "__fish_argstash_using_subcommand bt" -l exe -d 'With --core: the crashed program\'s executable, if not at the path the core records' -r -F
-complete -c argstash -n "__fish_argstash_using_subcommand bt" -l sysroot -d 'With --core: resolve the core\'s mapped file paths under this directory' -r -F
+complete -c argstash -n "__fish_argstash_using_subcommand bt" -l coredump -d 'Read a core stored by systemd-coredump: `latest`, a crashed PID, or a program NAME (its command name or executable); the newest match is read' -r
+complete -c argstash -n "__fish_argstash_using_subcommand bt" -l exe -d 'With --core or --coredump: the crashed program\'s executable, if not at the path the core records' -r -F
+complete -c argstash -n "__fish_argstash_using_subcommand bt" -l sysroot -d 'With --core or --coredump: resolve the core\'s mapped file paths under this directory' -r -F
 complete -c argstash -n "__fish_argstash_using_subcommand bt" -l tid -d 'Only this thread' -r
 complete -c argstash -n "__fish_argstash_using_subcommand bt" -l debug-dir -d 'Look for separate debug files under DIR instead of /usr/lib/debug (build-id and debuglink layout). Repeatable; searched in order' -r -F
 complete -c argstash -n "__fish_argstash_using_subcommand bt" -l bus -d 'Send the subcommand through argstashd on this bus: system, session or a D-Bus address' -r
@@ -82,7 +83,7 @@ complete -c argstash -n "__fish_argstash_using_subcommand record" -l func -d 'Ho
 complete -c argstash -n "__fish_argstash_using_subcommand record" -l args -d 'Only these arguments in names (parameter or register names); implies --with-args' -r
 complete -c argstash -n "__fish_argstash_using_subcommand record" -l threads -d 'Threads to sample: `all` or a comma-separated list of thread ids' -r
 complete -c argstash -n "__fish_argstash_using_subcommand record" -s o -l output -d 'Output file; its extension chooses the format: .svg, .json (speedscope), .txt (collapsed), .pb.gz (pprof). Repeatable: one recording, several files' -r
-complete -c argstash -n "__fish_argstash_using_subcommand record" -l sampler -d 'Who takes the samples: `kernel` (the default) has the kernel copy each thread\'s stack (perf_event_open, no thread stopped; falls back to ptrace with a note where it cannot serve); `ptrace` stops each thread for a moment and copies its stack' -r -f -a "ptrace\t'Threads stopped with ptrace, one at a time'
+complete -c argstash -n "__fish_argstash_using_subcommand record" -l sampler -d 'Who takes the samples: `kernel` (the default) has the kernel copy each thread\'s stack (perf_event_open, no thread stopped; Python frames read right after each sample, `[py~]`; falls back to ptrace with a note where it cannot serve); `ptrace` stops each thread for a moment and copies its stack and Python frames (exact, `[py]`)' -r -f -a "ptrace\t'Threads stopped with ptrace, one at a time'
 kernel\t'The kernel\'s sampler (perf_event_open): no thread stopped'"
 complete -c argstash -n "__fish_argstash_using_subcommand record" -l debug-dir -d 'Look for separate debug files under DIR instead of /usr/lib/debug. Repeatable' -r -F
 complete -c argstash -n "__fish_argstash_using_subcommand record" -l bus -d 'Send the subcommand through argstashd on this bus: system, session or a D-Bus address' -r

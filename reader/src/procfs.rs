@@ -68,6 +68,16 @@ impl MapEntry {
         self.inode != 0 && self.path.starts_with('/')
     }
 
+    /// True when the mapping is a perf JIT dump marker, `jit-PID.dump`: a JIT
+    /// (argstash's hooks among them) maps its dump file executable only so that
+    /// `perf inject --jit` finds it; no code runs there and it is no ELF file.
+    pub fn is_jitdump_marker(&self) -> bool {
+        let name = self.path.rsplit('/').next().unwrap_or("");
+        name.strip_prefix("jit-")
+            .and_then(|rest| rest.strip_suffix(".dump"))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    }
+
     /// True when `addr` lies inside the mapping.
     pub fn contains(&self, addr: u64) -> bool {
         addr >= self.start && addr < self.end
@@ -615,6 +625,21 @@ mod tests {
         );
         assert_eq!(parse_schedstat("1 2"), None);
         assert_eq!(parse_schedstat("1 x 3"), None);
+    }
+
+    #[test]
+    fn jit_dump_markers_are_named_by_perfs_convention() {
+        let text = "\
+7f0000000000-7f0000001000 r-xp 00000000 fe:01 77 /tmp/jit-4242.dump
+7f0000001000-7f0000002000 r-xp 00000000 fe:01 78 /opt/jit-.dump
+7f0000002000-7f0000003000 r-xp 00000000 fe:01 79 /opt/jit-12x.dump
+7f0000003000-7f0000004000 r-xp 00000000 fe:01 80 /usr/lib/libjit-1.so
+";
+        let marks: Vec<bool> = parse_maps(text)
+            .iter()
+            .map(MapEntry::is_jitdump_marker)
+            .collect();
+        assert_eq!(marks, [true, false, false, false]);
     }
 
     #[test]

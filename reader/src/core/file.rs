@@ -384,7 +384,12 @@ impl CoreFile {
     pub fn symbols(&self, maps: &[MapEntry]) -> (ProcessSymbols, Vec<MissingModule>) {
         let mut paths: Vec<&str> = Vec::new();
         for e in maps {
-            if e.perms.exec && (e.is_file() || e.path == VDSO) && !paths.contains(&e.path.as_str())
+            // A JIT dump marker (argstash's own /tmp/jit-PID.dump among them) holds no
+            // code: looking for its symbols would only warn.
+            if e.perms.exec
+                && (e.is_file() || e.path == VDSO)
+                && !e.is_jitdump_marker()
+                && !paths.contains(&e.path.as_str())
             {
                 paths.push(&e.path);
             }

@@ -294,6 +294,16 @@ fn missing_mapped_files_degrade_to_addresses() {
     }
     let c = crash_with_hook(Variant::O2G);
     let full = run_json(&["bt", "--core", c.core(), "--json"]);
+    // inject mapped argstash's perf JIT dump marker into the process, so the core
+    // records it (whether or not the file is still there). It holds no code, so no
+    // note names it.
+    let marker = format!("/tmp/jit-{}.dump", c.pid);
+    let plain = run(&["bt", "--core", c.core()]);
+    let plain_err = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        plain.status.success() && !plain_err.contains(&marker),
+        "{plain_err}"
+    );
     let full_frames = thread_frames(main_thread(&full, c.pid)).clone();
     let libc_frame = full_frames
         .iter()
