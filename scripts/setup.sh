@@ -146,6 +146,16 @@ fi
 # The peers the benchmarks compare with (record_bench: py-spy record; `cargo bench -p
 # argstashd --bench python_bt`: py-spy dump --native, pystack remote --native):
 # PyPI packages with a command each; a failed install only warns.
+# pipx: scripts/test-python.sh installs the wheel with it, as users install a tool.
+if command -v pipx >/dev/null 2>&1; then
+    echo "setup: ok       pipx"
+else
+    echo "setup: python3 -m pip install pipx"
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore pipx
+    command -v pyenv >/dev/null 2>&1 && pyenv rehash
+    command -v pipx >/dev/null 2>&1 || { echo "setup: pipx still missing" >&2; exit 1; }
+fi
+
 for peer in py-spy pystack; do
     if command -v "$peer" >/dev/null 2>&1; then
         echo "setup: ok       $peer"

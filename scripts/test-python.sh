@@ -108,6 +108,34 @@ for py in "${interpreters[@]}"; do
     "$venv/bin/python" -m pytest -q pep523-ext/tests "$@" || status=$?
 done
 
+# pipx, as a user installs a command-line tool: its own venv under PIPX_HOME (here in
+# target/), the command linked into PIPX_BIN_DIR. pipx fetches pip for its shared
+# environment from PyPI the first time. The linked command must be the native binary
+# and run the demo.
+if ((${#interpreters[@]})) && [[ -n ${wheel:-} ]]; then
+    if ! command -v pipx >/dev/null 2>&1; then
+        echo "test-python: FAIL: pipx is missing (scripts/setup.sh installs it)" >&2
+        status=1
+    else
+        pipx_home=$target/pipx
+        rm -rf "$pipx_home"
+        if PIPX_HOME=$pipx_home PIPX_BIN_DIR=$pipx_home/bin PIPX_MAN_DIR=$pipx_home/man \
+            pipx install --python "${interpreters[0]}" --pip-args=--no-deps "$wheel"; then
+            linked=$pipx_home/bin/argstash
+            if [[ $(head -c 4 "$linked" | od -An -c | tr -d ' ') != '177ELF' ]]; then
+                echo "test-python: FAIL: pipx's $linked is not the native binary" >&2; status=1
+            elif ! out=$(cd "$(mktemp -d)" && PATH="$pipx_home/bin:$PATH" argstash demo 2>&1) \
+                || ! grep -q 'bar (rdi=28' <<<"$out"; then
+                echo "test-python: FAIL: argstash demo through pipx's link:"$'\n'"$out" >&2; status=1
+            else
+                echo "test-python: ok: pipx install $(basename "$wheel"): $linked runs the demo (bar (rdi=28, ...))"
+            fi
+        else
+            echo "test-python: FAIL: pipx install $wheel" >&2; status=1
+        fi
+    fi
+fi
+
 # ---- CPython 3.13-3.15 in the sid root ----
 root=${ARGSTASH_SID_ROOT:-/var/cache/argstash-sid/root}
 sid_skip() { echo "test-python: skipping CPython $1 of the sid root: $2"; }
