@@ -24,7 +24,7 @@ use injector::{
 };
 use ops::{Operations, Standalone};
 
-/// Stash function arguments on the stack of a running process, then read them back from any unwind.
+/// Keep function arguments readable from any unwind: inject, eject and list hooks; read them with bt, record and run; try it with demo; completions for your shell.
 #[derive(Parser)]
 #[command(name = "argstash", version)]
 struct Cli {
@@ -45,7 +45,7 @@ enum Command {
     List(ListArgs),
     /// Print the backtrace of every thread (or one), with stashed arguments.
     Bt(BtArgs),
-    /// Sample every thread's stack into a flame graph (.svg), speedscope (.json) or collapsed stacks (.txt).
+    /// Sample every thread's stack into a flame graph (.svg), speedscope (.json), collapsed stacks (.txt) or pprof (.pb.gz).
     Record(record::RecordArgs),
     /// Build and run the bundled demo target, hook it, and show the difference.
     Demo,
