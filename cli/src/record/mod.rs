@@ -396,16 +396,32 @@ fn finish(
 }
 
 /// Waits (at most 2 s) until a started program runs its own executable, not
-/// argstash's image between fork and exec.
+/// argstash's image between fork and exec, and has it mapped. `execve` names
+/// the new file (`/proc/PID/exe`) and lets the parent go on before it maps the
+/// file and its loader; the kernel fills the aux vector (`/proc/PID/auxv`) only
+/// when those are mapped, so a lookup of `--func` names before that would find
+/// no module (under load a name the program has was refused as unknown).
 fn wait_for_exec(pid: Pid) {
     let own = std::fs::read_link("/proc/self/exe").ok();
     let deadline = Instant::now() + Duration::from_secs(2);
     while Instant::now() < deadline {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        if exe.is_none() || exe != own {
+        if exe.is_none() {
+            return;
+        }
+        if exe != own && aux_vector_filled(pid) {
             return;
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// True when `/proc/PID/auxv` holds an entry (its first key is not `AT_NULL`), or
+/// cannot be read (nothing to wait for then).
+fn aux_vector_filled(pid: Pid) -> bool {
+    match std::fs::read(format!("/proc/{pid}/auxv")) {
+        Ok(bytes) => bytes.iter().take(8).any(|&b| b != 0),
+        Err(_) => true,
     }
 }
 

@@ -176,12 +176,14 @@ impl Machine {
             }
         }
         // `--wait`: until the boot is done; then "running", or "degraded" if a unit failed.
-        // It prints nothing until systemd has made its socket (early in the boot).
+        // Early in the boot, before systemd has made its socket, it prints nothing or
+        // "offline" (it cannot connect yet: seen on a loaded machine): asked again.
         let deadline = Instant::now() + Duration::from_secs(60);
         let state = loop {
             let out = m.sh("systemctl is-system-running --wait");
             let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if !state.is_empty() || Instant::now() > deadline {
+            let early = state.is_empty() || state == "offline";
+            if !early || Instant::now() > deadline {
                 break state;
             }
             std::thread::sleep(Duration::from_millis(50));
