@@ -20,7 +20,6 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use argstash_tests::*;
@@ -59,32 +58,6 @@ fn skip(test: &str) -> bool {
             true
         }
         None => false,
-    }
-}
-
-/// A fresh directory, removed with everything in it on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "argstash-coredump-{tag}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
-        TempDir(p)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
@@ -195,7 +168,7 @@ kill $sa; echo "systemd-coredump stored nothing" >&2; exit 1
 
 /// A hooked crash.c run, crashed; its kernel core; what the live bt and the fixture showed.
 struct Crashed {
-    dir: TempDir,
+    dir: ScratchDir,
     pid: i32,
     comm: String,
     core: PathBuf,
@@ -208,7 +181,7 @@ struct Crashed {
 
 /// Runs `exe` (crash.c) in a temp dir, hooks `stash_me` and `worker_parked`, makes it
 /// crash, and leaves it a zombie once the kernel has written its core.
-fn crash_hooked(exe: &Path, dir: TempDir) -> Crashed {
+fn crash_hooked(exe: &Path, dir: ScratchDir) -> Crashed {
     let dir_s = dir.path().to_str().unwrap().to_string();
     let mut t = Target::spawn_with_args(exe, &[&dir_s]);
     let pid = t.pid();
@@ -304,24 +277,24 @@ fn coredump_shows_the_stashed_arguments_of_a_hooked_crash() {
         return;
     }
     let exe = build("crash", Variant::O2G);
-    let mut c = crash_hooked(&exe, TempDir::new("cwd"));
-    let store = TempDir::new("store");
+    let mut c = crash_hooked(&exe, ScratchDir::new("coredump-cwd"));
+    let store = ScratchDir::new("coredump-store");
     let stored = store_with_systemd(c.pid, &c.core, store.path(), None);
     // Small store for the truncation case: systemd-coredump's caps set low.
-    let small = TempDir::new("small");
+    let small = ScratchDir::new("coredump-small");
     let conf = small.path().join("coredump.conf");
     fs::write(
         &conf,
         "[Coredump]\nProcessSizeMax=64K\nExternalSizeMax=64K\n",
     )
     .unwrap();
-    let small_store = TempDir::new("small-store");
+    let small_store = ScratchDir::new("coredump-small-store");
     let cut = store_with_systemd(c.pid, &c.core, small_store.path(), Some(&conf));
     // Uncompressed (Compress=no), and from it the other formats systemd-coredump
     // writes where it is built with them: LZ4 frame and xz, by the lz4 and xz tools.
     let plain_conf = small.path().join("plain.conf");
     fs::write(&plain_conf, "[Coredump]\nCompress=no\n").unwrap();
-    let plain_store = TempDir::new("plain-store");
+    let plain_store = ScratchDir::new("coredump-plain-store");
     let plain = store_with_systemd(c.pid, &c.core, plain_store.path(), Some(&plain_conf));
     reap(&mut c);
     let plain_name = plain.file_name().unwrap().to_str().unwrap().to_string();
@@ -329,7 +302,7 @@ fn coredump_shows_the_stashed_arguments_of_a_hooked_crash() {
         plain_name.ends_with(&format!(".{}", c.pid)) || !plain_name.ends_with(".zst"),
         "{plain_name}"
     );
-    let formats = TempDir::new("formats");
+    let formats = ScratchDir::new("coredump-formats");
     for (tool, suffix, pid) in [("lz4", "lz4", 9001), ("xz", "xz", 9002)] {
         let dst = formats
             .path()
@@ -502,11 +475,11 @@ fn coredump_of_a_program_changed_since_names_the_build_id() {
         return;
     }
     // The crashed program is a copy that is replaced by another build after the crash.
-    let dir = TempDir::new("changed");
+    let dir = ScratchDir::new("coredump-changed");
     let exe = dir.path().join("crashcopy");
     fs::copy(build("crash", Variant::O2G), &exe).unwrap();
     let mut c = crash_hooked(&exe, dir);
-    let store = TempDir::new("store");
+    let store = ScratchDir::new("coredump-store");
     store_with_systemd(c.pid, &c.core, store.path(), None);
     reap(&mut c);
     let (before, _) = ok_json(store.path(), &["bt", "--coredump", "crashcopy", "--json"]);
@@ -537,7 +510,7 @@ fn coredump_that_names_nothing_says_what_there_is() {
         ],
     );
     // An empty directory; a file that is no core of systemd-coredump's.
-    let store = TempDir::new("empty");
+    let store = ScratchDir::new("coredump-empty");
     fs::write(store.path().join("notes.txt"), "x").unwrap();
     fails(
         Some(store.path()),
