@@ -43,6 +43,10 @@ pub(super) fn sample_loop(
     let end = loop {
         if !python_noted && kernel.sampler().is_python() {
             python_noted = true;
+            // Not asked for by name: ptrace takes over, for exact [py] frames.
+            if a.sampler.is_none() {
+                break End::PythonFound;
+            }
             profile.sampler_why += "; a Python target: its Python frames read right after each sample ([py~]), --sampler ptrace reads them while each thread is stopped ([py])";
         }
         profile.elapsed = start.elapsed();

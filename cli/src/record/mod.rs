@@ -73,10 +73,11 @@ pub struct RecordArgs {
     #[arg(short = 'o', long = "output", value_name = "FILE", required = true, value_parser = format::parse_output)]
     outputs: Vec<Output>,
     /// Who takes the samples: `kernel` (the default) has the kernel copy each
-    /// thread's stack (perf_event_open, no thread stopped; Python frames read
-    /// right after each sample, `[py~]`; falls back to ptrace with a note where
-    /// it cannot serve); `ptrace` stops each thread for a moment and copies its
-    /// stack and Python frames (exact, `[py]`).
+    /// thread's stack (perf_event_open, no thread stopped; falls back to ptrace
+    /// with a note where it cannot serve, and for Python targets, whose frames
+    /// only ptrace reads exactly); `ptrace` stops each thread for a moment and
+    /// copies its stack and Python frames (`[py]`). `--sampler kernel` on a
+    /// Python target reads its Python frames right after each sample (`[py~]`).
     #[arg(long, value_enum)]
     sampler: Option<SamplerKind>,
     /// Look for separate debug files under DIR instead of /usr/lib/debug. Repeatable.
@@ -149,6 +150,8 @@ enum End {
     Interrupted,
     ProgramExited(String),
     ProcessExited,
+    /// The default kernel sampler found CPython in the target: ptrace takes over.
+    PythonFound,
 }
 
 /// Runs `argstash record`.
@@ -252,8 +255,21 @@ fn record(
         }
         kernel.sampler().save_debug_answers();
         drop(kernel);
-        profile.without_signature = naming.without_signature();
-        return finish(pid, end, profile, notes, hooks, program);
+        if !matches!(end, End::PythonFound) {
+            profile.without_signature = naming.without_signature();
+            return finish(pid, end, profile, notes, hooks, program);
+        }
+        // A started program became CPython once it ran (its interpreter is
+        // found only then): the rest of the recording is ptrace's.
+        notes.push(format!(
+            "the target runs CPython, whose Python frames only the ptrace sampler reads exactly: \
+             it took over after {:.1} s, the samples before have native frames only \
+             (--sampler kernel keeps the kernel sampler, with Python frames read after each sample, [py~])",
+            start.elapsed().as_secs_f64()
+        ));
+        profile.sampler = "ptrace";
+        profile.sampler_why = "a Python target".into();
+        profile.rounds = 0;
     }
     let mut sampler = Sampler::new(pid, opts)?;
     check_threads(a, &sampler, pid)?;
@@ -328,6 +344,15 @@ fn choose_sampler(
             );
         }
     };
+    // By default a Python target keeps exact [py] frames: only ptrace reads them
+    // while the thread is stopped. Read after each kernel sample, frames of short
+    // calls are lost more often than those of long ones (docs/BENCHMARKS.md).
+    if !asked && kernel.sampler().is_python() {
+        return fall_back(
+            "a Python target",
+            "a Python target: sampled with ptrace, which reads its Python frames exactly ([py]); --sampler kernel reads them right after each sample instead ([py~], cheaper, approximate)".into(),
+        );
+    }
     let why = match asked {
         true => "asked with --sampler kernel",
         false => "the default",
@@ -382,7 +407,7 @@ fn finish(
                 .notes
                 .push(format!("the program {how} after {secs:.1} s"))
         }
-        End::Interrupted | End::Duration => {}
+        End::Interrupted | End::Duration | End::PythonFound => {}
     }
     let alive = matches!(end, End::Duration | End::Interrupted);
     notes.extend(hooks.eject(alive, signals::count() > 1));
@@ -593,6 +618,7 @@ fn sample_loop(
     start: Instant,
 ) -> Result<End> {
     let period = Duration::from_secs_f64(1.0 / f64::from(a.rate));
+    // After a handover from the kernel sampler `start` is past: rounds start now.
     let mut next = Instant::now();
     let mut last_refresh = next;
     let mut rotate = 0usize;
