@@ -415,8 +415,8 @@ fn recorder_pid(marker: &str) -> Option<i32> {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let cmdline = fs::read(e.path().join("cmdline")).ok()?;
         let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        let is_record = args.iter().any(|a| *a == b"record");
-        let names = args.iter().any(|a| *a == marker.as_bytes());
+        let is_record = args.contains(&&b"record"[..]);
+        let names = args.contains(&marker.as_bytes());
         (is_record && names).then_some(pid)
     })
 }
