@@ -30,6 +30,8 @@
 //!   independent of the injector's own decoder;
 //! - [`checks`]: what argstash must leave in a target ([`Untouched`],
 //!   [`refused`], [`entry_state`]);
+//! - [`crash`]: the crash.c fixture hooked and called as the core-file tests
+//!   need it ([`allow_core_dumps`], [`hook_and_call_crash_fixture`]);
 //! - [`faults`]: seeds, kill points and outcomes of the fault and soak tests;
 //! - [`profile`]: run `argstash record` and read its collapsed stacks and summary.
 //!
@@ -46,6 +48,7 @@ pub mod checks;
 pub mod cli;
 pub mod command;
 pub mod consts;
+pub mod crash;
 pub mod elf;
 pub mod faults;
 pub mod fixtures;
@@ -58,6 +61,7 @@ pub mod pyreport;
 pub use checks::*;
 pub use cli::*;
 pub use command::*;
+pub use crash::*;
 pub use elf::*;
 pub use faults::*;
 pub use fixtures::*;

@@ -104,49 +104,12 @@ fn crash_with_hook(variant: Variant) -> Crashed {
     let exe = build("crash", variant);
     let mut t = Target::spawn_with_args(&exe, &[dir.str()]);
     let pid = t.pid();
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: prlimit only reads `unlimited` and writes nothing (old limit pointer null).
-    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_CORE, &unlimited, std::ptr::null_mut()) };
-    assert_eq!(
-        rc,
-        0,
-        "prlimit RLIMIT_CORE: {}",
-        std::io::Error::last_os_error()
-    );
-
-    let pid_s = pid.to_string();
-    let out = run_ok(&[
-        "inject",
-        "--pid",
-        &pid_s,
-        "--func",
-        "stash_me",
-        "--func",
-        "worker_parked",
-    ]);
-    assert!(out.contains("hooked stash_me"), "{out}");
-    t.write_stdin("call\n");
-    let worker_line = t.expect_line(Duration::from_secs(10));
-    let worker: Vec<&str> = worker_line.split_whitespace().collect();
-    let (worker_tid, worker_arg) = match worker.as_slice() {
-        ["worker", tid, arg] => (
-            tid.parse::<i32>().expect("worker tid"),
-            u64::from_str_radix(arg, 16).expect("hex worker arg"),
-        ),
-        _ => t.fail(&format!("expected the worker line, got {worker_line:?}")),
-    };
-    let args_line = t.expect_line(Duration::from_secs(10));
-    let printed: Vec<u64> = args_line
-        .strip_prefix("args ")
-        .unwrap_or_else(|| t.fail(&format!("expected the args line, got {args_line:?}")))
-        .split_whitespace()
-        .map(|h| u64::from_str_radix(h, 16).expect("hex argument"))
-        .collect();
-    let printed: [u64; 6] = printed.try_into().expect("six arguments");
-    assert_eq!(t.expect_line(Duration::from_secs(10)), "waiting");
+    allow_core_dumps(pid);
+    let HookedCrash {
+        worker_tid,
+        worker_arg,
+        printed,
+    } = hook_and_call_crash_fixture(&mut t);
 
     let live = bt_json(pid, None);
     t.write_stdin("crash\n");

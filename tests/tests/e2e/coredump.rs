@@ -185,45 +185,16 @@ fn crash_hooked(exe: &Path, dir: ScratchDir) -> Crashed {
     let dir_s = dir.path().to_str().unwrap().to_string();
     let mut t = Target::spawn_with_args(exe, &[&dir_s]);
     let pid = t.pid();
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: prlimit only reads `unlimited` and writes nothing (old limit pointer null).
-    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_CORE, &unlimited, std::ptr::null_mut()) };
-    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    allow_core_dumps(pid);
     let comm = fs::read_to_string(format!("/proc/{pid}/comm"))
         .unwrap()
         .trim()
         .to_string();
-    let pid_s = pid.to_string();
-    let out = run_ok(&[
-        "inject",
-        "--pid",
-        &pid_s,
-        "--func",
-        "stash_me",
-        "--func",
-        "worker_parked",
-    ]);
-    assert!(out.contains("hooked stash_me"), "{out}");
-    t.write_stdin("call\n");
-    let worker_line = t.expect_line(Duration::from_secs(10));
-    let (worker_tid, worker_arg) = match worker_line.split_whitespace().collect::<Vec<_>>()[..] {
-        ["worker", tid, arg] => (
-            tid.parse::<i32>().unwrap(),
-            u64::from_str_radix(arg, 16).unwrap(),
-        ),
-        _ => t.fail(&format!("expected the worker line, got {worker_line:?}")),
-    };
-    let args_line = t.expect_line(Duration::from_secs(10));
-    let printed: Vec<u64> = args_line
-        .strip_prefix("args ")
-        .unwrap_or_else(|| t.fail(&format!("expected the args line, got {args_line:?}")))
-        .split_whitespace()
-        .map(|h| u64::from_str_radix(h, 16).unwrap())
-        .collect();
-    assert_eq!(t.expect_line(Duration::from_secs(10)), "waiting");
+    let HookedCrash {
+        worker_tid,
+        worker_arg,
+        printed,
+    } = hook_and_call_crash_fixture(&mut t);
     let live = bt_json(pid, None);
     t.write_stdin("crash\n");
     // A zombie once the kernel has finished the core; not reaped, so its /proc
@@ -246,7 +217,7 @@ fn crash_hooked(exe: &Path, dir: ScratchDir) -> Crashed {
         pid,
         comm,
         core,
-        printed: printed.try_into().expect("six arguments"),
+        printed,
         worker_tid,
         worker_arg,
         live,
