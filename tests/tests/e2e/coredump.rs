@@ -61,13 +61,9 @@ fn skip(test: &str) -> bool {
     }
 }
 
-/// Runs `argstash args` in a private mount namespace whose
-/// /var/lib/systemd/coredump is `store` (`None`: absent).
-fn argstash_with_store(store: Option<&Path>, args: &[&str]) -> Output {
-    let script = match store {
-        Some(_) => "mount -t tmpfs tmpfs /var/lib/systemd && mkdir /var/lib/systemd/coredump && mount --bind \"$1\" /var/lib/systemd/coredump && shift && exec \"$@\"",
-        None => "mount -t tmpfs tmpfs /var/lib/systemd && shift && exec \"$@\"",
-    };
+/// `sh -c script sh ARGS...` in a private mount namespace of its own (what it
+/// mounts is seen by it and its children only); the caller adds the ARGS.
+fn in_private_mounts(script: &str) -> Command {
     let mut cmd = Command::new("unshare");
     cmd.args([
         "--mount",
@@ -77,11 +73,22 @@ fn argstash_with_store(store: Option<&Path>, args: &[&str]) -> Output {
         "-c",
         script,
         "sh",
-    ])
-    .arg(store.map(Path::as_os_str).unwrap_or(OsStr::new("-")))
-    .arg(argstash())
-    .args(args)
-    .stdin(Stdio::null());
+    ]);
+    cmd
+}
+
+/// Runs `argstash args` in a private mount namespace whose
+/// /var/lib/systemd/coredump is `store` (`None`: absent).
+fn argstash_with_store(store: Option<&Path>, args: &[&str]) -> Output {
+    let script = match store {
+        Some(_) => "mount -t tmpfs tmpfs /var/lib/systemd && mkdir /var/lib/systemd/coredump && mount --bind \"$1\" /var/lib/systemd/coredump && shift && exec \"$@\"",
+        None => "mount -t tmpfs tmpfs /var/lib/systemd && shift && exec \"$@\"",
+    };
+    let mut cmd = in_private_mounts(script);
+    cmd.arg(store.map(Path::as_os_str).unwrap_or(OsStr::new("-")))
+        .arg(argstash())
+        .args(args)
+        .stdin(Stdio::null());
     run_command(&mut cmd, Duration::from_secs(120))
 }
 
@@ -132,22 +139,13 @@ i=0; while [ $i -lt 600 ]; do
 done
 kill $sa; echo "systemd-coredump stored nothing" >&2; exit 1
 "#;
-    let mut cmd = Command::new("unshare");
-    cmd.args([
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        script,
-        "sh",
-    ])
-    .arg(store)
-    .arg(core)
-    .arg(pid.to_string())
-    .arg(now.to_string())
-    .arg(conf.map(Path::as_os_str).unwrap_or(OsStr::new("")))
-    .stdin(Stdio::null());
+    let mut cmd = in_private_mounts(script);
+    cmd.arg(store)
+        .arg(core)
+        .arg(pid.to_string())
+        .arg(now.to_string())
+        .arg(conf.map(Path::as_os_str).unwrap_or(OsStr::new("")))
+        .stdin(Stdio::null());
     let out = run_command(&mut cmd, STORE_TIMEOUT);
     assert!(
         out.status.success(),
