@@ -68,29 +68,9 @@ if current; then
     exit 0
 fi
 
-# Anything left mounted inside a directory is unmounted before that directory is
-# removed (rm -rf must never descend into a live /proc or /sys).
-unmount_under() {
-    local d mounts
-    d=$(realpath -m "$1")
-    mounts=$(awk -v d="$d" '$2 == d || index($2, d "/") == 1 { print $2 }' /proc/self/mounts | sort -r)
-    for m in $mounts; do
-        umount -l "$m" 2>/dev/null || true
-    done
-}
-remove_tree() {
-    [[ -e $1 ]] || return 0
-    unmount_under "$1"
-    if awk -v d="$(realpath -m "$1")" 'index($2, d "/") == 1 { found = 1 } END { exit !found }' /proc/self/mounts; then
-        say "warning: $1 still has mounts; left in place" >&2
-        return 0
-    fi
-    rm -rf --one-file-system "$1"
-}
-
-for old in "$DIR"/root.tmp.* "$DIR"/root.old.*; do
-    remove_tree "$old"
-done
+# shellcheck source=scripts/lib/root-tree.sh
+source "$(dirname "$0")/lib/root-tree.sh"
+remove_leftovers "$DIR"
 
 TMP=$(mktemp -d "$DIR/root.tmp.XXXXXX")
 chmod 755 "$TMP"
@@ -127,13 +107,6 @@ rm -f "$TMP/etc/machine-id"
 : >"$TMP/etc/machine-id"
 
 echo "$WANT" >"$TMP/$STAMP"
-if [[ -e $ROOT ]]; then
-    OLD=$DIR/root.old.$$
-    mv "$ROOT" "$OLD"
-    mv "$TMP" "$ROOT"
-    remove_tree "$OLD"
-else
-    mv "$TMP" "$ROOT"
-fi
+put_in_place "$TMP" "$ROOT"
 trap - EXIT
 say "built    $ROOT in $((SECONDS - start)) s ($(du -sh --one-file-system "$ROOT" | cut -f1))"

@@ -79,30 +79,9 @@ if [[ -f $ROOT/$STAMP ]] && [[ $(cat "$ROOT/$STAMP") == "$PACKAGES" ]]; then
     exit 0
 fi
 
-# Anything debootstrap left mounted inside a directory is unmounted before that
-# directory is removed (rm -rf must never descend into a live /proc or /sys).
-unmount_under() {
-    local d mounts
-    d=$(realpath -m "$1")
-    mounts=$(awk -v d="$d" '$2 == d || index($2, d "/") == 1 { print $2 }' /proc/self/mounts | sort -r)
-    for m in $mounts; do
-        umount -l "$m" 2>/dev/null || true
-    done
-}
-remove_tree() {
-    [[ -e $1 ]] || return 0
-    unmount_under "$1"
-    if awk -v d="$(realpath -m "$1")" 'index($2, d "/") == 1 { found = 1 } END { exit !found }' /proc/self/mounts; then
-        say "warning: $1 still has mounts; left in place" >&2
-        return 0
-    fi
-    rm -rf --one-file-system "$1"
-}
-
-# Earlier interrupted builds.
-for old in "$DIR"/root.tmp.* "$DIR"/root.old.*; do
-    remove_tree "$old"
-done
+# shellcheck source=scripts/lib/root-tree.sh
+source "$(dirname "$0")/lib/root-tree.sh"
+remove_leftovers "$DIR"
 
 TMP=$(mktemp -d "$DIR/root.tmp.XXXXXX")
 chmod 755 "$TMP"
@@ -130,14 +109,7 @@ if ((${#missing[@]})); then
 fi
 
 echo "$PACKAGES" >"$TMP/$STAMP"
-if [[ -e $ROOT ]]; then
-    OLD=$DIR/root.old.$$
-    mv "$ROOT" "$OLD"
-    mv "$TMP" "$ROOT"
-    remove_tree "$OLD"
-else
-    mv "$TMP" "$ROOT"
-fi
+put_in_place "$TMP" "$ROOT"
 trap - EXIT
 say "built    $ROOT in $((SECONDS - start)) s ($(du -sh --one-file-system "$ROOT" | cut -f1)):" \
     "$(cd "$ROOT" && ls usr/bin/python3.1? usr/lib/x86_64-linux-gnu/libpython3.1?.so.1.0 | tr '\n' ' ')"
